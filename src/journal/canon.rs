@@ -1,0 +1,92 @@
+//! Canonical identity: RFC 8785 canonical JSON, sha256 content keys, and schema hashes that
+//! ignore annotation keywords.
+//!
+//! Canonicalization is serde_json_canonicalizer's (a maintained RFC 8785 implementation),
+//! checked against the cyberphone test vectors and the 100,000-number ES6 file in the tests.
+//! serde_json is built without `arbitrary_precision`, so numbers are IEEE doubles as the RFC
+//! requires.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::ContentKey;
+
+/// A value that has no canonical form.
+#[derive(Debug, thiserror::Error)]
+#[error("value has no canonical JSON form: {0}")]
+pub struct CanonError(String);
+
+/// The RFC 8785 canonical form of a JSON value.
+///
+/// # Errors
+/// [`CanonError`] when the value cannot be canonicalized (it always can for a `Value`
+/// built by serde_json, whose numbers are finite).
+pub fn canonical_json(value: &Value) -> Result<String, CanonError> {
+    serde_json_canonicalizer::to_string(value).map_err(|e| CanonError(e.to_string()))
+}
+
+/// The content key of an identity input: sha256 of its canonical JSON.
+///
+/// # Errors
+/// [`CanonError`] as for [`canonical_json`].
+pub fn content_key(identity: &Value) -> Result<ContentKey, CanonError> {
+    Ok(content_key_of_canonical(&canonical_json(identity)?))
+}
+
+/// The content key of text that is already canonical JSON.
+pub fn content_key_of_canonical(canonical: &str) -> ContentKey {
+    ContentKey::from_bytes(Sha256::digest(canonical.as_bytes()).into())
+}
+
+/// JSON Schema keywords that annotate without constraining; they never enter a schema hash.
+const ANNOTATION_KEYWORDS: [&str; 8] =
+    ["title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"];
+
+/// The hash of a JSON Schema's shape: sha256 (hex) of the canonical JSON of the schema with
+/// every annotation keyword removed at every level.
+///
+/// Keywords are only stripped where they are keywords: the names of properties under
+/// `properties` (or `patternProperties`, `$defs`, `definitions`, `dependentSchemas`) are
+/// data, so a property called `title` keeps its schema.
+///
+/// # Errors
+/// [`CanonError`] as for [`canonical_json`].
+pub fn schema_hash(schema: &Value) -> Result<String, CanonError> {
+    let stripped = strip_annotations(schema);
+    Ok(content_key(&stripped)?.to_hex())
+}
+
+fn strip_annotations(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => {
+            let mut out = serde_json::Map::with_capacity(map.len());
+            for (keyword, sub) in map {
+                if ANNOTATION_KEYWORDS.contains(&keyword.as_str()) {
+                    continue;
+                }
+                let sub = if is_name_map(keyword) {
+                    match sub {
+                        Value::Object(props) => Value::Object(
+                            props.iter().map(|(name, s)| (name.clone(), strip_annotations(s))).collect(),
+                        ),
+                        other => strip_annotations(other),
+                    }
+                } else if matches!(keyword.as_str(), "enum" | "const") {
+                    // Literal data: kept verbatim.
+                    sub.clone()
+                } else {
+                    strip_annotations(sub)
+                };
+                out.insert(keyword.clone(), sub);
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(strip_annotations).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Keywords whose value maps user-chosen names to subschemas.
+fn is_name_map(keyword: &str) -> bool {
+    matches!(keyword, "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas")
+}

@@ -1,0 +1,432 @@
+//! The journal's record types: entries, their kinds and statuses, sequence numbers, scope
+//! paths and content keys.
+//!
+//! `Entry` is the decoded form; the stored form is [`RawEntry`](crate::store::RawEntry),
+//! the entry's compact JSON text. Encoding happens once, when an entry is appended, and
+//! decoding once, when a journal is loaded.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::money::Money;
+use crate::usage::Usage;
+
+/// The kind of effect or fact an entry records. Persisted by name; never renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// One agent invocation (two-phase).
+    Agent,
+    /// One journaled step (two-phase).
+    Step,
+    /// One host-function call (two-phase).
+    Call,
+    /// One child-workflow invocation (two-phase).
+    Child,
+    /// A suspension awaiting an external value (and tool approvals).
+    External,
+    /// A journaled `now`, `random` or `uuid` value (single-phase).
+    Rand,
+    /// A dynamic decision the engine made, written before its effect (single-phase).
+    Decision,
+    /// A ref-entry: an attempt to close a suspension.
+    Resolution,
+    /// A ref-entry: the decision to stop pursuing a subtree.
+    Abandon,
+}
+
+impl Kind {
+    /// Whether the kind is written as a `running` entry at dispatch plus a terminal entry.
+    pub const fn is_two_phase(self) -> bool {
+        matches!(self, Kind::Agent | Kind::Step | Kind::Call | Kind::Child)
+    }
+
+    /// Whether the kind is a ref-entry, which never takes part in matching.
+    pub const fn is_ref_entry(self) -> bool {
+        matches!(self, Kind::Resolution | Kind::Abandon)
+    }
+
+    /// The snake_case name, as persisted.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Agent => "agent",
+            Kind::Step => "step",
+            Kind::Call => "call",
+            Kind::Child => "child",
+            Kind::External => "external",
+            Kind::Rand => "rand",
+            Kind::Decision => "decision",
+            Kind::Resolution => "resolution",
+            Kind::Abandon => "abandon",
+        }
+    }
+}
+
+/// The status an entry records. Persisted by name; never renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Dispatched, not yet completed.
+    Running,
+    /// Completed with a value.
+    Ok,
+    /// Completed with an error.
+    Error,
+    /// Stopped by a limit (turns, budget cut, timeout).
+    Limit,
+    /// Cancelled before completion.
+    Cancelled,
+    /// Waiting for an external value.
+    Suspended,
+}
+
+impl Status {
+    /// Whether the status ends a two-phase call.
+    pub const fn is_terminal(self) -> bool {
+        matches!(self, Status::Ok | Status::Error | Status::Limit | Status::Cancelled)
+    }
+
+    /// The snake_case name, as persisted.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Limit => "limit",
+            Status::Cancelled => "cancelled",
+            Status::Suspended => "suspended",
+        }
+    }
+}
+
+/// A sequence number: strictly increasing per run, starting at 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Seq(pub u64);
+
+impl fmt::Display for Seq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A content key: the sha256 of the canonical JSON of a call's identity input.
+///
+/// Serialized as 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContentKey([u8; 32]);
+
+impl ContentKey {
+    /// Wraps a digest.
+    pub const fn from_bytes(bytes: [u8; 32]) -> ContentKey {
+        ContentKey(bytes)
+    }
+
+    /// The digest bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The 64-digit lowercase hex form.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Parses the 64-digit hex form.
+    pub fn from_hex(text: &str) -> Option<ContentKey> {
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text, &mut bytes).ok()?;
+        Some(ContentKey(bytes))
+    }
+}
+
+impl fmt::Debug for ContentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ContentKey({})", &self.to_hex()[..12])
+    }
+}
+
+impl fmt::Display for ContentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl Serialize for ContentKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = [0u8; 64];
+        // Infallible: the buffer is exactly twice the digest length.
+        let _ = hex::encode_to_slice(self.0, &mut buf);
+        s.serialize_str(std::str::from_utf8(&buf).unwrap_or_default())
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ContentKey, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        ContentKey::from_hex(&text)
+            .ok_or_else(|| serde::de::Error::custom("content key is not 64 hex digits"))
+    }
+}
+
+/// One segment of a scope path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Segment {
+    /// Branch `branch` of the `site`-th `parallel` in the parent scope: `par:site:branch`.
+    Par {
+        /// Which `parallel` call of the parent scope (0-based).
+        site: u32,
+        /// Which branch (0-based, source order).
+        branch: u32,
+    },
+    /// Item `item` of stage `stage` of a pipeline: `pipe:stage:item`.
+    Pipe {
+        /// The stage index (0-based).
+        stage: u32,
+        /// The source item's index (0-based).
+        item: u32,
+    },
+    /// The `call`-th invocation of child workflow `name`: `wf:name:call`.
+    Wf {
+        /// The child workflow's registered name.
+        name: String,
+        /// Which invocation of it in the parent scope (0-based).
+        call: u32,
+    },
+}
+
+impl fmt::Display for Segment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Segment::Par { site, branch } => write!(f, "par:{site}:{branch}"),
+            Segment::Pipe { stage, item } => write!(f, "pipe:{stage}:{item}"),
+            Segment::Wf { name, call } => write!(f, "wf:{name}:{call}"),
+        }
+    }
+}
+
+/// Where a call sits in the run's call tree, from structure only: `""` for the root,
+/// `par:0:2/pipe:1:4` for item 4 of stage 1 of a pipeline inside branch 2 of the first
+/// `parallel`.
+///
+/// Cheap to clone (one shared string). Workflow names in `wf:` segments may not contain
+/// `/` or `:`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ScopePath(Arc<str>);
+
+/// Why a string is not a valid [`ScopePath`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid scope path {0:?}")]
+pub struct InvalidScopePath(pub String);
+
+impl ScopePath {
+    /// The root scope (empty path).
+    pub fn root() -> ScopePath {
+        ScopePath(Arc::from(""))
+    }
+
+    /// Whether this is the root scope.
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// This path extended by one segment.
+    pub fn child(&self, segment: &Segment) -> ScopePath {
+        if self.is_root() {
+            ScopePath(Arc::from(segment.to_string()))
+        } else {
+            ScopePath(Arc::from(format!("{}/{segment}", self.0)))
+        }
+    }
+
+    /// Parses and validates the textual form.
+    ///
+    /// # Errors
+    /// [`InvalidScopePath`] when a segment is not `par:N:N`, `pipe:N:N` or `wf:NAME:N`.
+    pub fn parse(text: &str) -> Result<ScopePath, InvalidScopePath> {
+        if !text.is_empty() {
+            for part in text.split('/') {
+                parse_segment(part).ok_or_else(|| InvalidScopePath(text.to_owned()))?;
+            }
+        }
+        Ok(ScopePath(Arc::from(text)))
+    }
+
+    /// The segments, outermost first.
+    pub fn segments(&self) -> Vec<Segment> {
+        if self.is_root() {
+            return Vec::new();
+        }
+        // Valid by construction, so every part parses.
+        self.0.split('/').filter_map(parse_segment).collect()
+    }
+
+    /// Whether `self` is `ancestor` or lies under it.
+    pub fn is_within(&self, ancestor: &ScopePath) -> bool {
+        ancestor.is_root()
+            || (self.0.starts_with(&*ancestor.0)
+                && (self.0.len() == ancestor.0.len() || self.0.as_bytes()[ancestor.0.len()] == b'/'))
+    }
+
+    /// The textual form.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn parse_segment(part: &str) -> Option<Segment> {
+    let mut fields = part.split(':');
+    let tag = fields.next()?;
+    let a = fields.next()?;
+    let b = fields.next()?;
+    if fields.next().is_some() {
+        return None;
+    }
+    let number = |s: &str| -> Option<u32> {
+        if s.is_empty() || (s.len() > 1 && s.starts_with('0')) {
+            return None;
+        }
+        s.parse().ok()
+    };
+    match tag {
+        "par" => Some(Segment::Par { site: number(a)?, branch: number(b)? }),
+        "pipe" => Some(Segment::Pipe { stage: number(a)?, item: number(b)? }),
+        "wf" if !a.is_empty() => Some(Segment::Wf { name: a.to_owned(), call: number(b)? }),
+        _ => None,
+    }
+}
+
+impl fmt::Debug for ScopePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ScopePath({:?})", &*self.0)
+    }
+}
+
+impl fmt::Display for ScopePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for ScopePath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ScopePath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ScopePath, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        ScopePath::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One journal entry, decoded.
+///
+/// Identity is `(scope, key, ordinal)` qualified by `hash_version`. Everything else is
+/// payload: the value or error, usage and cost, and the cosmetic fields (`label`, `phase`,
+/// `agent_type`, `role`, `name`, `model`) that events and the cost report read but that never
+/// enter a key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Position in the run's journal.
+    pub seq: Seq,
+    /// The identity pipeline version the entry was keyed under.
+    pub hash_version: u32,
+    /// What the entry records.
+    pub kind: Kind,
+    /// Its status.
+    pub status: Status,
+    /// The scope path of the call site.
+    pub scope: ScopePath,
+    /// The content key of the call's identity input.
+    pub key: ContentKey,
+    /// How many earlier calls with the same key the scope made before this one.
+    pub ordinal: u32,
+    /// A terminal entry's `running` entry, or a ref-entry's target.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub target: Option<Seq>,
+    /// The result (JSON only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// The failure, for `error`, `limit` and `cancelled` entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Error>,
+    /// Token usage of the work the entry completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// What the work cost, in nano-USD.
+    #[serde(default, rename = "cost_nano_usd", skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Money>,
+    /// The model that actually served the call (after any failover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<String>,
+    /// Where the agent's transcript is, in the transcript store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript_ref: Option<String>,
+    /// Whether a task-class failure of this call replays instead of rerunning.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub memoize_outcome: bool,
+    /// When the entry was written, in ms since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts: Option<i64>,
+    /// The call's label (cosmetic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The enclosing phase (cosmetic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The agent profile name, for agent entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_type: Option<String>,
+    /// The invocation role the model was resolved for, for agent entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The requested model, for agent entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The host function, child workflow or external key the entry is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl Entry {
+    /// A new entry with every optional field empty.
+    pub fn new(
+        seq: Seq,
+        kind: Kind,
+        status: Status,
+        scope: ScopePath,
+        key: ContentKey,
+        ordinal: u32,
+    ) -> Entry {
+        Entry {
+            seq,
+            hash_version: super::HASH_VERSION,
+            kind,
+            status,
+            scope,
+            key,
+            ordinal,
+            target: None,
+            value: None,
+            error: None,
+            usage: None,
+            cost: None,
+            served_by: None,
+            transcript_ref: None,
+            memoize_outcome: false,
+            ts: None,
+            label: None,
+            phase: None,
+            agent_type: None,
+            role: None,
+            model: None,
+            name: None,
+        }
+    }
+}

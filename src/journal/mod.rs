@@ -1,0 +1,102 @@
+//! L2: the journal kernel. Pure functions and data over journal entries: canonical identity,
+//! scope paths, the replay disposition, scoped forward-matching, the folds (resolutions,
+//! abandons, ledger) and the resume preview.
+//!
+//! **Architecture invariant:** the kernel does no I/O and knows nothing about stores,
+//! providers or scripts. It turns entries into decisions and decisions into entries; the
+//! engine carries them to and from a store.
+
+mod canon;
+mod entry;
+
+pub use canon::{CanonError, canonical_json, content_key, content_key_of_canonical, schema_hash};
+pub use entry::{ContentKey, Entry, InvalidScopePath, Kind, ScopePath, Segment, Seq, Status};
+
+use crate::store::RawEntry;
+
+/// The identity and replay pipeline version new entries are written at.
+pub const HASH_VERSION: u32 = 1;
+
+/// The oldest hash version this build can replay.
+pub const MIN_HASH_VERSION: u32 = 1;
+
+/// A journal that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A stored entry is not a valid entry of any known shape.
+    #[error("journal entry {seq} cannot be decoded: {detail}")]
+    Decode {
+        /// The entry's stored seq.
+        seq: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// An entry was keyed under a hash version outside this build's window.
+    #[error(
+        "journal entry {seq} has hash_version {found}, outside the supported window \
+         {MIN_HASH_VERSION}..={HASH_VERSION}; use a cairn release that supports it"
+    )]
+    UnsupportedHashVersion {
+        /// The entry's seq.
+        seq: u64,
+        /// Its hash version.
+        found: u32,
+    },
+    /// An entry could not be encoded.
+    #[error("journal entry {seq} cannot be encoded: {detail}")]
+    Encode {
+        /// The entry's seq.
+        seq: u64,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+impl From<Error> for crate::error::Error {
+    fn from(err: Error) -> crate::error::Error {
+        crate::error::Error::internal(err.to_string())
+    }
+}
+
+/// Encodes an entry as its stored form: compact, single-line JSON.
+///
+/// # Errors
+/// [`Error::Encode`] when serialization fails (it cannot for values built from JSON).
+pub fn encode(entry: &Entry) -> Result<RawEntry, Error> {
+    let json = serde_json::to_string(entry)
+        .map_err(|e| Error::Encode { seq: entry.seq.0, detail: e.to_string() })?;
+    RawEntry::new(entry.seq.0, json).map_err(|e| Error::Encode { seq: entry.seq.0, detail: e.to_string() })
+}
+
+/// Decodes stored entries, refusing any outside the hash-version window before anything
+/// else looks at them (so an incompatible journal causes no side effect).
+///
+/// # Errors
+/// [`Error::Decode`] for an undecodable entry (or one whose text disagrees with its stored
+/// seq), [`Error::UnsupportedHashVersion`] for one outside the window.
+pub fn decode_all(raw: &[RawEntry]) -> Result<Vec<Entry>, Error> {
+    let mut entries = Vec::with_capacity(raw.len());
+    for item in raw {
+        let entry: Entry = serde_json::from_str(item.json())
+            .map_err(|e| Error::Decode { seq: item.seq(), detail: e.to_string() })?;
+        if entry.seq.0 != item.seq() {
+            return Err(Error::Decode { seq: item.seq(), detail: format!("text says seq {}", entry.seq.0) });
+        }
+        check_hash_version(&entry)?;
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+/// Refuses an entry keyed outside the supported hash-version window.
+///
+/// # Errors
+/// [`Error::UnsupportedHashVersion`].
+pub fn check_hash_version(entry: &Entry) -> Result<(), Error> {
+    if (MIN_HASH_VERSION..=HASH_VERSION).contains(&entry.hash_version) {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedHashVersion { seq: entry.seq.0, found: entry.hash_version })
+    }
+}

@@ -1,0 +1,420 @@
+//! L1 storage: the traits every journal, lease and transcript backend implements, and the
+//! record types that cross them.
+//!
+//! A store is a dumb byte mover. It keeps each journal entry as the exact JSON text it was
+//! given ([`RawEntry`]) and reads exactly one envelope field, `seq`, to refuse an append that
+//! is not strictly after the stored tail. It never parses, normalizes or validates a
+//! payload: every fact (replay decisions, ledgers, previews) is derived above it by the
+//! journal kernel. Run metadata ([`RunMeta`]) is a separate record so listing runs never
+//! touches a journal.
+//!
+//! The traits are synchronous. Every operation is a few microseconds on a local backend, so
+//! the engine calls them directly (or from its group-commit writer) instead of paying for an
+//! async hop per append.
+//!
+//! **Architecture invariant:** `store/` knows nothing about entry kinds, statuses, scopes or
+//! keys; it depends on no other cairn module but `money`, `clock` and `error`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::money::Money;
+
+/// An identifier of one run.
+///
+/// Run ids name files in the JSONL store and rows in SQLite, so they are restricted to
+/// `[A-Za-z0-9._-]`, 1 to 128 characters, not starting with `.`. Fresh ids are ULIDs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RunId(String);
+
+/// Why a string is not a valid [`RunId`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid run id {0:?}: use 1-128 characters from [A-Za-z0-9._-], not starting with '.'")]
+pub struct InvalidRunId(pub String);
+
+impl RunId {
+    /// A fresh, time-ordered run id (a ULID).
+    pub fn generate() -> RunId {
+        RunId(ulid::Ulid::generate().to_string())
+    }
+
+    /// Validates `id` as a run id.
+    ///
+    /// # Errors
+    /// [`InvalidRunId`] when it is empty, too long, starts with `.` or holds other characters.
+    pub fn parse(id: &str) -> Result<RunId, InvalidRunId> {
+        let ok = !id.is_empty()
+            && id.len() <= 128
+            && !id.starts_with('.')
+            && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if ok { Ok(RunId(id.to_owned())) } else { Err(InvalidRunId(id.to_owned())) }
+    }
+
+    /// The id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for RunId {
+    type Err = InvalidRunId;
+    fn from_str(s: &str) -> Result<RunId, InvalidRunId> {
+        RunId::parse(s)
+    }
+}
+
+impl TryFrom<String> for RunId {
+    type Error = InvalidRunId;
+    fn try_from(s: String) -> Result<RunId, InvalidRunId> {
+        RunId::parse(&s)
+    }
+}
+
+impl From<RunId> for String {
+    fn from(id: RunId) -> String {
+        id.0
+    }
+}
+
+/// One journal entry as stored: its sequence number and its exact JSON text.
+///
+/// The text is one line of compact JSON (no raw `\n` or `\r`), so the JSONL store can hold
+/// it verbatim; stores hand it back byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawEntry {
+    seq: u64,
+    json: Box<str>,
+}
+
+/// Why a [`RawEntry`] could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidRawEntry {
+    /// The text spans lines.
+    #[error("entry {seq} is not single-line JSON")]
+    MultiLine {
+        /// The entry's seq.
+        seq: u64,
+    },
+    /// The text is empty.
+    #[error("entry {seq} is empty")]
+    Empty {
+        /// The entry's seq.
+        seq: u64,
+    },
+}
+
+impl RawEntry {
+    /// Wraps an entry's JSON text. The caller guarantees `seq` equals the text's `seq` field;
+    /// the journal kernel is the only producer.
+    ///
+    /// # Errors
+    /// [`InvalidRawEntry`] when the text is empty or spans lines.
+    pub fn new(seq: u64, json: impl Into<Box<str>>) -> Result<RawEntry, InvalidRawEntry> {
+        let json = json.into();
+        if json.is_empty() {
+            return Err(InvalidRawEntry::Empty { seq });
+        }
+        if json.bytes().any(|b| b == b'\n' || b == b'\r') {
+            return Err(InvalidRawEntry::MultiLine { seq });
+        }
+        Ok(RawEntry { seq, json })
+    }
+
+    /// The entry's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The entry's JSON text.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+}
+
+/// The lifecycle status of a run, as run meta records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Started and not settled (or crashed before settling).
+    Running,
+    /// Settled with a value.
+    Ok,
+    /// Settled with an error.
+    Error,
+    /// Settled because it was cancelled.
+    Cancelled,
+    /// Settled because the budget ran out.
+    Exhausted,
+    /// Parked on unresolved external input.
+    Suspended,
+}
+
+impl RunStatus {
+    /// The snake_case name, as persisted.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Ok => "ok",
+            RunStatus::Error => "error",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Exhausted => "exhausted",
+            RunStatus::Suspended => "suspended",
+        }
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The metadata record of one run, kept apart from its journal.
+///
+/// Stores persist the whole record as one JSON document and hand it back field for field,
+/// unknown fields included (`extra`), so a newer cairn's fields survive an older store
+/// round-trip. `status`, `name`, `tags` and `created_at_ms` are also the listing keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// The run.
+    pub run_id: RunId,
+    /// Its lifecycle status.
+    pub status: RunStatus,
+    /// The workflow's name (a script's file stem, a closure workflow's registered name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Free-form labels for listing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// When the run started, in ms since the epoch.
+    pub created_at_ms: i64,
+    /// When the record was last written, in ms since the epoch.
+    pub updated_at_ms: i64,
+    /// The hash version the run's new entries are written at.
+    pub hash_version: u32,
+    /// The budget ceiling, fixed at run start; `None` means unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_ceiling: Option<Money>,
+    /// The script dialect (`rhai`, `lua`), for script runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dialect: Option<String>,
+    /// The transcript-store ref of the script source, for script runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_ref: Option<String>,
+    /// The sha256 (hex) of the script source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_hash: Option<String>,
+    /// The sha256 (hex) of the canonical JSON of the run's arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_hash: Option<String>,
+    /// How many times the run has been started or resumed.
+    #[serde(default)]
+    pub segments: u32,
+    /// Fields this version does not know, kept for the round trip.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Which runs [`JournalStore::list_runs`] returns. Every set field must match.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFilter {
+    /// Only runs in one of these statuses (any status when empty).
+    pub statuses: Vec<RunStatus>,
+    /// Only runs with this name.
+    pub name: Option<String>,
+    /// Only runs carrying every one of these tags.
+    pub tags: Vec<String>,
+    /// At most this many runs, newest first.
+    pub limit: Option<usize>,
+}
+
+impl RunFilter {
+    /// Whether `meta` passes the filter (ignoring `limit`).
+    pub fn matches(&self, meta: &RunMeta) -> bool {
+        (self.statuses.is_empty() || self.statuses.contains(&meta.status))
+            && self.name.as_ref().is_none_or(|n| meta.name.as_ref() == Some(n))
+            && self.tags.iter().all(|t| meta.tags.contains(t))
+    }
+}
+
+/// Proof of ownership of a run, handed out by [`LeasableStore::acquire`].
+///
+/// `epoch` is a fencing token: strictly increasing per run across releases, expiries and
+/// deletions, so a writer that lost its lease can never write again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Lease {
+    /// The leased run.
+    pub run_id: RunId,
+    /// Who holds it.
+    pub owner: String,
+    /// The fencing epoch.
+    pub epoch: u64,
+}
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An append's seq is not strictly after the stored tail: another writer raced this
+    /// journal. Nothing of the batch became visible.
+    #[error("journal order violation in run {run}: seq {seq} is not after the stored tail {tail}")]
+    OrderViolation {
+        /// The run.
+        run: RunId,
+        /// The offending seq.
+        seq: u64,
+        /// The stored tail seq.
+        tail: u64,
+    },
+    /// A batch's own seqs are not strictly increasing.
+    #[error("batch for run {run} is not in strictly increasing seq order")]
+    UnorderedBatch {
+        /// The run.
+        run: RunId,
+    },
+    /// The run is leased by someone else, or the given lease is stale, foreign or expired.
+    /// Retryable once the holder releases or its ttl elapses.
+    #[error("run {run} is leased by another holder: {detail}")]
+    LeaseHeld {
+        /// The run.
+        run: RunId,
+        /// Who holds it, or why the given lease is not current.
+        detail: String,
+    },
+    /// Stored data could not be read back (a corrupt line, an unreadable meta record).
+    #[error("corrupt store data for {what}: {detail}")]
+    Corrupt {
+        /// What was being read.
+        what: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A bad store URL or option.
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+    /// The file system failed.
+    #[error("store i/o failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// SQLite failed.
+    #[error("sqlite failed: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+impl From<Error> for crate::error::Error {
+    fn from(err: Error) -> crate::error::Error {
+        let code = match err {
+            Error::Config(_) => crate::error::ErrorCode::Config,
+            _ => crate::error::ErrorCode::Internal,
+        };
+        crate::error::Error::new(code, err.to_string())
+    }
+}
+
+/// The result of a store operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A durable, append-only journal per run, plus a run-meta record per run.
+pub trait JournalStore: Send + Sync + fmt::Debug {
+    /// Appends a batch atomically: all of it becomes visible, or none of it.
+    ///
+    /// The batch's seqs must be strictly increasing and the first strictly greater than the
+    /// stored tail, else [`Error::OrderViolation`]. With a lease, the lease must be the run's
+    /// current, unexpired holder, checked in the same atomic unit as the write, else
+    /// [`Error::LeaseHeld`]. Returns once the batch is durable (to the store's durability
+    /// setting). An empty batch is a no-op.
+    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()>;
+
+    /// Every entry of the run in append order (empty for an unknown run).
+    fn load(&self, run: &RunId) -> Result<Vec<RawEntry>>;
+
+    /// Creates or replaces the run's meta record (fenced like `append` when given a lease).
+    fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()>;
+
+    /// The run's meta record, `None` for an unknown run.
+    fn get_meta(&self, run: &RunId) -> Result<Option<RunMeta>>;
+
+    /// The meta records passing the filter, newest first.
+    fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunMeta>>;
+
+    /// Removes the run's journal, meta and lease, keeping its epoch high-water mark so a
+    /// recreated run's leases still fence the deleted incarnation's. Fenced when given a
+    /// lease. Deleting an unknown run is a no-op. Transcript blobs are not touched.
+    fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()>;
+}
+
+/// A journal store that can grant one owner at a time the right to write a run.
+pub trait LeasableStore: JournalStore {
+    /// Takes the run's lease for `ttl`, with an epoch strictly above every earlier one.
+    ///
+    /// # Errors
+    /// [`Error::LeaseHeld`] while another live lease holds the run; an expired lease frees it.
+    fn acquire(&self, run: &RunId, owner: &str, ttl: Duration) -> Result<Lease>;
+
+    /// Extends a current lease by `ttl` from now.
+    ///
+    /// # Errors
+    /// [`Error::LeaseHeld`] when the lease is no longer current.
+    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<()>;
+
+    /// Gives a current lease up; the epoch counter stays.
+    ///
+    /// # Errors
+    /// [`Error::LeaseHeld`] when the lease is no longer current.
+    fn release(&self, lease: &Lease) -> Result<()>;
+}
+
+/// Blobs by ref: agent transcripts, turn checkpoints, script sources.
+///
+/// A ref is `<run id>/<name>`, where the name may hold `/`; `list` returns a run's refs in
+/// lexicographic order.
+pub trait TranscriptStore: Send + Sync + fmt::Debug {
+    /// Stores a blob, replacing any blob at the same ref.
+    fn put(&self, blob_ref: &str, blob: &[u8]) -> Result<()>;
+    /// The blob at the ref, `None` when there is none.
+    fn get(&self, blob_ref: &str) -> Result<Option<Vec<u8>>>;
+    /// Every ref of the run, sorted.
+    fn list(&self, run: &RunId) -> Result<Vec<String>>;
+    /// Removes a blob; a missing ref is a no-op.
+    fn delete(&self, blob_ref: &str) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_are_file_safe() {
+        assert!(RunId::parse("01HZX-run_1.a").is_ok());
+        for bad in ["", ".hidden", "a/b", "a b", "..", "é", &"x".repeat(129)] {
+            assert!(RunId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        let fresh = RunId::generate();
+        assert_eq!(RunId::parse(fresh.as_str()).unwrap(), fresh);
+    }
+
+    #[test]
+    fn raw_entries_are_single_line() {
+        assert!(RawEntry::new(1, r#"{"seq":1}"#).is_ok());
+        assert_eq!(RawEntry::new(2, "{\n}"), Err(InvalidRawEntry::MultiLine { seq: 2 }));
+        assert_eq!(RawEntry::new(3, ""), Err(InvalidRawEntry::Empty { seq: 3 }));
+    }
+
+    #[test]
+    fn meta_keeps_unknown_fields() {
+        let text = r#"{"run_id":"r1","status":"ok","created_at_ms":1,"updated_at_ms":2,"hash_version":1,"segments":3,"future":{"x":[1,2]}}"#;
+        let meta: RunMeta = serde_json::from_str(text).unwrap();
+        assert_eq!(meta.extra["future"], serde_json::json!({"x":[1,2]}));
+        let back: serde_json::Value = serde_json::to_value(&meta).unwrap();
+        assert_eq!(back, serde_json::from_str::<serde_json::Value>(text).unwrap());
+    }
+}
