@@ -52,6 +52,6 @@ impl AddAssign for Usage {
         self.cache_read_tokens = self.cache_read_tokens.saturating_add(other.cache_read_tokens);
         self.cache_write_tokens = self.cache_write_tokens.saturating_add(other.cache_write_tokens);
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
-        self.approximate |= other.approximate;
+        self.approximate = self.approximate || other.approximate;
     }
 }

@@ -7,10 +7,21 @@
 //! engine carries them to and from a store.
 
 mod canon;
+mod disposition;
 mod entry;
+mod fold;
+mod replay;
+#[cfg(test)]
+mod tests;
 
 pub use canon::{CanonError, canonical_json, content_key, content_key_of_canonical, schema_hash};
+pub use disposition::{Disposition, DispositionInput, Effective, disposition};
 pub use entry::{ContentKey, Entry, InvalidScopePath, Kind, ScopePath, Segment, Seq, Status};
+pub use fold::{
+    Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement, settle_value,
+    settled_ok,
+};
+pub use replay::{Match, Outcome, Preview, Replay, ReplayOptions};
 
 use crate::store::RawEntry;
 

@@ -1,0 +1,184 @@
+//! The folds: pure functions from a journal to derived state. Resolutions (first closing
+//! wins), abandons (subtrees skipped), the budget ledger, and the run's recorded settlement.
+//!
+//! Derived state is never stored: every reader recomputes it from the entries, so two
+//! readers of one journal always agree, and a replay derives exactly what the first run did.
+
+use std::collections::hash_map::Entry as Slot;
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use super::{Entry, Kind, ScopePath, Seq, Status};
+use crate::money::Money;
+use crate::store::RunStatus;
+use crate::usage::Usage;
+
+/// How the resolution fold classified one closing attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResolutionClass {
+    /// The first valid attempt: it closed the suspension.
+    Applied,
+    /// A valid attempt after the suspension was already closed: no effect.
+    Noop,
+    /// An attempt whose target is not an earlier suspended entry.
+    Invalid,
+}
+
+/// The resolution fold: which attempt closed each suspension, and how every attempt was
+/// classified.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Resolutions {
+    /// Target seq → the seq and value of the attempt that closed it.
+    closed: HashMap<Seq, (Seq, Value)>,
+    /// Every attempt in journal order with its classification.
+    pub attempts: Vec<(Seq, ResolutionClass)>,
+}
+
+impl Resolutions {
+    /// Folds every `resolution` entry of a journal (in journal order: first closing wins).
+    pub fn fold(entries: &[Entry]) -> Resolutions {
+        let mut suspended: HashSet<Seq> = HashSet::new();
+        let mut out = Resolutions::default();
+        for entry in entries {
+            if entry.kind == Kind::Resolution {
+                match entry.target {
+                    Some(target) if suspended.contains(&target) => {
+                        out.apply(target, entry.seq, entry.value.clone().unwrap_or(Value::Null));
+                    }
+                    _ => out.attempts.push((entry.seq, ResolutionClass::Invalid)),
+                }
+            } else if entry.status == Status::Suspended && !entry.kind.is_ref_entry() {
+                suspended.insert(entry.seq);
+            }
+        }
+        out
+    }
+
+    /// The value that closed the suspension at `target`, if any.
+    pub fn value_for(&self, target: Seq) -> Option<&Value> {
+        self.closed.get(&target).map(|(_, value)| value)
+    }
+
+    /// Whether the suspension at `target` is closed.
+    pub fn is_closed(&self, target: Seq) -> bool {
+        self.closed.contains_key(&target)
+    }
+
+    /// Records a new valid attempt appended after the fold; returns whether it applied.
+    pub fn apply(&mut self, target: Seq, attempt: Seq, value: Value) -> ResolutionClass {
+        let class = match self.closed.entry(target) {
+            Slot::Occupied(_) => ResolutionClass::Noop,
+            Slot::Vacant(slot) => {
+                slot.insert((attempt, value));
+                ResolutionClass::Applied
+            }
+        };
+        self.attempts.push((attempt, class));
+        class
+    }
+}
+
+/// The abandon fold: the subtrees the run decided to stop pursuing.
+///
+/// An `abandon` entry covers its target entry and every entry whose scope lies at or under
+/// the abandon entry's own scope. Covered calls derive the status `skipped`: they are not
+/// dispatched on resume and add nothing to the spend.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Abandons {
+    roots: Vec<ScopePath>,
+    targets: Vec<Seq>,
+}
+
+impl Abandons {
+    /// Folds every `abandon` entry of a journal.
+    pub fn fold(entries: &[Entry]) -> Abandons {
+        let mut out = Abandons::default();
+        for entry in entries.iter().filter(|e| e.kind == Kind::Abandon) {
+            out.roots.push(entry.scope.clone());
+            if let Some(target) = entry.target {
+                out.targets.push(target);
+            }
+        }
+        out
+    }
+
+    /// Whether a call at `scope` (journaled at `seq`, if it was) is covered.
+    pub fn covers(&self, scope: &ScopePath, seq: Option<Seq>) -> bool {
+        seq.is_some_and(|s| self.targets.contains(&s)) || self.roots.iter().any(|root| scope.is_within(root))
+    }
+
+    /// Whether the journal abandons anything.
+    pub fn is_empty(&self) -> bool {
+        self.roots.is_empty() && self.targets.is_empty()
+    }
+}
+
+/// The budget ledger: what the run has paid, summed from its entries.
+///
+/// Every cost ever journaled counts, including calls later orphaned or abandoned: money
+/// paid stays paid, so a resumed run's remaining budget is the ceiling minus all of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Total cost journaled.
+    pub spent: Money,
+    /// Total usage journaled.
+    pub usage: Usage,
+    /// How many entries carried a cost or usage.
+    pub paid_entries: u64,
+}
+
+impl Ledger {
+    /// Folds the cost and usage of every entry.
+    pub fn fold(entries: &[Entry]) -> Ledger {
+        let mut ledger = Ledger::default();
+        for entry in entries {
+            ledger.add(entry);
+        }
+        ledger
+    }
+
+    /// Adds one entry's cost and usage.
+    pub fn add(&mut self, entry: &Entry) {
+        if entry.cost.is_none() && entry.usage.is_none() {
+            return;
+        }
+        if let Some(cost) = entry.cost {
+            self.spent += cost;
+        }
+        if let Some(usage) = entry.usage {
+            self.usage += usage;
+        }
+        self.paid_entries += 1;
+    }
+}
+
+/// The `type` of the decision entry that records a run's settlement.
+pub const SETTLE_DECISION: &str = "run_settled";
+
+/// The value of a settlement decision entry: `{"type":"run_settled","status":...}`.
+pub fn settle_value(status: RunStatus) -> Value {
+    serde_json::json!({ "type": SETTLE_DECISION, "status": status.as_str() })
+}
+
+/// The last settlement the journal records, if any.
+pub fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
+    entries.iter().rev().filter(|e| e.kind == Kind::Decision).find_map(|e| {
+        let value = e.value.as_ref()?;
+        if value.get("type")?.as_str()? != SETTLE_DECISION {
+            return None;
+        }
+        serde_json::from_value(value.get("status")?.clone()).ok()
+    })
+}
+
+/// Whether the journal records a settlement with status `ok` anywhere: a finished run is
+/// history, so its unmemoized `limit` entries replay instead of re-paying.
+pub fn settled_ok(entries: &[Entry]) -> bool {
+    entries.iter().filter(|e| e.kind == Kind::Decision).any(|e| {
+        e.value.as_ref().is_some_and(|v| {
+            v.get("type").and_then(Value::as_str) == Some(SETTLE_DECISION)
+                && v.get("status").and_then(Value::as_str) == Some("ok")
+        })
+    })
+}

@@ -1,0 +1,300 @@
+//! Scoped forward-matching: how a live call finds its journaled counterpart on resume, and
+//! the resume preview it counts as it goes.
+//!
+//! The loaded journal is indexed into *call records*: one per dispatch (`running` entry) or
+//! single-phase fact, with the terminal entry of its latest attempt attached. A `running`
+//! entry that carries a `ref` is a re-dispatch of the call it names and joins that record
+//! instead of starting a new one, so a call rerun in one resume is matched once, by its
+//! latest attempt, in the next. Ref-entries (resolutions, abandons) never become records.
+//!
+//! Each scope keeps a cursor over its records. A call searches forward from the cursor for
+//! the first unconsumed record with its key; a hit moves the cursor past it, a miss moves
+//! nothing. So inserting a call costs exactly one live call and every neighbour still
+//! replays; a deleted call's record is never consumed and is reported as orphaned.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::disposition::{Disposition, DispositionInput, Effective, disposition};
+use super::fold::{Abandons, Resolutions, settled_ok};
+use super::{ContentKey, Entry, ScopePath, Seq, Status};
+use crate::error::ErrorClass;
+
+/// The resume preview: how the calls of a resumed run were (or would be) served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Preview {
+    /// Calls served from the journal.
+    pub hits: u64,
+    /// Calls with no journaled counterpart (executed live).
+    pub misses: u64,
+    /// Journaled calls executed again (failed, cancelled, limited or hanging).
+    pub reruns: u64,
+    /// Calls skipped because an abandon covers them.
+    pub skipped: u64,
+    /// Journaled calls no live call consumed (deleted or reordered away).
+    pub orphaned: u64,
+}
+
+/// The result of matching one live call.
+#[derive(Debug, Clone)]
+pub struct Match {
+    /// The ordinal the call's entries carry: earlier same-key calls in its scope.
+    pub ordinal: u32,
+    /// What to do.
+    pub outcome: Outcome,
+}
+
+/// What the engine does for a matched (or unmatched) call.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// No journaled counterpart: execute live.
+    Live,
+    /// Serve this journaled result: the terminal (or fact) entry. For a resolved suspension,
+    /// the value is the resolution's.
+    Replay(Arc<Entry>),
+    /// Execute live again; the new `running` entry refs `supersedes`.
+    Rerun {
+        /// The dispatch entry of the call's first attempt.
+        supersedes: Seq,
+        /// The terminal entry of the latest attempt, if it had one.
+        previous: Option<Arc<Entry>>,
+    },
+    /// Covered by an abandon: status `skipped`, zero spend, nothing written.
+    Skip,
+    /// An open suspension: keep waiting on the journaled entry, write nothing.
+    Wait(Arc<Entry>),
+}
+
+/// Options fixed at resume.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// Entries (by seq) whose calls must rerun regardless of their status.
+    pub invalidate: Vec<Seq>,
+}
+
+#[derive(Debug)]
+struct Record {
+    /// The first dispatch (or the fact) entry.
+    first: Arc<Entry>,
+    /// The latest attempt's dispatch entry.
+    latest: Arc<Entry>,
+    /// The latest attempt's terminal entry.
+    terminal: Option<Arc<Entry>>,
+    consumed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Scope {
+    /// Record indices in journal order.
+    records: Vec<usize>,
+    /// Position in `records` before which nothing can match.
+    cursor: usize,
+    /// Per key: positions in `records` not yet passed, in order.
+    by_key: HashMap<ContentKey, VecDeque<usize>>,
+    /// Per key: how many live calls this execution has made (for ordinals).
+    seen: HashMap<ContentKey, u32>,
+}
+
+/// A loaded journal indexed for matching, plus the preview counters of this execution.
+#[derive(Debug)]
+pub struct Replay {
+    records: Vec<Record>,
+    scopes: HashMap<ScopePath, Scope>,
+    resolutions: Resolutions,
+    abandons: Abandons,
+    invalidated: HashSet<Seq>,
+    run_settled_ok: bool,
+    tail: Seq,
+    preview: Preview,
+}
+
+impl Replay {
+    /// Indexes a decoded journal.
+    pub fn new(entries: Vec<Entry>, options: &ReplayOptions) -> Replay {
+        let resolutions = Resolutions::fold(&entries);
+        let abandons = Abandons::fold(&entries);
+        let run_settled_ok = settled_ok(&entries);
+        let tail = entries.last().map_or(Seq(0), |e| e.seq);
+        let mut replay = Replay {
+            records: Vec::new(),
+            scopes: HashMap::new(),
+            resolutions,
+            abandons,
+            invalidated: options.invalidate.iter().copied().collect(),
+            run_settled_ok,
+            tail,
+            preview: Preview::default(),
+        };
+        let mut by_seq: HashMap<Seq, usize> = HashMap::new();
+        for entry in entries {
+            let entry = Arc::new(entry);
+            if entry.kind.is_ref_entry() {
+                continue;
+            }
+            match (entry.status, entry.target) {
+                (Status::Running, Some(target)) => {
+                    // A re-dispatch: the record of the call it supersedes moves on to this
+                    // attempt.
+                    if let Some(&index) = by_seq.get(&target) {
+                        let record = &mut replay.records[index];
+                        record.latest = entry.clone();
+                        record.terminal = None;
+                        by_seq.insert(entry.seq, index);
+                        continue;
+                    }
+                }
+                (status, Some(target)) if status.is_terminal() => {
+                    if let Some(&index) = by_seq.get(&target) {
+                        let record = &mut replay.records[index];
+                        if record.latest.seq == target {
+                            record.terminal = Some(entry.clone());
+                        }
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+            let index = replay.records.len();
+            by_seq.insert(entry.seq, index);
+            let scope = replay.scopes.entry(entry.scope.clone()).or_default();
+            scope.by_key.entry(entry.key).or_default().push_back(scope.records.len());
+            scope.records.push(index);
+            replay.records.push(Record {
+                first: entry.clone(),
+                latest: entry,
+                terminal: None,
+                consumed: false,
+            });
+        }
+        replay
+    }
+
+    /// An index over an empty journal (a fresh run).
+    pub fn empty() -> Replay {
+        Replay::new(Vec::new(), &ReplayOptions::default())
+    }
+
+    /// The seq of the last loaded entry (0 for an empty journal).
+    pub fn tail(&self) -> Seq {
+        self.tail
+    }
+
+    /// Whether the loaded journal records the run as settled `ok`.
+    pub fn run_settled_ok(&self) -> bool {
+        self.run_settled_ok
+    }
+
+    /// The resolution fold of the loaded journal (kept current by [`Replay::resolve`]).
+    pub fn resolutions(&self) -> &Resolutions {
+        &self.resolutions
+    }
+
+    /// Records a resolution appended during this execution; returns whether it applied.
+    pub fn resolve(&mut self, target: Seq, attempt: Seq, value: serde_json::Value) -> bool {
+        self.resolutions.apply(target, attempt, value) == super::fold::ResolutionClass::Applied
+    }
+
+    /// Matches one live call at `scope` with content `key`, consuming the record it binds.
+    pub fn lookup(&mut self, scope: &ScopePath, key: ContentKey) -> Match {
+        let state = self.scopes.entry(scope.clone()).or_default();
+        let seen = state.seen.entry(key).or_insert(0);
+        let ordinal = *seen;
+        *seen += 1;
+
+        let mut found = None;
+        if let Some(positions) = state.by_key.get_mut(&key) {
+            while let Some(&position) = positions.front() {
+                positions.pop_front();
+                if position >= state.cursor && !self.records[state.records[position]].consumed {
+                    found = Some(position);
+                    break;
+                }
+            }
+        }
+        let Some(position) = found else {
+            if self.abandons.covers(scope, None) {
+                self.preview.skipped += 1;
+                return Match { ordinal, outcome: Outcome::Skip };
+            }
+            self.preview.misses += 1;
+            return Match { ordinal, outcome: Outcome::Live };
+        };
+        state.cursor = position + 1;
+        let index = state.records[position];
+        let record = &mut self.records[index];
+        record.consumed = true;
+
+        let effective = effective_status(record, &self.resolutions);
+        let input = DispositionInput {
+            effective,
+            memoize_outcome: record.first.memoize_outcome,
+            run_settled_ok: self.run_settled_ok,
+            abandoned: self.abandons.covers(scope, Some(record.first.seq)),
+            invalidated: self.invalidated.contains(&record.first.seq)
+                || self.invalidated.contains(&record.latest.seq)
+                || record.terminal.as_ref().is_some_and(|t| self.invalidated.contains(&t.seq)),
+        };
+        let outcome = match disposition(input) {
+            Disposition::Replay => {
+                self.preview.hits += 1;
+                match (&record.terminal, effective) {
+                    (_, Effective::Suspended { .. }) => {
+                        let mut resolved = (*record.latest).clone();
+                        resolved.status = Status::Ok;
+                        resolved.value = self.resolutions.value_for(record.latest.seq).cloned();
+                        Outcome::Replay(Arc::new(resolved))
+                    }
+                    (Some(terminal), _) => Outcome::Replay(terminal.clone()),
+                    (None, _) => Outcome::Replay(record.latest.clone()),
+                }
+            }
+            Disposition::Rerun => {
+                self.preview.reruns += 1;
+                Outcome::Rerun { supersedes: record.first.seq, previous: record.terminal.clone() }
+            }
+            Disposition::Skip => {
+                self.preview.skipped += 1;
+                Outcome::Skip
+            }
+            Disposition::Wait => {
+                self.preview.hits += 1;
+                Outcome::Wait(record.latest.clone())
+            }
+        };
+        Match { ordinal, outcome }
+    }
+
+    /// The preview so far, with `orphaned` counting every record not yet consumed.
+    pub fn preview(&self) -> Preview {
+        let orphaned = self.records.iter().filter(|r| !r.consumed).count() as u64;
+        Preview { orphaned, ..self.preview }
+    }
+
+    /// The first entries of the records no live call consumed, in journal order.
+    pub fn orphans(&self) -> Vec<Arc<Entry>> {
+        self.records.iter().filter(|r| !r.consumed).map(|r| r.first.clone()).collect()
+    }
+}
+
+fn effective_status(record: &Record, resolutions: &Resolutions) -> Effective {
+    if record.latest.status == Status::Suspended {
+        return Effective::Suspended { resolved: resolutions.is_closed(record.latest.seq) };
+    }
+    let entry = match &record.terminal {
+        Some(terminal) => terminal,
+        // A single-phase fact is its own terminal.
+        None if record.latest.status != Status::Running => &record.latest,
+        None => return Effective::Running,
+    };
+    let class = entry.error.as_ref().map_or(ErrorClass::Transport, |e| e.class());
+    match entry.status {
+        Status::Ok => Effective::Ok,
+        Status::Error => Effective::Error(class),
+        Status::Limit => Effective::Limit(class),
+        Status::Cancelled => Effective::Cancelled,
+        Status::Running => Effective::Running,
+        Status::Suspended => Effective::Suspended { resolved: resolutions.is_closed(entry.seq) },
+    }
+}
