@@ -6,6 +6,7 @@
 //! ([`journal`]) and the stores ([`store`]).
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+pub mod cli;
 pub mod clock;
 mod error;
 pub mod journal;
