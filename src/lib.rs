@@ -6,15 +6,25 @@
 //! ([`journal`]) and the stores ([`store`]).
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod agent;
 pub mod cli;
 pub mod clock;
+mod engine;
 mod error;
 pub mod journal;
+pub mod model;
 mod money;
+pub mod provider;
 pub mod store;
 mod usage;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+pub use engine::{
+    AgentOptions, AgentProfile, Branch, CallOptions, CostLine, CostReport, Ctx, Dropped, Engine,
+    EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, HostFn, OnError, OnItemError, ParallelOptions,
+    Pending, PipelineOptions, ResumeOptions, RunHandle, RunOptions, RunOutcome, Stage, StepOptions,
+    UnpricedUsage, Workflow, WorkflowFn, WorkflowOptions, branch, stage,
+};
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
 pub use store::{

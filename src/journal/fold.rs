@@ -37,7 +37,7 @@ pub struct Resolutions {
 
 impl Resolutions {
     /// Folds every `resolution` entry of a journal (in journal order: first closing wins).
-    pub fn fold(entries: &[Entry]) -> Resolutions {
+    pub fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Resolutions {
         let mut suspended: HashSet<Seq> = HashSet::new();
         let mut out = Resolutions::default();
         for entry in entries {
@@ -92,9 +92,9 @@ pub struct Abandons {
 
 impl Abandons {
     /// Folds every `abandon` entry of a journal.
-    pub fn fold(entries: &[Entry]) -> Abandons {
+    pub fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Abandons {
         let mut out = Abandons::default();
-        for entry in entries.iter().filter(|e| e.kind == Kind::Abandon) {
+        for entry in entries.into_iter().filter(|e| e.kind == Kind::Abandon) {
             out.roots.push(entry.scope.clone());
             if let Some(target) = entry.target {
                 out.targets.push(target);
@@ -130,7 +130,7 @@ pub struct Ledger {
 
 impl Ledger {
     /// Folds the cost and usage of every entry.
-    pub fn fold(entries: &[Entry]) -> Ledger {
+    pub fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Ledger {
         let mut ledger = Ledger::default();
         for entry in entries {
             ledger.add(entry);
@@ -174,8 +174,8 @@ pub fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
 
 /// Whether the journal records a settlement with status `ok` anywhere: a finished run is
 /// history, so its unmemoized `limit` entries replay instead of re-paying.
-pub fn settled_ok(entries: &[Entry]) -> bool {
-    entries.iter().filter(|e| e.kind == Kind::Decision).any(|e| {
+pub fn settled_ok<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> bool {
+    entries.into_iter().filter(|e| e.kind == Kind::Decision).any(|e| {
         e.value.as_ref().is_some_and(|v| {
             v.get("type").and_then(Value::as_str) == Some(SETTLE_DECISION)
                 && v.get("status").and_then(Value::as_str) == Some("ok")

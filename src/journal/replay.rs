@@ -113,9 +113,14 @@ pub struct Replay {
 impl Replay {
     /// Indexes a decoded journal.
     pub fn new(entries: Vec<Entry>, options: &ReplayOptions) -> Replay {
-        let resolutions = Resolutions::fold(&entries);
-        let abandons = Abandons::fold(&entries);
-        let run_settled_ok = settled_ok(&entries);
+        Replay::from_shared(entries.into_iter().map(Arc::new).collect(), options)
+    }
+
+    /// Indexes a decoded journal whose entries the caller also keeps.
+    pub fn from_shared(entries: Vec<Arc<Entry>>, options: &ReplayOptions) -> Replay {
+        let resolutions = Resolutions::fold(entries.iter().map(|e| &**e));
+        let abandons = Abandons::fold(entries.iter().map(|e| &**e));
+        let run_settled_ok = settled_ok(entries.iter().map(|e| &**e));
         let tail = entries.last().map_or(Seq(0), |e| e.seq);
         let mut replay = Replay {
             records: Vec::new(),
@@ -129,8 +134,7 @@ impl Replay {
         };
         let mut by_seq: HashMap<Seq, usize> = HashMap::new();
         for entry in entries {
-            let entry = Arc::new(entry);
-            if entry.kind.is_ref_entry() {
+            if entry.kind.is_ref_entry() || is_settlement(&entry) {
                 continue;
             }
             match (entry.status, entry.target) {
@@ -276,6 +280,13 @@ impl Replay {
     pub fn orphans(&self) -> Vec<Arc<Entry>> {
         self.records.iter().filter(|r| !r.consumed).map(|r| r.first.clone()).collect()
     }
+}
+
+/// Settlement decisions record how a segment ended; no call ever matches them.
+fn is_settlement(entry: &Entry) -> bool {
+    entry.kind == super::Kind::Decision
+        && entry.value.as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str())
+            == Some(super::fold::SETTLE_DECISION)
 }
 
 fn effective_status(record: &Record, resolutions: &Resolutions) -> Effective {

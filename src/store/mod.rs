@@ -15,6 +15,11 @@
 //! **Architecture invariant:** `store/` knows nothing about entry kinds, statuses, scopes or
 //! keys; it depends on no other cairn module but `money`, `clock` and `error`.
 
+mod common;
+mod memory;
+
+pub use memory::MemoryStore;
+
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;

@@ -1,0 +1,901 @@
+//! `Ctx`: the canonical workflow API. Every effect a workflow has goes through a method
+//! here, which derives the call's identity, matches it against the journal, and either
+//! replays the journaled result or executes live and journals it (`running` at dispatch, a
+//! terminal entry at completion, durable before the result reaches the workflow).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::budget::AccountId;
+use super::events::EventKind;
+use super::{Dropped, ErrorPolicy, RunState};
+use crate::agent::{self, AgentEnd, BudgetHooks};
+use crate::error::{Error, ErrorCode};
+use crate::journal::{self, ContentKey, Entry, Kind, Outcome, ScopePath, Segment, Seq, Status};
+use crate::model::{InvocationRole, ModelRef};
+use crate::money::Money;
+use crate::provider::{CallMeta, ChatRequest, Message, Part, Role};
+use crate::store::RunId;
+use crate::usage::Usage;
+
+/// What a failed call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// Raise the error to the workflow.
+    Throw,
+    /// Return null; the loss is recorded in the outcome's `dropped`.
+    Null,
+}
+
+/// Options of [`Ctx::agent`]. Only `profile`, `model`, `effort`, `key` (or the prompt) and
+/// `schema` enter the call's identity; everything else can change between runs without
+/// re-keying a paid call.
+#[derive(Debug, Clone, Default)]
+pub struct AgentOptions {
+    /// A cosmetic label for events and reports.
+    pub label: Option<String>,
+    /// Replaces the prompt in the call's identity.
+    pub key: Option<String>,
+    /// The agent profile (agent type).
+    pub profile: Option<String>,
+    /// A `provider:model` ref, overriding the profile and the defaults.
+    pub model: Option<String>,
+    /// Reasoning effort, passed to the provider.
+    pub effort: Option<String>,
+    /// A JSON Schema the result must match.
+    pub schema: Option<Value>,
+    /// Authored system text, overriding the profile's.
+    pub system: Option<String>,
+    /// Maximum model turns (default 32).
+    pub max_turns: Option<u32>,
+    /// Output cap per turn.
+    pub max_output_tokens: Option<u32>,
+    /// What a failure does; the run's error policy decides when `None`.
+    pub on_error: Option<OnError>,
+    /// Return `{value, status, usage, cost_nano_usd, served_by, replayed}` instead of the value.
+    pub full: bool,
+    /// Journal a task-class failure as final: it replays instead of rerunning.
+    pub memoize_outcome: bool,
+    /// The reserve admission holds for this call.
+    pub est_cost: Option<Money>,
+    /// The invocation role the model is resolved for (default `loop`).
+    pub role: Option<InvocationRole>,
+}
+
+/// Options of [`Ctx::step`].
+#[derive(Debug, Clone, Default)]
+pub struct StepOptions {
+    /// Replaces the label in the step's identity.
+    pub key: Option<String>,
+    /// Values the step depends on: a change re-keys (reruns) the step.
+    pub deps: Vec<Value>,
+    /// What a failure does.
+    pub on_error: Option<OnError>,
+}
+
+/// Options of [`Ctx::call`].
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// Replaces the arguments in the call's identity.
+    pub key: Option<String>,
+    /// What a failure does.
+    pub on_error: Option<OnError>,
+}
+
+/// Options of [`Ctx::workflow`].
+#[derive(Debug, Clone, Default)]
+pub struct WorkflowOptions {
+    /// Replaces the arguments in the call's identity.
+    pub key: Option<String>,
+    /// Caps the child's sub-account (it gets at most 30 % of the parent's remainder).
+    pub budget: Option<Money>,
+    /// What a failure does.
+    pub on_error: Option<OnError>,
+}
+
+/// Options of [`Ctx::parallel`].
+#[derive(Debug, Clone, Default)]
+pub struct ParallelOptions {
+    /// Return every branch's outcome (`{status, value}` / `{status, error}`) instead of
+    /// aborting the siblings on the first failure.
+    pub settle: bool,
+}
+
+/// Options of [`Ctx::pipeline`].
+#[derive(Debug, Clone, Default)]
+pub struct PipelineOptions {
+    /// What a failed item does.
+    pub on_item_error: super::OnItemError,
+}
+
+/// Structural counters of one scope: which `parallel` site and which child-workflow call
+/// comes next. Shared by every clone of a `Ctx` in that scope.
+#[derive(Debug, Default)]
+pub(crate) struct ScopeCounters {
+    parallel_sites: AtomicU32,
+    children: Mutex<HashMap<String, u32>>,
+}
+
+/// The workflow's view of its run: one scope of it, with its phase, budget account and
+/// cancellation. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Ctx {
+    pub(crate) run: Arc<RunState>,
+    pub(crate) scope: ScopePath,
+    counters: Arc<ScopeCounters>,
+    phase: Option<Arc<str>>,
+    pub(crate) account: AccountId,
+    span: u64,
+    parent_span: Option<u64>,
+    pub(crate) cancel: CancellationToken,
+    depth: u32,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("run_id", &self.run.run_id)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+fn key_of(identity: &Value) -> Result<ContentKey, Error> {
+    journal::content_key(identity).map_err(|e| Error::validation(e.to_string()))
+}
+
+impl Ctx {
+    pub(crate) fn root(run: Arc<RunState>) -> Ctx {
+        let account = run.budget.root();
+        let cancel = run.cancel.child_token();
+        Ctx {
+            run,
+            scope: ScopePath::root(),
+            counters: Arc::default(),
+            phase: None,
+            account,
+            span: 0,
+            parent_span: None,
+            cancel,
+            depth: 0,
+        }
+    }
+
+    /// A context for a nested scope (a branch, a pipeline item, a child workflow).
+    pub(crate) fn nested(&self, segment: &Segment, cancel: CancellationToken, account: AccountId) -> Ctx {
+        Ctx {
+            run: self.run.clone(),
+            scope: self.scope.child(segment),
+            counters: Arc::default(),
+            phase: self.phase.clone(),
+            account,
+            span: self.run.new_span(),
+            parent_span: Some(self.span),
+            cancel,
+            depth: self.depth,
+        }
+    }
+
+    /// The next `parallel` site index of this scope.
+    pub(crate) fn next_parallel_site(&self) -> u32 {
+        self.counters.parallel_sites.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run.run_id
+    }
+
+    /// This context's scope path.
+    pub fn scope(&self) -> &ScopePath {
+        &self.scope
+    }
+
+    /// Fails fast when the run was cancelled, suspended or ran past its deadline.
+    pub(crate) fn check_stopped(&self) -> Result<(), Error> {
+        if self.cancel.is_cancelled() { Err(self.run.stopped_error()) } else { Ok(()) }
+    }
+
+    fn span_pair(&self, span: u64) -> (u64, Option<u64>) {
+        (span, Some(self.span))
+    }
+
+    fn policy_on_error(&self, explicit: Option<OnError>) -> OnError {
+        explicit.unwrap_or(match self.run.policy {
+            ErrorPolicy::Strict => OnError::Throw,
+            ErrorPolicy::Lenient => OnError::Null,
+        })
+    }
+
+    /// Applies the error policy to a failure: raise it, or record the drop and return null.
+    /// Cancellation and replay-strict misses always raise.
+    pub(crate) fn fail(
+        &self,
+        on_error: Option<OnError>,
+        kind: &str,
+        label: Option<String>,
+        error: Error,
+    ) -> Result<Value, Error> {
+        let always_raise = matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss);
+        if error.code == ErrorCode::BudgetExhausted {
+            self.run.mark_exhausted();
+        }
+        if !always_raise && self.policy_on_error(on_error) == OnError::Null {
+            self.run.record_dropped(Dropped {
+                scope: self.scope.to_string(),
+                kind: kind.to_owned(),
+                label,
+                error,
+            });
+            return Ok(Value::Null);
+        }
+        if error.code == ErrorCode::BudgetExhausted {
+            self.run.record_dropped(Dropped {
+                scope: self.scope.to_string(),
+                kind: kind.to_owned(),
+                label,
+                error: error.clone(),
+            });
+        }
+        Err(error)
+    }
+
+    fn entry(&self, kind: Kind, status: Status, key: ContentKey, ordinal: u32) -> Entry {
+        let mut entry = Entry::new(Seq(0), kind, status, self.scope.clone(), key, ordinal);
+        entry.phase = self.phase.as_deref().map(str::to_owned);
+        entry
+    }
+
+    /// A terminal entry for a dispatch, carrying its cosmetic fields.
+    fn terminal_for(running: &Entry, status: Status) -> Entry {
+        let mut entry =
+            Entry::new(Seq(0), running.kind, status, running.scope.clone(), running.key, running.ordinal);
+        entry.target = Some(running.seq);
+        entry.label = running.label.clone();
+        entry.phase = running.phase.clone();
+        entry.agent_type = running.agent_type.clone();
+        entry.role = running.role.clone();
+        entry.model = running.model.clone();
+        entry.name = running.name.clone();
+        entry.memoize_outcome = running.memoize_outcome;
+        entry
+    }
+
+    /// Serves a replayed terminal entry: its value, or its (memoized) failure.
+    fn replayed(
+        &self,
+        entry: &Entry,
+        on_error: Option<OnError>,
+        kind: &str,
+        label: Option<String>,
+    ) -> Result<Value, Error> {
+        match entry.status {
+            Status::Ok => Ok(entry.value.clone().unwrap_or(Value::Null)),
+            _ => {
+                let error = entry
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
+                self.fail(on_error, kind, label, error)
+            }
+        }
+    }
+
+    // ---- agent --------------------------------------------------------------------------
+
+    /// Runs an agent: model turns through the resolved provider, under admission, the turn
+    /// guard and the stream cut.
+    ///
+    /// # Replay
+    /// Keyed on `{profile, model + effort, prompt or key, schema hash, toolset hash}` in this
+    /// scope. A journaled `ok` replays with zero live calls; see the replay disposition for
+    /// failures.
+    ///
+    /// # Errors
+    /// Under the strict policy (or `on_error: Throw`): `config` for an unknown profile, model
+    /// or provider; `budget_exhausted` when admission, the guard or the cut stops it;
+    /// provider and task failures; `cancelled`. Under the lenient policy failures return
+    /// null and are itemized in `dropped`.
+    pub async fn agent(&self, prompt: &str, opts: AgentOptions) -> Result<Value, Error> {
+        self.check_stopped()?;
+        let engine = self.run.engine.clone();
+        let label = opts.label.clone();
+        let profile = match &opts.profile {
+            Some(name) => match engine.profiles.get(name) {
+                Some(profile) => Some(profile),
+                None => {
+                    let error = Error::config(format!("unknown agent profile {name:?}"));
+                    return self.fail(opts.on_error, "agent", label, error);
+                }
+            },
+            None => None,
+        };
+        let role = opts.role.unwrap_or(InvocationRole::Loop);
+        let model = match &opts.model {
+            Some(text) => match ModelRef::parse(text) {
+                Ok(model) => model,
+                Err(e) => return self.fail(opts.on_error, "agent", label, Error::config(e.to_string())),
+            },
+            None => profile
+                .and_then(|p| p.model.clone())
+                .or_else(|| engine.defaults.get(&role).cloned())
+                .unwrap_or_else(|| engine.default_model.clone()),
+        };
+        let Some(provider) = engine.providers.get(model.provider()).cloned() else {
+            let error = Error::config(format!("model {model} names an unregistered provider"));
+            return self.fail(opts.on_error, "agent", label, error);
+        };
+        let schema_hash = match opts.schema.as_ref().map(journal::schema_hash).transpose() {
+            Ok(hash) => hash,
+            Err(e) => return self.fail(opts.on_error, "agent", label, Error::validation(e.to_string())),
+        };
+        let mut identity = json!({
+            "kind": "agent",
+            "agent_type": opts.profile,
+            "model": { "spec": model.to_string(), "effort": opts.effort },
+            "schema_hash": schema_hash,
+            "toolset_hash": Value::Null,
+        });
+        match &opts.key {
+            Some(key) => identity["key"] = json!(key),
+            None => identity["prompt"] = json!(prompt),
+        }
+        let key = key_of(&identity)?;
+        let span = self.run.new_span();
+        let matched = self.run.lookup(&self.scope, key);
+        let start_event = EventKind::AgentStart {
+            label: label.clone(),
+            agent_type: opts.profile.clone(),
+            model: model.to_string(),
+            scope: self.scope.to_string(),
+        };
+        let supersedes = match matched.outcome {
+            Outcome::Replay(entry) => {
+                self.run.emit(self.span_pair(span), true, start_event);
+                self.run.emit(self.span_pair(span), true, agent_end_event(&entry));
+                let value = self.replayed(&entry, opts.on_error, "agent", label)?;
+                return Ok(if opts.full { full_result(&entry, value, true) } else { value });
+            }
+            Outcome::Skip => {
+                self.run.emit(self.span_pair(span), true, start_event);
+                self.run.emit(
+                    self.span_pair(span),
+                    true,
+                    EventKind::AgentEnd {
+                        status: "skipped".into(),
+                        usage: Usage::default(),
+                        cost: None,
+                        served_by: None,
+                        error: None,
+                    },
+                );
+                return Ok(Value::Null);
+            }
+            Outcome::Wait(_) => return Err(Error::internal("an agent entry is journaled as suspended")),
+            Outcome::Live => None,
+            Outcome::Rerun { supersedes, .. } => Some(supersedes),
+        };
+        if self.run.dry_run {
+            let error = Error::new(
+                ErrorCode::JournalMiss,
+                format!("dry run reached a live agent call in scope '{}'", self.scope),
+            );
+            return Err(error);
+        }
+
+        // Admission: the spawn cap, then a reserve on this context's account.
+        let spawned = self.run.spawns.fetch_add(1, Ordering::SeqCst) + 1;
+        if spawned > engine.max_spawns {
+            self.run.emit(self.span_pair(span), false, EventKind::BudgetExhausted { what: "spawn".into() });
+            let error = Error::new(
+                ErrorCode::BudgetExhausted,
+                format!("the run reached its lifetime cap of {} agent spawns", engine.max_spawns),
+            );
+            return self.fail(opts.on_error, "agent", label, error);
+        }
+        let system = opts.system.clone().or_else(|| profile.and_then(|p| p.system.clone()));
+        let max_output_tokens = opts.max_output_tokens.or_else(|| profile.and_then(|p| p.max_output_tokens));
+        let request = ChatRequest {
+            model: model.model().to_owned(),
+            system,
+            messages: vec![Message { role: Role::User, parts: vec![Part::Text(prompt.to_owned())] }],
+            tools: Vec::new(),
+            tool_choice: Default::default(),
+            max_output_tokens,
+            temperature: None,
+            response_schema: opts
+                .schema
+                .clone()
+                .filter(|_| provider.capabilities(model.model()).native_schema),
+            effort: opts.effort.clone(),
+            meta: CallMeta { label: label.clone(), agent_type: opts.profile.clone() },
+        };
+        let price = engine.prices.price(&model.to_string()).copied();
+        let reserve = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost)).unwrap_or_else(|| {
+            match (price, max_output_tokens) {
+                (Some(price), Some(cap)) => price.cost(&Usage {
+                    input_tokens: agent::estimate_request_tokens(&request),
+                    output_tokens: u64::from(cap),
+                    ..Usage::default()
+                }),
+                _ => Money::from_nano_usd(500_000_000),
+            }
+        });
+        let reservation = match self.run.budget.reserve(self.account, reserve) {
+            Ok(reservation) => reservation,
+            Err(denied) => {
+                self.run.spawns.fetch_sub(1, Ordering::SeqCst);
+                self.run.emit(
+                    self.span_pair(span),
+                    false,
+                    EventKind::BudgetExhausted { what: "agent".into() },
+                );
+                let error = Error::new(
+                    ErrorCode::BudgetExhausted,
+                    format!(
+                        "admission refused: the call reserves {} but {} is left",
+                        denied.requested, denied.available
+                    ),
+                );
+                return self.fail(opts.on_error, "agent", label, error);
+            }
+        };
+
+        // The scheduler: a run-wide slot, then a per-provider slot where limited.
+        let permits = tokio::select! {
+            permit = self.run.model_slots.clone().acquire_owned() => permit.ok(),
+            _ = self.cancel.cancelled() => None,
+        };
+        let provider_permit = match engine.provider_limits.get(model.provider()) {
+            Some(_) => match self.run.provider_slots.get(model.provider()) {
+                Some(slots) => tokio::select! {
+                    permit = slots.clone().acquire_owned() => permit.ok(),
+                    _ = self.cancel.cancelled() => None,
+                },
+                None => None,
+            },
+            None => None,
+        };
+        if permits.is_none() {
+            self.run.budget.settle(reservation, Money::ZERO);
+            return Err(self.run.stopped_error());
+        }
+
+        let mut running = self.entry(Kind::Agent, Status::Running, key, matched.ordinal);
+        running.target = supersedes;
+        running.memoize_outcome = opts.memoize_outcome;
+        running.label = label.clone();
+        running.agent_type = opts.profile.clone();
+        running.role = Some(role.as_str().to_owned());
+        running.model = Some(model.to_string());
+        let running = match self.run.append_one(running) {
+            Ok(entry) => entry,
+            Err(e) => {
+                self.run.budget.settle(reservation, Money::ZERO);
+                return Err(e);
+            }
+        };
+        self.run.emit(self.span_pair(span), false, start_event);
+
+        let spec = agent::AgentSpec {
+            provider,
+            served_by: model.to_string(),
+            request,
+            schema: opts.schema.clone(),
+            max_turns: opts.max_turns.or_else(|| profile.and_then(|p| p.max_turns)).unwrap_or(32),
+            max_retries: engine.max_retries,
+            retry_base: engine.retry_base,
+            price,
+        };
+        let hooks = AccountHooks { run: &self.run, account: self.account };
+        let events_run = self.run.clone();
+        let delta_span = self.span_pair(span);
+        let on_delta = move |text: &str| {
+            events_run.emit(delta_span, false, EventKind::AgentDelta { text: text.to_owned() })
+        };
+        let outcome = agent::run(spec, &hooks, &self.cancel, &on_delta).await;
+        drop(provider_permit);
+        drop(permits);
+
+        let (status, value, error) = match outcome.end {
+            AgentEnd::Ok(value) => (Status::Ok, Some(value), None),
+            AgentEnd::Error(e) => (Status::Error, None, Some(e)),
+            AgentEnd::Limit(e) => (Status::Limit, None, Some(e)),
+            AgentEnd::Cancelled(e) => (Status::Cancelled, None, Some(e)),
+        };
+        let mut terminal = Ctx::terminal_for(&running, status);
+        terminal.value = value.clone();
+        terminal.error = error.clone();
+        terminal.usage = Some(outcome.usage);
+        terminal.cost = outcome.cost;
+        terminal.served_by = Some(outcome.served_by);
+        let cost = outcome.cost.unwrap_or(Money::ZERO);
+        let written = self.run.append_one(terminal);
+        self.run.budget.settle(reservation, cost);
+        let terminal = written?;
+        self.run.emit(self.span_pair(span), false, agent_end_event(&terminal));
+        self.run.emit_budget(self.span_pair(span));
+        match (value, error) {
+            (Some(value), _) => Ok(if opts.full { full_result(&terminal, value, false) } else { value }),
+            (None, Some(error)) => {
+                if status == Status::Cancelled && self.cancel.is_cancelled() {
+                    return Err(self.run.stopped_error());
+                }
+                self.fail(opts.on_error, "agent", label, error)
+            }
+            (None, None) => Err(Error::internal("agent ended with neither value nor error")),
+        }
+    }
+
+    // ---- step and call --------------------------------------------------------------------
+
+    /// Runs `body` once and journals its JSON result; later runs replay it.
+    ///
+    /// # Replay
+    /// Keyed on `{label or key, deps}` in this scope.
+    ///
+    /// # Errors
+    /// The body's error (or null under the lenient policy); `cancelled`; `journal_miss` in a
+    /// dry run.
+    pub async fn step<F, Fut>(&self, label: &str, opts: StepOptions, body: F) -> Result<Value, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Value, Error>>,
+    {
+        let mut identity = json!({ "kind": "step", "deps": opts.deps });
+        match &opts.key {
+            Some(key) => identity["key"] = json!(key),
+            None => identity["label"] = json!(label),
+        }
+        self.two_phase(Kind::Step, "step", label, identity, opts.on_error, body).await
+    }
+
+    /// Calls a registered host function with JSON arguments, journaled like a step.
+    ///
+    /// # Replay
+    /// Keyed on `{name, args or key}` in this scope.
+    ///
+    /// # Errors
+    /// `config` for an unregistered function; the function's error (or null under the
+    /// lenient policy).
+    pub async fn call(&self, name: &str, args: Value, opts: CallOptions) -> Result<Value, Error> {
+        let Some(function) = self.run.engine.host_functions.get(name).cloned() else {
+            let error = Error::config(format!("unknown host function {name:?}"));
+            return self.fail(opts.on_error, "call", Some(name.to_owned()), error);
+        };
+        let mut identity = json!({ "kind": "call", "name": name });
+        match &opts.key {
+            Some(key) => identity["key"] = json!(key),
+            None => identity["args"] = args.clone(),
+        }
+        self.two_phase(Kind::Call, "call", name, identity, opts.on_error, move || function(args)).await
+    }
+
+    async fn two_phase<F, Fut>(
+        &self,
+        kind: Kind,
+        kind_name: &str,
+        label: &str,
+        identity: Value,
+        on_error: Option<OnError>,
+        body: F,
+    ) -> Result<Value, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Value, Error>>,
+    {
+        self.check_stopped()?;
+        let key = key_of(&identity)?;
+        let span = self.run.new_span();
+        let matched = self.run.lookup(&self.scope, key);
+        let start = EventKind::StepStart { kind: kind_name.into(), label: label.into() };
+        let end = |status: &str| EventKind::StepEnd {
+            kind: kind_name.into(),
+            label: label.into(),
+            status: status.into(),
+        };
+        let supersedes = match matched.outcome {
+            Outcome::Replay(entry) => {
+                self.run.emit(self.span_pair(span), true, start);
+                self.run.emit(self.span_pair(span), true, end(entry.status.as_str()));
+                return self.replayed(&entry, on_error, kind_name, Some(label.to_owned()));
+            }
+            Outcome::Skip => {
+                self.run.emit(self.span_pair(span), true, end("skipped"));
+                return Ok(Value::Null);
+            }
+            Outcome::Wait(_) => return Err(Error::internal("a step entry is journaled as suspended")),
+            Outcome::Live => None,
+            Outcome::Rerun { supersedes, .. } => Some(supersedes),
+        };
+        let mut running = self.entry(kind, Status::Running, key, matched.ordinal);
+        running.target = supersedes;
+        running.label = Some(label.to_owned());
+        if kind != Kind::Step {
+            running.name = Some(label.to_owned());
+        }
+        let running = self.run.append_one(running)?;
+        self.run.emit(self.span_pair(span), false, start);
+        let result = tokio::select! {
+            result = body() => result,
+            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+        };
+        let (status, value, error) = match result {
+            Ok(value) => (Status::Ok, Some(value), None),
+            Err(e) if e.code == ErrorCode::Cancelled => (Status::Cancelled, None, Some(e)),
+            Err(e) => (Status::Error, None, Some(e)),
+        };
+        let mut terminal = Ctx::terminal_for(&running, status);
+        terminal.value = value.clone();
+        terminal.error = error.clone();
+        self.run.append_one(terminal)?;
+        self.run.emit(self.span_pair(span), false, end(status.as_str()));
+        match (value, error) {
+            (Some(value), _) => Ok(value),
+            (None, Some(error)) if error.code == ErrorCode::Cancelled => Err(error),
+            (None, Some(error)) => self.fail(on_error, kind_name, Some(label.to_owned()), error),
+            (None, None) => Err(Error::internal("step ended with neither value nor error")),
+        }
+    }
+
+    // ---- child workflows ------------------------------------------------------------------
+
+    /// Runs a registered workflow as a child: its own scope (`wf:name:k`), a budget
+    /// sub-account (30 % of this account's remainder, capped by `opts.budget`) whose spend
+    /// rolls up, and a depth limit.
+    ///
+    /// # Replay
+    /// Keyed on `{name, args or key}`; a completed child replays without running its body,
+    /// and a rerun child replays its own completed calls.
+    ///
+    /// # Errors
+    /// `config` for an unknown workflow or when the depth limit is reached; the child's error.
+    pub async fn workflow(&self, name: &str, args: Value, opts: WorkflowOptions) -> Result<Value, Error> {
+        let engine = self.run.engine.clone();
+        let Some(child) = engine.workflows.get(name).cloned() else {
+            let error = Error::config(format!("unknown child workflow {name:?}"));
+            return self.fail(opts.on_error, "child", Some(name.to_owned()), error);
+        };
+        if self.depth + 1 > engine.max_depth {
+            let error =
+                Error::config(format!("child workflow depth limit {} reached at {name:?}", engine.max_depth));
+            return self.fail(opts.on_error, "child", Some(name.to_owned()), error);
+        }
+        let call_index = {
+            let mut children = self.counters.children.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = children.entry(name.to_owned()).or_insert(0);
+            let index = *slot;
+            *slot += 1;
+            index
+        };
+        let mut identity = json!({ "kind": "child", "name": name });
+        match &opts.key {
+            Some(key) => identity["key"] = json!(key),
+            None => identity["args"] = args.clone(),
+        }
+        let account = engine_share(self, &opts);
+        let mut child_ctx = self.nested(
+            &Segment::Wf { name: name.to_owned(), call: call_index },
+            self.cancel.child_token(),
+            account,
+        );
+        child_ctx.depth = self.depth + 1;
+        let body = child.body.clone();
+        self.two_phase(Kind::Child, "child", name, identity, opts.on_error, move || body(child_ctx, args))
+            .await
+    }
+
+    // ---- external input --------------------------------------------------------------------
+
+    /// Waits for a value from outside the run (`RunHandle::resolve_external`, `cairn resolve`).
+    /// When every live branch of the run is waiting, the run settles `suspended` with the
+    /// wait listed in `pending`; resuming delivers the value.
+    ///
+    /// # Replay
+    /// Keyed on `{key}`; a resolved wait replays its value; an open one waits again without
+    /// writing anything.
+    ///
+    /// # Errors
+    /// `cancelled` when the run is cancelled or suspends while waiting.
+    pub async fn await_external(&self, key: &str, prompt: Option<&str>) -> Result<Value, Error> {
+        self.check_stopped()?;
+        let content = key_of(&json!({ "kind": "external", "key": key }))?;
+        let span = self.run.new_span();
+        let matched = self.run.lookup(&self.scope, content);
+        let seq = match matched.outcome {
+            Outcome::Replay(entry) => {
+                self.run.emit(
+                    self.span_pair(span),
+                    true,
+                    EventKind::ExternalResolved { key: key.into(), applied: true },
+                );
+                return Ok(entry.value.clone().unwrap_or(Value::Null));
+            }
+            Outcome::Skip => return Ok(Value::Null),
+            Outcome::Wait(entry) => entry.seq,
+            Outcome::Live | Outcome::Rerun { .. } => {
+                let mut entry = self.entry(Kind::External, Status::Suspended, content, matched.ordinal);
+                entry.name = Some(key.to_owned());
+                entry.value = prompt.map(|p| json!({ "prompt": p }));
+                self.run.append_one(entry)?.seq
+            }
+        };
+        self.run.emit(
+            self.span_pair(span),
+            false,
+            EventKind::ExternalWaiting { key: key.into(), prompt: prompt.map(str::to_owned) },
+        );
+        let receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
+        let result = tokio::select! {
+            value = receiver => value.map_err(|_| self.run.stopped_error()),
+            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+        };
+        self.run.end_wait(key, result.is_ok());
+        result
+    }
+
+    // ---- phases, logs, budget ----------------------------------------------------------------
+
+    /// Runs `body` inside a named phase: events and cost are grouped under it; identity is
+    /// unaffected.
+    ///
+    /// # Errors
+    /// The body's error.
+    pub async fn phase<F, Fut, T>(&self, name: &str, body: F) -> Result<T, Error>
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let mut inner = self.clone();
+        inner.phase = Some(Arc::from(name));
+        inner.span = self.run.new_span();
+        inner.parent_span = Some(self.span);
+        self.run.emit((inner.span, Some(self.span)), false, EventKind::PhaseStart { name: name.into() });
+        let result = body(inner.clone()).await;
+        self.run.emit((inner.span, Some(self.span)), false, EventKind::PhaseEnd { name: name.into() });
+        result
+    }
+
+    /// Emits a log event (not journaled).
+    pub fn log(&self, level: &str, message: &str, data: Option<Value>) {
+        self.run.emit(
+            (self.span, self.parent_span),
+            false,
+            EventKind::Log { level: level.into(), message: message.into(), data },
+        );
+    }
+
+    /// What this context's account has spent (the whole run's, at the root).
+    pub fn budget_spent(&self) -> Money {
+        self.run.budget.spent(self.account)
+    }
+
+    /// What this context's account has left; `None` when unbounded.
+    pub fn budget_remaining(&self) -> Option<Money> {
+        self.run.budget.remaining(self.account)
+    }
+
+    // ---- journaled nondeterminism --------------------------------------------------------------
+
+    async fn journaled_fact(
+        &self,
+        identity: Value,
+        make: impl FnOnce(&RunState) -> Value,
+    ) -> Result<Value, Error> {
+        self.check_stopped()?;
+        let key = key_of(&identity)?;
+        let matched = self.run.lookup(&self.scope, key);
+        match matched.outcome {
+            Outcome::Replay(entry) => Ok(entry.value.clone().unwrap_or(Value::Null)),
+            Outcome::Skip => Ok(Value::Null),
+            Outcome::Wait(_) => Err(Error::internal("a journaled value is recorded as suspended")),
+            Outcome::Live | Outcome::Rerun { .. } => {
+                let mut entry = self.entry(Kind::Rand, Status::Ok, key, matched.ordinal);
+                entry.value = Some(make(&self.run));
+                Ok(self.run.append_one(entry)?.value.clone().unwrap_or(Value::Null))
+            }
+        }
+    }
+
+    /// The current time in ms since the epoch, journaled: identical on every replay.
+    ///
+    /// # Errors
+    /// `cancelled`; `journal_miss` in a dry run past the journal.
+    pub async fn now(&self) -> Result<i64, Error> {
+        let value =
+            self.journaled_fact(json!({ "kind": "rand", "fn": "now" }), |run| json!(run.now_ms())).await?;
+        value.as_i64().ok_or_else(|| Error::internal("journaled now() is not an integer"))
+    }
+
+    /// A float in `[0, 1)`, journaled; with a key it binds by key instead of by position.
+    ///
+    /// # Errors
+    /// As for [`Ctx::now`].
+    pub async fn random(&self, key: Option<&str>) -> Result<f64, Error> {
+        let identity = json!({ "kind": "rand", "fn": "random", "key": key });
+        let value = self
+            .journaled_fact(identity, |run| json!((run.next_random_u64() >> 11) as f64 / (1u64 << 53) as f64))
+            .await?;
+        value.as_f64().ok_or_else(|| Error::internal("journaled random() is not a number"))
+    }
+
+    /// A version-4 UUID, journaled.
+    ///
+    /// # Errors
+    /// As for [`Ctx::now`].
+    pub async fn uuid(&self) -> Result<String, Error> {
+        let value = self
+            .journaled_fact(json!({ "kind": "rand", "fn": "uuid" }), |run| {
+                let mut bytes = [0u8; 16];
+                bytes[..8].copy_from_slice(&run.next_random_u64().to_le_bytes());
+                bytes[8..].copy_from_slice(&run.next_random_u64().to_le_bytes());
+                bytes[6] = (bytes[6] & 0x0f) | 0x40;
+                bytes[8] = (bytes[8] & 0x3f) | 0x80;
+                let hex = hex::encode(bytes);
+                json!(format!(
+                    "{}-{}-{}-{}-{}",
+                    &hex[..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..]
+                ))
+            })
+            .await?;
+        value.as_str().map(str::to_owned).ok_or_else(|| Error::internal("journaled uuid() is not a string"))
+    }
+}
+
+fn engine_share(ctx: &Ctx, opts: &WorkflowOptions) -> AccountId {
+    ctx.run.budget.open_sub_account(ctx.account, ctx.run.engine.child_share_ppm, opts.budget)
+}
+
+fn agent_end_event(entry: &Entry) -> EventKind {
+    EventKind::AgentEnd {
+        status: entry.status.as_str().into(),
+        usage: entry.usage.unwrap_or_default(),
+        cost: entry.cost,
+        served_by: entry.served_by.clone(),
+        error: entry.error.as_ref().map(|e| e.code),
+    }
+}
+
+fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
+    json!({
+        "value": value,
+        "status": entry.status.as_str(),
+        "usage": entry.usage.unwrap_or_default(),
+        "cost_nano_usd": entry.cost,
+        "served_by": entry.served_by,
+        "replayed": replayed,
+    })
+}
+
+/// The budget hooks of one agent call: its account's path in the run's budget tree.
+struct AccountHooks<'a> {
+    run: &'a RunState,
+    account: AccountId,
+}
+
+impl BudgetHooks for AccountHooks<'_> {
+    fn can_start_turn(&self) -> bool {
+        let ok = self.run.budget.can_start_turn(self.account);
+        if !ok {
+            self.run.mark_exhausted();
+        }
+        ok
+    }
+
+    fn would_cross(&self, cost: Money) -> bool {
+        let crossing = self.run.budget.would_cross(self.account, cost);
+        if crossing {
+            self.run.mark_exhausted();
+        }
+        crossing
+    }
+}

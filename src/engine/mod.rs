@@ -1,0 +1,475 @@
+//! L4: the engine. `Engine` holds every registry (providers, stores, profiles, host
+//! functions, child workflows, prices, defaults); `Engine::run` starts a run and hands back
+//! a `RunHandle`; the workflow sees the run through `Ctx`, the one canonical API onto
+//! journaled effects, budgets and events.
+//!
+//! Nothing here is global: two engines in one process share nothing.
+
+mod budget;
+mod cost;
+mod ctx;
+mod events;
+mod fanout;
+mod run;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::Value;
+
+pub use cost::{CostLine, CostReport, UnpricedUsage};
+pub use ctx::{
+    AgentOptions, CallOptions, Ctx, OnError, ParallelOptions, PipelineOptions, StepOptions, WorkflowOptions,
+};
+pub use events::{Event, EventKind, EventStream};
+pub use fanout::{Branch, OnItemError, Stage, branch, stage};
+pub(crate) use run::RunState;
+
+use crate::clock::{SharedClock, SystemClock};
+use crate::error::{Error, ErrorCode};
+use crate::journal::Preview;
+use crate::model::{InvocationRole, ModelRef, PriceTable};
+use crate::money::Money;
+use crate::provider::Provider;
+use crate::store::{JournalStore, RunId, RunStatus, TranscriptStore};
+use crate::usage::Usage;
+
+/// The body of a closure workflow.
+pub type WorkflowFn = Arc<dyn Fn(Ctx, Value) -> BoxFuture<'static, Result<Value, Error>> + Send + Sync>;
+
+/// A host function callable from workflows through `ctx.call(name, args)`.
+pub type HostFn = Arc<dyn Fn(Value) -> BoxFuture<'static, Result<Value, Error>> + Send + Sync>;
+
+/// A named workflow: a Rust closure `|ctx, args| async { .. }`.
+#[derive(Clone)]
+pub struct Workflow {
+    name: String,
+    body: WorkflowFn,
+}
+
+impl Workflow {
+    /// A closure workflow.
+    ///
+    /// ```
+    /// use cairn::{Workflow, AgentOptions};
+    /// let wf = Workflow::new("greet", |ctx, args| async move {
+    ///     let name = args["name"].as_str().unwrap_or("world").to_owned();
+    ///     ctx.agent(&format!("greet {name}"), AgentOptions::default()).await
+    /// });
+    /// assert_eq!(wf.name(), "greet");
+    /// ```
+    pub fn new<F, Fut>(name: &str, body: F) -> Workflow
+    where
+        F: Fn(Ctx, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, Error>> + Send + 'static,
+    {
+        Workflow { name: name.to_owned(), body: Arc::new(move |ctx, args| Box::pin(body(ctx, args))) }
+    }
+
+    /// The workflow's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Debug for Workflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workflow").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// A named agent configuration: model, system prompt, limits and a default cost estimate.
+#[derive(Debug, Clone, Default)]
+pub struct AgentProfile {
+    /// What the profile is for (shown to planners).
+    pub description: String,
+    /// Its model, overriding the engine default.
+    pub model: Option<ModelRef>,
+    /// Authored system text.
+    pub system: Option<String>,
+    /// Per-turn output cap.
+    pub max_output_tokens: Option<u32>,
+    /// Maximum model turns.
+    pub max_turns: Option<u32>,
+    /// The reserve admission holds for a call, when the call gives none.
+    pub est_cost: Option<Money>,
+}
+
+/// How failed calls surface in a workflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorPolicy {
+    /// A failed call raises an error the workflow may catch (hand-written workflows).
+    #[default]
+    Strict,
+    /// A failed call returns null and the loss is recorded in `dropped` (planner-written).
+    Lenient,
+}
+
+/// Options of one run, validated before anything is written.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The budget ceiling in USD (finite, ≥ 0); the engine default when `None`.
+    pub budget_usd: Option<f64>,
+    /// The run id; a fresh ULID when `None`.
+    pub run_id: Option<RunId>,
+    /// An absolute deadline in ms since the epoch; must lie in the future.
+    pub deadline_ms: Option<i64>,
+    /// Tags recorded in run meta.
+    pub tags: Vec<String>,
+    /// The error policy.
+    pub policy: ErrorPolicy,
+}
+
+/// Options of a resume.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeOptions {
+    /// Replay-strict: the first would-be-live call fails the run with `journal_miss`, and
+    /// nothing is written.
+    pub dry_run: bool,
+    /// Entries (by seq) to rerun regardless of their status.
+    pub invalidate: Vec<u64>,
+    /// The workflow to resume with; by default the registered workflow named in run meta.
+    pub workflow: Option<Workflow>,
+    /// The arguments; by default the arguments stored with the run.
+    pub args: Option<Value>,
+    /// An absolute deadline in ms since the epoch.
+    pub deadline_ms: Option<i64>,
+}
+
+/// Work a run did not complete, itemized.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dropped {
+    /// Where (scope path).
+    pub scope: String,
+    /// What (`agent`, `step`, `call`, `child`, `item`).
+    pub kind: String,
+    /// Its label or name, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Why.
+    pub error: Error,
+}
+
+/// An unresolved wait of a suspended run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pending {
+    /// The key to resolve it with.
+    pub key: String,
+    /// Its prompt, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The suspended entry's seq.
+    pub seq: u64,
+}
+
+/// How a run settled. Every status carries dropped work, pending waits, usage and cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunOutcome {
+    /// The run.
+    pub run_id: RunId,
+    /// `ok`, `error`, `cancelled`, `exhausted` or `suspended`.
+    pub status: RunStatus,
+    /// The workflow's value (partial for `exhausted`).
+    pub value: Option<Value>,
+    /// The failure, for `error` (and the cause, for `exhausted` and `cancelled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Error>,
+    /// Work that did not complete.
+    pub dropped: Vec<Dropped>,
+    /// Waits that keep the run suspended.
+    pub pending: Vec<Pending>,
+    /// Token usage of the whole run (all segments).
+    pub usage: Usage,
+    /// The cost report of the whole run (all segments).
+    pub cost: CostReport,
+    /// How this segment's calls were served.
+    pub preview: Preview,
+}
+
+/// A running (or settled) run.
+#[derive(Debug)]
+pub struct RunHandle {
+    run_id: RunId,
+    state: Arc<RunState>,
+    result: tokio::task::JoinHandle<RunOutcome>,
+}
+
+impl RunHandle {
+    /// The run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// The run's events, from the first (gapless from the handle's creation).
+    pub fn events(&self) -> EventStream {
+        self.state.events.subscribe()
+    }
+
+    /// Cancels the run: live streams are severed, in-flight calls journal as `cancelled`,
+    /// and the run settles `cancelled`.
+    pub fn cancel(&self) {
+        self.state.cancel();
+    }
+
+    /// Resolves an `await_external` wait of this run. Returns whether this attempt closed
+    /// it (`false` when an earlier attempt already had).
+    ///
+    /// # Errors
+    /// `validation` when the run has no wait with that key; `internal` for a store failure.
+    pub fn resolve_external(&self, key: &str, value: Value) -> Result<bool, Error> {
+        self.state.resolve_external(key, value)
+    }
+
+    /// Waits for the run to settle.
+    ///
+    /// # Errors
+    /// `internal` when the run's task panicked (a bug).
+    pub async fn result(self) -> Result<RunOutcome, Error> {
+        self.result.await.map_err(|e| Error::internal(format!("run task failed: {e}")))
+    }
+}
+
+/// The engine: registries, stores and defaults. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<EngineInner>,
+}
+
+pub(crate) struct EngineInner {
+    pub(crate) providers: HashMap<String, Arc<dyn Provider>>,
+    pub(crate) journal: Arc<dyn JournalStore>,
+    pub(crate) transcripts: Arc<dyn TranscriptStore>,
+    pub(crate) defaults: HashMap<InvocationRole, ModelRef>,
+    pub(crate) default_model: ModelRef,
+    pub(crate) profiles: HashMap<String, AgentProfile>,
+    pub(crate) host_functions: HashMap<String, HostFn>,
+    pub(crate) workflows: HashMap<String, Workflow>,
+    pub(crate) prices: PriceTable,
+    pub(crate) clock: SharedClock,
+    pub(crate) seed: Option<u64>,
+    pub(crate) max_concurrency: usize,
+    pub(crate) provider_limits: HashMap<String, usize>,
+    pub(crate) max_spawns: u32,
+    pub(crate) default_budget: Option<Money>,
+    pub(crate) child_share_ppm: u32,
+    pub(crate) max_depth: u32,
+    pub(crate) max_retries: u32,
+    pub(crate) retry_base: Duration,
+}
+
+impl fmt::Debug for EngineInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineInner")
+            .field("default_model", &self.default_model.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut providers: Vec<_> = self.inner.providers.keys().collect();
+        providers.sort();
+        f.debug_struct("Engine")
+            .field("providers", &providers)
+            .field("journal", &self.inner.journal)
+            .field("default_model", &self.inner.default_model.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`Engine`].
+pub struct EngineBuilder {
+    inner: EngineInner,
+}
+
+impl fmt::Debug for EngineBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineBuilder").finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// A builder over the given stores. The echo provider is registered and is the default
+    /// model until another default is set.
+    pub fn builder(journal: Arc<dyn JournalStore>, transcripts: Arc<dyn TranscriptStore>) -> EngineBuilder {
+        let echo: Arc<dyn Provider> = Arc::new(crate::provider::EchoProvider::new());
+        let mut providers: HashMap<String, Arc<dyn Provider>> = HashMap::new();
+        providers.insert(echo.name().to_owned(), echo);
+        EngineBuilder {
+            inner: EngineInner {
+                providers,
+                journal,
+                transcripts,
+                defaults: HashMap::new(),
+                default_model: ModelRef::parse("echo:default").unwrap_or_else(|_| unreachable_model()),
+                profiles: HashMap::new(),
+                host_functions: HashMap::new(),
+                workflows: HashMap::new(),
+                prices: PriceTable::shipped(),
+                clock: Arc::new(SystemClock),
+                seed: None,
+                max_concurrency: 12,
+                provider_limits: HashMap::new(),
+                max_spawns: 500,
+                default_budget: None,
+                child_share_ppm: 300_000,
+                max_depth: 8,
+                max_retries: 3,
+                retry_base: Duration::from_millis(250),
+            },
+        }
+    }
+
+    /// Starts a run of `workflow` with `args`. Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    /// `config` for invalid options (a non-finite or negative budget, a deadline in the
+    /// past, a run id that already exists); nothing is written then. `internal` for a store
+    /// failure.
+    pub fn run(&self, workflow: &Workflow, args: Value, options: RunOptions) -> Result<RunHandle, Error> {
+        run::start(self.inner.clone(), workflow.clone(), args, options)
+    }
+
+    /// Resumes a run from its journal: completed calls replay, the rest run live.
+    ///
+    /// # Errors
+    /// `config` for an unknown run, an unknown workflow or bad options; `internal` for a
+    /// store failure or an unreadable journal.
+    pub fn resume(&self, run_id: &RunId, options: ResumeOptions) -> Result<RunHandle, Error> {
+        run::resume(self.inner.clone(), run_id, options)
+    }
+
+    /// Appends a resolution for a suspended run's `await_external(key)` to its journal, for
+    /// a run that is not live in this process (`cairn resolve`). Returns whether it applied.
+    ///
+    /// # Errors
+    /// `config` for an unknown run; `validation` when the run never waited on `key`.
+    pub fn resolve_external(&self, run_id: &RunId, key: &str, value: Value) -> Result<bool, Error> {
+        run::resolve_stored(&self.inner, run_id, key, value)
+    }
+
+    /// The journal store.
+    pub fn journal_store(&self) -> &Arc<dyn JournalStore> {
+        &self.inner.journal
+    }
+}
+
+fn unreachable_model() -> ModelRef {
+    // "echo:default" always parses; this only satisfies the type checker without a panic.
+    ModelRef::parse("echo:default").unwrap_or_else(|_| unreachable_model())
+}
+
+impl EngineBuilder {
+    /// Registers a provider under its name (replacing one of the same name).
+    pub fn provider(mut self, provider: Arc<dyn Provider>) -> EngineBuilder {
+        self.inner.providers.insert(provider.name().to_owned(), provider);
+        self
+    }
+
+    /// Sets the model used when neither the call nor its profile names one.
+    pub fn default_model(mut self, model: ModelRef) -> EngineBuilder {
+        self.inner.default_model = model;
+        self
+    }
+
+    /// Sets the default model of one invocation role.
+    pub fn role_model(mut self, role: InvocationRole, model: ModelRef) -> EngineBuilder {
+        self.inner.defaults.insert(role, model);
+        self
+    }
+
+    /// Registers an agent profile.
+    pub fn profile(mut self, name: &str, profile: AgentProfile) -> EngineBuilder {
+        self.inner.profiles.insert(name.to_owned(), profile);
+        self
+    }
+
+    /// Registers a host function.
+    pub fn host_function<F, Fut>(mut self, name: &str, f: F) -> EngineBuilder
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, Error>> + Send + 'static,
+    {
+        self.inner.host_functions.insert(name.to_owned(), Arc::new(move |args| Box::pin(f(args))));
+        self
+    }
+
+    /// Registers a workflow: callable as a child (`ctx.workflow(name, ..)`) and resumable by
+    /// name.
+    pub fn workflow(mut self, workflow: Workflow) -> EngineBuilder {
+        self.inner.workflows.insert(workflow.name.clone(), workflow);
+        self
+    }
+
+    /// Replaces the price table.
+    pub fn prices(mut self, prices: PriceTable) -> EngineBuilder {
+        self.inner.prices = prices;
+        self
+    }
+
+    /// Sets the clock (tests inject a `ManualClock`).
+    pub fn clock(mut self, clock: SharedClock) -> EngineBuilder {
+        self.inner.clock = clock;
+        self
+    }
+
+    /// Seeds `random()` and `uuid()` (tests); by default each run seeds from its id and start time.
+    pub fn seed(mut self, seed: u64) -> EngineBuilder {
+        self.inner.seed = Some(seed);
+        self
+    }
+
+    /// At most `n` concurrent model calls per run (default 12).
+    pub fn max_concurrency(mut self, n: usize) -> EngineBuilder {
+        self.inner.max_concurrency = n.max(1);
+        self
+    }
+
+    /// At most `n` concurrent model calls per run to one provider.
+    pub fn provider_limit(mut self, provider: &str, n: usize) -> EngineBuilder {
+        self.inner.provider_limits.insert(provider.to_owned(), n.max(1));
+        self
+    }
+
+    /// The lifetime cap of agent spawns per run (default 500).
+    pub fn max_spawns(mut self, n: u32) -> EngineBuilder {
+        self.inner.max_spawns = n;
+        self
+    }
+
+    /// The ceiling of runs that give none (default: unbounded).
+    pub fn default_budget(mut self, ceiling: Money) -> EngineBuilder {
+        self.inner.default_budget = Some(ceiling);
+        self
+    }
+
+    /// Retries of a retryable provider failure before failing (default 3), and the base
+    /// backoff (doubled per attempt, with jitter, or the provider's Retry-After).
+    pub fn retries(mut self, max_retries: u32, base: Duration) -> EngineBuilder {
+        self.inner.max_retries = max_retries;
+        self.inner.retry_base = base;
+        self
+    }
+
+    /// Builds the engine.
+    ///
+    /// # Errors
+    /// `config` when the default model names an unregistered provider.
+    pub fn build(self) -> Result<Engine, Error> {
+        let known = |m: &ModelRef| self.inner.providers.contains_key(m.provider());
+        if !known(&self.inner.default_model) {
+            return Err(Error::new(
+                ErrorCode::Config,
+                format!("default model {} names an unregistered provider", self.inner.default_model),
+            ));
+        }
+        Ok(Engine { inner: Arc::new(self.inner) })
+    }
+}

@@ -1,0 +1,588 @@
+//! The run lifecycle: starting and resuming runs, the per-run state every `Ctx` shares (the
+//! journal writer, budget, scheduler, events, liveness), and settling the outcome.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use serde_json::Value;
+use tokio::sync::{Semaphore, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::budget::Budget;
+use super::ctx::Ctx;
+use super::events::{EventKind, EventLog};
+use super::{
+    CostReport, Dropped, EngineInner, ErrorPolicy, Pending, ResumeOptions, RunHandle, RunOptions, RunOutcome,
+    Workflow,
+};
+use crate::error::{Error, ErrorCode};
+use crate::journal::{
+    self, ContentKey, Entry, Kind, Ledger, Match, Replay, ReplayOptions, Resolutions, ScopePath, Seq, Status,
+};
+use crate::money::Money;
+use crate::store::{RunId, RunMeta, RunStatus};
+
+/// The state one run shares across every `Ctx` of it.
+#[derive(Debug)]
+pub(crate) struct RunState {
+    pub(crate) engine: Arc<EngineInner>,
+    pub(crate) run_id: RunId,
+    pub(crate) events: Arc<EventLog>,
+    journal: Mutex<JournalState>,
+    pub(crate) budget: Arc<Budget>,
+    /// Concurrent model calls of this run.
+    pub(crate) model_slots: Arc<Semaphore>,
+    /// Concurrent model calls per provider, where limited.
+    pub(crate) provider_slots: HashMap<String, Arc<Semaphore>>,
+    /// Agent dispatches so far, over the run's whole life.
+    pub(crate) spawns: AtomicU32,
+    /// Fired by `cancel()`, the deadline, or a suspension; every call watches it.
+    pub(crate) cancel: CancellationToken,
+    /// Why `cancel` fired.
+    stop: Mutex<Option<Stop>>,
+    /// Replay-strict: any would-be-live call fails with `journal_miss`.
+    pub(crate) dry_run: bool,
+    /// Set once admission, a guard or a cut stops work for lack of budget.
+    pub(crate) exhausted: AtomicBool,
+    dropped: Mutex<Vec<Dropped>>,
+    liveness: Mutex<Liveness>,
+    externals: Mutex<HashMap<String, Waiting>>,
+    rng: Mutex<ChaCha8Rng>,
+    next_span: AtomicU64,
+    pub(crate) policy: ErrorPolicy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Cancelled,
+    Deadline,
+    Suspended,
+}
+
+#[derive(Debug)]
+struct JournalState {
+    replay: Replay,
+    next_seq: u64,
+    /// Every entry of the run: loaded, then appended by this segment.
+    all: Vec<Arc<Entry>>,
+}
+
+/// Threads of control that can still make progress, and those parked on external input.
+#[derive(Debug, Default)]
+struct Liveness {
+    active: usize,
+    blocked: usize,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    seq: Seq,
+    prompt: Option<String>,
+    wake: Option<oneshot::Sender<Value>>,
+}
+
+impl RunState {
+    fn lock_journal(&self) -> MutexGuard<'_, JournalState> {
+        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Matches a live call against the loaded journal.
+    pub(crate) fn lookup(&self, scope: &ScopePath, key: ContentKey) -> Match {
+        self.lock_journal().replay.lookup(scope, key)
+    }
+
+    /// Appends entries (seqs and timestamps assigned here) and returns them once durable.
+    ///
+    /// # Errors
+    /// `journal_miss` in a dry run (nothing is written); `internal` when the store fails.
+    pub(crate) fn append(&self, mut entries: Vec<Entry>) -> Result<Vec<Arc<Entry>>, Error> {
+        if self.dry_run {
+            return Err(Error::new(
+                ErrorCode::JournalMiss,
+                "dry run reached a call the journal does not hold",
+            ));
+        }
+        let ts = self.engine.clock.now_ms();
+        let mut journal = self.lock_journal();
+        let mut raw = Vec::with_capacity(entries.len());
+        for (offset, entry) in entries.iter_mut().enumerate() {
+            entry.seq = Seq(journal.next_seq + offset as u64);
+            entry.ts = Some(ts);
+            raw.push(journal::encode(entry)?);
+        }
+        self.engine.journal.append(&self.run_id, &raw, None)?;
+        journal.next_seq += entries.len() as u64;
+        let shared: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
+        journal.all.extend(shared.iter().cloned());
+        Ok(shared)
+    }
+
+    /// Appends one entry.
+    pub(crate) fn append_one(&self, entry: Entry) -> Result<Arc<Entry>, Error> {
+        let mut written = self.append(vec![entry])?;
+        written.pop().ok_or_else(|| Error::internal("append returned nothing"))
+    }
+
+    pub(crate) fn new_span(&self) -> u64 {
+        self.next_span.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.engine.clock.now_ms()
+    }
+
+    pub(crate) fn emit(&self, span: (u64, Option<u64>), replayed: bool, kind: EventKind) {
+        self.events.emit(self.now_ms(), span, replayed, kind);
+    }
+
+    pub(crate) fn emit_budget(&self, span: (u64, Option<u64>)) {
+        let root = self.budget.root();
+        self.emit(
+            span,
+            false,
+            EventKind::BudgetUpdate {
+                spent: self.budget.spent(root),
+                remaining: self.budget.remaining(root),
+            },
+        );
+    }
+
+    pub(crate) fn record_dropped(&self, dropped: Dropped) {
+        self.dropped.lock().unwrap_or_else(|p| p.into_inner()).push(dropped);
+    }
+
+    pub(crate) fn mark_exhausted(&self) {
+        self.exhausted.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn next_random_u64(&self) -> u64 {
+        use rand_core::Rng;
+        self.rng.lock().unwrap_or_else(|p| p.into_inner()).next_u64()
+    }
+
+    /// Cancels the run at the user's request.
+    pub(crate) fn cancel(&self) {
+        self.stop_with(Stop::Cancelled);
+    }
+
+    fn stop_with(&self, stop: Stop) {
+        let mut slot = self.stop.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(stop);
+        }
+        drop(slot);
+        self.cancel.cancel();
+    }
+
+    fn stop_reason(&self) -> Option<Stop> {
+        *self.stop.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The error a call observes when the run was stopped under it.
+    pub(crate) fn stopped_error(&self) -> Error {
+        match self.stop_reason() {
+            Some(Stop::Deadline) => Error::new(ErrorCode::Cancelled, "the run's deadline passed"),
+            Some(Stop::Suspended) => Error::new(ErrorCode::Cancelled, "the run suspended on external input"),
+            _ => Error::new(ErrorCode::Cancelled, "the run was cancelled"),
+        }
+    }
+
+    // Liveness: the run suspends when every thread of control that could make progress is
+    // parked on external input, instead of hanging.
+
+    fn with_liveness(&self, f: impl FnOnce(&mut Liveness)) {
+        let mut live = self.liveness.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut live);
+        let all_blocked = live.active > 0 && live.blocked >= live.active;
+        drop(live);
+        if all_blocked {
+            self.stop_with(Stop::Suspended);
+        }
+    }
+
+    /// A fan-out starts `n` branches while its parent waits.
+    pub(crate) fn fork(&self, n: usize) {
+        self.with_liveness(|l| l.active = (l.active + n).saturating_sub(1));
+    }
+
+    /// One branch of a fan-out finished.
+    pub(crate) fn branch_done(&self) {
+        self.with_liveness(|l| l.active = l.active.saturating_sub(1));
+    }
+
+    /// The fan-out joined; its parent runs again.
+    pub(crate) fn join(&self) {
+        self.with_liveness(|l| l.active += 1);
+    }
+
+    /// Registers a wait on `key` (journaled at `seq`) and returns the receiver of its value.
+    pub(crate) fn wait_external(
+        &self,
+        key: &str,
+        seq: Seq,
+        prompt: Option<String>,
+    ) -> oneshot::Receiver<Value> {
+        let (tx, rx) = oneshot::channel();
+        self.externals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_owned(), Waiting { seq, prompt, wake: Some(tx) });
+        self.with_liveness(|l| l.blocked += 1);
+        rx
+    }
+
+    /// The wait on `key` ended (resolved or stopped).
+    pub(crate) fn end_wait(&self, key: &str, resolved: bool) {
+        if resolved {
+            self.externals.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        }
+        self.with_liveness(|l| l.blocked = l.blocked.saturating_sub(1));
+    }
+
+    /// Resolves a wait of this live run; appends the attempt whatever its fate.
+    pub(crate) fn resolve_external(&self, key: &str, value: Value) -> Result<bool, Error> {
+        let target = {
+            let externals = self.externals.lock().unwrap_or_else(|p| p.into_inner());
+            externals.get(key).map(|w| w.seq)
+        };
+        let target = match target {
+            Some(seq) => seq,
+            None => {
+                let journal = self.lock_journal();
+                find_suspension(journal.all.iter().map(|e| &**e), key).ok_or_else(|| {
+                    Error::validation(format!("run {} has no wait on key {key:?}", self.run_id))
+                })?
+            }
+        };
+        let attempt = resolution_entry(target, key, value.clone());
+        let written = self.append_one(attempt)?;
+        let applied = self.lock_journal().replay.resolve(target, written.seq, value.clone());
+        if applied {
+            let mut externals = self.externals.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(wake) = externals.get_mut(key).and_then(|w| w.wake.take()) {
+                let _ = wake.send(value);
+            }
+        }
+        self.emit((0, None), false, EventKind::ExternalResolved { key: key.to_owned(), applied });
+        Ok(applied)
+    }
+
+    fn pending(&self) -> Vec<Pending> {
+        let externals = self.externals.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending: Vec<Pending> = externals
+            .iter()
+            .map(|(key, w)| Pending { key: key.clone(), prompt: w.prompt.clone(), seq: w.seq.0 })
+            .collect();
+        pending.sort_by_key(|p| p.seq);
+        pending
+    }
+}
+
+/// The newest suspended `external` entry for `key`.
+fn find_suspension<'a>(entries: impl DoubleEndedIterator<Item = &'a Entry>, key: &str) -> Option<Seq> {
+    entries
+        .rev()
+        .find(|e| e.kind == Kind::External && e.status == Status::Suspended && e.name.as_deref() == Some(key))
+        .map(|e| e.seq)
+}
+
+fn resolution_entry(target: Seq, key: &str, value: Value) -> Entry {
+    let identity = serde_json::json!({ "kind": "resolution", "key": key });
+    let content = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
+    let mut entry = Entry::new(Seq(0), Kind::Resolution, Status::Ok, ScopePath::root(), content, 0);
+    entry.target = Some(target);
+    entry.value = Some(value);
+    entry.name = Some(key.to_owned());
+    entry
+}
+
+fn validate_budget(budget_usd: Option<f64>, default: Option<Money>) -> Result<Option<Money>, Error> {
+    match budget_usd {
+        None => Ok(default),
+        Some(usd) => {
+            Money::from_usd(usd).map(Some).map_err(|e| Error::config(format!("invalid budget: {e}")))
+        }
+    }
+}
+
+fn validate_deadline(deadline_ms: Option<i64>, now: i64) -> Result<(), Error> {
+    match deadline_ms {
+        Some(ms) if ms <= now => {
+            Err(Error::config(format!("deadline {ms} is not in the future (now {now})")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn args_ref(run_id: &RunId) -> String {
+    format!("{run_id}/args.json")
+}
+
+struct Segment {
+    entries: Vec<Arc<Entry>>,
+    replay: Replay,
+    ceiling: Option<Money>,
+    spent: Money,
+    spawns: u32,
+    dry_run: bool,
+    policy: ErrorPolicy,
+    deadline_ms: Option<i64>,
+    resumed: bool,
+}
+
+fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<RunState> {
+    let next_seq = segment.entries.last().map_or(1, |e| e.seq.0 + 1);
+    let seed = engine.seed.unwrap_or_else(|| {
+        let digest = journal::content_key(&serde_json::json!([run_id.as_str(), engine.clock.now_ms()]));
+        digest.map_or(0, |k| u64::from_le_bytes(k.as_bytes()[..8].try_into().unwrap_or([0; 8])))
+    });
+    let provider_slots =
+        engine.provider_limits.iter().map(|(name, &n)| (name.clone(), Arc::new(Semaphore::new(n)))).collect();
+    Arc::new(RunState {
+        events: EventLog::new(run_id.clone()),
+        run_id,
+        journal: Mutex::new(JournalState { replay: segment.replay, next_seq, all: segment.entries }),
+        budget: Budget::new(segment.ceiling, segment.spent),
+        model_slots: Arc::new(Semaphore::new(engine.max_concurrency)),
+        provider_slots,
+        spawns: AtomicU32::new(segment.spawns),
+        cancel: CancellationToken::new(),
+        stop: Mutex::new(None),
+        dry_run: segment.dry_run,
+        exhausted: AtomicBool::new(false),
+        dropped: Mutex::new(Vec::new()),
+        liveness: Mutex::new(Liveness { active: 1, blocked: 0 }),
+        externals: Mutex::new(HashMap::new()),
+        rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),
+        next_span: AtomicU64::new(1),
+        policy: segment.policy,
+        engine,
+    })
+}
+
+/// Starts a fresh run.
+pub(super) fn start(
+    engine: Arc<EngineInner>,
+    workflow: Workflow,
+    args: Value,
+    options: RunOptions,
+) -> Result<RunHandle, Error> {
+    let ceiling = validate_budget(options.budget_usd, engine.default_budget)?;
+    let now = engine.clock.now_ms();
+    validate_deadline(options.deadline_ms, now)?;
+    let run_id = options.run_id.clone().unwrap_or_else(RunId::generate);
+    if engine.journal.get_meta(&run_id)?.is_some() {
+        return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
+    }
+    let args_canonical = journal::canonical_json(&args).map_err(|e| Error::validation(e.to_string()))?;
+    engine.transcripts.put(&args_ref(&run_id), args_canonical.as_bytes())?;
+    let meta = RunMeta {
+        run_id: run_id.clone(),
+        status: RunStatus::Running,
+        name: Some(workflow.name.clone()),
+        tags: options.tags.clone(),
+        created_at_ms: now,
+        updated_at_ms: now,
+        hash_version: journal::HASH_VERSION,
+        budget_ceiling: ceiling,
+        dialect: None,
+        source_ref: None,
+        source_hash: None,
+        args_hash: Some(journal::content_key_of_canonical(&args_canonical).to_hex()),
+        segments: 1,
+        extra: serde_json::Map::new(),
+    };
+    engine.journal.put_meta(&meta, None)?;
+    let segment = Segment {
+        entries: Vec::new(),
+        replay: Replay::empty(),
+        ceiling,
+        spent: Money::ZERO,
+        spawns: 0,
+        dry_run: false,
+        policy: options.policy,
+        deadline_ms: options.deadline_ms,
+        resumed: false,
+    };
+    Ok(launch(engine, run_id, workflow, args, meta, segment))
+}
+
+/// Resumes a run from its journal.
+pub(super) fn resume(
+    engine: Arc<EngineInner>,
+    run_id: &RunId,
+    options: ResumeOptions,
+) -> Result<RunHandle, Error> {
+    let meta =
+        engine.journal.get_meta(run_id)?.ok_or_else(|| Error::config(format!("unknown run {run_id}")))?;
+    validate_deadline(options.deadline_ms, engine.clock.now_ms())?;
+    let workflow = match (&options.workflow, &meta.name) {
+        (Some(workflow), _) => workflow.clone(),
+        (None, Some(name)) => engine.workflows.get(name).cloned().ok_or_else(|| {
+            Error::config(format!("run {run_id} ran workflow {name:?}, which this engine has not registered"))
+        })?,
+        (None, None) => {
+            return Err(Error::config(format!("run {run_id} names no workflow; pass one to resume")));
+        }
+    };
+    let args = match options.args.clone() {
+        Some(args) => args,
+        None => match engine.transcripts.get(&args_ref(run_id))? {
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| Error::internal(format!("stored args of run {run_id} are unreadable: {e}")))?,
+            None => Value::Null,
+        },
+    };
+    let raw = engine.journal.load(run_id)?;
+    let entries: Vec<Arc<Entry>> = journal::decode_all(&raw)?.into_iter().map(Arc::new).collect();
+    let ledger = Ledger::fold(entries.iter().map(|e| &**e));
+    let spawns =
+        entries.iter().filter(|e| e.kind == Kind::Agent && e.status == Status::Running).count() as u32;
+    let replay_options = ReplayOptions { invalidate: options.invalidate.iter().map(|&s| Seq(s)).collect() };
+    let replay = Replay::from_shared(entries.clone(), &replay_options);
+    let mut meta = meta;
+    if !options.dry_run {
+        meta.segments += 1;
+        meta.status = RunStatus::Running;
+        meta.updated_at_ms = engine.clock.now_ms();
+        engine.journal.put_meta(&meta, None)?;
+    }
+    let policy = if meta.extra.get("policy").and_then(Value::as_str) == Some("lenient") {
+        ErrorPolicy::Lenient
+    } else {
+        ErrorPolicy::Strict
+    };
+    let segment = Segment {
+        entries,
+        replay,
+        ceiling: meta.budget_ceiling,
+        spent: ledger.spent,
+        spawns,
+        dry_run: options.dry_run,
+        policy,
+        deadline_ms: options.deadline_ms,
+        resumed: true,
+    };
+    Ok(launch(engine, run_id.clone(), workflow, args, meta, segment))
+}
+
+fn launch(
+    engine: Arc<EngineInner>,
+    run_id: RunId,
+    workflow: Workflow,
+    args: Value,
+    meta: RunMeta,
+    segment: Segment,
+) -> RunHandle {
+    let deadline_ms = segment.deadline_ms;
+    let resumed = segment.resumed;
+    let state = new_state(engine, run_id.clone(), segment);
+    let ctx = Ctx::root(state.clone());
+    state.emit(
+        (0, None),
+        false,
+        EventKind::RunStart {
+            name: workflow.name.clone(),
+            resumed,
+            ceiling: state.budget.ceiling(state.budget.root()),
+        },
+    );
+    if let Some(deadline) = deadline_ms {
+        let timer_state = Arc::downgrade(&state);
+        let wait_ms = (deadline - state.now_ms()).max(0) as u64;
+        let cancel = state.cancel.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(wait_ms)) => {
+                    if let Some(state) = timer_state.upgrade() {
+                        state.stop_with(Stop::Deadline);
+                    }
+                }
+                _ = cancel.cancelled() => {}
+            }
+        });
+    }
+    let task_state = state.clone();
+    let result = tokio::spawn(async move {
+        let body = (workflow.body)(ctx, args);
+        let value = body.await;
+        settle(&task_state, meta, value)
+    });
+    RunHandle { run_id, state, result }
+}
+
+/// Decides the outcome, journals the settlement and updates run meta.
+fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>) -> RunOutcome {
+    let stop = state.stop_reason();
+    let exhausted = state.exhausted.load(Ordering::SeqCst);
+    let (status, value, error) = match (stop, value) {
+        (Some(Stop::Suspended), Err(_)) => (RunStatus::Suspended, None, None),
+        (Some(Stop::Cancelled), Err(e)) | (Some(Stop::Deadline), Err(e)) => {
+            (RunStatus::Cancelled, None, Some(e))
+        }
+        (_, Ok(value)) if exhausted => (RunStatus::Exhausted, Some(value), None),
+        (_, Err(e)) if exhausted || e.code == ErrorCode::BudgetExhausted => {
+            (RunStatus::Exhausted, None, Some(e))
+        }
+        (_, Ok(value)) => (RunStatus::Ok, Some(value), None),
+        (_, Err(e)) => (RunStatus::Error, None, Some(e)),
+    };
+    let mut error = error;
+    if !state.dry_run {
+        let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
+        let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
+        let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, ScopePath::root(), key, 0);
+        entry.value = Some(journal::settle_value(status));
+        let written = state.append_one(entry);
+        meta.status = status;
+        meta.updated_at_ms = state.now_ms();
+        let stored = written.and_then(|_| state.engine.journal.put_meta(&meta, None).map_err(Error::from));
+        if let Err(e) = stored {
+            error.get_or_insert(e);
+        }
+    }
+    let (cost, preview) = {
+        let journal = state.lock_journal();
+        (CostReport::fold(journal.all.iter().map(|e| &**e)), journal.replay.preview())
+    };
+    let pending = if status == RunStatus::Suspended { state.pending() } else { Vec::new() };
+    let dropped = std::mem::take(&mut *state.dropped.lock().unwrap_or_else(|p| p.into_inner()));
+    state.emit((0, None), false, EventKind::RunEnd { status, preview });
+    state.events.close();
+    RunOutcome {
+        run_id: state.run_id.clone(),
+        status,
+        value,
+        error,
+        dropped,
+        pending,
+        usage: cost.total.usage,
+        cost,
+        preview,
+    }
+}
+
+/// Appends a resolution to a run that is not live here.
+pub(super) fn resolve_stored(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    value: Value,
+) -> Result<bool, Error> {
+    if engine.journal.get_meta(run_id)?.is_none() {
+        return Err(Error::config(format!("unknown run {run_id}")));
+    }
+    let raw = engine.journal.load(run_id)?;
+    let entries = journal::decode_all(&raw)?;
+    let target = find_suspension(entries.iter(), key)
+        .ok_or_else(|| Error::validation(format!("run {run_id} has no wait on key {key:?}")))?;
+    let applied = !Resolutions::fold(entries.iter()).is_closed(target);
+    let mut entry = resolution_entry(target, key, value);
+    entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
+    entry.ts = Some(engine.clock.now_ms());
+    engine.journal.append(run_id, &[journal::encode(&entry)?], None)?;
+    Ok(applied)
+}
