@@ -10,12 +10,15 @@ pub mod clock;
 mod error;
 pub mod journal;
 mod money;
+pub mod provider;
 pub mod store;
+pub mod testing;
 mod usage;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
+pub use provider::{ChatEvent, ChatRequest, Provider};
 pub use store::{
     JournalStore, LeasableStore, Lease, RawEntry, RunFilter, RunId, RunMeta, RunStatus, TranscriptStore,
 };
