@@ -240,13 +240,22 @@ impl FakeProvider {
                 let mut events = Vec::new();
                 let mut written = String::new();
                 for call in calls {
-                    let wire_id = format!("fake_call_{}", self.inner.next_wire_id.fetch_add(1, Ordering::Relaxed));
+                    let wire_id =
+                        format!("fake_call_{}", self.inner.next_wire_id.fetch_add(1, Ordering::Relaxed));
                     let arguments = call.arguments.to_string();
                     written.push_str(&call.name);
                     written.push_str(&arguments);
-                    events.push(ChatEvent::ToolCallStart { wire_id: wire_id.clone(), name: call.name.clone() });
-                    events.push(ChatEvent::ToolCallDelta { wire_id: wire_id.clone(), arguments_delta: arguments });
-                    events.push(ChatEvent::ToolCallEnd { wire_id, name: call.name, arguments: call.arguments });
+                    events
+                        .push(ChatEvent::ToolCallStart { wire_id: wire_id.clone(), name: call.name.clone() });
+                    events.push(ChatEvent::ToolCallDelta {
+                        wire_id: wire_id.clone(),
+                        arguments_delta: arguments,
+                    });
+                    events.push(ChatEvent::ToolCallEnd {
+                        wire_id,
+                        name: call.name,
+                        arguments: call.arguments,
+                    });
                 }
                 events.push(ChatEvent::Finish {
                     reason: FinishReason::ToolUse,

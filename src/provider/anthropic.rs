@@ -256,7 +256,9 @@ fn compile_message(message: &super::Message) -> Option<Value> {
             }
             for part in &message.parts {
                 match part {
-                    Part::Text(text) if !text.is_empty() => content.push(json!({"type": "text", "text": text})),
+                    Part::Text(text) if !text.is_empty() => {
+                        content.push(json!({"type": "text", "text": text}))
+                    }
                     Part::ProviderRaw { provider, data } if provider == FAMILY => content.push(data.clone()),
                     _ => {}
                 }
@@ -265,7 +267,9 @@ fn compile_message(message: &super::Message) -> Option<Value> {
         Role::Assistant => {
             for part in &message.parts {
                 match part {
-                    Part::Text(text) if !text.is_empty() => content.push(json!({"type": "text", "text": text})),
+                    Part::Text(text) if !text.is_empty() => {
+                        content.push(json!({"type": "text", "text": text}))
+                    }
                     Part::ToolCall { name, arguments, .. } => content.push(json!({
                         "type": "tool_use",
                         "id": part.wire_tool_id(),
@@ -304,12 +308,24 @@ pub struct AnthropicDecoder {
 enum Block {
     Text,
     /// A thinking block: its text and signature accumulate, and the whole block is kept for replay.
-    Thinking { block: Value, thinking: String, signature: String },
+    Thinking {
+        block: Value,
+        thinking: String,
+        signature: String,
+    },
     /// A client tool call.
-    Tool { wire_id: String, name: String, json: String, initial: Value },
+    Tool {
+        wire_id: String,
+        name: String,
+        json: String,
+        initial: Value,
+    },
     /// Anything else (server tool use and results, redacted thinking, compaction, fallback):
     /// kept whole for replay, its deltas merged in.
-    Raw { block: Value, json: String },
+    Raw {
+        block: Value,
+        json: String,
+    },
 }
 
 /// Anthropic's usage fields, each replaced by the latest value seen.
@@ -470,7 +486,9 @@ impl AnthropicDecoder {
                     out.push(ChatEvent::ReasoningDelta(text.to_owned()));
                 }
             }
-            ("signature_delta", Block::Thinking { signature, .. }) => signature.push_str(text_field("signature")),
+            ("signature_delta", Block::Thinking { signature, .. }) => {
+                signature.push_str(text_field("signature"))
+            }
             ("input_json_delta", Block::Tool { wire_id, json, .. }) => {
                 let fragment = text_field("partial_json");
                 if !fragment.is_empty() {
@@ -615,23 +633,46 @@ mod tests {
                             name: "get_weather".into(),
                             arguments: json!({"city": "Paris"}),
                         },
-                        Part::ToolCall { id: "c2".into(), wire_id: None, name: "noop".into(), arguments: json!({}) },
+                        Part::ToolCall {
+                            id: "c2".into(),
+                            wire_id: None,
+                            name: "noop".into(),
+                            arguments: json!({}),
+                        },
                     ],
                 },
                 Message {
                     role: Role::User,
                     parts: vec![
                         Part::text("and then?"),
-                        Part::ToolResult { id: "c1".into(), wire_id: Some("toolu_1".into()), content: "sunny".into(), is_error: false },
-                        Part::ToolResult { id: "c2".into(), wire_id: None, content: "boom".into(), is_error: true },
+                        Part::ToolResult {
+                            id: "c1".into(),
+                            wire_id: Some("toolu_1".into()),
+                            content: "sunny".into(),
+                            is_error: false,
+                        },
+                        Part::ToolResult {
+                            id: "c2".into(),
+                            wire_id: None,
+                            content: "boom".into(),
+                            is_error: true,
+                        },
                     ],
                 },
             ],
         );
         request.system = Some("be brief".into());
         request.tools = vec![
-            ToolSpec { name: "get_weather".into(), description: "weather".into(), parameters: json!({"type": "object"}) },
-            ToolSpec { name: "noop".into(), description: "nothing".into(), parameters: json!({"type": "object"}) },
+            ToolSpec {
+                name: "get_weather".into(),
+                description: "weather".into(),
+                parameters: json!({"type": "object"}),
+            },
+            ToolSpec {
+                name: "noop".into(),
+                description: "nothing".into(),
+                parameters: json!({"type": "object"}),
+            },
         ];
         request.tool_choice = ToolChoice::Required;
         request.effort = Some("high".into());
@@ -643,7 +684,10 @@ mod tests {
         assert!(body["tools"][0].get("cache_control").is_none());
         assert_eq!(body["tools"][1]["cache_control"]["type"], "ephemeral");
         assert_eq!(body["tool_choice"], json!({"type": "any"}));
-        assert_eq!(body["output_config"], json!({"effort": "high", "format": {"type": "json_schema", "schema": {"type": "object"}}}));
+        assert_eq!(
+            body["output_config"],
+            json!({"effort": "high", "format": {"type": "json_schema", "schema": {"type": "object"}}})
+        );
         let assistant = &body["messages"][1]["content"];
         assert_eq!(assistant[0], thinking);
         assert_eq!(assistant[1], json!({"type": "text", "text": "checking"}));
@@ -652,7 +696,10 @@ mod tests {
         assert_eq!(assistant.as_array().unwrap().len(), 4);
         let user = &body["messages"][2]["content"];
         assert_eq!(user[0], json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}));
-        assert_eq!(user[1], json!({"type": "tool_result", "tool_use_id": "c2", "content": "boom", "is_error": true}));
+        assert_eq!(
+            user[1],
+            json!({"type": "tool_result", "tool_use_id": "c2", "content": "boom", "is_error": true})
+        );
         assert_eq!(user[2], json!({"type": "text", "text": "and then?"}));
         assert!(body.get("temperature").is_none());
     }

@@ -90,7 +90,8 @@ impl Provider for EchoProvider {
             if cancel.is_cancelled() {
                 return vec![ChatEvent::Error(cancelled())];
             }
-            let mut events: Vec<ChatEvent> = split_deltas(&reply, 4).into_iter().map(ChatEvent::TextDelta).collect();
+            let mut events: Vec<ChatEvent> =
+                split_deltas(&reply, 4).into_iter().map(ChatEvent::TextDelta).collect();
             events.push(ChatEvent::Finish { reason: FinishReason::Stop, usage });
             events
         };
@@ -205,8 +206,14 @@ impl Generator<'_> {
         for (name, schema) in properties {
             object.insert(name.clone(), self.value(schema, depth + 1, variant));
         }
-        let extra = map.get("additionalProperties").filter(|s| s.is_object()).cloned().unwrap_or(json!({"type": "string"}));
-        for name in map.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        let extra = map
+            .get("additionalProperties")
+            .filter(|s| s.is_object())
+            .cloned()
+            .unwrap_or(json!({"type": "string"}));
+        for name in
+            map.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
+        {
             if !object.contains_key(name) {
                 object.insert(name.to_owned(), self.value(&extra, depth + 1, variant));
             }
@@ -234,7 +241,9 @@ impl Generator<'_> {
             let schema = match (prefix.and_then(|p| p.get(i)), items) {
                 (Some(schema), _) => schema.clone(),
                 (None, Some(Value::Object(schema))) => Value::Object(schema.clone()),
-                (None, Some(Value::Array(tuple))) => tuple.get(i).cloned().unwrap_or(json!({"type": "string"})),
+                (None, Some(Value::Array(tuple))) => {
+                    tuple.get(i).cloned().unwrap_or(json!({"type": "string"}))
+                }
                 _ => json!({"type": "string"}),
             };
             array.push(self.value(&schema, depth + 1, variant + i));
@@ -317,24 +326,29 @@ fn bound(map: &Map<String, Value>, key: &str) -> Option<f64> {
 }
 
 fn integer(map: &Map<String, Value>, variant: usize) -> Value {
-    let low = match (bound(map, "minimum").map(f64::ceil), bound(map, "exclusiveMinimum").map(|e| e.floor() + 1.0)) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
-    let high = match (bound(map, "maximum").map(f64::floor), bound(map, "exclusiveMaximum").map(|e| e.ceil() - 1.0)) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    let low =
+        match (bound(map, "minimum").map(f64::ceil), bound(map, "exclusiveMinimum").map(|e| e.floor() + 1.0))
+        {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    let high =
+        match (bound(map, "maximum").map(f64::floor), bound(map, "exclusiveMaximum").map(|e| e.ceil() - 1.0))
+        {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     let start = match (low, high) {
         (Some(low), _) => low,
         (None, Some(high)) => high.min(0.0),
         (None, None) => 0.0,
     };
-    let mut value = start + variant as f64;
+    // Siblings differ by whole steps, so `uniqueItems` holds.
     let step = bound(map, "multipleOf").filter(|s| *s > 0.0);
-    if let Some(step) = step {
-        value = (value / step).ceil() * step;
-    }
+    let mut value = match step {
+        Some(step) => (start / step).ceil() * step + variant as f64 * step,
+        None => start + variant as f64,
+    };
     if let Some(high) = high
         && value > high
     {
@@ -347,23 +361,25 @@ fn integer(map: &Map<String, Value>, variant: usize) -> Value {
 }
 
 fn number(map: &Map<String, Value>, variant: usize) -> Value {
-    let high = bound(map, "maximum").or(bound(map, "exclusiveMaximum").map(|h| h - 1.0));
-    let mut value = match (bound(map, "minimum"), bound(map, "exclusiveMinimum")) {
-        (_, Some(exclusive)) => match bound(map, "maximum").or(bound(map, "exclusiveMaximum")) {
-            Some(top) if exclusive + 1.0 >= top => (exclusive + top) / 2.0,
-            _ => exclusive + 1.0,
-        },
+    let max = bound(map, "maximum");
+    let exclusive_max = bound(map, "exclusiveMaximum");
+    let top = max.or(exclusive_max);
+    let from_exclusive = bound(map, "exclusiveMinimum").map(|exclusive| match top {
+        Some(top) if exclusive + 1.0 >= top => (exclusive + top) / 2.0,
+        _ => exclusive + 1.0,
+    });
+    let base = match (bound(map, "minimum"), from_exclusive) {
+        (Some(min), Some(above)) => min.max(above),
         (Some(min), None) => min,
-        (None, None) => high.map_or(0.0, |h| h.min(0.0)),
-    } + variant as f64;
-    if let Some(step) = bound(map, "multipleOf").filter(|s| *s > 0.0) {
-        value = (value / step).ceil() * step;
-    }
-    if let Some(high) = bound(map, "maximum")
-        && value > high
-    {
-        value = high;
-    }
+        (None, Some(above)) => above,
+        (None, None) => top.map_or(0.0, |top| (top - 1.0).min(0.0)),
+    };
+    let step = bound(map, "multipleOf").filter(|s| *s > 0.0);
+    let fits = |value: f64| max.is_none_or(|m| value <= m) && exclusive_max.is_none_or(|m| value < m);
+    let aligned = |value: f64| step.map_or(value, |step| (value / step).ceil() * step);
+    // Siblings differ by whole steps, so `uniqueItems` holds where the range allows it.
+    let with_variant = aligned(base) + variant as f64 * step.unwrap_or(1.0);
+    let value = if fits(with_variant) { with_variant } else { aligned(base) };
     if value.fract() == 0.0 && value.abs() < 9.0e15 {
         return Value::Number(Number::from(value as i64));
     }

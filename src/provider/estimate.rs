@@ -24,7 +24,9 @@ pub(crate) fn request_chars(request: &ChatRequest) -> usize {
         for part in &message.parts {
             chars += match part {
                 Part::Text(text) => text.chars().count(),
-                Part::ToolCall { name, arguments, .. } => name.chars().count() + arguments.to_string().chars().count(),
+                Part::ToolCall { name, arguments, .. } => {
+                    name.chars().count() + arguments.to_string().chars().count()
+                }
                 Part::ToolResult { content, .. } => content.chars().count(),
                 Part::ProviderRaw { .. } => 0,
             };

@@ -6,8 +6,10 @@
 //! provider's code says `context_length_exceeded`.
 
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use regex::Regex;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
@@ -68,9 +70,15 @@ pub(crate) struct ErrorContext {
 }
 
 impl ErrorContext {
-    /// Removes the credential from a message, should a provider or library echo it.
+    /// Removes the credential from a message, should a provider or library echo it, and any
+    /// other key-shaped string (an endpoint may echo a key this adapter never held).
     pub(crate) fn scrub(&self, message: &str) -> String {
-        let mut message = message.to_owned();
+        static KEY_SHAPED: LazyLock<Option<Regex>> =
+            LazyLock::new(|| Regex::new(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{12,}").ok());
+        let mut message = match KEY_SHAPED.as_ref() {
+            Some(regex) => regex.replace_all(message, "[redacted]").into_owned(),
+            None => message.to_owned(),
+        };
         if let Some(secret) = &self.secret {
             let key = secret.expose();
             if key.len() >= 4 && message.contains(key) {
@@ -104,7 +112,12 @@ impl ErrorContext {
 }
 
 /// Turns a non-success HTTP answer into a typed error.
-pub(crate) fn classify_http(ctx: &ErrorContext, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Error {
+pub(crate) fn classify_http(
+    ctx: &ErrorContext,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Error {
     let detail = ErrorDetail::from_body(body);
     let code = status.as_u16();
     let kind = detail.kind();
@@ -166,7 +179,9 @@ pub(crate) fn classify_stream_error(ctx: &ErrorContext, value: &Value) -> Error 
 fn kind_code(kind: &str) -> (ErrorCode, bool) {
     match kind {
         "context_length_exceeded" => (ErrorCode::ContextOverflow, false),
-        "rate_limit_error" | "rate_limit_exceeded" | "tokens" | "requests" => (ErrorCode::ProviderRateLimit, true),
+        "rate_limit_error" | "rate_limit_exceeded" | "tokens" | "requests" => {
+            (ErrorCode::ProviderRateLimit, true)
+        }
         "insufficient_quota" | "billing_error" => (ErrorCode::ProviderRateLimit, false),
         "authentication_error" | "permission_error" | "invalid_api_key" | "invalid_authentication" => {
             (ErrorCode::ProviderAuth, false)
@@ -232,7 +247,8 @@ pub(crate) fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
     if let Some(ms) = headers.get("retry-after-ms").and_then(|v| v.to_str().ok()).and_then(parse_delta) {
         return Some(ms.min(MAX_MS));
     }
-    let seconds = headers.get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_delta)?;
+    let seconds =
+        headers.get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_delta)?;
     Some(seconds.saturating_mul(1000).min(MAX_MS))
 }
 
@@ -294,10 +310,30 @@ mod tests {
             (500, "", ErrorCode::ProviderUnavailable, true),
             (502, "", ErrorCode::ProviderUnavailable, true),
             (503, "", ErrorCode::ProviderUnavailable, true),
-            (529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, ErrorCode::ProviderUnavailable, true),
-            (400, r#"{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#, ErrorCode::ContextOverflow, false),
-            (400, r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#, ErrorCode::Validation, false),
-            (429, r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#, ErrorCode::ProviderRateLimit, false),
+            (
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                ErrorCode::ProviderUnavailable,
+                true,
+            ),
+            (
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+                ErrorCode::ContextOverflow,
+                false,
+            ),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+                ErrorCode::Validation,
+                false,
+            ),
+            (
+                429,
+                r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#,
+                ErrorCode::ProviderRateLimit,
+                false,
+            ),
         ];
         for (status, body, code, retryable) in cases {
             let err = classify_http(&ctx(), StatusCode::from_u16(status).unwrap(), &none, body.as_bytes());
@@ -317,7 +353,12 @@ mod tests {
 
     #[test]
     fn rate_limit_carries_retry_after() {
-        let err = classify_http(&ctx(), StatusCode::TOO_MANY_REQUESTS, &headers(&[("retry-after", "3")]), b"slow down");
+        let err = classify_http(
+            &ctx(),
+            StatusCode::TOO_MANY_REQUESTS,
+            &headers(&[("retry-after", "3")]),
+            b"slow down",
+        );
         assert_eq!(err.retry_after_ms, Some(3000));
         assert!(err.message.contains("slow down"));
     }

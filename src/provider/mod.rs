@@ -374,7 +374,8 @@ impl Capabilities {
     /// Everything supported.
     pub const ALL: Capabilities = Capabilities { native_schema: true, tools: true, reasoning: true };
     /// What an unknown OpenAI-compatible endpoint is assumed to support: tools, nothing else.
-    pub const CONSERVATIVE: Capabilities = Capabilities { native_schema: false, tools: true, reasoning: false };
+    pub const CONSERVATIVE: Capabilities =
+        Capabilities { native_schema: false, tools: true, reasoning: false };
 }
 
 #[cfg(test)]

@@ -47,7 +47,8 @@ pub(crate) struct Dialect {
 }
 
 impl Dialect {
-    pub(crate) const OPENAI: Dialect = Dialect { max_tokens_field: "max_completion_tokens", include_usage: true };
+    pub(crate) const OPENAI: Dialect =
+        Dialect { max_tokens_field: "max_completion_tokens", include_usage: true };
     pub(crate) const COMPATIBLE: Dialect = Dialect { max_tokens_field: "max_tokens", include_usage: true };
 }
 
@@ -60,7 +61,12 @@ impl OpenAiChatProvider {
     /// # Errors
     /// `internal` if the HTTP client cannot be built.
     pub fn new(api_key: ApiKey) -> Result<OpenAiChatProvider, Error> {
-        OpenAiChatProvider::build("openai", OpenAiChatProvider::DEFAULT_BASE_URL, Some(api_key), Dialect::OPENAI)
+        OpenAiChatProvider::build(
+            "openai",
+            OpenAiChatProvider::DEFAULT_BASE_URL,
+            Some(api_key),
+            Dialect::OPENAI,
+        )
     }
 
     /// An adapter keyed from `OPENAI_API_KEY`, at `OPENAI_BASE_URL` when that is set.
@@ -207,7 +213,8 @@ pub(crate) fn openai_capabilities(model: &str) -> Capabilities {
 pub(crate) fn strict_compatible(schema: &Value) -> bool {
     match schema {
         Value::Object(map) => {
-            let is_object = map.get("type").and_then(Value::as_str) == Some("object") || map.contains_key("properties");
+            let is_object =
+                map.get("type").and_then(Value::as_str) == Some("object") || map.contains_key("properties");
             if is_object && map.get("additionalProperties") != Some(&Value::Bool(false)) {
                 return false;
             }
@@ -292,7 +299,9 @@ fn compile_message(message: &Message, out: &mut Vec<Value>) {
             // Tool results answer the previous assistant turn, so they come first.
             for part in &message.parts {
                 if let Part::ToolResult { content, .. } = part {
-                    out.push(json!({"role": "tool", "tool_call_id": part.wire_tool_id(), "content": content}));
+                    out.push(
+                        json!({"role": "tool", "tool_call_id": part.wire_tool_id(), "content": content}),
+                    );
                 }
             }
             let text = message.text();
@@ -606,7 +615,10 @@ mod tests {
     fn usage_never_assumes_total_is_prompt_plus_completion() {
         let openai = parse_usage(&json!({"prompt_tokens": 15, "completion_tokens": 78, "total_tokens": 93,
             "completion_tokens_details": {"reasoning_tokens": 64}, "prompt_tokens_details": {"cached_tokens": 3}}));
-        assert_eq!((openai.input_tokens, openai.output_tokens, openai.reasoning_tokens, openai.cache_read_tokens), (15, 78, 64, 3));
+        assert_eq!(
+            (openai.input_tokens, openai.output_tokens, openai.reasoning_tokens, openai.cache_read_tokens),
+            (15, 78, 64, 3)
+        );
         let xai = parse_usage(&json!({"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 354,
             "completion_tokens_details": {"reasoning_tokens": 340}}));
         assert_eq!((xai.input_tokens, xai.output_tokens, xai.reasoning_tokens), (12, 342, 340));
@@ -632,20 +644,34 @@ mod tests {
                     role: Role::Assistant,
                     parts: vec![
                         Part::ProviderRaw { provider: "anthropic".into(), data: json!({"type": "thinking"}) },
-                        Part::ToolCall { id: "c1".into(), wire_id: Some("call_1".into()), name: "f".into(), arguments: json!({"x": 1}) },
+                        Part::ToolCall {
+                            id: "c1".into(),
+                            wire_id: Some("call_1".into()),
+                            name: "f".into(),
+                            arguments: json!({"x": 1}),
+                        },
                     ],
                 },
                 Message {
                     role: Role::User,
                     parts: vec![
                         Part::text("more"),
-                        Part::ToolResult { id: "c1".into(), wire_id: Some("call_1".into()), content: "ok".into(), is_error: false },
+                        Part::ToolResult {
+                            id: "c1".into(),
+                            wire_id: Some("call_1".into()),
+                            content: "ok".into(),
+                            is_error: false,
+                        },
                     ],
                 },
             ],
         );
         request.system = Some("sys".into());
-        request.tools = vec![ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({"type": "object"}) }];
+        request.tools = vec![ToolSpec {
+            name: "f".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }];
         request.tool_choice = ToolChoice::Tool("f".into());
         request.max_output_tokens = Some(100);
         request.response_schema = Some(json!({"type": "object"}));

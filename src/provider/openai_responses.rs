@@ -239,7 +239,8 @@ fn compile_message(message: &Message, out: &mut Vec<Value>) {
                         }));
                     }
                     Part::ProviderRaw { provider, data }
-                        if provider == FAMILY && data.get("type").and_then(Value::as_str) != Some("refusal") =>
+                        if provider == FAMILY
+                            && data.get("type").and_then(Value::as_str) != Some("refusal") =>
                     {
                         flush(&mut text, out);
                         out.push(data.clone());
@@ -346,7 +347,11 @@ impl ResponsesDecoder {
                     }
                 };
                 self.saw_tool_call = true;
-                out.push(ChatEvent::ToolCallEnd { wire_id: call.wire_id.clone(), name: call.name.clone(), arguments });
+                out.push(ChatEvent::ToolCallEnd {
+                    wire_id: call.wire_id.clone(),
+                    name: call.name.clone(),
+                    arguments,
+                });
             }
             // Text arrived as deltas; a message item adds nothing.
             Some("message") | None => {}
@@ -494,17 +499,31 @@ mod tests {
                         Part::ProviderRaw { provider: "openai".into(), data: reasoning.clone() },
                         Part::ProviderRaw { provider: "anthropic".into(), data: json!({"type": "thinking"}) },
                         Part::text("let me look"),
-                        Part::ToolCall { id: "c1".into(), wire_id: Some("call_9".into()), name: "f".into(), arguments: json!({}) },
+                        Part::ToolCall {
+                            id: "c1".into(),
+                            wire_id: Some("call_9".into()),
+                            name: "f".into(),
+                            arguments: json!({}),
+                        },
                     ],
                 },
                 Message {
                     role: Role::User,
-                    parts: vec![Part::ToolResult { id: "c1".into(), wire_id: Some("call_9".into()), content: "42".into(), is_error: false }],
+                    parts: vec![Part::ToolResult {
+                        id: "c1".into(),
+                        wire_id: Some("call_9".into()),
+                        content: "42".into(),
+                        is_error: false,
+                    }],
                 },
             ],
         );
         request.system = Some("sys".into());
-        request.tools = vec![ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({"type": "object"}) }];
+        request.tools = vec![ToolSpec {
+            name: "f".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }];
         request.effort = Some("high".into());
         request.max_output_tokens = Some(64);
         let body = compile(&request);
@@ -517,7 +536,10 @@ mod tests {
         assert_eq!(input[0], json!({"role": "user", "content": "q"}));
         assert_eq!(input[1], reasoning);
         assert_eq!(input[2], json!({"role": "assistant", "content": "let me look"}));
-        assert_eq!(input[3], json!({"type": "function_call", "call_id": "call_9", "name": "f", "arguments": "{}"}));
+        assert_eq!(
+            input[3],
+            json!({"type": "function_call", "call_id": "call_9", "name": "f", "arguments": "{}"})
+        );
         assert_eq!(input[4], json!({"type": "function_call_output", "call_id": "call_9", "output": "42"}));
         assert_eq!(input.len(), 5);
     }

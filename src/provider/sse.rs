@@ -124,11 +124,7 @@ impl SseParser {
                 self.data.push_str(&String::from_utf8_lossy(value));
             }
             b"event" => self.event = String::from_utf8_lossy(value).into_owned(),
-            b"id" => {
-                if !value.contains(&0) {
-                    self.last_id = Some(String::from_utf8_lossy(value).into_owned());
-                }
-            }
+            b"id" if !value.contains(&0) => self.last_id = Some(String::from_utf8_lossy(value).into_owned()),
             // `retry` and unknown fields carry nothing a one-shot request can use.
             _ => {}
         }
@@ -186,7 +182,10 @@ mod tests {
     fn comments_bom_and_fields_without_colon() {
         let out = parse_chunks(&[b"\xEF\xBB\xBF: hi\nevent\ndata\n\ndata:  two spaces\nid: 7\n\n"]);
         assert_eq!(out[0], ev("", ""));
-        assert_eq!(out[1], SseEvent { event: String::new(), data: " two spaces".into(), id: Some("7".into()) });
+        assert_eq!(
+            out[1],
+            SseEvent { event: String::new(), data: " two spaces".into(), id: Some("7".into()) }
+        );
     }
 
     #[test]
@@ -196,7 +195,10 @@ mod tests {
 
     #[test]
     fn unterminated_last_event_is_flushed_at_the_end() {
-        assert_eq!(parse_chunks(&[b"data: {\"type\":\"message_stop\"}"]), [ev("", "{\"type\":\"message_stop\"}")]);
+        assert_eq!(
+            parse_chunks(&[b"data: {\"type\":\"message_stop\"}"]),
+            [ev("", "{\"type\":\"message_stop\"}")]
+        );
         assert_eq!(parse_chunks(&[b"data: a\n"]), [ev("", "a")]);
     }
 

@@ -261,7 +261,11 @@ impl Driver {
     fn stalled(&self, when: &str) -> Error {
         Error::new(
             ErrorCode::Transport,
-            format!("{} stream stalled {when}: no bytes for {} ms", self.context.provider, self.idle.as_millis()),
+            format!(
+                "{} stream stalled {when}: no bytes for {} ms",
+                self.context.provider,
+                self.idle.as_millis()
+            ),
         )
     }
 

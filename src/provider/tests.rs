@@ -6,9 +6,15 @@ use super::*;
 
 #[test]
 fn wire_tool_id_prefers_the_wire_id() {
-    let call = Part::ToolCall { id: "01J".into(), wire_id: Some("toolu_1".into()), name: "f".into(), arguments: json!({}) };
+    let call = Part::ToolCall {
+        id: "01J".into(),
+        wire_id: Some("toolu_1".into()),
+        name: "f".into(),
+        arguments: json!({}),
+    };
     assert_eq!(call.wire_tool_id(), Some("toolu_1"));
-    let minted = Part::ToolResult { id: "01J".into(), wire_id: None, content: String::new(), is_error: false };
+    let minted =
+        Part::ToolResult { id: "01J".into(), wire_id: None, content: String::new(), is_error: false };
     assert_eq!(minted.wire_tool_id(), Some("01J"));
     assert_eq!(Part::text("x").wire_tool_id(), None);
 }
@@ -22,7 +28,12 @@ fn last_user_text_skips_tool_only_turns() {
             Message::assistant("reply"),
             Message {
                 role: Role::User,
-                parts: vec![Part::ToolResult { id: "1".into(), wire_id: None, content: "r".into(), is_error: false }],
+                parts: vec![Part::ToolResult {
+                    id: "1".into(),
+                    wire_id: None,
+                    content: "r".into(),
+                    is_error: false,
+                }],
             },
         ],
     );

@@ -18,7 +18,10 @@ async fn run(fake: &FakeProvider, request: ChatRequest) -> Vec<ChatEvent> {
 }
 
 fn text_of(events: &[ChatEvent]) -> String {
-    events.iter().filter_map(|e| if let ChatEvent::TextDelta(t) = e { Some(t.as_str()) } else { None }).collect()
+    events
+        .iter()
+        .filter_map(|e| if let ChatEvent::TextDelta(t) = e { Some(t.as_str()) } else { None })
+        .collect()
 }
 
 #[tokio::test]
@@ -42,7 +45,8 @@ async fn first_matching_responder_wins_then_fallback() {
 
 #[tokio::test]
 async fn scripts_advance_and_repeat_their_last_turn() {
-    let rate_limited = Error::new(ErrorCode::ProviderRateLimit, "429 too many requests").with_retry_after_ms(1000);
+    let rate_limited =
+        Error::new(ErrorCode::ProviderRateLimit, "429 too many requests").with_retry_after_ms(1000);
     let fake = FakeProvider::new().otherwise(FakeScript::fail_times(2, rate_limited.clone()).then_text("ok"));
     for _ in 0..2 {
         assert_eq!(run(&fake, request(None, None, "x")).await, [ChatEvent::Error(rate_limited.clone())]);
@@ -57,13 +61,18 @@ async fn scripts_advance_and_repeat_their_last_turn() {
 #[tokio::test]
 async fn tool_call_turns_then_text_with_usage() {
     let usage = Usage { input_tokens: 10, output_tokens: 5, ..Usage::default() };
-    let fake = FakeProvider::new()
-        .otherwise(FakeScript::tool_call("search", json!({"q": "x"})).with_usage(usage).then_json(json!({"a": 1})));
+    let fake = FakeProvider::new().otherwise(
+        FakeScript::tool_call("search", json!({"q": "x"})).with_usage(usage).then_json(json!({"a": 1})),
+    );
     let events = run(&fake, request(None, None, "go")).await;
     assert_eq!(events[0], ChatEvent::ToolCallStart { wire_id: "fake_call_1".into(), name: "search".into() });
     assert_eq!(
         events[2],
-        ChatEvent::ToolCallEnd { wire_id: "fake_call_1".into(), name: "search".into(), arguments: json!({"q": "x"}) }
+        ChatEvent::ToolCallEnd {
+            wire_id: "fake_call_1".into(),
+            name: "search".into(),
+            arguments: json!({"q": "x"})
+        }
     );
     assert_eq!(events[3], ChatEvent::Finish { reason: FinishReason::ToolUse, usage });
     let events = run(&fake, request(None, None, "go")).await;
@@ -83,7 +92,8 @@ async fn unmatched_calls_fail_typed() {
 
 #[tokio::test(start_paused = true)]
 async fn latency_uses_tokio_time_and_honours_cancellation() {
-    let fake = FakeProvider::new().otherwise(FakeScript::text("slow").with_latency(Duration::from_secs(3600)));
+    let fake =
+        FakeProvider::new().otherwise(FakeScript::text("slow").with_latency(Duration::from_secs(3600)));
     let start = tokio::time::Instant::now();
     let events = run(&fake, request(None, None, "x")).await;
     assert_eq!(text_of(&events), "slow");
