@@ -16,6 +16,7 @@ pub mod model;
 mod money;
 pub mod provider;
 pub mod store;
+pub mod testing;
 mod usage;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
@@ -27,6 +28,7 @@ pub use engine::{
 };
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
+pub use provider::{ChatEvent, ChatRequest, Provider};
 pub use store::{
     JournalStore, LeasableStore, Lease, RawEntry, RunFilter, RunId, RunMeta, RunStatus, TranscriptStore,
 };

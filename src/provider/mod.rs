@@ -1,250 +1,382 @@
-//! L1: the provider seam. PROVISIONAL copy of the contract; replaced by the provider work.
+//! The provider layer: the canonical request and event vocabulary every model call speaks, the
+//! [`Provider`] trait, and the adapters that translate it to real wire dialects.
+//!
+//! The engine and the agent loop only ever see [`ChatRequest`] going in and a stream of
+//! [`ChatEvent`] coming out. Each adapter absorbs its provider's quirks (wire ids, streamed JSON
+//! tool arguments, usage conventions, error shapes) so nothing above this layer knows who served
+//! the tokens. Adapters are split in two halves: a pure request compiler and a [`StreamDecoder`]
+//! that turns server-sent events into canonical events. The decoder runs on bytes without HTTP,
+//! which is how recorded real streams test it.
+//!
+//! Shipped adapters: [`anthropic::AnthropicProvider`] (Messages API),
+//! [`openai_chat::OpenAiChatProvider`] (Chat Completions), [`openai_responses::OpenAiResponsesProvider`]
+//! (Responses API), [`openai_compatible::OpenAiCompatibleProvider`] (Chat Completions at any base
+//! URL: Ollama, vLLM, llama.cpp) and the offline [`echo::EchoProvider`].
+
+pub mod anthropic;
+pub mod echo;
+mod estimate;
+mod http;
+pub mod openai_chat;
+pub mod openai_compatible;
+pub mod openai_responses;
+pub mod sse;
+mod stream;
+
+use std::fmt;
 
 use futures::stream::BoxStream;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::Usage;
+use crate::{Error, Usage};
 
-/// A model provider.
-pub trait Provider: Send + Sync + std::fmt::Debug {
-    /// The provider's name.
+pub(crate) use echo::split_deltas as split_text_deltas;
+pub(crate) use estimate::request_tokens as estimate_request_tokens;
+pub use http::ApiKey;
+pub(crate) use stream::cancelled as cancelled_error;
+pub use stream::{StreamDecoder, decode_sse};
+
+/// A model provider: turns one [`ChatRequest`] into a stream of [`ChatEvent`]s.
+///
+/// Implementations are cheap to share (`Arc<dyn Provider>`); credentials and the endpoint are
+/// fixed at construction. Adapters never retry: the core owns retries, backoff and failover, so
+/// every attempt is visible to the journal and the budget.
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// The provider's name, the part before ':' in a model ref ("anthropic", "openai", "echo", ...).
     fn name(&self) -> &str;
-    /// What a model supports.
+
+    /// What a model of this provider supports (native structured output, tools, ...).
     fn capabilities(&self, model: &str) -> Capabilities;
-    /// Starts one model turn.
+
+    /// Starts one model turn. Connection happens inside the stream; the stream yields
+    /// exactly one terminal event (Finish or Error) and then ends. Dropping the stream or
+    /// cancelling `cancel` severs the HTTP stream at once. Adapters never retry.
+    ///
+    /// # Cancel safety
+    /// Cancelling `cancel` ends the stream with `Error` of code [`crate::ErrorCode::Cancelled`]
+    /// as its terminal event; dropping the stream ends it with nothing further.
     fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent>;
 }
 
-/// One model turn's request.
-#[derive(Debug, Clone, Default)]
+/// One model turn's input, in the canonical, provider-neutral form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
-    /// Provider-local model name.
+    /// The provider-local model name (the part after ':' in a model ref).
     pub model: String,
-    /// Authored system text.
+    /// The system prompt: authored text only, never untrusted input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
-    /// The conversation.
+    /// The conversation so far, oldest first.
     pub messages: Vec<Message>,
-    /// Tools offered.
+    /// Tools the model may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolSpec>,
-    /// Tool choice.
+    /// Whether and which tool the model must call.
+    #[serde(default)]
     pub tool_choice: ToolChoice,
-    /// Output cap.
+    /// The output cap for this turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
-    /// Temperature.
+    /// Sampling temperature, where the model accepts one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
-    /// Native structured output schema.
-    pub response_schema: Option<Value>,
-    /// Reasoning effort.
+    /// Requests native structured output (a JSON Schema) where the provider supports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<serde_json::Value>,
+    /// Reasoning effort (`low`, `medium`, `high`, ...), passed to providers that take one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effort: Option<String>,
-    /// Metadata adapters ignore.
+    /// Telemetry about the call; adapters ignore it, the fake provider matches on it.
+    #[serde(default)]
     pub meta: CallMeta,
 }
 
-/// Metadata for fakes and logs.
-#[derive(Debug, Clone, Default)]
+/// Who is making a call, for telemetry and test matching; never sent on the wire.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallMeta {
-    /// Label.
+    /// The call's label, if the workflow gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
-    /// Agent type.
+    /// The agent type (profile name) making the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_type: Option<String>,
 }
 
-/// A message.
-#[derive(Debug, Clone)]
+/// One message of a conversation: a role and ordered parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
-    /// Role.
+    /// Who wrote the message.
     pub role: Role,
-    /// Parts.
+    /// The content, in order; order is preserved on the wire in both directions.
     pub parts: Vec<Part>,
 }
 
-/// A role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The author of a [`Message`]. Tool results travel in user messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Role {
-    /// User.
+    /// The caller (prompts, tool results).
     User,
-    /// Assistant.
+    /// The model.
     Assistant,
 }
 
-/// A message part.
-#[derive(Debug, Clone)]
+/// One piece of a [`Message`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Part {
-    /// Text.
+    /// Plain text.
     Text(String),
-    /// A tool call.
+    /// A tool call the model made.
     ToolCall {
-        /// Engine id.
+        /// The engine-minted id; stable across providers.
         id: String,
-        /// Wire id.
+        /// The id the provider used on the wire, when the call came from a provider.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         wire_id: Option<String>,
-        /// Name.
+        /// The tool's name.
         name: String,
-        /// Arguments.
-        arguments: Value,
+        /// The parsed arguments.
+        arguments: serde_json::Value,
     },
-    /// A tool result.
+    /// The result of a tool call, sent back to the model.
     ToolResult {
-        /// Engine id.
+        /// The engine-minted id of the call this answers.
         id: String,
-        /// Wire id.
+        /// The wire id of the call this answers, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         wire_id: Option<String>,
-        /// Content.
+        /// The result text.
         content: String,
-        /// Error flag.
+        /// Whether the tool failed.
+        #[serde(default)]
         is_error: bool,
     },
-    /// Provider-specific raw data.
+    /// An opaque provider block (e.g. an Anthropic thinking block with its signature): replayed
+    /// byte-exact only to the provider that produced it, dropped for others.
     ProviderRaw {
-        /// Provider.
+        /// The provider family that produced the block ("anthropic", "openai").
         provider: String,
-        /// Data.
-        data: Value,
+        /// The block, exactly as the provider sent it.
+        data: serde_json::Value,
     },
 }
 
-/// A tool offered to the model.
-#[derive(Debug, Clone)]
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
-    /// Name.
+    /// The tool's name.
     pub name: String,
-    /// Description.
+    /// What the tool does, for the model.
     pub description: String,
-    /// JSON Schema of the arguments.
-    pub parameters: Value,
+    /// The JSON Schema of the tool's arguments.
+    pub parameters: serde_json::Value,
 }
 
-/// Tool choice.
-#[derive(Debug, Clone, Default)]
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ToolChoice {
-    /// Auto.
+    /// The model decides.
     #[default]
     Auto,
-    /// None.
+    /// The model must not call tools.
     None,
-    /// Required.
+    /// The model must call some tool.
     Required,
-    /// A named tool.
+    /// The model must call this tool.
     Tool(String),
 }
 
-/// One stream event.
-#[derive(Debug, Clone)]
+/// One event of a model turn's stream.
+///
+/// A stream carries any number of non-terminal events and then exactly one terminal event,
+/// [`ChatEvent::Finish`] or [`ChatEvent::Error`]. Tool-call events carry the provider's wire id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ChatEvent {
-    /// Text delta.
+    /// A piece of the answer text.
     TextDelta(String),
-    /// Reasoning delta.
+    /// A piece of visible reasoning (thinking, a reasoning summary).
     ReasoningDelta(String),
-    /// Tool call start.
+    /// A tool call begins.
     ToolCallStart {
-        /// Wire id.
+        /// The provider's id of the call.
         wire_id: String,
-        /// Name.
+        /// The tool's name.
         name: String,
     },
-    /// Tool call arguments delta.
+    /// A fragment of a tool call's JSON arguments.
     ToolCallDelta {
-        /// Wire id.
+        /// The provider's id of the call.
         wire_id: String,
-        /// Delta.
+        /// The next fragment of the JSON text.
         arguments_delta: String,
     },
-    /// Tool call end.
+    /// A tool call is complete, with its parsed arguments.
     ToolCallEnd {
-        /// Wire id.
+        /// The provider's id of the call.
         wire_id: String,
-        /// Name.
+        /// The tool's name.
         name: String,
-        /// Arguments.
-        arguments: Value,
+        /// The parsed arguments.
+        arguments: serde_json::Value,
     },
-    /// Raw provider data.
+    /// An opaque provider block to keep in the history (see [`Part::ProviderRaw`]).
     ProviderRaw {
-        /// Provider.
+        /// The provider family ("anthropic", "openai").
         provider: String,
-        /// Data.
-        data: Value,
+        /// The block, exactly as received.
+        data: serde_json::Value,
     },
-    /// Running usage.
+    /// Usage so far, for live budget cuts; the terminal event carries the authoritative totals.
     Usage(Usage),
-    /// Terminal: finished.
+    /// The turn ended normally.
     Finish {
-        /// Reason.
+        /// Why the model stopped.
         reason: FinishReason,
-        /// Usage.
+        /// The turn's usage.
         usage: Usage,
     },
-    /// Terminal: failed.
-    Error(crate::Error),
+    /// The turn failed.
+    Error(Error),
 }
 
-/// Why a turn finished.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a model turn ended.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FinishReason {
-    /// Stop.
+    /// A natural end or a stop sequence.
     Stop,
-    /// Length.
+    /// The output cap was reached.
     Length,
-    /// Tool use.
+    /// The model called tools and waits for their results.
     ToolUse,
-    /// Content filter.
+    /// A content filter cut the output.
     ContentFilter,
-    /// Refusal.
+    /// The model refused; the refusal is an outcome, not an error.
     Refusal,
-    /// Pause turn.
+    /// The provider paused a long server-side turn; send the turn back to continue it.
     PauseTurn,
-    /// Other.
+    /// A reason cairn does not model, as the provider named it.
     Other(String),
 }
 
-/// Model capabilities.
-#[derive(Debug, Clone, Copy, Default)]
+/// What a model of a provider supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Capabilities {
-    /// Native structured output.
+    /// The provider can be asked for output matching a JSON Schema.
     pub native_schema: bool,
-    /// Tools.
+    /// The model can call tools.
     pub tools: bool,
-    /// Reasoning.
+    /// The model reasons before answering (and may take an effort).
     pub reasoning: bool,
 }
 
-/// PROVISIONAL echo provider (replaced by the provider work).
-#[derive(Debug, Default)]
-pub struct EchoProvider;
+impl ChatRequest {
+    /// A request for `model` over `messages`, with every option at its neutral value.
+    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> ChatRequest {
+        ChatRequest {
+            model: model.into(),
+            system: None,
+            messages,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            max_output_tokens: None,
+            temperature: None,
+            response_schema: None,
+            effort: None,
+            meta: CallMeta::default(),
+        }
+    }
 
-impl EchoProvider {
-    /// A new echo provider.
-    pub fn new() -> EchoProvider {
-        EchoProvider
+    /// The text of the last user message that has any, or `None`.
+    pub fn last_user_text(&self) -> Option<String> {
+        self.messages.iter().rev().filter(|m| m.role == Role::User).find_map(|m| {
+            let text = m.text();
+            (!text.is_empty()).then_some(text)
+        })
     }
 }
 
-impl Provider for EchoProvider {
-    fn name(&self) -> &str {
-        "echo"
+impl Message {
+    /// A user message holding one text part.
+    pub fn user(text: impl Into<String>) -> Message {
+        Message { role: Role::User, parts: vec![Part::text(text)] }
     }
-    fn capabilities(&self, _model: &str) -> Capabilities {
-        Capabilities { native_schema: true, tools: false, reasoning: false }
+
+    /// An assistant message holding one text part.
+    pub fn assistant(text: impl Into<String>) -> Message {
+        Message { role: Role::Assistant, parts: vec![Part::text(text)] }
     }
-    fn stream(&self, request: ChatRequest, _cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
-        let last = request
-            .messages
+
+    /// The message's text parts, joined with newlines.
+    pub fn text(&self) -> String {
+        let texts: Vec<&str> = self
+            .parts
             .iter()
-            .rev()
-            .find_map(|m| {
-                m.parts.iter().find_map(|p| if let Part::Text(t) = p { Some(t.clone()) } else { None })
+            .filter_map(|p| match p {
+                Part::Text(text) => Some(text.as_str()),
+                _ => None,
             })
-            .unwrap_or_default();
-        let text = if request.response_schema.is_some() { "{}".to_owned() } else { format!("echo: {last}") };
-        let usage = Usage {
-            input_tokens: (last.len() as u64).div_ceil(4).max(1),
-            output_tokens: (text.len() as u64).div_ceil(4).max(1),
-            ..Usage::default()
-        };
-        Box::pin(futures::stream::iter(vec![
-            ChatEvent::TextDelta(text),
-            ChatEvent::Finish { reason: FinishReason::Stop, usage },
-        ]))
+            .collect();
+        texts.join("\n")
     }
 }
+
+impl Part {
+    /// A text part.
+    pub fn text(text: impl Into<String>) -> Part {
+        Part::Text(text.into())
+    }
+
+    /// The id to put on the wire for a tool call or result: the wire id if the call came from
+    /// a provider, else the engine's id.
+    pub fn wire_tool_id(&self) -> Option<&str> {
+        match self {
+            Part::ToolCall { id, wire_id, .. } | Part::ToolResult { id, wire_id, .. } => {
+                Some(wire_id.as_deref().unwrap_or(id))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl ChatEvent {
+    /// A text delta.
+    pub fn text(text: impl Into<String>) -> ChatEvent {
+        ChatEvent::TextDelta(text.into())
+    }
+
+    /// Whether this event ends the stream.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, ChatEvent::Finish { .. } | ChatEvent::Error(_))
+    }
+}
+
+impl FinishReason {
+    /// The snake_case name, for logs and cassettes.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolUse => "tool_use",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Refusal => "refusal",
+            FinishReason::PauseTurn => "pause_turn",
+            FinishReason::Other(other) => other,
+        }
+    }
+}
+
+impl Capabilities {
+    /// Everything supported.
+    pub const ALL: Capabilities = Capabilities { native_schema: true, tools: true, reasoning: true };
+    /// What an unknown OpenAI-compatible endpoint is assumed to support: tools, nothing else.
+    pub const CONSERVATIVE: Capabilities =
+        Capabilities { native_schema: false, tools: true, reasoning: false };
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,409 @@
+//! `echo`: the built-in offline model (`echo:default`), deterministic and free, for demos, tests
+//! and benchmarks.
+//!
+//! It answers `echo: ` plus the last user text (cut to a sensible length), or, when the request
+//! asks for structured output, a JSON value generated from the schema that satisfies it. The
+//! reply streams as a few text deltas; usage is estimated from lengths (about four characters
+//! per token) and is not marked approximate, because echo's usage is its own truth: there is no
+//! other count to be approximately right about. It never calls tools.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde_json::{Map, Number, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::estimate;
+use super::stream::cancelled;
+use super::{Capabilities, ChatEvent, ChatRequest, FinishReason, Provider};
+use crate::Usage;
+
+/// The offline echo model.
+#[derive(Debug, Clone)]
+pub struct EchoProvider {
+    latency: Option<Duration>,
+}
+
+impl EchoProvider {
+    /// The longest echoed prompt text, in characters, before it is cut with an ellipsis.
+    pub const MAX_ECHO_CHARS: usize = 200;
+
+    /// An echo model that answers at once.
+    pub fn new() -> EchoProvider {
+        EchoProvider { latency: None }
+    }
+
+    /// Waits `latency` before answering each call (a `tokio::time::sleep`, so paused test time
+    /// skips it), to exercise timeouts, concurrency and budgets.
+    pub fn with_latency(mut self, latency: Duration) -> EchoProvider {
+        self.latency = Some(latency);
+        self
+    }
+
+    /// The reply echo gives to `request`, in full.
+    pub fn reply(request: &ChatRequest) -> String {
+        if let Some(schema) = &request.response_schema {
+            return json_for_schema(schema).to_string();
+        }
+        let text = request.last_user_text().unwrap_or_default();
+        let text = text.trim();
+        match text.char_indices().nth(EchoProvider::MAX_ECHO_CHARS) {
+            Some((end, _)) => format!("echo: {}\u{2026}", &text[..end]),
+            None => format!("echo: {text}"),
+        }
+    }
+}
+
+impl Default for EchoProvider {
+    fn default() -> EchoProvider {
+        EchoProvider::new()
+    }
+}
+
+impl Provider for EchoProvider {
+    fn name(&self) -> &str {
+        "echo"
+    }
+
+    /// Echo takes tool specs (and never calls them), so agents with tools run on it.
+    fn capabilities(&self, _model: &str) -> Capabilities {
+        Capabilities { native_schema: true, tools: true, reasoning: false }
+    }
+
+    fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
+        let latency = self.latency;
+        let reply = EchoProvider::reply(&request);
+        let usage = Usage {
+            input_tokens: estimate::request_tokens(&request),
+            output_tokens: estimate::tokens_for_chars(reply.chars().count()).max(1),
+            ..Usage::default()
+        };
+        let events = async move {
+            if let Some(latency) = latency {
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return vec![ChatEvent::Error(cancelled())],
+                    _ = tokio::time::sleep(latency) => {}
+                }
+            }
+            if cancel.is_cancelled() {
+                return vec![ChatEvent::Error(cancelled())];
+            }
+            let mut events: Vec<ChatEvent> =
+                split_deltas(&reply, 4).into_iter().map(ChatEvent::TextDelta).collect();
+            events.push(ChatEvent::Finish { reason: FinishReason::Stop, usage });
+            events
+        };
+        futures::stream::once(events).flat_map(futures::stream::iter).boxed()
+    }
+}
+
+/// Splits `text` into at most `pieces` non-empty pieces on character boundaries.
+pub(crate) fn split_deltas(text: &str, pieces: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let size = chars.len().div_ceil(pieces.max(1));
+    chars.chunks(size).map(|chunk| chunk.iter().collect()).collect()
+}
+
+/// A JSON value satisfying `schema`, generated deterministically.
+///
+/// Supported: `type` (one or several), `properties` + `required`, `additionalProperties`,
+/// `items`/`prefixItems`, `minItems`/`maxItems`/`uniqueItems`, `enum`, `const`, `minimum`,
+/// `maximum` (and their exclusive forms), `multipleOf`, `minLength`/`maxLength`, common
+/// `format`s, `pattern` (by trying a few candidates), `anyOf`/`oneOf` (first branch), `allOf`
+/// (merged), and `$ref` to local definitions (`#/$defs/...`, any local JSON pointer).
+pub fn json_for_schema(schema: &Value) -> Value {
+    Generator { root: schema }.value(schema, 0, 0)
+}
+
+struct Generator<'a> {
+    root: &'a Value,
+}
+
+/// Deep enough for any sensible schema; recursive `$ref`s bottom out here.
+const MAX_DEPTH: usize = 32;
+
+impl Generator<'_> {
+    /// `variant` distinguishes siblings in an array, so `uniqueItems` holds.
+    fn value(&self, schema: &Value, depth: usize, variant: usize) -> Value {
+        let Some(map) = schema.as_object() else { return Value::Null };
+        if depth > MAX_DEPTH {
+            return Value::Null;
+        }
+        if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+            return match self.resolve(reference) {
+                Some(target) => self.value(target, depth + 1, variant),
+                None => Value::Null,
+            };
+        }
+        if let Some(constant) = map.get("const") {
+            return constant.clone();
+        }
+        if let Some(options) = map.get("enum").and_then(Value::as_array).filter(|o| !o.is_empty()) {
+            return options[variant % options.len()].clone();
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(first) = map.get(key).and_then(Value::as_array).and_then(|b| b.first()) {
+                let merged = merge_siblings(map, key, first);
+                return self.value(&merged, depth + 1, variant);
+            }
+        }
+        if let Some(all) = map.get("allOf").and_then(Value::as_array) {
+            let mut merged = map.clone();
+            merged.remove("allOf");
+            for part in all {
+                let part = match part.get("$ref").and_then(Value::as_str) {
+                    Some(reference) => self.resolve(reference).cloned().unwrap_or(Value::Null),
+                    None => part.clone(),
+                };
+                merge_into(&mut merged, &part);
+            }
+            return self.value(&Value::Object(merged), depth + 1, variant);
+        }
+        match self.type_of(map) {
+            "object" => self.object(map, depth, variant),
+            "array" => self.array(map, depth, variant),
+            "string" => string(map, variant),
+            "integer" => integer(map, variant),
+            "number" => number(map, variant),
+            "boolean" => Value::Bool(variant % 2 == 1),
+            _ => Value::Null,
+        }
+    }
+
+    fn type_of<'m>(&self, map: &'m Map<String, Value>) -> &'m str {
+        match map.get("type") {
+            Some(Value::String(kind)) => kind,
+            // Prefer a non-null type: a value says more than a null.
+            Some(Value::Array(kinds)) => {
+                let kinds: Vec<&str> = kinds.iter().filter_map(Value::as_str).collect();
+                kinds.iter().find(|k| **k != "null").or(kinds.first()).copied().unwrap_or("null")
+            }
+            _ if map.contains_key("properties") || map.contains_key("required") => "object",
+            _ if map.contains_key("items") || map.contains_key("prefixItems") => "array",
+            _ if map.contains_key("minLength") || map.contains_key("pattern") => "string",
+            _ if map.contains_key("minimum") || map.contains_key("maximum") => "number",
+            _ => "null",
+        }
+    }
+
+    fn resolve(&self, reference: &str) -> Option<&Value> {
+        let pointer = reference.strip_prefix('#')?;
+        if pointer.is_empty() {
+            return Some(self.root);
+        }
+        self.root.pointer(pointer)
+    }
+
+    fn object(&self, map: &Map<String, Value>, depth: usize, variant: usize) -> Value {
+        let mut object = Map::new();
+        let empty = Map::new();
+        let properties = map.get("properties").and_then(Value::as_object).unwrap_or(&empty);
+        for (name, schema) in properties {
+            object.insert(name.clone(), self.value(schema, depth + 1, variant));
+        }
+        let extra = map
+            .get("additionalProperties")
+            .filter(|s| s.is_object())
+            .cloned()
+            .unwrap_or(json!({"type": "string"}));
+        for name in
+            map.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
+        {
+            if !object.contains_key(name) {
+                object.insert(name.to_owned(), self.value(&extra, depth + 1, variant));
+            }
+        }
+        let min = map.get("minProperties").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let mut n = 0;
+        while object.len() < min && map.get("additionalProperties") != Some(&Value::Bool(false)) {
+            object.insert(format!("extra{n}"), self.value(&extra, depth + 1, n));
+            n += 1;
+        }
+        Value::Object(object)
+    }
+
+    fn array(&self, map: &Map<String, Value>, depth: usize, variant: usize) -> Value {
+        let prefix = map.get("prefixItems").and_then(Value::as_array);
+        let items = map.get("items");
+        let min = map.get("minItems").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let max = map.get("maxItems").and_then(Value::as_u64).map_or(usize::MAX, |m| m as usize);
+        let prefix_len = prefix.map_or(0, Vec::len);
+        // One item shows the shape; no item when extra items are forbidden beyond the prefix.
+        let wanted = if items == Some(&Value::Bool(false)) { prefix_len } else { min.max(prefix_len).max(1) };
+        let count = wanted.min(max);
+        let mut array = Vec::with_capacity(count);
+        for i in 0..count {
+            let schema = match (prefix.and_then(|p| p.get(i)), items) {
+                (Some(schema), _) => schema.clone(),
+                (None, Some(Value::Object(schema))) => Value::Object(schema.clone()),
+                (None, Some(Value::Array(tuple))) => {
+                    tuple.get(i).cloned().unwrap_or(json!({"type": "string"}))
+                }
+                _ => json!({"type": "string"}),
+            };
+            array.push(self.value(&schema, depth + 1, variant + i));
+        }
+        Value::Array(array)
+    }
+}
+
+/// `first` branch of an `anyOf`/`oneOf`, with the sibling keywords of the parent kept.
+fn merge_siblings(map: &Map<String, Value>, key: &str, first: &Value) -> Value {
+    let mut merged = map.clone();
+    merged.remove(key);
+    merged.remove("anyOf");
+    merged.remove("oneOf");
+    merge_into(&mut merged, first);
+    Value::Object(merged)
+}
+
+/// Merges `part`'s keywords into `target`: properties and required lists unite, others replace.
+fn merge_into(target: &mut Map<String, Value>, part: &Value) {
+    let Some(part) = part.as_object() else { return };
+    for (key, value) in part {
+        match (key.as_str(), target.get_mut(key), value) {
+            ("properties", Some(Value::Object(existing)), Value::Object(more)) => {
+                for (name, schema) in more {
+                    existing.insert(name.clone(), schema.clone());
+                }
+            }
+            ("required", Some(Value::Array(existing)), Value::Array(more)) => {
+                for name in more {
+                    if !existing.contains(name) {
+                        existing.push(name.clone());
+                    }
+                }
+            }
+            _ => {
+                target.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+fn string(map: &Map<String, Value>, variant: usize) -> Value {
+    let format = map.get("format").and_then(Value::as_str);
+    let base = match format {
+        Some("date-time") => "1970-01-01T00:00:00Z".to_owned(),
+        Some("date") => "1970-01-01".to_owned(),
+        Some("time") => "00:00:00Z".to_owned(),
+        Some("email") => format!("echo{variant}@example.com"),
+        Some("uri" | "url" | "iri") => format!("https://example.com/{variant}"),
+        Some("uuid") => format!("00000000-0000-4000-8000-{variant:012}"),
+        Some("ipv4") => format!("192.0.2.{}", variant % 256),
+        Some("ipv6") => format!("2001:db8::{:x}", variant % 65536),
+        Some("hostname") => format!("echo{variant}.example.com"),
+        _ if variant == 0 => "echo".to_owned(),
+        _ => format!("echo{variant}"),
+    };
+    let min = map.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let max = map.get("maxLength").and_then(Value::as_u64).map_or(usize::MAX, |m| m as usize);
+    let fit = |text: &str| -> String {
+        let mut text: String = text.chars().take(max).collect();
+        while text.chars().count() < min {
+            text.push('x');
+        }
+        text
+    };
+    if let Some(pattern) = map.get("pattern").and_then(Value::as_str)
+        && let Ok(regex) = regex::Regex::new(pattern)
+    {
+        let candidates = [base.as_str(), "", "a", "A", "0", "abc", "ABC", "123", "a1", "echo-1", "x_1"];
+        if let Some(found) = candidates.iter().map(|c| fit(c)).find(|c| regex.is_match(c)) {
+            return Value::String(found);
+        }
+    }
+    Value::String(fit(&base))
+}
+
+fn bound(map: &Map<String, Value>, key: &str) -> Option<f64> {
+    map.get(key).and_then(Value::as_f64)
+}
+
+fn integer(map: &Map<String, Value>, variant: usize) -> Value {
+    let low =
+        match (bound(map, "minimum").map(f64::ceil), bound(map, "exclusiveMinimum").map(|e| e.floor() + 1.0))
+        {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    let high =
+        match (bound(map, "maximum").map(f64::floor), bound(map, "exclusiveMaximum").map(|e| e.ceil() - 1.0))
+        {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    let start = match (low, high) {
+        (Some(low), _) => low,
+        (None, Some(high)) => high.min(0.0),
+        (None, None) => 0.0,
+    };
+    // Siblings differ by whole steps, so `uniqueItems` holds.
+    let step = bound(map, "multipleOf").filter(|s| *s > 0.0);
+    let mut value = match step {
+        Some(step) => (start / step).ceil() * step + variant as f64 * step,
+        None => start + variant as f64,
+    };
+    if let Some(high) = high
+        && value > high
+    {
+        value = match step {
+            Some(step) => (high / step).floor() * step,
+            None => high,
+        };
+    }
+    Value::Number(Number::from(value as i64))
+}
+
+fn number(map: &Map<String, Value>, variant: usize) -> Value {
+    let max = bound(map, "maximum");
+    let exclusive_max = bound(map, "exclusiveMaximum");
+    let top = max.or(exclusive_max);
+    let from_exclusive = bound(map, "exclusiveMinimum").map(|exclusive| match top {
+        Some(top) if exclusive + 1.0 >= top => (exclusive + top) / 2.0,
+        _ => exclusive + 1.0,
+    });
+    let base = match (bound(map, "minimum"), from_exclusive) {
+        (Some(min), Some(above)) => min.max(above),
+        (Some(min), None) => min,
+        (None, Some(above)) => above,
+        (None, None) => top.map_or(0.0, |top| (top - 1.0).min(0.0)),
+    };
+    let step = bound(map, "multipleOf").filter(|s| *s > 0.0);
+    let fits = |value: f64| max.is_none_or(|m| value <= m) && exclusive_max.is_none_or(|m| value < m);
+    let aligned = |value: f64| step.map_or(value, |step| (value / step).ceil() * step);
+    // Siblings differ by whole steps, so `uniqueItems` holds where the range allows it.
+    let with_variant = aligned(base) + variant as f64 * step.unwrap_or(1.0);
+    let value = if fits(with_variant) { with_variant } else { aligned(base) };
+    if value.fract() == 0.0 && value.abs() < 9.0e15 {
+        return Value::Number(Number::from(value as i64));
+    }
+    Number::from_f64(value).map_or(Value::Null, Value::Number)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_on_char_boundaries() {
+        assert_eq!(split_deltas("h\u{e9}llo w\u{f6}rld", 4).concat(), "h\u{e9}llo w\u{f6}rld");
+        assert_eq!(split_deltas("ab", 4), ["a", "b"]);
+        assert!(split_deltas("", 4).is_empty());
+    }
+
+    #[test]
+    fn echoes_the_last_user_text_cut_sensibly() {
+        let request = ChatRequest::new("default", vec![crate::provider::Message::user("hello")]);
+        assert_eq!(EchoProvider::reply(&request), "echo: hello");
+        let long = ChatRequest::new("default", vec![crate::provider::Message::user("\u{e9}".repeat(500))]);
+        let reply = EchoProvider::reply(&long);
+        assert_eq!(reply.chars().count(), "echo: ".len() + EchoProvider::MAX_ECHO_CHARS + 1);
+        assert!(reply.ends_with('\u{2026}'));
+    }
+}

@@ -1,0 +1,365 @@
+//! HTTP plumbing the adapters share: the redacting [`ApiKey`], the client, and the one place
+//! that turns HTTP statuses and provider error bodies into typed [`Error`]s.
+//!
+//! Classification reads the status and the provider's structured `type`/`code` fields, never
+//! the message text: a 400 whose message talks about context length is `validation` unless the
+//! provider's code says `context_length_exceeded`.
+
+use std::fmt;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use regex::Regex;
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+use crate::{Error, ErrorCode};
+
+/// A credential. Its `Debug` and `Display` never show it, and errors are scrubbed of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key given by the host (a vault, a per-tenant secret).
+    pub fn new(key: impl Into<String>) -> ApiKey {
+        ApiKey(key.into())
+    }
+
+    /// Reads the key from the environment variable `var`.
+    ///
+    /// # Errors
+    /// `config` when the variable is unset or empty (the message names the variable, never a value).
+    pub fn from_env(var: &str) -> Result<ApiKey, Error> {
+        match std::env::var(var) {
+            Ok(key) if !key.trim().is_empty() => Ok(ApiKey(key.trim().to_owned())),
+            _ => Err(Error::config(format!("the environment variable {var} holds no api key"))),
+        }
+    }
+
+    /// The secret itself, for the one header that carries it.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+/// Builds the HTTP client the adapters use by default: rustls, a bounded connect time, and
+/// no overall timeout (a stream may legitimately run for minutes; the idle timeout bounds it).
+pub(crate) fn default_client() -> Result<reqwest::Client, Error> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|err| Error::internal(format!("cannot build the http client: {err}")))
+}
+
+/// The default idle timeout: how long a stream may stay silent before it counts as stalled.
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What an error message may say about the call: the provider's name, and the credential to
+/// scrub from anything the provider echoes back.
+#[derive(Clone, Debug)]
+pub(crate) struct ErrorContext {
+    pub(crate) provider: String,
+    pub(crate) secret: Option<ApiKey>,
+}
+
+impl ErrorContext {
+    /// Removes the credential from a message, should a provider or library echo it, and any
+    /// other key-shaped string (an endpoint may echo a key this adapter never held).
+    pub(crate) fn scrub(&self, message: &str) -> String {
+        static KEY_SHAPED: LazyLock<Option<Regex>> =
+            LazyLock::new(|| Regex::new(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{12,}").ok());
+        let mut message = match KEY_SHAPED.as_ref() {
+            Some(regex) => regex.replace_all(message, "[redacted]").into_owned(),
+            None => message.to_owned(),
+        };
+        if let Some(secret) = &self.secret {
+            let key = secret.expose();
+            if key.len() >= 4 && message.contains(key) {
+                message = message.replace(key, "[redacted]");
+            }
+        }
+        message
+    }
+
+    /// A connection-level failure: always a retryable `transport` error.
+    pub(crate) fn transport(&self, err: &reqwest::Error) -> Error {
+        let what = if err.is_connect() {
+            "cannot connect"
+        } else if err.is_timeout() {
+            "timed out"
+        } else if err.is_body() || err.is_decode() {
+            "the response body broke off"
+        } else {
+            "the request failed"
+        };
+        // reqwest's Display includes the URL (never a header), and the chain says why.
+        let mut detail = err.to_string();
+        let mut source = std::error::Error::source(err);
+        while let Some(cause) = source {
+            detail.push_str(": ");
+            detail.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Error::new(ErrorCode::Transport, self.scrub(&format!("{}: {what}: {detail}", self.provider)))
+    }
+}
+
+/// Turns a non-success HTTP answer into a typed error.
+pub(crate) fn classify_http(
+    ctx: &ErrorContext,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Error {
+    let detail = ErrorDetail::from_body(body);
+    let code = status.as_u16();
+    let kind = detail.kind();
+    let (error_code, retryable) = match (code, kind) {
+        (_, Some(kind)) if kind_is(kind, &["context_length_exceeded"]) => (ErrorCode::ContextOverflow, false),
+        (_, Some(kind)) if kind_is(kind, &["insufficient_quota", "billing_error"]) => {
+            (ErrorCode::ProviderRateLimit, false)
+        }
+        (401 | 403, _) => (ErrorCode::ProviderAuth, false),
+        (404, _) => (ErrorCode::Config, false),
+        (408 | 409, _) => (ErrorCode::ProviderUnavailable, true),
+        (429, _) => (ErrorCode::ProviderRateLimit, true),
+        (500..=599, _) => (ErrorCode::ProviderUnavailable, true),
+        _ => (ErrorCode::Validation, false),
+    };
+    let mut message = format!("{} returned http {code}", ctx.provider);
+    if let Some(kind) = kind {
+        message.push_str(": ");
+        message.push_str(kind);
+    }
+    if let Some(text) = &detail.message {
+        message.push_str(": ");
+        message.push_str(&truncate(text, 500));
+    }
+    let mut error = Error::new(error_code, ctx.scrub(&message));
+    error.retryable = retryable;
+    if matches!(error_code, ErrorCode::ProviderRateLimit | ErrorCode::ProviderUnavailable)
+        && let Some(ms) = retry_after_ms(headers)
+    {
+        error = error.with_retry_after_ms(ms);
+    }
+    error
+}
+
+/// Classifies an error reported inside a stream (an `error` event) by its type or code.
+pub(crate) fn classify_stream_error(ctx: &ErrorContext, value: &Value) -> Error {
+    let detail = ErrorDetail::from_value(value);
+    let kind = detail.kind();
+    let (code, retryable) = match kind {
+        Some(kind) => kind_code(kind),
+        // An error the server did not name is a server-side fault mid-stream.
+        None => (ErrorCode::ProviderUnavailable, true),
+    };
+    let mut message = format!("{} stream error", ctx.provider);
+    if let Some(kind) = kind {
+        message.push_str(": ");
+        message.push_str(kind);
+    }
+    if let Some(text) = &detail.message {
+        message.push_str(": ");
+        message.push_str(&truncate(text, 500));
+    }
+    let mut error = Error::new(code, ctx.scrub(&message));
+    error.retryable = retryable;
+    error
+}
+
+/// Maps a provider's error type or code (Anthropic `error.type`, OpenAI `error.code`/`type`).
+fn kind_code(kind: &str) -> (ErrorCode, bool) {
+    match kind {
+        "context_length_exceeded" => (ErrorCode::ContextOverflow, false),
+        "rate_limit_error" | "rate_limit_exceeded" | "tokens" | "requests" => {
+            (ErrorCode::ProviderRateLimit, true)
+        }
+        "insufficient_quota" | "billing_error" => (ErrorCode::ProviderRateLimit, false),
+        "authentication_error" | "permission_error" | "invalid_api_key" | "invalid_authentication" => {
+            (ErrorCode::ProviderAuth, false)
+        }
+        "not_found_error" | "model_not_found" => (ErrorCode::Config, false),
+        "invalid_request_error" | "request_too_large" | "invalid_prompt" | "invalid_value" => {
+            (ErrorCode::Validation, false)
+        }
+        "content_filter" | "content_policy_violation" => (ErrorCode::ContentFilter, false),
+        // overloaded_error, api_error, server_error, timeout_error and anything unnamed: a
+        // server-side fault that a later attempt may not meet.
+        _ => (ErrorCode::ProviderUnavailable, true),
+    }
+}
+
+fn kind_is(kind: &str, names: &[&str]) -> bool {
+    names.contains(&kind)
+}
+
+/// The structured fields of a provider error body.
+struct ErrorDetail {
+    /// OpenAI's `code` (the most specific name), when present.
+    code: Option<String>,
+    /// Anthropic's and OpenAI's `type`.
+    kind: Option<String>,
+    message: Option<String>,
+}
+
+impl ErrorDetail {
+    fn from_body(body: &[u8]) -> ErrorDetail {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(value) => ErrorDetail::from_value(&value),
+            Err(_) => {
+                let text = String::from_utf8_lossy(body);
+                let text = text.trim();
+                ErrorDetail { code: None, kind: None, message: (!text.is_empty()).then(|| text.to_owned()) }
+            }
+        }
+    }
+
+    /// Reads `{"error": {...}}`, `{"type":"error","error":{...}}` or a bare `{code, message}`.
+    fn from_value(value: &Value) -> ErrorDetail {
+        let inner = match value.get("error") {
+            Some(inner) if inner.is_object() => inner,
+            _ => value,
+        };
+        let text = |key: &str| inner.get(key).and_then(Value::as_str).map(str::to_owned);
+        let kind = text("type").filter(|t| t != "error");
+        ErrorDetail { code: text("code"), kind, message: text("message") }
+    }
+
+    /// The most specific name: the code where there is one, else the type.
+    fn kind(&self) -> Option<&str> {
+        self.code.as_deref().filter(|c| !c.is_empty()).or(self.kind.as_deref())
+    }
+}
+
+/// The provider's requested delay before a retry: `retry-after-ms` (OpenAI, Anthropic) or the
+/// delta-seconds form of `Retry-After`. Anything else (an HTTP date, decimals, signs) is
+/// treated as absent, so the core's own backoff applies.
+pub(crate) fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
+    const MAX_MS: u64 = 24 * 60 * 60 * 1000;
+    if let Some(ms) = headers.get("retry-after-ms").and_then(|v| v.to_str().ok()).and_then(parse_delta) {
+        return Some(ms.min(MAX_MS));
+    }
+    let seconds =
+        headers.get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_delta)?;
+    Some(seconds.saturating_mul(1000).min(MAX_MS))
+}
+
+/// RFC 9110 delta-seconds: one or more digits, optionally padded with spaces or tabs.
+fn parse_delta(value: &str) -> Option<u64> {
+    let digits = value.trim_matches(|c| c == ' ' || c == '\t');
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // A value too large for u64 is still a (huge) delay; it is clamped by the caller.
+    Some(digits.parse::<u64>().unwrap_or(u64::MAX))
+}
+
+/// Cuts `text` to at most `max` characters, on a character boundary.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use reqwest::header::HeaderValue;
+
+    use super::*;
+
+    fn ctx() -> ErrorContext {
+        ErrorContext { provider: "openai".into(), secret: Some(ApiKey::new("sk-secret-123")) }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_accepts_only_delta_seconds() {
+        assert_eq!(retry_after_ms(&headers(&[("retry-after", "7")])), Some(7000));
+        assert_eq!(retry_after_ms(&headers(&[("retry-after", " \t12 ")])), Some(12_000));
+        assert_eq!(retry_after_ms(&headers(&[("retry-after-ms", "250"), ("retry-after", "9")])), Some(250));
+        for bad in ["", "1.5", "-1", "+3", "0x10", "Wed, 21 Oct 2015 07:28:00 GMT", "1e3"] {
+            assert_eq!(retry_after_ms(&headers(&[("retry-after", bad)])), None, "{bad:?}");
+        }
+        assert_eq!(retry_after_ms(&headers(&[("retry-after", "99999999999999999999999")])), Some(86_400_000));
+    }
+
+    #[test]
+    fn statuses_map_to_codes() {
+        let none = HeaderMap::new();
+        let cases = [
+            (401, "", ErrorCode::ProviderAuth, false),
+            (403, "", ErrorCode::ProviderAuth, false),
+            (404, "", ErrorCode::Config, false),
+            (429, "", ErrorCode::ProviderRateLimit, true),
+            (500, "", ErrorCode::ProviderUnavailable, true),
+            (502, "", ErrorCode::ProviderUnavailable, true),
+            (503, "", ErrorCode::ProviderUnavailable, true),
+            (
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                ErrorCode::ProviderUnavailable,
+                true,
+            ),
+            (
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+                ErrorCode::ContextOverflow,
+                false,
+            ),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+                ErrorCode::Validation,
+                false,
+            ),
+            (
+                429,
+                r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#,
+                ErrorCode::ProviderRateLimit,
+                false,
+            ),
+        ];
+        for (status, body, code, retryable) in cases {
+            let err = classify_http(&ctx(), StatusCode::from_u16(status).unwrap(), &none, body.as_bytes());
+            assert_eq!((err.code, err.retryable), (code, retryable), "{status} {body}");
+        }
+    }
+
+    #[test]
+    fn credentials_are_scrubbed_from_messages() {
+        let body = br#"{"error":{"message":"Incorrect API key provided: sk-secret-123","type":"invalid_request_error","code":"invalid_api_key"}}"#;
+        let err = classify_http(&ctx(), StatusCode::UNAUTHORIZED, &HeaderMap::new(), body);
+        assert_eq!(err.code, ErrorCode::ProviderAuth);
+        assert!(!err.message.contains("sk-secret-123"), "{}", err.message);
+        assert!(err.message.contains("[redacted]"));
+        assert_eq!(format!("{:?}", ApiKey::new("sk-secret-123")), "ApiKey([redacted])");
+    }
+
+    #[test]
+    fn rate_limit_carries_retry_after() {
+        let err = classify_http(
+            &ctx(),
+            StatusCode::TOO_MANY_REQUESTS,
+            &headers(&[("retry-after", "3")]),
+            b"slow down",
+        );
+        assert_eq!(err.retry_after_ms, Some(3000));
+        assert!(err.message.contains("slow down"));
+    }
+}

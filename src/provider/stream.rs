@@ -1,0 +1,302 @@
+//! The streaming half every HTTP adapter shares: the [`StreamDecoder`] seam, and the driver
+//! that connects, reads the body under an idle timeout and cancellation, and enforces the
+//! one-terminal-event contract.
+//!
+//! The driver is pull-based (a `futures::stream::unfold`): nothing is read from the socket
+//! until the consumer asks for the next event, so a slow consumer slows the wire read instead
+//! of growing a queue, and dropping the stream drops the response, which closes the connection.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::stream::{BoxStream, StreamExt};
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+
+use super::ChatEvent;
+use super::http::{ErrorContext, classify_http};
+use super::sse::{SseEvent, SseParser};
+use crate::{Error, ErrorCode};
+
+/// Turns one provider's server-sent events into canonical [`ChatEvent`]s.
+///
+/// A decoder is a pure state machine over events, with no IO, so it runs the same on a live
+/// HTTP body and on a recorded stream. It pushes a terminal event ([`ChatEvent::Finish`] or
+/// [`ChatEvent::Error`]) when the wire says the turn is over; whoever drives it stops there.
+pub trait StreamDecoder: Send {
+    /// Handles one event, pushing the canonical events it yields to `out`.
+    fn on_event(&mut self, event: &SseEvent, out: &mut Vec<ChatEvent>);
+
+    /// The body ended. A decoder whose wire can legitimately end without an explicit marker
+    /// pushes its terminal event here; otherwise the driver reports a truncated stream.
+    fn on_end(&mut self, _out: &mut Vec<ChatEvent>) {}
+
+    /// The server answered with a whole JSON document instead of an event stream (some
+    /// OpenAI-compatible servers ignore `stream: true`). The default treats it as a fault.
+    fn on_json_body(&mut self, _body: &[u8], out: &mut Vec<ChatEvent>) {
+        out.push(ChatEvent::Error(truncated("the server sent json instead of an event stream")));
+    }
+}
+
+/// Decodes a complete recorded stream: every event up to and including the first terminal one.
+///
+/// Events after the terminal event are not read. A stream that ends without a terminal event
+/// yields a retryable `transport` error as its last event, exactly as a live stream would.
+pub fn decode_sse(decoder: &mut dyn StreamDecoder, bytes: &[u8]) -> Vec<ChatEvent> {
+    let mut parser = SseParser::new();
+    let mut events = Vec::new();
+    parser.feed(bytes, &mut events);
+    parser.finish(&mut events);
+    let mut out = Vec::new();
+    for event in &events {
+        let before = out.len();
+        decoder.on_event(event, &mut out);
+        if let Some(end) = out[before..].iter().position(ChatEvent::is_terminal) {
+            out.truncate(before + end + 1);
+            return out;
+        }
+    }
+    decoder.on_end(&mut out);
+    if let Some(end) = out.iter().position(ChatEvent::is_terminal) {
+        out.truncate(end + 1);
+    } else {
+        out.push(ChatEvent::Error(truncated("the stream ended without its terminal event")));
+    }
+    out
+}
+
+/// A retryable transport error for a stream that broke off.
+pub(crate) fn truncated(message: &str) -> Error {
+    Error::new(ErrorCode::Transport, message)
+}
+
+/// One HTTP call to drive: the prepared request and how to read its answer.
+pub(crate) struct WireCall {
+    /// The request, ready to send (headers, credentials and body set).
+    pub(crate) request: reqwest::RequestBuilder,
+    /// The decoder for the response's events.
+    pub(crate) decoder: Box<dyn StreamDecoder>,
+    /// How long the connection may stay silent (no headers, no bytes) before it counts as stalled.
+    pub(crate) idle_timeout: Duration,
+    /// Names the provider in errors and scrubs its credential from them.
+    pub(crate) context: ErrorContext,
+}
+
+/// Starts `call` lazily and streams its canonical events.
+pub(crate) fn drive(call: WireCall, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
+    let idle = call.idle_timeout;
+    let state = Driver {
+        phase: Phase::Connect(Some(call.request)),
+        decoder: call.decoder,
+        context: call.context,
+        parser: SseParser::new(),
+        sse_events: Vec::new(),
+        decoded: Vec::new(),
+        queue: VecDeque::new(),
+        idle,
+        deadline: Box::pin(tokio::time::sleep(idle)),
+        cancel,
+        finished: false,
+    };
+    futures::stream::unfold(state, |mut driver| async move {
+        let event = driver.next_event().await?;
+        Some((event, driver))
+    })
+    .boxed()
+}
+
+enum Phase {
+    Connect(Option<reqwest::RequestBuilder>),
+    Body(reqwest::Response),
+    Done,
+}
+
+struct Driver {
+    phase: Phase,
+    decoder: Box<dyn StreamDecoder>,
+    context: ErrorContext,
+    parser: SseParser,
+    /// Scratch buffers reused across chunks.
+    sse_events: Vec<SseEvent>,
+    decoded: Vec<ChatEvent>,
+    /// Events decoded but not yet handed to the consumer.
+    queue: VecDeque<ChatEvent>,
+    idle: Duration,
+    /// The idle timer, re-armed whenever bytes arrive.
+    deadline: Pin<Box<Sleep>>,
+    cancel: CancellationToken,
+    /// A terminal event has been queued; nothing more is read.
+    finished: bool,
+}
+
+impl Driver {
+    /// The next event for the consumer, or `None` once the terminal event was handed out.
+    async fn next_event(&mut self) -> Option<ChatEvent> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                return Some(event);
+            }
+            if self.finished {
+                return None;
+            }
+            match &mut self.phase {
+                Phase::Done => return None,
+                Phase::Connect(request) => {
+                    let Some(request) = request.take() else {
+                        self.fail(Error::internal("the request was already sent"));
+                        continue;
+                    };
+                    self.connect(request).await;
+                }
+                Phase::Body(_) => self.read_chunk().await,
+            }
+        }
+    }
+
+    async fn connect(&mut self, request: reqwest::RequestBuilder) {
+        self.deadline.as_mut().reset(Instant::now() + self.idle);
+        let response = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return self.fail(cancelled()),
+            _ = self.deadline.as_mut() => return self.fail(self.stalled("waiting for the response")),
+            response = request.send() => response,
+        };
+        let response = match response {
+            Ok(response) => response,
+            Err(err) => return self.fail(self.context.transport(&err)),
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let body = match self.read_to_end(response).await {
+                Ok(body) => body,
+                Err(err) => return self.fail(err),
+            };
+            return self.fail(classify_http(&self.context, status, &headers, &body));
+        }
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.trim_start().starts_with("application/json"));
+        if is_json {
+            let body = match self.read_to_end(response).await {
+                Ok(body) => body,
+                Err(err) => return self.fail(err),
+            };
+            self.decoded.clear();
+            self.decoder.on_json_body(&body, &mut self.decoded);
+            self.take_decoded(true);
+            return;
+        }
+        self.phase = Phase::Body(response);
+    }
+
+    async fn read_chunk(&mut self) {
+        self.deadline.as_mut().reset(Instant::now() + self.idle);
+        let Phase::Body(response) = &mut self.phase else { return };
+        let chunk = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return self.fail(cancelled()),
+            _ = self.deadline.as_mut() => return self.fail(self.stalled("between events")),
+            chunk = response.chunk() => chunk,
+        };
+        match chunk {
+            Ok(Some(bytes)) => {
+                self.parser.feed(&bytes, &mut self.sse_events);
+                self.decode_pending(false);
+            }
+            Ok(None) => {
+                self.parser.finish(&mut self.sse_events);
+                self.decode_pending(true);
+            }
+            Err(err) => self.fail(self.context.transport(&err)),
+        }
+    }
+
+    /// Feeds parsed SSE events to the decoder and queues what it yields.
+    fn decode_pending(&mut self, at_end: bool) {
+        self.decoded.clear();
+        let mut terminal = false;
+        for event in self.sse_events.drain(..) {
+            let before = self.decoded.len();
+            self.decoder.on_event(&event, &mut self.decoded);
+            if self.decoded[before..].iter().any(ChatEvent::is_terminal) {
+                terminal = true;
+                break;
+            }
+        }
+        self.sse_events.clear();
+        if at_end && !terminal {
+            self.decoder.on_end(&mut self.decoded);
+        }
+        self.take_decoded(at_end);
+    }
+
+    /// Moves decoded events to the queue, up to the first terminal one; at the end of the body,
+    /// a missing terminal event becomes a retryable transport error.
+    fn take_decoded(&mut self, at_end: bool) {
+        for event in self.decoded.drain(..) {
+            let terminal = event.is_terminal();
+            self.queue.push_back(event);
+            if terminal {
+                self.finished = true;
+                // Dropping the response here closes the connection at once.
+                self.phase = Phase::Done;
+                return;
+            }
+        }
+        if at_end {
+            self.fail(truncated("the stream ended without its terminal event"));
+        }
+    }
+
+    fn fail(&mut self, error: Error) {
+        self.queue.push_back(ChatEvent::Error(error));
+        self.finished = true;
+        self.phase = Phase::Done;
+    }
+
+    fn stalled(&self, when: &str) -> Error {
+        Error::new(
+            ErrorCode::Transport,
+            format!(
+                "{} stream stalled {when}: no bytes for {} ms",
+                self.context.provider,
+                self.idle.as_millis()
+            ),
+        )
+    }
+
+    /// Reads a whole (error or JSON) body, bounded in size and under the same idle timeout
+    /// and cancellation as the stream.
+    async fn read_to_end(&mut self, mut response: reqwest::Response) -> Result<Vec<u8>, Error> {
+        const MAX_BODY: usize = 4 << 20;
+        let mut body = Vec::new();
+        loop {
+            self.deadline.as_mut().reset(Instant::now() + self.idle);
+            let chunk = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(cancelled()),
+                _ = self.deadline.as_mut() => return Err(self.stalled("reading the response body")),
+                chunk = response.chunk() => chunk,
+            };
+            match chunk {
+                Ok(Some(bytes)) => {
+                    body.extend_from_slice(&bytes);
+                    if body.len() > MAX_BODY {
+                        return Ok(body);
+                    }
+                }
+                Ok(None) => return Ok(body),
+                Err(err) => return Err(self.context.transport(&err)),
+            }
+        }
+    }
+}
+
+/// The terminal error of a cancelled call.
+pub(crate) fn cancelled() -> Error {
+    Error::new(ErrorCode::Cancelled, "the call was cancelled")
+}
