@@ -299,7 +299,7 @@ impl Engine {
     /// A builder over the given stores. The echo provider is registered and is the default
     /// model until another default is set.
     pub fn builder(journal: Arc<dyn JournalStore>, transcripts: Arc<dyn TranscriptStore>) -> EngineBuilder {
-        let echo: Arc<dyn Provider> = Arc::new(crate::provider::EchoProvider::new());
+        let echo: Arc<dyn Provider> = Arc::new(crate::provider::echo::EchoProvider::new());
         let mut providers: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         providers.insert(echo.name().to_owned(), echo);
         EngineBuilder {

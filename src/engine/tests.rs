@@ -30,7 +30,7 @@ impl Provider for Arc<Counting> {
         "test"
     }
     fn capabilities(&self, _model: &str) -> Capabilities {
-        Capabilities::default()
+        Capabilities { native_schema: false, tools: false, reasoning: false }
     }
     fn stream(&self, request: ChatRequest, _cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
         let me = self.clone();
