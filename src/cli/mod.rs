@@ -2,6 +2,7 @@
 //! to an exit code. Everything here is a thin shell over the library.
 
 mod canon;
+mod config;
 
 use std::process::ExitCode;
 

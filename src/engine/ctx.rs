@@ -104,6 +104,11 @@ pub struct ParallelOptions {
     /// Return every branch's outcome (`{status, value}` / `{status, error}`) instead of
     /// aborting the siblings on the first failure.
     pub settle: bool,
+    /// At most this many branches in flight (all by default).
+    pub concurrency: Option<usize>,
+    /// `Null`: a failed branch leaves null in its slot (itemized in `dropped`) instead of
+    /// aborting its siblings. Ignored with `settle`.
+    pub on_error: Option<OnError>,
 }
 
 /// Options of [`Ctx::pipeline`].
@@ -111,6 +116,24 @@ pub struct ParallelOptions {
 pub struct PipelineOptions {
     /// What a failed item does.
     pub on_item_error: super::OnItemError,
+    /// At most this many items in flight (all by default).
+    pub concurrency: Option<usize>,
+}
+
+/// How [`Ctx::begin_two_phase`] left a call.
+pub(crate) enum Begun {
+    /// Served from the journal (or skipped, or failed before dispatch).
+    Done(Result<Value, Error>),
+    /// Dispatched: run the body, then [`Ctx::end_two_phase`].
+    Live(LiveCall),
+}
+
+/// A dispatched two-phase call awaiting its result.
+pub(crate) struct LiveCall {
+    running: Arc<Entry>,
+    span: u64,
+    kind_name: String,
+    on_error: Option<OnError>,
 }
 
 /// Structural counters of one scope: which `parallel` site and which child-workflow call
@@ -547,11 +570,7 @@ impl Ctx {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Value, Error>>,
     {
-        let mut identity = json!({ "kind": "step", "deps": opts.deps });
-        match &opts.key {
-            Some(key) => identity["key"] = json!(key),
-            None => identity["label"] = json!(label),
-        }
+        let identity = Ctx::step_identity(label, &opts);
         self.two_phase(Kind::Step, "step", label, identity, opts.on_error, body).await
     }
 
@@ -589,6 +608,28 @@ impl Ctx {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Value, Error>>,
     {
+        let live = match self.begin_two_phase(kind, kind_name, label, identity, on_error)? {
+            Begun::Done(result) => return result,
+            Begun::Live(live) => live,
+        };
+        let result = tokio::select! {
+            result = body() => result,
+            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+        };
+        self.end_two_phase(live, result)
+    }
+
+    /// The first half of a two-phase call: match it, and either serve it from the journal or
+    /// journal its dispatch. Synchronous, so a script runner can run the body on its own
+    /// thread between the halves.
+    pub(crate) fn begin_two_phase(
+        &self,
+        kind: Kind,
+        kind_name: &str,
+        label: &str,
+        identity: Value,
+        on_error: Option<OnError>,
+    ) -> Result<Begun, Error> {
         self.check_stopped()?;
         let key = key_of(&identity)?;
         let span = self.run.new_span();
@@ -603,11 +644,11 @@ impl Ctx {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start);
                 self.run.emit(self.span_pair(span), true, end(entry.status.as_str()));
-                return self.replayed(&entry, on_error, kind_name, Some(label.to_owned()));
+                return Ok(Begun::Done(self.replayed(&entry, on_error, kind_name, Some(label.to_owned()))));
             }
             Outcome::Skip => {
                 self.run.emit(self.span_pair(span), true, end("skipped"));
-                return Ok(Value::Null);
+                return Ok(Begun::Done(Ok(Value::Null)));
             }
             Outcome::Wait(_) => return Err(Error::internal("a step entry is journaled as suspended")),
             Outcome::Live => None,
@@ -621,26 +662,46 @@ impl Ctx {
         }
         let running = self.run.append_one(running)?;
         self.run.emit(self.span_pair(span), false, start);
-        let result = tokio::select! {
-            result = body() => result,
-            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
-        };
+        Ok(Begun::Live(LiveCall { running, span, kind_name: kind_name.to_owned(), on_error }))
+    }
+
+    /// The second half of a two-phase call: journal the body's result and apply the policy.
+    pub(crate) fn end_two_phase(&self, live: LiveCall, result: Result<Value, Error>) -> Result<Value, Error> {
+        let label = live.running.label.clone().unwrap_or_default();
         let (status, value, error) = match result {
             Ok(value) => (Status::Ok, Some(value), None),
             Err(e) if e.code == ErrorCode::Cancelled => (Status::Cancelled, None, Some(e)),
             Err(e) => (Status::Error, None, Some(e)),
         };
-        let mut terminal = Ctx::terminal_for(&running, status);
+        let mut terminal = Ctx::terminal_for(&live.running, status);
         terminal.value = value.clone();
         terminal.error = error.clone();
         self.run.append_one(terminal)?;
-        self.run.emit(self.span_pair(span), false, end(status.as_str()));
+        self.run.emit(
+            self.span_pair(live.span),
+            false,
+            EventKind::StepEnd {
+                kind: live.kind_name.clone(),
+                label: label.clone(),
+                status: status.as_str().into(),
+            },
+        );
         match (value, error) {
             (Some(value), _) => Ok(value),
             (None, Some(error)) if error.code == ErrorCode::Cancelled => Err(error),
-            (None, Some(error)) => self.fail(on_error, kind_name, Some(label.to_owned()), error),
+            (None, Some(error)) => self.fail(live.on_error, &live.kind_name, Some(label), error),
             (None, None) => Err(Error::internal("step ended with neither value nor error")),
         }
+    }
+
+    /// The identity of a step, as [`Ctx::step`] derives it.
+    pub(crate) fn step_identity(label: &str, opts: &StepOptions) -> Value {
+        let mut identity = json!({ "kind": "step", "deps": opts.deps });
+        match &opts.key {
+            Some(key) => identity["key"] = json!(key),
+            None => identity["label"] = json!(label),
+        }
+        identity
     }
 
     // ---- child workflows ------------------------------------------------------------------
@@ -741,6 +802,22 @@ impl Ctx {
 
     // ---- phases, logs, budget ----------------------------------------------------------------
 
+    /// A context inside phase `name`, with its start event emitted; pair with [`Ctx::end_phase`].
+    pub(crate) fn begin_phase(&self, name: &str) -> Ctx {
+        let mut inner = self.clone();
+        inner.phase = Some(Arc::from(name));
+        inner.span = self.run.new_span();
+        inner.parent_span = Some(self.span);
+        self.run.emit((inner.span, Some(self.span)), false, EventKind::PhaseStart { name: name.into() });
+        inner
+    }
+
+    /// Emits the end of the phase `inner` was begun for.
+    pub(crate) fn end_phase(&self, inner: &Ctx) {
+        let name = inner.phase.as_deref().unwrap_or_default().to_owned();
+        self.run.emit((inner.span, Some(self.span)), false, EventKind::PhaseEnd { name });
+    }
+
     /// Runs `body` inside a named phase: events and cost are grouped under it; identity is
     /// unaffected.
     ///
@@ -751,13 +828,9 @@ impl Ctx {
         F: FnOnce(Ctx) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        let mut inner = self.clone();
-        inner.phase = Some(Arc::from(name));
-        inner.span = self.run.new_span();
-        inner.parent_span = Some(self.span);
-        self.run.emit((inner.span, Some(self.span)), false, EventKind::PhaseStart { name: name.into() });
+        let inner = self.begin_phase(name);
         let result = body(inner.clone()).await;
-        self.run.emit((inner.span, Some(self.span)), false, EventKind::PhaseEnd { name: name.into() });
+        self.end_phase(&inner);
         result
     }
 

@@ -8,7 +8,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::future::{BoxFuture, join_all};
+use futures::StreamExt;
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::Dropped;
@@ -63,6 +64,61 @@ fn root_cause(errors: impl Iterator<Item = Error>) -> Option<Error> {
 }
 
 impl Ctx {
+    /// Runs the fan-out's futures with at most `concurrency` in flight, in source order,
+    /// keeping the run's liveness count exact.
+    ///
+    /// The parent stops counting as live once its first batch of branches has started. A finishing
+    /// branch with unstarted siblings hands its liveness to the next one instead of giving it
+    /// up, so there is no instant in which the started branches all wait while a sibling is
+    /// about to start; and when every started branch waits and no slot is free, the run
+    /// correctly counts as blocked.
+    async fn run_fanout<F>(&self, runs: Vec<F>, concurrency: Option<usize>) -> Vec<Result<Value, Error>>
+    where
+        F: Future<Output = Result<Value, Error>>,
+    {
+        #[derive(Default)]
+        struct Handoff {
+            started: usize,
+            credits: usize,
+        }
+        let total = runs.len();
+        let limit = concurrency.unwrap_or(total).max(1);
+        let first_batch = limit.min(total);
+        let handoff = std::sync::Mutex::new(Handoff::default());
+        let run = &self.run;
+        let handoff = &handoff;
+        let tracked = runs.into_iter().map(|body| async move {
+            let batch_started = {
+                let mut h = handoff.lock().unwrap_or_else(|p| p.into_inner());
+                h.started += 1;
+                if h.credits > 0 {
+                    h.credits -= 1;
+                } else {
+                    run.branch_started();
+                }
+                h.started == first_batch
+            };
+            if batch_started {
+                run.parent_waits();
+            }
+            let result = body.await;
+            let mut h = handoff.lock().unwrap_or_else(|p| p.into_inner());
+            if h.started < total {
+                h.credits += 1;
+            } else {
+                run.branch_done();
+            }
+            result
+        });
+        let results = futures::stream::iter(tracked).buffered(limit).collect::<Vec<_>>().await;
+        let leftover = handoff.lock().unwrap_or_else(|p| p.into_inner()).credits;
+        for _ in 0..leftover {
+            self.run.branch_done();
+        }
+        self.run.join();
+        results
+    }
+
     /// Runs branches concurrently and returns their values in source order.
     ///
     /// Without `settle`, the first failure cancels the siblings (their in-flight calls
@@ -79,24 +135,27 @@ impl Ctx {
             return Ok(Vec::new());
         }
         let group = self.cancel.child_token();
-        self.run.fork(branches.len());
-        let runs = branches.into_iter().enumerate().map(|(index, body)| {
-            let ctx =
-                self.nested(&Segment::Par { site, branch: index as u32 }, group.child_token(), self.account);
-            let group = group.clone();
-            let run = self.run.clone();
-            let settle = opts.settle;
-            async move {
-                let result = body(ctx).await;
-                if result.is_err() && !settle {
-                    group.cancel();
+        let abort_on_error = !opts.settle && opts.on_error != Some(super::OnError::Null);
+        let runs: Vec<_> = branches
+            .into_iter()
+            .enumerate()
+            .map(|(index, body)| {
+                let ctx = self.nested(
+                    &Segment::Par { site, branch: index as u32 },
+                    group.child_token(),
+                    self.account,
+                );
+                let group = group.clone();
+                async move {
+                    let result = body(ctx).await;
+                    if result.is_err() && abort_on_error {
+                        group.cancel();
+                    }
+                    result
                 }
-                run.branch_done();
-                result
-            }
-        });
-        let results = join_all(runs).await;
-        self.run.join();
+            })
+            .collect();
+        let results = self.run_fanout(runs, opts.concurrency).await;
         if opts.settle {
             return Ok(results
                 .into_iter()
@@ -106,10 +165,35 @@ impl Ctx {
                 })
                 .collect());
         }
-        if let Some(error) = root_cause(results.iter().filter_map(|r| r.as_ref().err().cloned())) {
-            return Err(error);
+        if abort_on_error {
+            if let Some(error) = root_cause(results.iter().filter_map(|r| r.as_ref().err().cloned())) {
+                return Err(error);
+            }
+            return Ok(results.into_iter().map(|r| r.unwrap_or(Value::Null)).collect());
         }
-        Ok(results.into_iter().map(|r| r.unwrap_or(Value::Null)).collect())
+        // on_error: null — a failed branch leaves null in its slot and is itemized.
+        let mut values = Vec::with_capacity(results.len());
+        for (index, result) in results.into_iter().enumerate() {
+            match result {
+                Ok(value) => values.push(value),
+                Err(error) if matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss) => {
+                    return Err(error);
+                }
+                Err(error) => {
+                    if error.code == ErrorCode::BudgetExhausted {
+                        self.run.mark_exhausted();
+                    }
+                    self.run.record_dropped(Dropped {
+                        scope: self.scope.child(&Segment::Par { site, branch: index as u32 }).to_string(),
+                        kind: "branch".into(),
+                        label: Some(format!("branch {index}")),
+                        error,
+                    });
+                    values.push(Value::Null);
+                }
+            }
+        }
+        Ok(values)
     }
 
     /// Like [`Ctx::parallel`] over data: one branch per item, each given its item.
@@ -162,36 +246,36 @@ impl Ctx {
         }
         let group = self.cancel.child_token();
         let stages = Arc::new(stages);
-        self.run.fork(items.len());
-        let runs = items.into_iter().enumerate().map(|(index, item)| {
-            let stages = stages.clone();
-            let group = group.clone();
-            let run = self.run.clone();
-            let parent = self.clone();
-            let throw = opts.on_item_error == OnItemError::Throw;
-            async move {
-                let mut value = item;
-                let mut result = Ok(());
-                for (stage_index, stage) in stages.iter().enumerate() {
-                    let segment = Segment::Pipe { stage: stage_index as u32, item: index as u32 };
-                    let ctx = parent.nested(&segment, group.child_token(), parent.account);
-                    match stage(ctx, value.clone()).await {
-                        Ok(next) => value = next,
-                        Err(error) => {
-                            result = Err(error);
-                            break;
+        let runs: Vec<_> = items
+            .into_iter()
+            .enumerate()
+            .map(|(index, item)| {
+                let stages = stages.clone();
+                let group = group.clone();
+                let parent = self.clone();
+                let throw = opts.on_item_error == OnItemError::Throw;
+                async move {
+                    let mut value = item;
+                    let mut result = Ok(());
+                    for (stage_index, stage) in stages.iter().enumerate() {
+                        let segment = Segment::Pipe { stage: stage_index as u32, item: index as u32 };
+                        let ctx = parent.nested(&segment, group.child_token(), parent.account);
+                        match stage(ctx, value.clone()).await {
+                            Ok(next) => value = next,
+                            Err(error) => {
+                                result = Err(error);
+                                break;
+                            }
                         }
                     }
+                    if result.is_err() && throw {
+                        group.cancel();
+                    }
+                    result.map(|()| value)
                 }
-                if result.is_err() && throw {
-                    group.cancel();
-                }
-                run.branch_done();
-                result.map(|()| value)
-            }
-        });
-        let results = join_all(runs).await;
-        self.run.join();
+            })
+            .collect();
+        let results = self.run_fanout(runs, opts.concurrency).await;
         match opts.on_item_error {
             OnItemError::Throw => {
                 if let Some(error) = root_cause(results.iter().filter_map(|r| r.as_ref().err().cloned())) {

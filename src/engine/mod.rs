@@ -100,6 +100,8 @@ pub struct AgentProfile {
     pub max_turns: Option<u32>,
     /// The reserve admission holds for a call, when the call gives none.
     pub est_cost: Option<Money>,
+    /// The toolsets its agents may use.
+    pub tools: Vec<String>,
 }
 
 /// How failed calls surface in a workflow.

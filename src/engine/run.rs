@@ -203,9 +203,14 @@ impl RunState {
         }
     }
 
-    /// A fan-out starts `n` branches while its parent waits.
-    pub(crate) fn fork(&self, n: usize) {
-        self.with_liveness(|l| l.active = (l.active + n).saturating_sub(1));
+    /// A branch of a fan-out started.
+    pub(crate) fn branch_started(&self) {
+        self.with_liveness(|l| l.active += 1);
+    }
+
+    /// Every branch of a fan-out has started; its parent only waits from now on.
+    pub(crate) fn parent_waits(&self) {
+        self.with_liveness(|l| l.active = l.active.saturating_sub(1));
     }
 
     /// One branch of a fan-out finished.

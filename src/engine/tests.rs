@@ -311,7 +311,7 @@ async fn settle_mode_returns_every_branch_outcome_in_source_order() {
                 |ctx, item| async move {
                     ctx.agent(item.as_str().unwrap_or_default(), AgentOptions::default()).await
                 },
-                ParallelOptions { settle: true },
+                ParallelOptions { settle: true, ..Default::default() },
             )
             .await?;
         Ok(json!(out))
@@ -344,10 +344,19 @@ async fn pipeline_items_flow_through_stages_with_per_item_scopes() {
         ];
         let items = vec![json!("1"), json!("2"), json!("3")];
         let dropped = ctx
-            .pipeline(items.clone(), stages.clone(), PipelineOptions { on_item_error: OnItemError::Drop })
+            .pipeline(
+                items.clone(),
+                stages.clone(),
+                PipelineOptions { on_item_error: OnItemError::Drop, concurrency: Some(2) },
+            )
             .await?;
-        let collected =
-            ctx.pipeline(items, stages, PipelineOptions { on_item_error: OnItemError::Collect }).await?;
+        let collected = ctx
+            .pipeline(
+                items,
+                stages,
+                PipelineOptions { on_item_error: OnItemError::Collect, concurrency: None },
+            )
+            .await?;
         Ok(json!({ "dropped": dropped, "collected": collected }))
     });
     let handle = engine.run(&wf, json!({}), RunOptions::default()).unwrap();
@@ -713,4 +722,55 @@ async fn host_calls_and_steps_are_journaled_and_replayed() {
     assert_eq!(again.value, Some(json!([5, "fetched"])));
     assert_eq!(counter.load(Ordering::SeqCst), 1);
     assert_eq!(again.preview.hits, 2);
+}
+
+#[tokio::test]
+async fn bounded_fanout_suspends_only_when_every_started_branch_waits() {
+    let (_store, provider, engine) = setup();
+    // Concurrency 2 over three branches: the first two wait on external input while the
+    // third has not started. The run must not hang; it suspends listing both waits.
+    let wf = Workflow::new("bounded", |ctx, _| async move {
+        let out = ctx
+            .parallel(
+                vec![
+                    branch(|ctx| async move { ctx.await_external("a", None).await }),
+                    branch(|ctx| async move { ctx.await_external("b", None).await }),
+                    branch(|ctx| async move { ctx.agent("third", AgentOptions::default()).await }),
+                ],
+                ParallelOptions { concurrency: Some(2), ..Default::default() },
+            )
+            .await?;
+        Ok(json!(out))
+    });
+    let outcome = tokio::time::timeout(Duration::from_secs(5), async {
+        engine.run(&wf, json!({}), RunOptions::default()).unwrap().result().await.unwrap()
+    })
+    .await
+    .expect("a run whose live branches all wait must settle, not hang");
+    assert_eq!(outcome.status, RunStatus::Suspended);
+    let keys: Vec<_> = outcome.pending.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["a", "b"]);
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn parallel_on_error_null_keeps_siblings_and_itemizes_the_loss() {
+    let (_store, _provider, engine) = setup();
+    let wf = Workflow::new("nulls", |ctx, _| async move {
+        let items = vec![json!("a"), json!("FAIL"), json!("c")];
+        let out = ctx
+            .parallel_map(
+                items,
+                |ctx, item| async move {
+                    ctx.agent(item.as_str().unwrap_or_default(), AgentOptions::default()).await
+                },
+                ParallelOptions { on_error: Some(OnError::Null), ..Default::default() },
+            )
+            .await?;
+        Ok(json!(out))
+    });
+    let outcome = engine.run(&wf, json!({}), RunOptions::default()).unwrap().result().await.unwrap();
+    assert_eq!(outcome.value, Some(json!(["re: a", null, "re: c"])));
+    assert_eq!(outcome.dropped.len(), 1);
+    assert_eq!(outcome.dropped[0].scope, "par:0:1");
 }

@@ -1,0 +1,423 @@
+//! `cairn.toml`: providers, routing, profiles, host functions, budgets and the store, read
+//! once at startup and turned into an engine. Unknown keys are errors (a typo in a budget
+//! must not pass silently).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::engine::{AgentProfile, EngineBuilder};
+use crate::error::{Error, ErrorCode};
+use crate::model::{InvocationRole, ModelRef, Price, PriceTable};
+use crate::money::Money;
+use crate::provider::anthropic::AnthropicProvider;
+use crate::provider::echo::EchoProvider;
+use crate::provider::openai_chat::OpenAiChatProvider;
+use crate::provider::openai_compatible::OpenAiCompatibleProvider;
+use crate::provider::openai_responses::OpenAiResponsesProvider;
+use crate::provider::{ApiKey, Provider};
+
+/// The parsed config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Config {
+    #[serde(default)]
+    pub(crate) store: Option<String>,
+    #[serde(default)]
+    pub(crate) budget: BudgetConfig,
+    #[serde(default)]
+    pub(crate) routing: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) providers: BTreeMap<String, ProviderConfig>,
+    #[serde(default)]
+    pub(crate) profiles: BTreeMap<String, ProfileConfig>,
+    #[serde(default)]
+    pub(crate) toolsets: BTreeMap<String, toml::Table>,
+    #[serde(default)]
+    pub(crate) host_functions: BTreeMap<String, HostFunctionConfig>,
+    #[serde(default)]
+    pub(crate) prices: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) concurrency: Option<usize>,
+    #[serde(default)]
+    pub(crate) max_spawns: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BudgetConfig {
+    /// The ceiling of runs started without `--budget`, in USD.
+    pub(crate) default_usd: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProviderConfig {
+    /// `anthropic`, `openai`, `openai-responses`, `openai-compatible` or `echo`.
+    kind: String,
+    base_url: Option<String>,
+    /// The environment variable holding the key.
+    api_key_env: Option<String>,
+    idle_timeout_ms: Option<u64>,
+    /// Echo only: a latency per call.
+    latency_ms: Option<u64>,
+    /// Prices in USD per million tokens for this provider's models (`model = [in, out]`).
+    #[serde(default)]
+    prices: BTreeMap<String, [f64; 2]>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProfileConfig {
+    #[serde(default)]
+    description: String,
+    model: Option<String>,
+    system: Option<String>,
+    max_turns: Option<u32>,
+    max_output_tokens: Option<u32>,
+    est_cost_usd: Option<f64>,
+    #[serde(default)]
+    tools: Vec<String>,
+}
+
+/// A host function backed by a command: the call's JSON arguments on stdin, its JSON
+/// result on stdout; a non-zero exit is a `tool_failed` error.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HostFunctionConfig {
+    command: Vec<String>,
+    timeout_ms: Option<u64>,
+}
+
+impl Config {
+    /// Reads `path`; a missing file is an empty config when `required` is false.
+    pub(crate) fn load(path: &Path, required: bool) -> Result<Config, Error> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(Config::default()),
+            Err(e) => return Err(Error::config(format!("cannot read {}: {e}", path.display()))),
+        };
+        Config::parse(&text).map_err(|e| Error::config(format!("{}: {}", path.display(), e.message)))
+    }
+
+    pub(crate) fn parse(text: &str) -> Result<Config, Error> {
+        toml::from_str(text).map_err(|e| Error::config(e.to_string().trim().replace('\n', " ")))
+    }
+
+    /// The default budget ceiling, validated.
+    pub(crate) fn default_budget(&self) -> Result<Option<Money>, Error> {
+        self.budget
+            .default_usd
+            .map(|usd| Money::from_usd(usd).map_err(|e| Error::config(format!("budget.default_usd: {e}"))))
+            .transpose()
+    }
+
+    /// Registers providers, routing, profiles and host functions on `builder`. Returns the
+    /// builder and whether the run falls back to the offline echo model.
+    pub(crate) fn apply(
+        &self,
+        mut builder: EngineBuilder,
+        model_flag: Option<&str>,
+    ) -> Result<(EngineBuilder, bool), Error> {
+        let mut prices = match &self.prices {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| Error::config(format!("cannot read price table {}: {e}", path.display())))?;
+                PriceTable::from_json(&text)?
+            }
+            None => PriceTable::shipped(),
+        };
+        let mut registered: Vec<String> = vec!["echo".into()];
+        for (name, provider) in &self.providers {
+            let built = provider.build(name)?;
+            for (model, [input, output]) in &provider.prices {
+                let usd = |x: f64| {
+                    Money::from_usd(x).map_err(|e| Error::config(format!("price of {name}:{model}: {e}")))
+                };
+                prices.set(&format!("{name}:{model}"), Price::flat(usd(*input)?, usd(*output)?));
+            }
+            registered.push(name.clone());
+            builder = builder.provider(built);
+        }
+        // Providers reachable with no config file, from the environment.
+        let mut env_default: Option<&str> = None;
+        if !registered.iter().any(|n| n == "openai-compatible")
+            && let Some(compatible) = OpenAiCompatibleProvider::from_env()?
+        {
+            builder = builder.provider(Arc::new(compatible));
+            registered.push("openai-compatible".into());
+            env_default = Some("openai-compatible");
+        }
+        if !registered.iter().any(|n| n == "openai") && std::env::var_os("OPENAI_API_KEY").is_some() {
+            builder = builder.provider(Arc::new(OpenAiChatProvider::from_env()?));
+            registered.push("openai".into());
+            env_default = env_default.or(Some("openai"));
+        }
+        if !registered.iter().any(|n| n == "anthropic") && std::env::var_os("ANTHROPIC_API_KEY").is_some() {
+            builder = builder.provider(Arc::new(AnthropicProvider::from_env()?));
+            registered.push("anthropic".into());
+            env_default = Some("anthropic");
+        }
+        let default = match (model_flag, self.routing.get("default")) {
+            (Some(flag), _) => Some(flag.to_owned()),
+            (None, Some(configured)) => Some(configured.clone()),
+            (None, None) => match env_default {
+                Some("anthropic") => Some("anthropic:claude-sonnet-4-5".to_owned()),
+                Some("openai") => Some("openai:gpt-4o-mini".to_owned()),
+                Some(_) => Some(format!(
+                    "openai-compatible:{}",
+                    std::env::var("OPENAI_MODEL").unwrap_or_else(|_| "default".into())
+                )),
+                None => None,
+            },
+        };
+        let uses_echo = default.as_deref().is_none_or(|m| m.starts_with("echo:"));
+        if let Some(model) = default {
+            builder = builder.default_model(parse_model(&model, "routing.default")?);
+        }
+        for (role, model) in &self.routing {
+            if role == "default" {
+                continue;
+            }
+            let role_value = InvocationRole::parse(role).ok_or_else(|| {
+                Error::config(format!(
+                    "routing.{role}: unknown role (use default, plan, loop, extract, summarize, finalize, orchestrate or synthesize)"
+                ))
+            })?;
+            builder = builder.role_model(role_value, parse_model(model, &format!("routing.{role}"))?);
+        }
+        for (name, profile) in &self.profiles {
+            builder = builder.profile(name, profile.build(name)?);
+        }
+        for (name, host) in &self.host_functions {
+            if host.command.is_empty() {
+                return Err(Error::config(format!("host_functions.{name}: command is empty")));
+            }
+            let command = host.command.clone();
+            let timeout = Duration::from_millis(host.timeout_ms.unwrap_or(60_000));
+            let fn_name = name.clone();
+            builder = builder.host_function(name, move |args: Value| {
+                run_command(fn_name.clone(), command.clone(), timeout, args)
+            });
+        }
+        if let Some(n) = self.concurrency {
+            builder = builder.max_concurrency(n);
+        }
+        if let Some(n) = self.max_spawns {
+            builder = builder.max_spawns(n);
+        }
+        Ok((builder.prices(prices), uses_echo))
+    }
+
+    /// Names for lint: profiles, toolsets, host functions.
+    pub(crate) fn names(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let mut toolsets: Vec<String> = self.toolsets.keys().cloned().collect();
+        if !toolsets.iter().any(|t| t == "fs-read") {
+            toolsets.push("fs-read".into());
+        }
+        (self.profiles.keys().cloned().collect(), toolsets, self.host_functions.keys().cloned().collect())
+    }
+}
+
+fn parse_model(text: &str, at: &str) -> Result<ModelRef, Error> {
+    ModelRef::parse(text).map_err(|e| Error::config(format!("{at}: {e}")))
+}
+
+impl ProviderConfig {
+    fn build(&self, name: &str) -> Result<Arc<dyn Provider>, Error> {
+        let key = |default_env: &str| -> Result<Option<ApiKey>, Error> {
+            let var = self.api_key_env.as_deref().unwrap_or(default_env);
+            if var.is_empty() {
+                return Ok(None);
+            }
+            Ok(ApiKey::from_env(var).ok())
+        };
+        let need_key = |default_env: &str| -> Result<ApiKey, Error> {
+            key(default_env)?.ok_or_else(|| {
+                let var = self.api_key_env.as_deref().unwrap_or(default_env);
+                Error::new(ErrorCode::Config, format!("providers.{name}: set {var} to its API key"))
+            })
+        };
+        let idle = self.idle_timeout_ms.map(Duration::from_millis);
+        let provider: Arc<dyn Provider> = match self.kind.as_str() {
+            "anthropic" => {
+                let mut p = AnthropicProvider::new(need_key("ANTHROPIC_API_KEY")?)?.with_name(name);
+                if let Some(url) = &self.base_url {
+                    p = p.with_base_url(url.clone());
+                }
+                if let Some(idle) = idle {
+                    p = p.with_idle_timeout(idle);
+                }
+                Arc::new(p)
+            }
+            "openai" => {
+                let mut p = OpenAiChatProvider::new(need_key("OPENAI_API_KEY")?)?.with_name(name);
+                if let Some(url) = &self.base_url {
+                    p = p.with_base_url(url.clone());
+                }
+                if let Some(idle) = idle {
+                    p = p.with_idle_timeout(idle);
+                }
+                Arc::new(p)
+            }
+            "openai-responses" => {
+                let mut p = OpenAiResponsesProvider::new(need_key("OPENAI_API_KEY")?)?.with_name(name);
+                if let Some(url) = &self.base_url {
+                    p = p.with_base_url(url.clone());
+                }
+                if let Some(idle) = idle {
+                    p = p.with_idle_timeout(idle);
+                }
+                Arc::new(p)
+            }
+            "openai-compatible" => {
+                let url = self.base_url.as_deref().ok_or_else(|| {
+                    Error::config(format!("providers.{name}: an openai-compatible provider needs base_url"))
+                })?;
+                let mut p = OpenAiCompatibleProvider::new(name, url)?;
+                if let Some(key) = key("")? {
+                    p = p.with_api_key(key);
+                }
+                if let Some(idle) = idle {
+                    p = p.with_idle_timeout(idle);
+                }
+                Arc::new(p)
+            }
+            "echo" => {
+                if name != "echo" {
+                    return Err(Error::config(format!(
+                        "providers.{name}: the echo provider must be named echo"
+                    )));
+                }
+                let p = EchoProvider::new();
+                Arc::new(match self.latency_ms {
+                    Some(ms) => p.with_latency(Duration::from_millis(ms)),
+                    None => p,
+                })
+            }
+            other => {
+                return Err(Error::config(format!(
+                    "providers.{name}: unknown kind {other:?} (use anthropic, openai, openai-responses, openai-compatible or echo)"
+                )));
+            }
+        };
+        Ok(provider)
+    }
+}
+
+impl ProfileConfig {
+    fn build(&self, name: &str) -> Result<AgentProfile, Error> {
+        Ok(AgentProfile {
+            description: self.description.clone(),
+            model: self
+                .model
+                .as_deref()
+                .map(|m| parse_model(m, &format!("profiles.{name}.model")))
+                .transpose()?,
+            system: self.system.clone(),
+            max_output_tokens: self.max_output_tokens,
+            max_turns: self.max_turns,
+            est_cost: self
+                .est_cost_usd
+                .map(|usd| {
+                    Money::from_usd(usd)
+                        .map_err(|e| Error::config(format!("profiles.{name}.est_cost_usd: {e}")))
+                })
+                .transpose()?,
+            tools: self.tools.clone(),
+        })
+    }
+}
+
+async fn run_command(
+    name: String,
+    command: Vec<String>,
+    timeout: Duration,
+    args: Value,
+) -> Result<Value, Error> {
+    use tokio::io::AsyncWriteExt;
+    let failed =
+        |message: String| Error::new(ErrorCode::ToolFailed, format!("host function {name}: {message}"));
+    let mut child = tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| failed(format!("cannot start {:?}: {e}", command[0])))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let input = serde_json::to_vec(&args).map_err(|e| failed(e.to_string()))?;
+        stdin.write_all(&input).await.map_err(|e| failed(format!("cannot write its stdin: {e}")))?;
+    }
+    let output = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .map_err(|_| failed(format!("timed out after {} ms", timeout.as_millis())))?
+        .map_err(|e| failed(e.to_string()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(failed(format!("exited with {}: {}", output.status, stderr.trim())));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if stdout.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(stdout.trim()).map_err(|e| failed(format!("stdout is not JSON: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_config_parses() {
+        let config = Config::parse(
+            r#"
+            store = "jsonl:./runs"
+            concurrency = 4
+            [budget]
+            default_usd = 2.5
+            [routing]
+            default = "local:smollm2"
+            plan = "echo:default"
+            [providers.local]
+            kind = "openai-compatible"
+            base_url = "http://127.0.0.1:8765/v1"
+            prices = { smollm2 = [0.1, 0.2] }
+            [profiles.researcher]
+            description = "digs"
+            model = "echo:default"
+            est_cost_usd = 0.05
+            [host_functions.upper]
+            command = ["tr", "a-z", "A-Z"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.default_budget().unwrap(), Some(Money::from_usd(2.5).unwrap()));
+        assert_eq!(config.names().0, ["researcher"]);
+    }
+
+    #[test]
+    fn typos_and_bad_values_are_config_errors() {
+        for bad in [
+            "[budget]\ndefault_usdd = 1",
+            "[budget]\ndefault_usd = \"lots\"",
+            "[providers.x]\nkind = \"telepathy\"",
+            "stor = \"memory\"",
+            "[routing]\nsummarise = \"echo:default\"",
+        ] {
+            let parsed = Config::parse(bad);
+            let applied = parsed.and_then(|c| {
+                let store = Arc::new(crate::store::MemoryStore::new());
+                c.apply(crate::Engine::builder(store.clone(), store), None).map(|_| ())
+            });
+            assert_eq!(applied.unwrap_err().code, ErrorCode::Config, "{bad}");
+        }
+        let negative = Config::parse("[budget]\ndefault_usd = -1").unwrap();
+        assert_eq!(negative.default_budget().unwrap_err().code, ErrorCode::Config);
+    }
+}
