@@ -30,6 +30,7 @@ pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
 pub use provider::{ChatEvent, ChatRequest, Provider};
 pub use store::{
-    JournalStore, LeasableStore, Lease, RawEntry, RunFilter, RunId, RunMeta, RunStatus, TranscriptStore,
+    Durability, JournalStore, JsonlStore, LeasableStore, Lease, MemoryStore, OpenedStore, RawEntry,
+    RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, TranscriptStore,
 };
 pub use usage::Usage;

@@ -88,7 +88,6 @@ pub(crate) fn held_by(run: &RunId, held: &HeldLease) -> Error {
 }
 
 /// The refusal of a lease given to a store that grants none: no lease can be current there.
-#[allow(dead_code)]
 pub(crate) fn no_leases(run: &RunId) -> Error {
     Error::LeaseHeld {
         run: run.clone(),

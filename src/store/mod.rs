@@ -16,9 +16,16 @@
 //! keys; it depends on no other cairn module but `money`, `clock` and `error`.
 
 mod common;
+pub mod conformance;
+mod jsonl;
 mod memory;
+mod sqlite;
+mod url;
 
+pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
+pub use sqlite::{DEFAULT_SQLITE_PATH, SqliteOptions, SqliteStore};
+pub use url::{OpenedStore, open};
 
 use std::fmt;
 use std::str::FromStr;
@@ -323,6 +330,23 @@ impl From<Error> for crate::error::Error {
         };
         crate::error::Error::new(code, err.to_string())
     }
+}
+
+/// How hard a store works before it acknowledges a write.
+///
+/// Both levels make an acknowledged write survive a crash of the process; they differ on a
+/// crash of the machine. `Normal` is the default because an fsync per append costs more
+/// than the rest of the engine's bookkeeping together, and a power loss re-pays at most
+/// the calls whose entries had not reached the disk yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// Written to the operating system before an append returns: survives a process
+    /// crash, and may lose the latest writes on power loss (SQLite `synchronous=NORMAL` in
+    /// WAL mode; JSONL without fsync).
+    Normal,
+    /// Synced to stable storage before an append returns: survives power loss (SQLite
+    /// `synchronous=FULL`; JSONL fsyncs every append).
+    Full,
 }
 
 /// The result of a store operation.

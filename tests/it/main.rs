@@ -1,5 +1,7 @@
 //! The one integration test binary (one binary links the crate once; see STYLE.md §7).
 
 mod cli;
+mod crash;
 mod jcs;
 mod provider;
+mod store;

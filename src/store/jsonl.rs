@@ -1,0 +1,662 @@
+//! The JSONL file store: one `<run>.jsonl` journal (one entry's JSON per line) and one
+//! `<run>.meta.json` record per run under a directory, blobs under `<run>.blobs/`.
+//!
+//! The journal doubles as a human-readable log (`tail -f`, `grep`, `diff`), so lines are the
+//! entries' exact bytes and nothing else. Appends go through one open file per run, with
+//! the run's tail seq cached beside it, and each append's lines leave in one `write` call
+//! before `append` returns (fsync'd too under [`Durability::Full`]). A failed write is
+//! truncated back off the file, so a batch is all or nothing to readers.
+//!
+//! A crash can still cut the file mid-record. [`JsonlStore`] repairs that on the next read
+//! of the run: a torn last line is truncated off (complete records glued in front of the
+//! fragment are kept), a last line that is complete but lost its newline is served and
+//! terminated by the next append, and records glued onto one line anywhere are split apart.
+//! A damaged line anywhere but the end is refused as [`Error::Corrupt`]. After a kill in
+//! the middle of a multi-entry append, a prefix of that unacknowledged batch can survive
+//! (at entry granularity), as if the crash had come between two single appends.
+//!
+//! The store is single-writer by contract: one process per directory, and no leases.
+//! Run meta is replaced atomically (temp file, fsync, rename); blobs likewise, fsync'd only
+//! under [`Durability::Full`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde::Deserialize;
+
+use super::common;
+use super::{
+    Durability, Error, JournalStore, Lease, RawEntry, Result, RunFilter, RunId, RunMeta, TranscriptStore,
+};
+
+/// How many journal files stay open at once; past it, idle runs' files are closed (and
+/// rescanned when next appended to), so a long-lived process cannot run out of descriptors.
+const MAX_OPEN_JOURNALS: usize = 64;
+
+/// A [`JournalStore`] and [`TranscriptStore`] over a directory of JSONL files.
+pub struct JsonlStore {
+    dir: PathBuf,
+    durability: Durability,
+    /// One slot per run touched, each serializing that run's operations; the outer lock is
+    /// held only to find a slot.
+    slots: Mutex<HashMap<RunId, Arc<Mutex<RunSlot>>>>,
+    /// How many slots hold an open journal file.
+    open_journals: AtomicUsize,
+    /// Makes temp file names unique within the process.
+    temp_counter: AtomicU64,
+}
+
+/// The state of one run's journal file.
+#[derive(Default)]
+struct RunSlot {
+    /// The open journal, when the run has been appended to and not evicted since.
+    journal: Option<RunFile>,
+    /// The batch being written, kept to reuse its allocation.
+    buffer: Vec<u8>,
+}
+
+/// An open journal file and what appending to it needs to know.
+struct RunFile {
+    /// Opened for append (and read, to scan it on open).
+    file: File,
+    /// The file's length after the last acknowledged append: where a failed write is cut.
+    len: u64,
+    /// The last stored seq, `None` while the journal is empty.
+    tail: Option<u64>,
+    /// Whether the last record lacks its newline (a crash cut exactly after its JSON), so
+    /// the next append must terminate it before writing.
+    unterminated: bool,
+}
+
+/// The one field a store reads from an entry; serde skips the rest without building it.
+#[derive(Deserialize)]
+struct SeqField {
+    seq: u64,
+}
+
+/// What a scan of a journal file found.
+struct Scan {
+    entries: Vec<RawEntry>,
+    /// How many leading bytes are sound; a torn tail lies beyond.
+    keep_len: u64,
+    /// Whether the last kept record lacks its newline.
+    unterminated: bool,
+}
+
+impl JsonlStore {
+    /// A store over `dir`, created if missing.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory cannot be created.
+    pub fn open(dir: &Path, durability: Durability) -> Result<JsonlStore> {
+        fs::create_dir_all(dir)?;
+        Ok(JsonlStore {
+            dir: dir.to_path_buf(),
+            durability,
+            slots: Mutex::new(HashMap::new()),
+            open_journals: AtomicUsize::new(0),
+            temp_counter: AtomicU64::new(0),
+        })
+    }
+
+    /// The directory the store keeps its files in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn journal_path(&self, run: &RunId) -> PathBuf {
+        self.dir.join(format!("{run}.jsonl"))
+    }
+
+    fn meta_path(&self, run: &RunId) -> PathBuf {
+        self.dir.join(format!("{run}.meta.json"))
+    }
+
+    fn blob_dir(&self, run: &RunId) -> PathBuf {
+        self.dir.join(format!("{run}.blobs"))
+    }
+
+    /// A short temp file name no run file or blob can have (they never start with `.`).
+    fn temp_name(&self) -> String {
+        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        format!(".tmp.{}.{n}", std::process::id())
+    }
+
+    fn slot(&self, run: &RunId) -> Arc<Mutex<RunSlot>> {
+        let mut slots = lock(&self.slots);
+        Arc::clone(slots.entry(run.clone()).or_default())
+    }
+
+    /// Opens (creating) and scans the run's journal for appending, repairing a torn tail.
+    fn open_journal(&self, run: &RunId, slot: &mut RunSlot) -> Result<()> {
+        if slot.journal.is_some() {
+            return Ok(());
+        }
+        let path = self.journal_path(run);
+        let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let scan = scan(run, &bytes)?;
+        if scan.keep_len < bytes.len() as u64 {
+            file.set_len(scan.keep_len)?;
+            file.sync_data()?;
+        }
+        if bytes.is_empty() && self.durability == Durability::Full {
+            sync_dir(&self.dir)?;
+        }
+        let tail = scan.entries.last().map(RawEntry::seq);
+        slot.journal = Some(RunFile { file, len: scan.keep_len, tail, unterminated: scan.unterminated });
+        if self.open_journals.fetch_add(1, Ordering::Relaxed) + 1 > MAX_OPEN_JOURNALS {
+            self.evict_idle();
+        }
+        Ok(())
+    }
+
+    /// Closes the journals of runs nobody is using right now. Slots are only `try_lock`ed,
+    /// so this never waits on (or deadlocks with) a busy run, the caller's own included.
+    fn evict_idle(&self) {
+        let slots = lock(&self.slots);
+        for slot in slots.values() {
+            if self.open_journals.load(Ordering::Relaxed) <= MAX_OPEN_JOURNALS / 2 {
+                break;
+            }
+            if let Ok(mut slot) = slot.try_lock() {
+                self.close_journal(&mut slot);
+            }
+        }
+    }
+
+    fn close_journal(&self, slot: &mut RunSlot) {
+        if slot.journal.take().is_some() {
+            self.open_journals.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn write_batch(&self, slot: &mut RunSlot, entries: &[RawEntry]) -> Result<()> {
+        let RunSlot { journal, buffer } = slot;
+        let Some(journal) = journal.as_mut() else {
+            return Err(Error::Io(io::Error::other("journal file is not open")));
+        };
+        buffer.clear();
+        if journal.unterminated {
+            buffer.push(b'\n');
+        }
+        for entry in entries {
+            buffer.extend_from_slice(entry.json().as_bytes());
+            buffer.push(b'\n');
+        }
+        let written = journal.file.write_all(buffer).and_then(|()| match self.durability {
+            Durability::Full => journal.file.sync_data(),
+            Durability::Normal => Ok(()),
+        });
+        if let Err(err) = written {
+            // Cut the partial batch back off. If even that fails, forget the open file: the
+            // next use rescans it and repairs whatever the failed write left.
+            if journal.file.set_len(journal.len).is_err() {
+                self.close_journal(slot);
+            }
+            return Err(err.into());
+        }
+        journal.len += buffer.len() as u64;
+        journal.unterminated = false;
+        journal.tail = entries.last().map(RawEntry::seq);
+        Ok(())
+    }
+
+    /// Writes `bytes` to `path` atomically: a temp file beside it, fsync'd when asked, then
+    /// renamed over it.
+    fn replace_file(&self, dir: &Path, path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
+        let temp = dir.join(self.temp_name());
+        let written = (|| -> io::Result<()> {
+            let mut file = File::create(&temp)?;
+            file.write_all(bytes)?;
+            if sync {
+                file.sync_all()?;
+            }
+            fs::rename(&temp, path)
+        })();
+        if let Err(err) = written {
+            let _ = fs::remove_file(&temp);
+            return Err(err.into());
+        }
+        if self.durability == Durability::Full {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    fn read_meta(&self, run: &RunId) -> Result<Option<RunMeta>> {
+        let path = self.meta_path(run);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+        let meta = serde_json::from_slice(&bytes)
+            .map_err(|err| Error::Corrupt { what: path.display().to_string(), detail: err.to_string() })?;
+        Ok(Some(meta))
+    }
+}
+
+impl fmt::Debug for JsonlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JsonlStore")
+            .field("dir", &self.dir)
+            .field("durability", &self.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JournalStore for JsonlStore {
+    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        if lease.is_some() {
+            return Err(common::no_leases(run));
+        }
+        common::check_batch(run, entries)?;
+        // The file is the only record of seq, so an entry whose text disagrees with its seq
+        // would load back as a different entry: refuse it before it is written.
+        for entry in entries {
+            let text_seq = text_seq(entry.json());
+            if text_seq != Some(entry.seq()) {
+                return Err(Error::Corrupt {
+                    what: format!("entry {} appended to run {run}", entry.seq()),
+                    detail: match text_seq {
+                        Some(seq) => format!("its text says seq {seq}"),
+                        None => "its text is not a JSON object with a numeric seq".into(),
+                    },
+                });
+            }
+        }
+        let slot = self.slot(run);
+        let mut slot = lock(&slot);
+        self.open_journal(run, &mut slot)?;
+        let tail = slot.journal.as_ref().and_then(|journal| journal.tail);
+        common::check_tail(run, tail, entries)?;
+        self.write_batch(&mut slot, entries)
+    }
+
+    fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {
+        let slot = self.slot(run);
+        let mut slot = lock(&slot);
+        let path = self.journal_path(run);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                self.close_journal(&mut slot);
+                return Ok(Vec::new());
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let scan = scan(run, &bytes)?;
+        if scan.keep_len < bytes.len() as u64 {
+            // Repair now, so that what this load served is exactly what stays on disk.
+            self.close_journal(&mut slot);
+            let file = OpenOptions::new().write(true).open(&path)?;
+            file.set_len(scan.keep_len)?;
+            file.sync_data()?;
+        } else if let Some(journal) = slot.journal.as_mut() {
+            journal.tail = scan.entries.last().map(RawEntry::seq);
+            journal.unterminated = scan.unterminated;
+        }
+        Ok(scan.entries)
+    }
+
+    fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()> {
+        if lease.is_some() {
+            return Err(common::no_leases(&meta.run_id));
+        }
+        let bytes = serde_json::to_vec(meta).map_err(|err| Error::Corrupt {
+            what: format!("meta of run {}", meta.run_id),
+            detail: err.to_string(),
+        })?;
+        let slot = self.slot(&meta.run_id);
+        let _slot = lock(&slot);
+        self.replace_file(&self.dir, &self.meta_path(&meta.run_id), &bytes, true)
+    }
+
+    fn get_meta(&self, run: &RunId) -> Result<Option<RunMeta>> {
+        self.read_meta(run)
+    }
+
+    fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunMeta>> {
+        let mut metas = Vec::new();
+        for item in fs::read_dir(&self.dir)? {
+            let item = item?;
+            let name = item.file_name();
+            let Some(run) = name.to_str().and_then(|name| name.strip_suffix(".meta.json")) else {
+                continue;
+            };
+            let Ok(run) = RunId::parse(run) else { continue };
+            // A run deleted since the directory was read is simply not listed.
+            if let Some(meta) = self.read_meta(&run)?
+                && filter.matches(&meta)
+            {
+                metas.push(meta);
+            }
+        }
+        Ok(common::select_runs(metas, filter))
+    }
+
+    fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()> {
+        if lease.is_some() {
+            return Err(common::no_leases(run));
+        }
+        let slot = self.slot(run);
+        let mut slot = lock(&slot);
+        self.close_journal(&mut slot);
+        // Journal first: a crash in between leaves a listed run with an empty journal,
+        // which a second delete clears, never a hidden journal a recreated run would inherit.
+        remove_if_present(&self.journal_path(run))?;
+        remove_if_present(&self.meta_path(run))?;
+        if self.durability == Durability::Full {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+}
+
+impl TranscriptStore for JsonlStore {
+    fn put(&self, blob_ref: &str, blob: &[u8]) -> Result<()> {
+        let parsed = common::parse_blob_ref(blob_ref)?;
+        let dir = self.blob_dir(&parsed.run);
+        fs::create_dir_all(&dir)?;
+        let path = dir.join(encode_blob_name(parsed.name));
+        self.replace_file(&dir, &path, blob, self.durability == Durability::Full)
+    }
+
+    fn get(&self, blob_ref: &str) -> Result<Option<Vec<u8>>> {
+        let parsed = common::parse_blob_ref(blob_ref)?;
+        match fs::read(self.blob_dir(&parsed.run).join(encode_blob_name(parsed.name))) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    fn list(&self, run: &RunId) -> Result<Vec<String>> {
+        let items = match fs::read_dir(self.blob_dir(run)) {
+            Ok(items) => items,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(err) => return Err(err.into()),
+        };
+        let mut refs = Vec::new();
+        for item in items {
+            let name = item?.file_name();
+            // Temp files start with '.', which an encoded name never does.
+            if let Some(name) = name.to_str().filter(|name| !name.starts_with('.')).and_then(decode_blob_name)
+            {
+                refs.push(format!("{run}/{name}"));
+            }
+        }
+        // Sorted by ref, not by file name: the encoding does not preserve order.
+        refs.sort_unstable();
+        Ok(refs)
+    }
+
+    fn delete(&self, blob_ref: &str) -> Result<()> {
+        let parsed = common::parse_blob_ref(blob_ref)?;
+        remove_if_present(&self.blob_dir(&parsed.run).join(encode_blob_name(parsed.name)))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while a slot is held leaves at worst an open file whose cached state is
+    // stale; every write path re-derives it or truncates back, so the data is still usable.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Makes a directory's entries (a created, renamed or removed file) durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// The seq an entry's text carries, read the way a load will read it.
+fn text_seq(json: &str) -> Option<u64> {
+    // The kernel writes `seq` first; read it without a parse when it does.
+    if let Some(rest) = json.strip_prefix(r#"{"seq":"#) {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && matches!(rest.as_bytes().get(digits), Some(b',' | b'}')) && !rest.starts_with('0') {
+            return rest[..digits].parse().ok();
+        }
+    }
+    if !json.trim_start().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<SeqField>(json).ok().map(|field| field.seq)
+}
+
+/// Reads a journal file: every entry in order, and how much of the file is sound.
+fn scan(run: &RunId, bytes: &[u8]) -> Result<Scan> {
+    let mut entries: Vec<RawEntry> = Vec::with_capacity(bytes.len() / 256);
+    let mut pos = 0;
+    let mut line_no = 0;
+    while pos < bytes.len() {
+        line_no += 1;
+        let line_start = pos;
+        let (line, terminated) = match bytes[pos..].iter().position(|&b| b == b'\n') {
+            Some(end) => (&bytes[pos..pos + end], true),
+            None => (&bytes[pos..], false),
+        };
+        pos += line.len() + usize::from(terminated);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            if !terminated {
+                // Trailing blanks after the last newline: drop them with the rest of a tear.
+                return Ok(Scan { entries, keep_len: line_start as u64, unterminated: false });
+            }
+            continue;
+        }
+        let tail = entries.last().map(RawEntry::seq);
+        match split_line(line, tail) {
+            Ok(records) => {
+                push_records(&mut entries, line, &records).map_err(|detail| corrupt(run, line_no, detail))?;
+                if !terminated {
+                    return Ok(Scan { entries, keep_len: bytes.len() as u64, unterminated: true });
+                }
+            }
+            Err(Damage { records, detail, torn }) => {
+                if terminated || !torn {
+                    return Err(corrupt(run, line_no, detail));
+                }
+                // A torn last line: keep the whole records in front of the fragment.
+                push_records(&mut entries, line, &records).map_err(|detail| corrupt(run, line_no, detail))?;
+                let keep = records.last().map_or(0, |&(_, _, end)| end);
+                return Ok(Scan {
+                    entries,
+                    keep_len: (line_start + keep) as u64,
+                    unterminated: !records.is_empty(),
+                });
+            }
+        }
+    }
+    Ok(Scan { entries, keep_len: bytes.len() as u64, unterminated: false })
+}
+
+/// A record found on a line: its seq and its byte range.
+type Record = (u64, usize, usize);
+
+/// A line that is not a clean sequence of records.
+struct Damage {
+    /// The records before the damage.
+    records: Vec<Record>,
+    /// What is wrong.
+    detail: String,
+    /// Whether the damage could be a tear (unparseable bytes) rather than sound records in
+    /// the wrong order, which no crash produces.
+    torn: bool,
+}
+
+/// Splits one line into its records (one, or several when newlines were lost), each a
+/// JSON object whose seq is after the previous one.
+fn split_line(line: &[u8], mut tail: Option<u64>) -> Result<Vec<Record>, Damage> {
+    let mut records = Vec::with_capacity(1);
+    let mut stream = serde_json::Deserializer::from_slice(line).into_iter::<SeqField>();
+    let mut start = 0;
+    loop {
+        let object_next = line[start..].iter().find(|b| !b.is_ascii_whitespace()).is_none_or(|&b| b == b'{');
+        if !object_next {
+            return Err(Damage { records, detail: "expected a JSON object".into(), torn: true });
+        }
+        match stream.next() {
+            None => return Ok(records),
+            Some(Ok(field)) => {
+                if tail.is_some_and(|tail| field.seq <= tail) {
+                    let detail =
+                        format!("seq {} is not after the previous seq {}", field.seq, tail.unwrap_or(0));
+                    return Err(Damage { records, detail, torn: false });
+                }
+                let end = stream.byte_offset();
+                records.push((field.seq, start, end));
+                tail = Some(field.seq);
+                start = end;
+            }
+            Some(Err(err)) => {
+                // A tear leaves a prefix (end of input) or garbage (syntax); a whole object
+                // without a numeric seq is corruption.
+                let torn = err.is_eof() || err.is_syntax();
+                return Err(Damage { records, detail: err.to_string(), torn });
+            }
+        }
+    }
+}
+
+/// Turns a line's records into entries: the whole line verbatim when it holds one record,
+/// else each record's own bytes.
+fn push_records(entries: &mut Vec<RawEntry>, line: &[u8], records: &[Record]) -> Result<(), String> {
+    let whole_line = records.len() == 1;
+    for &(seq, start, end) in records {
+        let bytes = if whole_line { line } else { line[start..end].trim_ascii() };
+        let text = std::str::from_utf8(bytes).map_err(|err| format!("not UTF-8: {err}"))?;
+        // A CRLF line ending (an editor's) is not part of the entry.
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        entries.push(RawEntry::new(seq, text).map_err(|err| err.to_string())?);
+    }
+    Ok(())
+}
+
+fn corrupt(run: &RunId, line_no: usize, detail: String) -> Error {
+    Error::Corrupt { what: format!("journal of run {run}, line {line_no}"), detail }
+}
+
+/// Encodes a blob name (which may hold `/` and any character) as one safe file name:
+/// `[A-Za-z0-9_.-]` stays, every other byte becomes `%XX`, and so does a leading `.`, so
+/// no encoded name is hidden, `.`/`..`, or clashes with a temp file.
+fn encode_blob_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for (i, byte) in name.bytes().enumerate() {
+        let keep = byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' || (byte == b'.' && i > 0);
+        if keep {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The inverse of [`encode_blob_name`]; `None` for a file name it cannot have produced.
+fn decode_blob_name(file_name: &str) -> Option<String> {
+    let bytes = file_name.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = file_name.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> RunId {
+        RunId::parse("r").unwrap()
+    }
+
+    fn seqs(scan: &Scan) -> Vec<u64> {
+        scan.entries.iter().map(RawEntry::seq).collect()
+    }
+
+    #[test]
+    fn scan_keeps_sound_files_whole() {
+        let text = b"{\"seq\":1}\n{\"seq\":2,\"a\":[1.50]}\n";
+        let scan = scan(&run(), text).unwrap();
+        assert_eq!(seqs(&scan), [1, 2]);
+        assert_eq!(scan.keep_len, text.len() as u64);
+        assert!(!scan.unterminated);
+        assert_eq!(scan.entries[1].json(), r#"{"seq":2,"a":[1.50]}"#);
+    }
+
+    #[test]
+    fn scan_cuts_a_torn_tail_and_keeps_glued_records() {
+        let text = b"{\"seq\":1}\n{\"seq\":2} {\"seq\":3}{\"seq\":4,\"x";
+        let scan = scan(&run(), text).unwrap();
+        assert_eq!(seqs(&scan), [1, 2, 3]);
+        assert_eq!(scan.entries[2].json(), r#"{"seq":3}"#);
+        assert_eq!(&text[..scan.keep_len as usize], b"{\"seq\":1}\n{\"seq\":2} {\"seq\":3}");
+        assert!(scan.unterminated);
+
+        let torn_only = b"{\"seq\":1}\n{\"se";
+        let scan = super::scan(&run(), torn_only).unwrap();
+        assert_eq!(seqs(&scan), [1]);
+        assert_eq!(scan.keep_len, 10);
+        assert!(!scan.unterminated);
+    }
+
+    #[test]
+    fn scan_refuses_damage_before_the_tail() {
+        for text in [
+            &b"{\"seq\":1}\nnot json\n{\"seq\":3}\n"[..],
+            b"{\"seq\":1}\n{\"seq\":1}\n",
+            b"{\"seq\":1}\n{\"nope\":2}\n",
+            b"[1]\n",
+            b"{\"seq\":1} 7\n",
+        ] {
+            let err = scan(&run(), text).err().unwrap();
+            assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn text_seq_reads_what_load_reads() {
+        assert_eq!(text_seq(r#"{"seq":12,"a":1}"#), Some(12));
+        assert_eq!(text_seq(r#"{"seq":12}"#), Some(12));
+        assert_eq!(text_seq(r#"{"z":1,"seq":9}"#), Some(9));
+        assert_eq!(text_seq(r#"{ "seq" : 7 }"#), Some(7));
+        assert_eq!(text_seq(r#"{"seq":07}"#), None);
+        assert_eq!(text_seq(r#"{"a":1}"#), None);
+        assert_eq!(text_seq("[3]"), None);
+    }
+
+    #[test]
+    fn blob_names_round_trip_through_file_names() {
+        for name in ["a", "x/y.json", ".hidden", "é ü/%41", "a-b_c.d"] {
+            let encoded = encode_blob_name(name);
+            assert!(!encoded.contains('/') && !encoded.starts_with('.'), "{encoded}");
+            assert_eq!(decode_blob_name(&encoded).as_deref(), Some(name));
+        }
+        assert_eq!(decode_blob_name("%4"), None);
+    }
+}

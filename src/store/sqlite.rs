@@ -1,0 +1,718 @@
+//! The SQLite store, cairn's default: journals, run meta, leases with fencing epochs and
+//! blobs in one WAL-mode database file that several processes may share.
+//!
+//! Every mutation runs in one `BEGIN IMMEDIATE` transaction that takes the database's write
+//! lock first, so a lease check and the write it guards commit as one unit: a takeover from
+//! another process cannot land between them. Entries are kept as their exact text
+//! (`entries.json`), and run meta as its whole JSON document (`runs.meta_json`) with the
+//! listing keys copied into indexed columns and a tag table, so a listing never parses a
+//! journal and never drops a match.
+//!
+//! Appends that arrive together share one transaction (group commit): the first appender
+//! becomes the leader, takes every queued batch and commits them together, each under its
+//! own savepoint so one batch's order or lease violation fails only that batch. With
+//! `synchronous=FULL` this turns one fsync per append into one per group.
+//!
+//! Reads (`load`, `get_meta`, `list_runs`, blob reads) use a small pool of separate
+//! connections, which WAL lets run beside the writer.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+use super::common::{self, HeldLease};
+use super::{
+    Durability, Error, JournalStore, LeasableStore, Lease, RawEntry, Result, RunFilter, RunId, RunMeta,
+    TranscriptStore,
+};
+use crate::clock::{Clock, SharedClock, SystemClock};
+
+/// Where the CLI and `store::open("sqlite")` keep the database, relative to the working
+/// directory.
+pub const DEFAULT_SQLITE_PATH: &str = ".cairn/cairn.db";
+
+/// The schema this build writes; a database stamped higher was made by a newer cairn.
+const SCHEMA_VERSION: i64 = 1;
+
+/// How long opening keeps retrying a schema bootstrap that collides with another process
+/// opening the same fresh file.
+const BOOT_RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// How to open a [`SqliteStore`].
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// `synchronous=NORMAL` (the default) or `FULL`.
+    pub durability: Durability,
+    /// Reads lease expiry; inject a [`ManualClock`](crate::ManualClock) to test expiry
+    /// without sleeping.
+    pub clock: SharedClock,
+    /// How long a write waits for another connection's (or process's) write lock before
+    /// failing with [`Error::Sqlite`] (`SQLITE_BUSY`).
+    pub busy_timeout: Duration,
+    /// Whether concurrent appends share a transaction. On by default; off measures (and
+    /// tests) the one-transaction-per-append path.
+    pub group_commit: bool,
+}
+
+impl SqliteOptions {
+    /// `synchronous=NORMAL`, the system clock, a 5 s busy timeout and group commit.
+    #[allow(clippy::new_without_default)] // Options are spelled out where a store is opened.
+    pub fn new() -> SqliteOptions {
+        SqliteOptions {
+            durability: Durability::Normal,
+            clock: Arc::new(SystemClock),
+            busy_timeout: Duration::from_secs(5),
+            group_commit: true,
+        }
+    }
+}
+
+/// A [`JournalStore`], [`LeasableStore`] and [`TranscriptStore`] over one SQLite file.
+pub struct SqliteStore {
+    path: PathBuf,
+    options: SqliteOptions,
+    /// The one connection that writes; every write transaction holds it.
+    writer: Mutex<Connection>,
+    /// Idle read connections, reused; a reader takes one or opens another.
+    readers: Mutex<Vec<Connection>>,
+    /// Appends waiting for a group commit, and the outcomes of committed ones.
+    group: Mutex<Group>,
+    /// Wakes appenders when a group's outcomes are in.
+    group_done: Condvar,
+}
+
+#[derive(Default)]
+struct Group {
+    /// Batches no leader has taken yet.
+    queue: Vec<Pending>,
+    /// Outcomes by ticket, until their appender picks them up.
+    done: HashMap<u64, Result<()>>,
+    /// Whether a leader is committing right now.
+    leading: bool,
+    next_ticket: u64,
+}
+
+/// One append waiting in (or taken from) the group queue.
+struct Pending {
+    ticket: u64,
+    run: RunId,
+    entries: Vec<RawEntry>,
+    lease: Option<Lease>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS entries (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    json TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    name TEXT,
+    created_at_ms INTEGER NOT NULL,
+    meta_json TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at_ms, run_id);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at_ms, run_id);
+CREATE INDEX IF NOT EXISTS runs_by_name ON runs (name, created_at_ms, run_id);
+CREATE TABLE IF NOT EXISTS run_tags (
+    tag TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    PRIMARY KEY (tag, run_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS run_tags_by_run ON run_tags (run_id);
+CREATE TABLE IF NOT EXISTS leases (
+    run_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS epochs (
+    run_id TEXT PRIMARY KEY,
+    high_water INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blobs (
+    ref TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS blobs_by_run ON blobs (run_id, ref);
+";
+
+impl SqliteStore {
+    /// Opens (creating) the database at `path`, creating its parent directories.
+    ///
+    /// Safe to call from several processes at once over one fresh file: the schema
+    /// bootstrap is idempotent and retried while another opener holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for `:memory:` or a database from a newer cairn; [`Error::Io`] when
+    /// the directory cannot be made; [`Error::Sqlite`] when the file cannot be opened.
+    pub fn open(path: &Path, options: SqliteOptions) -> Result<SqliteStore> {
+        if path.as_os_str().is_empty() || path == Path::new(":memory:") {
+            return Err(Error::Config(format!(
+                "sqlite store path {path:?} is not a file; use the memory store for a throwaway store"
+            )));
+        }
+        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let started = Instant::now();
+        let writer = loop {
+            match open_writer(path, &options) {
+                Err(Error::Sqlite(err)) if is_busy(&err) && started.elapsed() < BOOT_RETRY_FOR => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        };
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            options,
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+            group: Mutex::new(Group::default()),
+            group_done: Condvar::new(),
+        })
+    }
+
+    /// Opens the database at [`DEFAULT_SQLITE_PATH`].
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub fn open_default(options: SqliteOptions) -> Result<SqliteStore> {
+        SqliteStore::open(Path::new(DEFAULT_SQLITE_PATH), options)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer, committing when it
+    /// succeeds and rolling back when it fails.
+    fn write<T>(&self, f: impl FnOnce(&Connection, i64) -> Result<T>) -> Result<T> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Read the clock only once the write lock is held: that is the instant the fence
+        // check and the write take effect.
+        let value = f(&tx, self.options.clock.now_ms())?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    /// Runs `f` on an idle read connection.
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let idle = lock(&self.readers).pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open_reader(&self.path, &self.options)?,
+        };
+        let value = f(&conn);
+        lock(&self.readers).push(conn);
+        value
+    }
+
+    fn append_grouped(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
+        let mut group = lock(&self.group);
+        let ticket = group.next_ticket;
+        group.next_ticket += 1;
+        group.queue.push(Pending {
+            ticket,
+            run: run.clone(),
+            entries: entries.to_vec(),
+            lease: lease.cloned(),
+        });
+        loop {
+            if let Some(outcome) = group.done.remove(&ticket) {
+                return outcome;
+            }
+            if group.leading {
+                group = self.group_done.wait(group).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            group.leading = true;
+            let batch = std::mem::take(&mut group.queue);
+            drop(group);
+            let mut leader = Leader { store: self, batch: &batch, outcomes: None };
+            leader.outcomes = Some(commit_group(&mut lock(&self.writer), &*self.options.clock, &batch));
+            drop(leader);
+            group = lock(&self.group);
+        }
+    }
+}
+
+/// Hands a leader's outcomes to the waiting appenders and steps down, also when the
+/// commit panicked: then every batch of the group fails, and nobody waits forever.
+struct Leader<'a> {
+    store: &'a SqliteStore,
+    batch: &'a [Pending],
+    outcomes: Option<Vec<Result<()>>>,
+}
+
+impl Drop for Leader<'_> {
+    fn drop(&mut self) {
+        let outcomes = self
+            .outcomes
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .map(Some)
+            .chain(std::iter::repeat_with(|| None));
+        let mut group = lock(&self.store.group);
+        for (pending, outcome) in self.batch.iter().zip(outcomes) {
+            let outcome =
+                outcome.unwrap_or_else(|| Err(Error::Io(io::Error::other("group commit leader panicked"))));
+            group.done.insert(pending.ticket, outcome);
+        }
+        group.leading = false;
+        self.store.group_done.notify_all();
+    }
+}
+
+/// Commits a group of appends in one transaction, each batch under its own savepoint.
+/// Returns one outcome per batch, in order.
+fn commit_group(conn: &mut Connection, clock: &dyn Clock, batch: &[Pending]) -> Vec<Result<()>> {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(err) => return batch.iter().map(|_| Err(duplicate_sqlite(&err))).collect(),
+    };
+    let now_ms = clock.now_ms();
+    let mut outcomes = Vec::with_capacity(batch.len());
+    if let [single] = batch {
+        // One batch needs no savepoint: the transaction is the unit.
+        outcomes.push(append_in(&tx, single, now_ms));
+    } else {
+        for pending in batch {
+            let outcome = tx.savepoint().map_err(Error::from).and_then(|savepoint| {
+                append_in(&savepoint, pending, now_ms)?;
+                Ok(savepoint.commit()?)
+            });
+            // A failed batch's savepoint rolled back when it dropped.
+            outcomes.push(outcome);
+        }
+    }
+    if outcomes.iter().all(Result::is_err) {
+        return outcomes; // Nothing to commit; dropping the transaction rolls it back.
+    }
+    if let Err(err) = tx.commit() {
+        for outcome in &mut outcomes {
+            if outcome.is_ok() {
+                *outcome = Err(duplicate_sqlite(&err));
+            }
+        }
+    }
+    outcomes
+}
+
+/// One batch's fence check, order check and inserts, inside the caller's transaction.
+fn append_in(conn: &Connection, pending: &Pending, now_ms: i64) -> Result<()> {
+    let run = &pending.run;
+    fence(conn, run, pending.lease.as_ref(), now_ms)?;
+    let tail: Option<i64> = conn
+        .prepare_cached("SELECT seq FROM entries WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1")?
+        .query_row([run.as_str()], |row| row.get(0))
+        .optional()?;
+    common::check_tail(run, tail.map(stored_seq).transpose()?, &pending.entries)?;
+    let mut insert = conn.prepare_cached("INSERT INTO entries (run_id, seq, json) VALUES (?1, ?2, ?3)")?;
+    for entry in &pending.entries {
+        insert.execute(params![run.as_str(), sql_seq(run, entry.seq())?, entry.json()])?;
+    }
+    Ok(())
+}
+
+/// Checks a given lease against the run's lease row, inside the caller's transaction.
+fn fence(conn: &Connection, run: &RunId, lease: Option<&Lease>, now_ms: i64) -> Result<()> {
+    match lease {
+        Some(lease) => common::check_lease(run, lease, held_lease(conn, run)?.as_ref(), now_ms),
+        None => Ok(()),
+    }
+}
+
+fn held_lease(conn: &Connection, run: &RunId) -> Result<Option<HeldLease>> {
+    let row = conn
+        .prepare_cached("SELECT owner, epoch, expires_at_ms FROM leases WHERE run_id = ?1")?
+        .query_row([run.as_str()], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?, row.get(2)?)))
+        .optional()?;
+    row.map(|(owner, epoch, expires_at_ms)| Ok(HeldLease { owner, epoch: stored_seq(epoch)?, expires_at_ms }))
+        .transpose()
+}
+
+/// A seq as SQLite stores it (a signed 64-bit integer).
+fn sql_seq(run: &RunId, seq: u64) -> Result<i64> {
+    i64::try_from(seq).map_err(|_| {
+        Error::Config(format!("seq {seq} of run {run} exceeds the sqlite store's limit of {}", i64::MAX))
+    })
+}
+
+/// A stored seq or epoch read back; negative only in a damaged database.
+fn stored_seq(value: i64) -> Result<u64> {
+    u64::try_from(value).map_err(|_| Error::Corrupt {
+        what: "sqlite store".into(),
+        detail: format!("negative seq or epoch {value}"),
+    })
+}
+
+fn configure(conn: &Connection, options: &SqliteOptions) -> Result<()> {
+    conn.busy_timeout(options.busy_timeout)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    let synchronous = match options.durability {
+        Durability::Normal => "NORMAL",
+        Durability::Full => "FULL",
+    };
+    conn.execute_batch(&format!("PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = OFF;"))?;
+    Ok(())
+}
+
+fn open_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// Opens the writing connection: WAL mode, then the schema, idempotently.
+fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection> {
+    let mut conn = Connection::open_with_flags(path, open_flags())?;
+    configure(&conn, options)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::Config(format!(
+            "sqlite store {} cannot use WAL mode (got {mode}); put it on a local file system",
+            path.display()
+        )));
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(Error::Config(format!(
+            "sqlite store {} has schema version {version}, newer than this cairn's {SCHEMA_VERSION}; \
+             use a newer cairn",
+            path.display()
+        )));
+    }
+    if version < SCHEMA_VERSION {
+        tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
+    }
+    tx.commit()?;
+    Ok(conn)
+}
+
+fn open_reader(path: &Path, options: &SqliteOptions) -> Result<Connection> {
+    let conn = Connection::open_with_flags(path, open_flags())?;
+    configure(&conn, options)?;
+    conn.execute_batch("PRAGMA query_only = ON")?;
+    Ok(conn)
+}
+
+fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(err.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+}
+
+/// A copy of a SQLite error for every batch of a failed group (the error is not `Clone`).
+fn duplicate_sqlite(err: &rusqlite::Error) -> Error {
+    match err {
+        rusqlite::Error::SqliteFailure(code, message) => {
+            Error::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone()))
+        }
+        other => Error::Io(io::Error::other(other.to_string())),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A transaction rolls back when a panic unwinds through it, so the connection behind a
+    // poisoned lock is idle and sound.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn parse_meta(run: &str, json: &str) -> Result<RunMeta> {
+    serde_json::from_str(json)
+        .map_err(|err| Error::Corrupt { what: format!("meta of run {run}"), detail: err.to_string() })
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("durability", &self.options.durability)
+            .field("group_commit", &self.options.group_commit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JournalStore for SqliteStore {
+    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        common::check_batch(run, entries)?;
+        if let Some(last) = entries.last() {
+            sql_seq(run, last.seq())?;
+        }
+        if self.options.group_commit {
+            return self.append_grouped(run, entries, lease);
+        }
+        let pending =
+            Pending { ticket: 0, run: run.clone(), entries: entries.to_vec(), lease: lease.cloned() };
+        self.write(|conn, now_ms| append_in(conn, &pending, now_ms))
+    }
+
+    fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {
+        self.read(|conn| {
+            let mut select =
+                conn.prepare_cached("SELECT seq, json FROM entries WHERE run_id = ?1 ORDER BY seq")?;
+            let mut rows = select.query([run.as_str()])?;
+            let mut entries = Vec::new();
+            while let Some(row) = rows.next()? {
+                let seq = stored_seq(row.get(0)?)?;
+                let json = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
+                let entry = RawEntry::new(seq, json).map_err(|err| Error::Corrupt {
+                    what: format!("journal of run {run}"),
+                    detail: err.to_string(),
+                })?;
+                entries.push(entry);
+            }
+            Ok(entries)
+        })
+    }
+
+    fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()> {
+        let run = &meta.run_id;
+        let json = serde_json::to_string(meta)
+            .map_err(|err| Error::Corrupt { what: format!("meta of run {run}"), detail: err.to_string() })?;
+        self.write(|conn, now_ms| {
+            fence(conn, run, lease, now_ms)?;
+            conn.prepare_cached(
+                "INSERT INTO runs (run_id, status, name, created_at_ms, meta_json) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, name = excluded.name,
+                 created_at_ms = excluded.created_at_ms, meta_json = excluded.meta_json",
+            )?
+            .execute(params![run.as_str(), meta.status.as_str(), meta.name, meta.created_at_ms, json])?;
+            conn.prepare_cached("DELETE FROM run_tags WHERE run_id = ?1")?.execute([run.as_str()])?;
+            let mut insert_tag =
+                conn.prepare_cached("INSERT OR IGNORE INTO run_tags (tag, run_id) VALUES (?1, ?2)")?;
+            for tag in &meta.tags {
+                insert_tag.execute(params![tag, run.as_str()])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn get_meta(&self, run: &RunId) -> Result<Option<RunMeta>> {
+        self.read(|conn| {
+            let json: Option<String> = conn
+                .prepare_cached("SELECT meta_json FROM runs WHERE run_id = ?1")?
+                .query_row([run.as_str()], |row| row.get(0))
+                .optional()?;
+            json.map(|json| parse_meta(run.as_str(), &json)).transpose()
+        })
+    }
+
+    fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunMeta>> {
+        // Every filter field becomes SQL, so the limit can apply in SQL too; the shapes are
+        // few, so the statements stay cached.
+        let mut sql = String::from("SELECT run_id, meta_json FROM runs WHERE 1");
+        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::new();
+        if !filter.statuses.is_empty() {
+            let marks = vec!["?"; filter.statuses.len()].join(", ");
+            sql.push_str(&format!(" AND status IN ({marks})"));
+        }
+        let statuses: Vec<&str> = filter.statuses.iter().map(|status| status.as_str()).collect();
+        args.extend(statuses.iter().map(|status| status as &dyn rusqlite::ToSql));
+        if let Some(name) = &filter.name {
+            sql.push_str(" AND name = ?");
+            args.push(name);
+        }
+        for tag in &filter.tags {
+            sql.push_str(" AND EXISTS (SELECT 1 FROM run_tags WHERE run_tags.tag = ? AND run_tags.run_id = runs.run_id)");
+            args.push(tag);
+        }
+        sql.push_str(" ORDER BY created_at_ms DESC, run_id DESC");
+        let limit = filter.limit.map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
+        if let Some(limit) = &limit {
+            sql.push_str(" LIMIT ?");
+            args.push(limit);
+        }
+        self.read(|conn| {
+            let mut select = conn.prepare_cached(&sql)?;
+            let mut rows = select.query(args.as_slice())?;
+            let mut metas = Vec::new();
+            while let Some(row) = rows.next()? {
+                let run = row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?;
+                let json = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
+                metas.push(parse_meta(run, json)?);
+            }
+            Ok(metas)
+        })
+    }
+
+    fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()> {
+        self.write(|conn, now_ms| {
+            fence(conn, run, lease, now_ms)?;
+            // The epochs row stays: it is the tombstone that keeps a recreated run's
+            // epochs above every lease of this incarnation.
+            for sql in [
+                "DELETE FROM entries WHERE run_id = ?1",
+                "DELETE FROM runs WHERE run_id = ?1",
+                "DELETE FROM run_tags WHERE run_id = ?1",
+                "DELETE FROM leases WHERE run_id = ?1",
+            ] {
+                conn.prepare_cached(sql)?.execute([run.as_str()])?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl LeasableStore for SqliteStore {
+    fn acquire(&self, run: &RunId, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.write(|conn, now_ms| {
+            if let Some(held) = held_lease(conn, run)?.filter(|held| held.is_live(now_ms)) {
+                return Err(common::held_by(run, &held));
+            }
+            let high_water: Option<i64> = conn
+                .prepare_cached("SELECT high_water FROM epochs WHERE run_id = ?1")?
+                .query_row([run.as_str()], |row| row.get(0))
+                .optional()?;
+            let epoch = high_water.unwrap_or(0).checked_add(1).ok_or_else(|| Error::Corrupt {
+                what: format!("epochs of run {run}"),
+                detail: "the epoch counter is exhausted".into(),
+            })?;
+            conn.prepare_cached(
+                "INSERT INTO epochs (run_id, high_water) VALUES (?1, ?2)
+                 ON CONFLICT (run_id) DO UPDATE SET high_water = excluded.high_water",
+            )?
+            .execute(params![run.as_str(), epoch])?;
+            conn.prepare_cached(
+                "INSERT INTO leases (run_id, owner, epoch, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch,
+                 expires_at_ms = excluded.expires_at_ms",
+            )?
+            .execute(params![run.as_str(), owner, epoch, common::expiry(now_ms, ttl)])?;
+            Ok(Lease { run_id: run.clone(), owner: owner.to_owned(), epoch: stored_seq(epoch)? })
+        })
+    }
+
+    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        let run = &lease.run_id;
+        self.write(|conn, now_ms| {
+            fence(conn, run, Some(lease), now_ms)?;
+            conn.prepare_cached("UPDATE leases SET expires_at_ms = ?2 WHERE run_id = ?1")?
+                .execute(params![run.as_str(), common::expiry(now_ms, ttl)])?;
+            Ok(())
+        })
+    }
+
+    fn release(&self, lease: &Lease) -> Result<()> {
+        let run = &lease.run_id;
+        self.write(|conn, now_ms| {
+            fence(conn, run, Some(lease), now_ms)?;
+            conn.prepare_cached("DELETE FROM leases WHERE run_id = ?1")?.execute([run.as_str()])?;
+            Ok(())
+        })
+    }
+}
+
+impl TranscriptStore for SqliteStore {
+    fn put(&self, blob_ref: &str, blob: &[u8]) -> Result<()> {
+        let parsed = common::parse_blob_ref(blob_ref)?;
+        self.write(|conn, _| {
+            conn.prepare_cached(
+                "INSERT INTO blobs (ref, run_id, data) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (ref) DO UPDATE SET data = excluded.data",
+            )?
+            .execute(params![blob_ref, parsed.run.as_str(), blob])?;
+            Ok(())
+        })
+    }
+
+    fn get(&self, blob_ref: &str) -> Result<Option<Vec<u8>>> {
+        common::parse_blob_ref(blob_ref)?;
+        self.read(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT data FROM blobs WHERE ref = ?1")?
+                .query_row([blob_ref], |row| row.get(0))
+                .optional()?)
+        })
+    }
+
+    fn list(&self, run: &RunId) -> Result<Vec<String>> {
+        self.read(|conn| {
+            let mut select = conn.prepare_cached("SELECT ref FROM blobs WHERE run_id = ?1 ORDER BY ref")?;
+            let refs = select.query_map([run.as_str()], |row| row.get(0))?;
+            Ok(refs.collect::<rusqlite::Result<Vec<String>>>()?)
+        })
+    }
+
+    fn delete(&self, blob_ref: &str) -> Result<()> {
+        common::parse_blob_ref(blob_ref)?;
+        self.write(|conn, _| {
+            conn.prepare_cached("DELETE FROM blobs WHERE ref = ?1")?.execute([blob_ref])?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    fn pending(ticket: u64, run: &str, seqs: &[u64], lease: Option<Lease>) -> Pending {
+        let entries =
+            seqs.iter().map(|seq| RawEntry::new(*seq, format!(r#"{{"seq":{seq}}}"#)).unwrap()).collect();
+        Pending { ticket, run: RunId::parse(run).unwrap(), entries, lease }
+    }
+
+    #[test]
+    fn a_failing_batch_fails_alone_in_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000);
+        let options = SqliteOptions { clock: Arc::new(clock.clone()), ..SqliteOptions::new() };
+        let store = SqliteStore::open(&dir.path().join("db"), options).unwrap();
+        let a = RunId::parse("a").unwrap();
+        let lease = store.acquire(&a, "w", Duration::from_secs(1)).unwrap();
+        let stale = Lease { epoch: lease.epoch + 1, ..lease.clone() };
+        let group = [
+            pending(0, "a", &[1, 2], Some(lease)),
+            pending(1, "a", &[2, 3], None), // at the tail the first batch just wrote
+            pending(2, "b", &[5], None),
+            pending(3, "a", &[3], Some(stale)),
+            pending(4, "a", &[3], None),
+        ];
+        let outcomes = commit_group(&mut lock(&store.writer), &clock, &group);
+        assert!(outcomes[0].is_ok() && outcomes[2].is_ok() && outcomes[4].is_ok(), "{outcomes:?}");
+        assert!(matches!(outcomes[1], Err(Error::OrderViolation { seq: 2, tail: 2, .. })));
+        assert!(matches!(outcomes[3], Err(Error::LeaseHeld { .. })));
+        let seqs: Vec<u64> = store.load(&a).unwrap().iter().map(RawEntry::seq).collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(store.load(&RunId::parse("b").unwrap()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn concurrent_appends_all_land_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db"), SqliteOptions::new()).unwrap();
+        std::thread::scope(|scope| {
+            for thread in 0..4 {
+                let store = &store;
+                scope.spawn(move || {
+                    let run = RunId::parse(&format!("r{thread}")).unwrap();
+                    for seq in 1..=50u64 {
+                        let entry = RawEntry::new(seq, format!(r#"{{"seq":{seq}}}"#)).unwrap();
+                        store.append(&run, &[entry], None).unwrap();
+                    }
+                });
+            }
+        });
+        for thread in 0..4 {
+            let loaded = store.load(&RunId::parse(&format!("r{thread}")).unwrap()).unwrap();
+            assert_eq!(loaded.iter().map(RawEntry::seq).collect::<Vec<_>>(), (1..=50).collect::<Vec<_>>());
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Opening a store from a URL (`sqlite:PATH`, `jsonl:DIR`, `memory`), as the CLI's
+//! `--store` flag and config file name one.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{
+    DEFAULT_SQLITE_PATH, Durability, Error, JournalStore, JsonlStore, LeasableStore, MemoryStore, Result,
+    SqliteOptions, SqliteStore, TranscriptStore,
+};
+
+/// One opened store, seen through each seam it implements. All three handles share the
+/// same underlying object.
+#[derive(Debug, Clone)]
+pub struct OpenedStore {
+    /// The journal and run meta.
+    pub journal: Arc<dyn JournalStore>,
+    /// The lease capability, when the store has one (`sqlite`, `memory`; not `jsonl`).
+    pub leases: Option<Arc<dyn LeasableStore>>,
+    /// The blob store.
+    pub transcripts: Arc<dyn TranscriptStore>,
+}
+
+/// Opens the store a URL names, with default options:
+///
+/// - `sqlite:PATH` (or `sqlite` for [`DEFAULT_SQLITE_PATH`]): a [`SqliteStore`];
+/// - `jsonl:DIR`: a [`JsonlStore`] over the directory;
+/// - `memory`: a [`MemoryStore`] (nothing survives the process).
+///
+/// # Errors
+/// [`Error::Config`] for a URL of another shape; the store's own errors when it cannot open.
+pub fn open(url: &str) -> Result<OpenedStore> {
+    let (scheme, rest) = match url.split_once(':') {
+        Some((scheme, rest)) => (scheme, Some(rest)),
+        None => (url, None),
+    };
+    match (scheme, rest) {
+        ("memory", None | Some("")) => {
+            let store = Arc::new(MemoryStore::new());
+            Ok(OpenedStore { journal: store.clone(), leases: Some(store.clone()), transcripts: store })
+        }
+        ("sqlite", rest) => {
+            let path = rest.filter(|path| !path.is_empty()).unwrap_or(DEFAULT_SQLITE_PATH);
+            if path.starts_with("//") {
+                return Err(bad_url(url, "write sqlite:PATH with no '//' (e.g. sqlite:/var/lib/cairn.db)"));
+            }
+            let store = Arc::new(SqliteStore::open(Path::new(path), SqliteOptions::new())?);
+            Ok(OpenedStore { journal: store.clone(), leases: Some(store.clone()), transcripts: store })
+        }
+        ("jsonl", Some(dir)) if !dir.is_empty() => {
+            if dir.starts_with("//") {
+                return Err(bad_url(url, "write jsonl:DIR with no '//' (e.g. jsonl:./runs)"));
+            }
+            let store = Arc::new(JsonlStore::open(Path::new(dir), Durability::Normal)?);
+            Ok(OpenedStore { journal: store.clone(), leases: None, transcripts: store })
+        }
+        ("jsonl", _) => Err(bad_url(url, "a jsonl store needs a directory: jsonl:DIR")),
+        _ => Err(bad_url(url, "expected sqlite:PATH, sqlite, jsonl:DIR or memory")),
+    }
+}
+
+fn bad_url(url: &str, hint: &str) -> Error {
+    Error::Config(format!("unsupported store url {url:?}: {hint}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_urls_are_config_errors() {
+        for url in ["", "postgres://x", "memory:x", "jsonl:", "jsonl", "sqlite://x.db", "SQLITE:x"] {
+            let err = open(url).err();
+            assert!(matches!(err, Some(Error::Config(_))), "{url:?}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn each_scheme_opens_its_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = open("memory").unwrap();
+        assert!(memory.leases.is_some());
+        let db = dir.path().join("nested/cairn.db");
+        let sqlite = open(&format!("sqlite:{}", db.display())).unwrap();
+        assert!(sqlite.leases.is_some() && db.exists());
+        let jsonl = open(&format!("jsonl:{}", dir.path().join("runs").display())).unwrap();
+        assert!(jsonl.leases.is_none() && dir.path().join("runs").is_dir());
+    }
+}

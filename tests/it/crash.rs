@@ -1,0 +1,205 @@
+//! Crash tests with real processes: a child process runs a workflow against a SQLite store
+//! on disk and is killed with SIGKILL at a named point; a second process resumes it. Every
+//! provider call is logged to a file outside the killed process, so the test can assert
+//! exact payment counts: completed calls are never re-paid, the in-flight call is paid at
+//! most once more, and the final value equals an uninterrupted run's.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::provider::{Capabilities, ChatEvent, ChatRequest, FinishReason, Part, Provider};
+use cairn::store::{SqliteOptions, SqliteStore};
+use cairn::{
+    AgentOptions, Engine, EventKind, ParallelOptions, ResumeOptions, RunId, RunOptions, RunStatus, Usage, Workflow,
+    branch,
+};
+use futures::stream::BoxStream;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const CHILD_ENV: &str = "CAIRN_CRASH_CHILD";
+
+/// Logs every call's prompt to a file (append + flush: it survives the kill), optionally
+/// kills the process when a given prompt is dispatched, and answers after a small latency
+/// for prompts that ask to be slow.
+#[derive(Debug)]
+struct LoggingProvider {
+    log: PathBuf,
+    kill_on_prompt: Option<String>,
+}
+
+fn kill_self() -> ! {
+    let pid = std::process::id().to_string();
+    let _ = Command::new("kill").args(["-9", &pid]).status();
+    // SIGKILL cannot be caught; if it did not land, fail loudly rather than carry on.
+    std::process::abort();
+}
+
+impl Provider for LoggingProvider {
+    fn name(&self) -> &str {
+        "log"
+    }
+    fn capabilities(&self, _model: &str) -> Capabilities {
+        Capabilities { native_schema: false, tools: false, reasoning: false }
+    }
+    fn stream(&self, request: ChatRequest, _cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
+        let prompt = request
+            .messages
+            .iter()
+            .flat_map(|m| m.parts.iter())
+            .find_map(|p| if let Part::Text(t) = p { Some(t.clone()) } else { None })
+            .unwrap_or_default();
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        writeln!(file, "{prompt}").unwrap();
+        file.sync_all().unwrap();
+        if self.kill_on_prompt.as_deref() == Some(prompt.as_str()) {
+            kill_self();
+        }
+        let slow = prompt.contains("slow");
+        Box::pin(futures::stream::once(async move {
+            if slow {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+            ChatEvent::TextDelta(format!("re: {prompt}"))
+        })
+        .chain(futures::stream::once(async {
+            ChatEvent::Finish {
+                reason: FinishReason::Stop,
+                usage: Usage { input_tokens: 10, output_tokens: 5, ..Usage::default() },
+            }
+        })))
+    }
+}
+
+use futures::StreamExt;
+
+fn workflow() -> Workflow {
+    Workflow::new("crashy", |ctx, _args| async move {
+        let one = ctx.agent("one", AgentOptions::default()).await?;
+        let two = ctx.agent("two", AgentOptions::default()).await?;
+        let fan = ctx
+            .parallel(
+                vec![
+                    branch(|ctx| async move { ctx.agent("fast branch", AgentOptions::default()).await }),
+                    branch(|ctx| async move { ctx.agent("slow branch", AgentOptions::default()).await }),
+                ],
+                ParallelOptions::default(),
+            )
+            .await?;
+        let three = ctx.agent("three", AgentOptions::default()).await?;
+        Ok(json!([one, two, fan, three]))
+    })
+}
+
+fn engine(db: &Path, log: &Path, kill_on_prompt: Option<String>) -> Engine {
+    let store = Arc::new(SqliteStore::open(db, SqliteOptions::new()).unwrap());
+    let provider = Arc::new(LoggingProvider { log: log.to_owned(), kill_on_prompt });
+    Engine::builder(store.clone(), store)
+        .provider(provider)
+        .default_model(cairn::model::ModelRef::parse("log:m").unwrap())
+        .workflow(workflow())
+        .build()
+        .unwrap()
+}
+
+/// The child side: runs (or resumes) the workflow and kills itself at the named point.
+#[test]
+fn crash_child() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else { return };
+    let dir = PathBuf::from(std::env::var("CAIRN_CRASH_DIR").unwrap());
+    let point = std::env::var("CAIRN_CRASH_POINT").unwrap();
+    let run_id = RunId::parse("crash-run").unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let kill_on_prompt = (mode == "run" && point == "after-running").then(|| "two".to_owned());
+        let engine = engine(&dir.join("cairn.db"), &dir.join("calls.log"), kill_on_prompt);
+        let handle = if mode == "run" {
+            let options = RunOptions { run_id: Some(run_id), ..RunOptions::default() };
+            engine.run(&workflow(), json!({}), options).unwrap()
+        } else {
+            engine.resume(&run_id, ResumeOptions::default()).unwrap()
+        };
+        let mut events = handle.events();
+        if mode == "run" {
+            let mut ended = 0;
+            while let Some(event) = events.next().await {
+                if let EventKind::AgentEnd { .. } = event.kind {
+                    ended += 1;
+                    // after-ok: call "two" is journaled ok; mid-parallel: the fast branch is
+                    // done while the slow one is in flight.
+                    if (point == "after-ok" && ended == 2) || (point == "mid-parallel" && ended == 3) {
+                        kill_self();
+                    }
+                }
+            }
+        }
+        let outcome = handle.result().await.unwrap();
+        std::fs::write(dir.join(format!("{mode}.outcome.json")), serde_json::to_vec(&outcome).unwrap()).unwrap();
+    });
+}
+
+fn spawn_child(dir: &Path, mode: &str, point: &str) -> std::process::ExitStatus {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash::crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, mode)
+        .env("CAIRN_CRASH_DIR", dir)
+        .env("CAIRN_CRASH_POINT", point)
+        .status()
+        .unwrap()
+}
+
+fn calls(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("calls.log")).unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+fn count(calls: &[String], prompt: &str) -> usize {
+    calls.iter().filter(|c| *c == prompt).count()
+}
+
+fn uninterrupted_value() -> Value {
+    json!(["re: one", "re: two", ["re: fast branch", "re: slow branch"], "re: three"])
+}
+
+fn crash_and_resume(point: &str) -> (Vec<String>, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let status = spawn_child(dir.path(), "run", point);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "the child was not killed at {point}: {status:?}");
+    assert!(!dir.path().join("run.outcome.json").exists());
+    let status = spawn_child(dir.path(), "resume", point);
+    assert!(status.success(), "resume failed: {status:?}");
+    let outcome: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("resume.outcome.json")).unwrap()).unwrap();
+    assert_eq!(outcome["status"], json!(RunStatus::Ok));
+    (calls(dir.path()), outcome["value"].clone())
+}
+
+#[test]
+fn killed_after_a_running_entry_repays_only_the_in_flight_call() {
+    let (calls, value) = crash_and_resume("after-running");
+    assert_eq!(value, uninterrupted_value());
+    assert_eq!(count(&calls, "one"), 1, "{calls:?}");
+    assert_eq!(count(&calls, "two"), 2, "the in-flight call is paid at most once more: {calls:?}");
+    assert_eq!(count(&calls, "three"), 1);
+}
+
+#[test]
+fn killed_after_an_ok_entry_repays_nothing() {
+    let (calls, value) = crash_and_resume("after-ok");
+    assert_eq!(value, uninterrupted_value());
+    for prompt in ["one", "two", "fast branch", "slow branch", "three"] {
+        assert_eq!(count(&calls, prompt), 1, "{prompt}: {calls:?}");
+    }
+}
+
+#[test]
+fn killed_mid_parallel_repays_only_the_unfinished_branch() {
+    let (calls, value) = crash_and_resume("mid-parallel");
+    assert_eq!(value, uninterrupted_value());
+    assert_eq!(count(&calls, "fast branch"), 1, "{calls:?}");
+    assert_eq!(count(&calls, "slow branch"), 2, "{calls:?}");
+    assert_eq!(count(&calls, "one") + count(&calls, "two") + count(&calls, "three"), 3);
+}

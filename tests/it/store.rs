@@ -1,0 +1,331 @@
+//! Store tests: the conformance suite against every shipped store and configuration, each
+//! store's own failure modes (JSONL crash repair, SQLite reopen and cross-instance
+//! fencing), and the multi-process soak over one SQLite file (in `store/soak.rs`).
+
+mod soak;
+
+use std::cell::Cell;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::store::conformance::{self, Reopenable};
+use cairn::store::{self, Durability, Error, JsonlStore, MemoryStore, SqliteOptions, SqliteStore};
+use cairn::{JournalStore, LeasableStore, Lease, ManualClock, RawEntry, RunFilter, RunId, SharedClock};
+use tempfile::TempDir;
+
+/// Hands out a fresh path under one temp dir per call, as the suite's factories need.
+struct Fresh {
+    root: TempDir,
+    next: Cell<u32>,
+}
+
+impl Fresh {
+    fn new() -> Fresh {
+        Fresh { root: tempfile::tempdir().unwrap(), next: Cell::new(0) }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        let n = self.next.get();
+        self.next.set(n + 1);
+        let dir = self.root.path().join(format!("s{n}"));
+        fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+}
+
+fn sqlite(
+    path: &Path,
+    clock: Option<SharedClock>,
+    durability: Durability,
+    group_commit: bool,
+) -> SqliteStore {
+    let mut options = SqliteOptions { durability, group_commit, ..SqliteOptions::new() };
+    if let Some(clock) = clock {
+        options.clock = clock;
+    }
+    SqliteStore::open(path, options).unwrap()
+}
+
+fn run(id: &str) -> RunId {
+    RunId::parse(id).unwrap()
+}
+
+fn entry(seq: u64) -> RawEntry {
+    RawEntry::new(seq, format!(r#"{{"seq":{seq}}}"#)).unwrap()
+}
+
+fn seqs(entries: &[RawEntry]) -> Vec<u64> {
+    entries.iter().map(RawEntry::seq).collect()
+}
+
+#[test]
+fn memory_store_conforms() {
+    conformance::journal_store_conformance(&|| Box::new(MemoryStore::new()));
+    conformance::leasable_store_conformance(&|clock| Box::new(MemoryStore::with_clock(clock)));
+    conformance::transcript_store_conformance(&|| Box::new(MemoryStore::new()));
+}
+
+#[test]
+fn jsonl_store_conforms() {
+    let fresh = Fresh::new();
+    conformance::journal_store_conformance(&|| {
+        Box::new(JsonlStore::open(&fresh.path("runs"), Durability::Normal).unwrap())
+    });
+    conformance::transcript_store_conformance(&|| {
+        Box::new(JsonlStore::open(&fresh.path("runs"), Durability::Normal).unwrap())
+    });
+    for durability in [Durability::Normal, Durability::Full] {
+        conformance::durable_store_conformance(&|| {
+            let dir = fresh.path("runs");
+            let store = Box::new(JsonlStore::open(&dir, durability).unwrap());
+            let reopen = Box::new(move || -> Box<dyn JournalStore> {
+                Box::new(JsonlStore::open(&dir, durability).unwrap())
+            });
+            Reopenable { store, reopen }
+        });
+    }
+}
+
+#[test]
+fn sqlite_store_conforms() {
+    let fresh = Fresh::new();
+    for group_commit in [true, false] {
+        conformance::journal_store_conformance(&|| {
+            Box::new(sqlite(&fresh.path("cairn.db"), None, Durability::Normal, group_commit))
+        });
+    }
+    conformance::leasable_store_conformance(&|clock| {
+        Box::new(sqlite(&fresh.path("cairn.db"), Some(clock), Durability::Normal, true))
+    });
+    conformance::transcript_store_conformance(&|| {
+        Box::new(sqlite(&fresh.path("cairn.db"), None, Durability::Normal, true))
+    });
+    for durability in [Durability::Normal, Durability::Full] {
+        conformance::durable_store_conformance(&|| {
+            let path = fresh.path("cairn.db");
+            let store = Box::new(sqlite(&path, None, durability, true));
+            let reopen = Box::new(move || -> Box<dyn JournalStore> {
+                Box::new(sqlite(&path, None, durability, true))
+            });
+            Reopenable { store, reopen }
+        });
+    }
+}
+
+#[test]
+fn opened_urls_share_one_store_across_seams() {
+    let fresh = Fresh::new();
+    let path = fresh.path("nested/dir/cairn.db");
+    let url = format!("sqlite:{}", path.display());
+    let opened = store::open(&url).unwrap();
+    let leases = opened.leases.as_ref().unwrap();
+    let lease = leases.acquire(&run("r"), "w", Duration::from_secs(60)).unwrap();
+    // The lease taken through one handle fences writes through the other.
+    opened.journal.append(&run("r"), &[entry(1)], Some(&lease)).unwrap();
+    let forged = Lease { epoch: lease.epoch + 1, ..lease.clone() };
+    assert!(matches!(
+        opened.journal.append(&run("r"), &[entry(2)], Some(&forged)),
+        Err(Error::LeaseHeld { .. })
+    ));
+    opened.transcripts.put("r/t", b"blob").unwrap();
+    drop(opened);
+    let reopened = store::open(&url).unwrap();
+    assert_eq!(seqs(&reopened.journal.load(&run("r")).unwrap()), [1]);
+    assert_eq!(reopened.transcripts.get("r/t").unwrap().as_deref(), Some(&b"blob"[..]));
+    let reopened_leases = reopened.leases.as_ref().unwrap();
+    assert!(matches!(
+        reopened_leases.acquire(&run("r"), "x", Duration::from_secs(1)),
+        Err(Error::LeaseHeld { .. })
+    ));
+
+    let jsonl = store::open(&format!("jsonl:{}", fresh.path("runs").display())).unwrap();
+    assert!(jsonl.leases.is_none());
+    jsonl.journal.append(&run("r"), &[entry(1)], None).unwrap();
+    jsonl.transcripts.put("r/x", b"1").unwrap();
+    assert_eq!(jsonl.transcripts.list(&run("r")).unwrap(), ["r/x"]);
+    assert!(matches!(store::open("mysql://x"), Err(Error::Config(_))));
+}
+
+// ---- JSONL crash repair ----
+
+/// Writes a damaged journal by hand, as a crash (or a lost newline) would leave it.
+fn damaged_jsonl(content: &str) -> (TempDir, JsonlStore, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.jsonl");
+    fs::write(&path, content).unwrap();
+    let store = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    (dir, store, path)
+}
+
+#[test]
+fn jsonl_repairs_a_torn_last_line() {
+    let (_dir, store, path) = damaged_jsonl("{\"seq\":1}\n{\"seq\":2,\"v\":[1.50]}\n{\"seq\":3,\"v\":\"hal");
+    let loaded = store.load(&run("r")).unwrap();
+    assert_eq!(seqs(&loaded), [1, 2]);
+    assert_eq!(loaded[1].json(), r#"{"seq":2,"v":[1.50]}"#);
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"seq\":1}\n{\"seq\":2,\"v\":[1.50]}\n");
+    store.append(&run("r"), &[entry(3)], None).unwrap();
+    assert_eq!(seqs(&store.load(&run("r")).unwrap()), [1, 2, 3]);
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"seq\":1}\n{\"seq\":2,\"v\":[1.50]}\n{\"seq\":3}\n");
+}
+
+#[test]
+fn jsonl_repairs_a_torn_line_on_first_append() {
+    // The first touch of the run is an append: it must repair before writing.
+    let (_dir, store, path) = damaged_jsonl("{\"seq\":1}\n{\"se");
+    store.append(&run("r"), &[entry(2)], None).unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"seq\":1}\n{\"seq\":2}\n");
+    assert!(matches!(store.append(&run("r"), &[entry(2)], None), Err(Error::OrderViolation { tail: 2, .. })));
+}
+
+#[test]
+fn jsonl_serves_and_terminates_a_complete_unterminated_tail() {
+    let (_dir, store, path) = damaged_jsonl("{\"seq\":1}\n{\"seq\":2}");
+    assert_eq!(seqs(&store.load(&run("r")).unwrap()), [1, 2]);
+    assert!(matches!(store.append(&run("r"), &[entry(2)], None), Err(Error::OrderViolation { tail: 2, .. })));
+    store.append(&run("r"), &[entry(3), entry(4)], None).unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{\"seq\":1}\n{\"seq\":2}\n{\"seq\":3}\n{\"seq\":4}\n");
+    assert_eq!(seqs(&store.load(&run("r")).unwrap()), [1, 2, 3, 4]);
+}
+
+#[test]
+fn jsonl_salvages_glued_records() {
+    // Glued in the middle, and glued in front of a torn fragment at the end.
+    let (_dir, store, path) = damaged_jsonl(
+        "{\"seq\":1,\"a\":\"}{\"}{\"seq\":2} {\"seq\":3}\n{\"seq\":4}\n{\"seq\":5}{\"seq\":6,\"x\":",
+    );
+    let loaded = store.load(&run("r")).unwrap();
+    assert_eq!(seqs(&loaded), [1, 2, 3, 4, 5]);
+    assert_eq!(loaded[0].json(), r#"{"seq":1,"a":"}{"}"#);
+    assert_eq!(loaded[2].json(), r#"{"seq":3}"#);
+    store.append(&run("r"), &[entry(6)], None).unwrap();
+    let loaded = store.load(&run("r")).unwrap();
+    assert_eq!(seqs(&loaded), [1, 2, 3, 4, 5, 6]);
+    assert!(fs::read_to_string(&path).unwrap().ends_with("{\"seq\":5}\n{\"seq\":6}\n"));
+}
+
+#[test]
+fn jsonl_refuses_a_corrupt_middle_line() {
+    for content in [
+        "{\"seq\":1}\n{\"seq\":2,\"v\":\n{\"seq\":3}\n",
+        "{\"seq\":1}\n\u{0}\u{0}\n{\"seq\":3}\n",
+        "{\"seq\":2}\n{\"seq\":1}\n",
+        "{\"seq\":1}\n{\"no_seq\":true}\n",
+        "{\"seq\":1}\n{\"seq\":1}",
+    ] {
+        let (_dir, store, path) = damaged_jsonl(content);
+        let err = store.load(&run("r")).unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupt { what, .. } if what.contains("run r")),
+            "{content:?}: {err:?}"
+        );
+        assert!(matches!(store.append(&run("r"), &[entry(9)], None), Err(Error::Corrupt { .. })));
+        assert_eq!(fs::read_to_string(&path).unwrap(), content, "a corrupt journal was modified");
+    }
+}
+
+#[test]
+fn jsonl_grants_no_leases_and_checks_entry_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    let lease = Lease { run_id: run("r"), owner: "w".into(), epoch: 1 };
+    assert!(matches!(store.append(&run("r"), &[entry(1)], Some(&lease)), Err(Error::LeaseHeld { .. })));
+    assert!(matches!(JournalStore::delete(&store, &run("r"), Some(&lease)), Err(Error::LeaseHeld { .. })));
+    let lying = RawEntry::new(1, r#"{"seq":2}"#).unwrap();
+    assert!(matches!(store.append(&run("r"), &[lying], None), Err(Error::Corrupt { .. })));
+    assert!(store.load(&run("r")).unwrap().is_empty());
+}
+
+#[test]
+fn jsonl_keeps_many_runs_correct_past_its_open_file_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    let runs: Vec<RunId> = (0..150).map(|n| run(&format!("run-{n}"))).collect();
+    for seq in 1..=3 {
+        for run in &runs {
+            store.append(run, &[entry(seq)], None).unwrap();
+        }
+    }
+    for run in &runs {
+        assert_eq!(seqs(&store.load(run).unwrap()), [1, 2, 3]);
+        assert!(matches!(store.append(run, &[entry(3)], None), Err(Error::OrderViolation { .. })));
+    }
+}
+
+#[test]
+fn jsonl_refuses_a_corrupt_meta_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    fs::write(dir.path().join("r.meta.json"), "{\"run_id\":").unwrap();
+    fs::write(dir.path().join(".tmp.1.2"), "junk").unwrap();
+    assert!(matches!(store.get_meta(&run("r")), Err(Error::Corrupt { .. })));
+    assert!(matches!(store.list_runs(&RunFilter::default()), Err(Error::Corrupt { .. })));
+}
+
+// ---- SQLite ----
+
+#[test]
+fn sqlite_instances_over_one_file_fence_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    let clock = ManualClock::new(1_000_000);
+    let first = sqlite(&path, Some(Arc::new(clock.clone())), Durability::Normal, true);
+    let second = sqlite(&path, Some(Arc::new(clock.clone())), Durability::Normal, true);
+    let r = run("shared");
+    let ttl = Duration::from_secs(30);
+
+    let lease = first.acquire(&r, "first", ttl).unwrap();
+    assert!(matches!(second.acquire(&r, "second", ttl), Err(Error::LeaseHeld { .. })));
+    first.append(&r, &[entry(1)], Some(&lease)).unwrap();
+    assert_eq!(seqs(&second.load(&r).unwrap()), [1], "a commit on one instance is not visible to the other");
+
+    clock.advance(30_000);
+    let taken = second.acquire(&r, "second", ttl).unwrap();
+    assert!(taken.epoch > lease.epoch);
+    assert!(matches!(first.append(&r, &[entry(2)], Some(&lease)), Err(Error::LeaseHeld { .. })));
+    assert!(matches!(first.renew(&lease, ttl), Err(Error::LeaseHeld { .. })));
+    second.append(&r, &[entry(2)], Some(&taken)).unwrap();
+    assert_eq!(seqs(&first.load(&r).unwrap()), [1, 2]);
+
+    // The tombstone is shared too: a delete through one instance keeps the other's epochs
+    // growing.
+    second.delete(&r, Some(&taken)).unwrap();
+    let recreated = first.acquire(&r, "first", ttl).unwrap();
+    assert!(recreated.epoch > taken.epoch);
+    assert!(first.load(&r).unwrap().is_empty());
+}
+
+#[test]
+fn sqlite_refuses_a_newer_schema_and_memory_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    drop(sqlite(&path, None, Durability::Normal, true));
+    rusqlite::Connection::open(&path).unwrap().execute_batch("PRAGMA user_version = 99").unwrap();
+    let err = SqliteStore::open(&path, SqliteOptions::new()).unwrap_err();
+    assert!(matches!(&err, Error::Config(message) if message.contains("newer")), "{err:?}");
+    assert!(matches!(SqliteStore::open(Path::new(":memory:"), SqliteOptions::new()), Err(Error::Config(_))));
+}
+
+#[test]
+fn sqlite_concurrent_boots_and_appends_share_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    std::thread::scope(|scope| {
+        for writer in 0..3 {
+            let path = &path;
+            scope.spawn(move || {
+                let store = sqlite(path, None, Durability::Normal, true);
+                let r = run(&format!("w{writer}"));
+                for seq in 1..=20 {
+                    store.append(&r, &[entry(seq)], None).unwrap();
+                }
+            });
+        }
+    });
+    let store = sqlite(&path, None, Durability::Normal, true);
+    for writer in 0..3 {
+        assert_eq!(store.load(&run(&format!("w{writer}"))).unwrap().len(), 20);
+    }
+}
