@@ -13,8 +13,8 @@ use std::time::Duration;
 use cairn::provider::{Capabilities, ChatEvent, ChatRequest, FinishReason, Part, Provider};
 use cairn::store::{SqliteOptions, SqliteStore};
 use cairn::{
-    AgentOptions, Engine, EventKind, ParallelOptions, ResumeOptions, RunId, RunOptions, RunStatus, Usage, Workflow,
-    branch,
+    AgentOptions, Engine, JournalStore, Lease, ParallelOptions, RawEntry, ResumeOptions, RunFilter, RunId,
+    RunMeta, RunOptions, RunStatus, Usage, Workflow, branch,
 };
 use futures::stream::BoxStream;
 use serde_json::{Value, json};
@@ -22,13 +22,12 @@ use tokio_util::sync::CancellationToken;
 
 const CHILD_ENV: &str = "CAIRN_CRASH_CHILD";
 
-/// Logs every call's prompt to a file (append + flush: it survives the kill), optionally
-/// kills the process when a given prompt is dispatched, and answers after a small latency
-/// for prompts that ask to be slow.
+/// Logs every call's prompt to a file (append + fsync: it survives the kill) and answers,
+/// after a latency for the parallel branches (50 ms fast, 400 ms slow), so the slow branch
+/// is in flight when the fast one completes.
 #[derive(Debug)]
 struct LoggingProvider {
     log: PathBuf,
-    kill_on_prompt: Option<String>,
 }
 
 fn kill_self() -> ! {
@@ -55,22 +54,23 @@ impl Provider for LoggingProvider {
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         writeln!(file, "{prompt}").unwrap();
         file.sync_all().unwrap();
-        if self.kill_on_prompt.as_deref() == Some(prompt.as_str()) {
-            kill_self();
-        }
-        let slow = prompt.contains("slow");
-        Box::pin(futures::stream::once(async move {
-            if slow {
-                tokio::time::sleep(Duration::from_millis(400)).await;
-            }
-            ChatEvent::TextDelta(format!("re: {prompt}"))
-        })
-        .chain(futures::stream::once(async {
-            ChatEvent::Finish {
-                reason: FinishReason::Stop,
-                usage: Usage { input_tokens: 10, output_tokens: 5, ..Usage::default() },
-            }
-        })))
+        let latency = match prompt.as_str() {
+            p if p.contains("slow") => 400,
+            p if p.contains("fast") => 50,
+            _ => 0,
+        };
+        Box::pin(
+            futures::stream::once(async move {
+                tokio::time::sleep(Duration::from_millis(latency)).await;
+                ChatEvent::TextDelta(format!("re: {prompt}"))
+            })
+            .chain(futures::stream::once(async {
+                ChatEvent::Finish {
+                    reason: FinishReason::Stop,
+                    usage: Usage { input_tokens: 10, output_tokens: 5, ..Usage::default() },
+                }
+            })),
+        )
     }
 }
 
@@ -94,10 +94,65 @@ fn workflow() -> Workflow {
     })
 }
 
-fn engine(db: &Path, log: &Path, kill_on_prompt: Option<String>) -> Engine {
+/// A journal store that SIGKILLs the process right after a chosen append is durable: the
+/// `n`-th entry whose JSON contains every one of `needles`.
+#[derive(Debug)]
+struct KillingStore {
+    inner: Arc<SqliteStore>,
+    needles: Vec<&'static str>,
+    nth: usize,
+    seen: std::sync::atomic::AtomicUsize,
+}
+
+impl JournalStore for KillingStore {
+    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> cairn::store::Result<()> {
+        self.inner.append(run, entries, lease)?;
+        for entry in entries {
+            if !self.needles.is_empty() && self.needles.iter().all(|n| entry.json().contains(n)) {
+                let count = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                if count == self.nth {
+                    kill_self();
+                }
+            }
+        }
+        Ok(())
+    }
+    fn load(&self, run: &RunId) -> cairn::store::Result<Vec<RawEntry>> {
+        self.inner.load(run)
+    }
+    fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> cairn::store::Result<()> {
+        self.inner.put_meta(meta, lease)
+    }
+    fn get_meta(&self, run: &RunId) -> cairn::store::Result<Option<RunMeta>> {
+        self.inner.get_meta(run)
+    }
+    fn list_runs(&self, filter: &RunFilter) -> cairn::store::Result<Vec<RunMeta>> {
+        self.inner.list_runs(filter)
+    }
+    fn delete(&self, run: &RunId, lease: Option<&Lease>) -> cairn::store::Result<()> {
+        self.inner.delete(run, lease)
+    }
+}
+
+/// Where the first process dies: after the journal holds the entry these needles pick.
+fn kill_point(point: &str) -> (Vec<&'static str>, usize) {
+    match point {
+        // The dispatch of call "two" is durable; its provider call has not happened.
+        "after-running" => (vec![r#""kind":"agent""#, r#""status":"running""#], 2),
+        // Call "two" completed and its ok entry is durable; nothing else was dispatched.
+        "after-ok" => (vec![r#""kind":"agent""#, r#""status":"ok""#], 2),
+        // The fast branch is journaled ok while the slow branch is still in flight.
+        "mid-parallel" => (vec![r#""kind":"agent""#, r#""status":"ok""#, r#""scope":"par:0:0""#], 1),
+        _ => (Vec::new(), 0),
+    }
+}
+
+fn engine(db: &Path, log: &Path, point: Option<&str>) -> Engine {
     let store = Arc::new(SqliteStore::open(db, SqliteOptions::new()).unwrap());
-    let provider = Arc::new(LoggingProvider { log: log.to_owned(), kill_on_prompt });
-    Engine::builder(store.clone(), store)
+    let (needles, nth) = point.map(kill_point).unwrap_or_default();
+    let journal = Arc::new(KillingStore { inner: store.clone(), needles, nth, seen: Default::default() });
+    let provider = Arc::new(LoggingProvider { log: log.to_owned() });
+    Engine::builder(journal, store)
         .provider(provider)
         .default_model(cairn::model::ModelRef::parse("log:m").unwrap())
         .workflow(workflow())
@@ -114,30 +169,17 @@ fn crash_child() {
     let run_id = RunId::parse("crash-run").unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let kill_on_prompt = (mode == "run" && point == "after-running").then(|| "two".to_owned());
-        let engine = engine(&dir.join("cairn.db"), &dir.join("calls.log"), kill_on_prompt);
+        let engine =
+            engine(&dir.join("cairn.db"), &dir.join("calls.log"), (mode == "run").then_some(point.as_str()));
         let handle = if mode == "run" {
             let options = RunOptions { run_id: Some(run_id), ..RunOptions::default() };
             engine.run(&workflow(), json!({}), options).unwrap()
         } else {
             engine.resume(&run_id, ResumeOptions::default()).unwrap()
         };
-        let mut events = handle.events();
-        if mode == "run" {
-            let mut ended = 0;
-            while let Some(event) = events.next().await {
-                if let EventKind::AgentEnd { .. } = event.kind {
-                    ended += 1;
-                    // after-ok: call "two" is journaled ok; mid-parallel: the fast branch is
-                    // done while the slow one is in flight.
-                    if (point == "after-ok" && ended == 2) || (point == "mid-parallel" && ended == 3) {
-                        kill_self();
-                    }
-                }
-            }
-        }
         let outcome = handle.result().await.unwrap();
-        std::fs::write(dir.join(format!("{mode}.outcome.json")), serde_json::to_vec(&outcome).unwrap()).unwrap();
+        std::fs::write(dir.join(format!("{mode}.outcome.json")), serde_json::to_vec(&outcome).unwrap())
+            .unwrap();
     });
 }
 
@@ -182,8 +224,12 @@ fn killed_after_a_running_entry_repays_only_the_in_flight_call() {
     let (calls, value) = crash_and_resume("after-running");
     assert_eq!(value, uninterrupted_value());
     assert_eq!(count(&calls, "one"), 1, "{calls:?}");
-    assert_eq!(count(&calls, "two"), 2, "the in-flight call is paid at most once more: {calls:?}");
-    assert_eq!(count(&calls, "three"), 1);
+    // The process died between the dispatch entry and the provider call: the resume pays
+    // for "two" once, and at most once more than the dead process did.
+    assert_eq!(count(&calls, "two"), 1, "{calls:?}");
+    for prompt in ["fast branch", "slow branch", "three"] {
+        assert_eq!(count(&calls, prompt), 1, "{prompt}: {calls:?}");
+    }
 }
 
 #[test]
