@@ -10,12 +10,14 @@ pub mod clock;
 mod error;
 pub mod journal;
 mod money;
+pub mod script;
 pub mod store;
 mod usage;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
+pub use script::{Diagnostic, LintContext, Severity};
 pub use store::{
     JournalStore, LeasableStore, Lease, RawEntry, RunFilter, RunId, RunMeta, RunStatus, TranscriptStore,
 };
