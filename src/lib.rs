@@ -15,6 +15,7 @@ pub mod journal;
 pub mod model;
 mod money;
 pub mod provider;
+pub mod script;
 pub mod store;
 pub mod testing;
 mod usage;
@@ -29,6 +30,7 @@ pub use engine::{
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
 pub use provider::{ChatEvent, ChatRequest, Provider};
+pub use script::{Diagnostic, LintContext, Severity};
 pub use store::{
     Durability, JournalStore, JsonlStore, LeasableStore, Lease, MemoryStore, OpenedStore, RawEntry,
     RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, TranscriptStore,

@@ -3,5 +3,6 @@
 mod cli;
 mod crash;
 mod jcs;
+mod lint;
 mod provider;
 mod store;

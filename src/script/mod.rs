@@ -1,0 +1,360 @@
+//! The script seam: the diagnostics every dialect reports, the lint context, and the script
+//! dialect as data (the API card and one JSON Schema per global's options).
+//!
+//! The dialect lives in `dialect/` at the crate root, embedded here byte for byte, so the card
+//! the planner reads, the schemas lint checks option maps against, and the schemas the runtime
+//! validates options with are one source. Every dialect ([`rhai`] today) reports problems as
+//! [`Diagnostic`]s of one shape, so one repair prompt renders lint findings and compile errors
+//! alike.
+
+pub mod rhai;
+mod suggest;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+/// One finding of lint or compile, in the wire shape the planner's repair prompt and
+/// `cairn lint --json` carry.
+///
+/// Lines and columns are 1-based and count characters; the end, when known, is exclusive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnostic {
+    /// The rule that fired; each rule has a folder of examples under `lint/`.
+    pub rule_id: String,
+    /// What is wrong and what to write instead, lowercase, no final period.
+    pub message: String,
+    /// Line of the start.
+    pub line: u32,
+    /// Column of the start.
+    pub column: u32,
+    /// Line of the end, when the finding covers a known span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_line: Option<u32>,
+    /// Column just past the end, when the finding covers a known span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_column: Option<u32>,
+    /// Whether the finding rejects the script.
+    pub severity: Severity,
+}
+
+impl Diagnostic {
+    /// Whether this finding rejects the script.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+/// How much a [`Diagnostic`] matters: a script with any error is rejected; warnings are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The script is rejected.
+    Error,
+    /// The script runs; the finding is reported beside it.
+    Warning,
+}
+
+/// Every lint rule, by id, with what it reports. Each has a folder of examples under `lint/`.
+/// Besides these, `internal` reports a failure of the linter itself (a bug, never the script's).
+pub const RULES: &[(&str, &str)] = &[
+    ("syntax", "the script does not parse, or is empty"),
+    ("unknown-variable", "a variable that was never declared"),
+    (
+        "forbidden",
+        "eval, import, export, print, debug, clocks, sleep, randomness and I/O outside the journaled \
+         globals, module paths, and functions that redefine a global",
+    ),
+    ("unknown-function", "a call of a function that is no global, builtin or function of the script"),
+    ("arity", "a global called with too few or too many arguments"),
+    ("arg-type", "a literal argument of the wrong kind for a global"),
+    ("unknown-option", "an option key the global's schema does not list"),
+    ("option-type", "a literal option value the global's schema rejects"),
+    ("closure-in-options", "a closure where only JSON may go: options, args, prompts, data, items"),
+    ("unknown-profile", "a literal profile name that is not registered"),
+    ("unknown-toolset", "a literal toolset name that is not registered"),
+    ("unknown-host-function", "a literal host function name that is not registered"),
+    ("unknown-workflow", "a literal child workflow name that is not registered"),
+    ("unknown-model", "a literal model ref outside the known models"),
+    (
+        "parallel-capture-assign",
+        "a parallel branch or pipeline stage writing to a variable captured from outside it (a race)",
+    ),
+    ("loop-capture", "a closure capturing a for-loop variable, which it would see by reference"),
+    ("duplicate-agent-call", "identical agent calls in one body without a distinguishing key (a warning)"),
+];
+
+/// Sorts diagnostics by position (then rule and message, so equal positions are stable) and
+/// drops exact duplicates, which a shared closure reached from two call sites can produce.
+pub(crate) fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
+    diagnostics.sort_by(|a, b| {
+        (a.line, a.column, &a.rule_id, &a.message, a.end_line, a.end_column).cmp(&(
+            b.line,
+            b.column,
+            &b.rule_id,
+            &b.message,
+            b.end_line,
+            b.end_column,
+        ))
+    });
+    diagnostics.dedup();
+}
+
+/// What the engine has registered, so lint can reject a name the run would fail on and suggest
+/// the one that was meant: `unknown profile 'reseacher' (did you mean 'researcher'?)`.
+///
+/// An empty set means nothing of that kind is registered, so every literal name of that kind is
+/// reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LintContext {
+    /// Registered agent profiles (the `profile` option of `agent`).
+    pub profiles: BTreeSet<String>,
+    /// Registered toolsets (the `tools` option of `agent`).
+    pub toolsets: BTreeSet<String>,
+    /// Registered host functions (the name given to `host_call`).
+    pub host_functions: BTreeSet<String>,
+    /// Registered child workflows (the name given to `workflow`).
+    pub child_workflows: BTreeSet<String>,
+    /// Model refs to accept in the `model` option; `None` accepts any well-formed ref, since a
+    /// provider may serve models nobody listed.
+    pub models: Option<BTreeSet<String>>,
+}
+
+impl LintContext {
+    /// A context in which nothing is registered and any model ref is accepted.
+    pub fn empty() -> Self {
+        LintContext {
+            profiles: BTreeSet::new(),
+            toolsets: BTreeSet::new(),
+            host_functions: BTreeSet::new(),
+            child_workflows: BTreeSet::new(),
+            models: None,
+        }
+    }
+}
+
+/// The API card: the text that teaches a planner model (and a person) the script dialect.
+///
+/// Byte-stable: it is `dialect/card.md` as built into the binary, and a test checks its option
+/// lists against the schemas so the two cannot drift.
+pub fn api_card() -> &'static str {
+    include_str!("../../dialect/card.md")
+}
+
+/// The JSON Schema of a global's options map, by the global's name (`"agent"`, `"parallel"`,
+/// `"pipeline"`, `"step"`, `"call"` or its Rhai name `"host_call"`, `"workflow"`,
+/// `"await_external"`); `None` for a global that takes no options.
+pub fn option_schema(global: &str) -> Option<&'static serde_json::Value> {
+    let index = SCHEMA_SOURCES.iter().position(|(name, _)| *name == schema_name(global))?;
+    schemas().get(index)
+}
+
+/// The schema files, by the dialect-neutral global name they describe.
+const SCHEMA_SOURCES: [(&str, &str); 7] = [
+    ("agent", include_str!("../../dialect/agent.schema.json")),
+    ("parallel", include_str!("../../dialect/parallel.schema.json")),
+    ("pipeline", include_str!("../../dialect/pipeline.schema.json")),
+    ("step", include_str!("../../dialect/step.schema.json")),
+    ("call", include_str!("../../dialect/call.schema.json")),
+    ("workflow", include_str!("../../dialect/workflow.schema.json")),
+    ("await_external", include_str!("../../dialect/await_external.schema.json")),
+];
+
+/// Maps a dialect's spelling of a global onto the schema's name: Rhai reserves `call` for its own
+/// function-pointer calls, so the host-function global is `host_call` there.
+fn schema_name(global: &str) -> &str {
+    if global == "host_call" { "call" } else { global }
+}
+
+/// The parsed schemas, in [`SCHEMA_SOURCES`] order; parsed once per process.
+fn schemas() -> &'static [serde_json::Value] {
+    static SCHEMAS: OnceLock<Vec<serde_json::Value>> = OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        SCHEMA_SOURCES
+            .iter()
+            .map(|(name, text)| match serde_json::from_str(text) {
+                Ok(value) => value,
+                // The files are embedded at build time and a unit test parses every one, so
+                // this arm is unreachable in a tested build; an empty object keeps it panic-free.
+                Err(_) => {
+                    debug_assert!(false, "dialect/{name}.schema.json is not JSON");
+                    serde_json::Value::Object(serde_json::Map::new())
+                }
+            })
+            .collect()
+    })
+}
+
+/// A script global: its name, signature and argument shapes, as the card shows it and lint
+/// checks calls against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Global {
+    /// The name scripts call (Rhai spelling).
+    pub name: &'static str,
+    /// The signature as the card shows it.
+    pub signature: &'static str,
+    /// The positional parameters, in order; trailing optional ones may be left out.
+    pub params: &'static [Param],
+    /// Name of the options schema (see [`option_schema`]), if the global takes options.
+    pub options: Option<&'static str>,
+}
+
+impl Global {
+    /// Fewest arguments a call may pass.
+    pub fn min_args(&self) -> usize {
+        self.params.iter().filter(|param| !param.optional).count()
+    }
+
+    /// Most arguments a call may pass.
+    pub fn max_args(&self) -> usize {
+        self.params.len()
+    }
+}
+
+/// One positional parameter of a [`Global`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Param {
+    /// The name the signature and messages use.
+    pub name: &'static str,
+    /// What the argument must be.
+    pub kind: ParamKind,
+    /// Whether a call may leave it out.
+    pub optional: bool,
+}
+
+/// What a global's argument must be. Values cross the sandbox boundary as JSON, so every kind
+/// but the closure kinds rejects closures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamKind {
+    /// A string.
+    Text,
+    /// Any JSON value.
+    Json,
+    /// An array of JSON values to fan out over.
+    Items,
+    /// The options map, checked against the global's schema.
+    Options,
+    /// One closure: a step or phase body, or the per-item closure of `parallel`'s map form.
+    Body,
+    /// An array of closures run concurrently (`parallel`'s list form).
+    Branches,
+    /// An array of closures applied in order to each item (`pipeline`).
+    Stages,
+}
+
+const fn required(name: &'static str, kind: ParamKind) -> Param {
+    Param { name, kind, optional: false }
+}
+
+const fn optional(name: &'static str, kind: ParamKind) -> Param {
+    Param { name, kind, optional: true }
+}
+
+/// Every callable global of the dialect. `budget` (an object with `spent()` and `remaining()`)
+/// and `args` (the run's input) are read-only variables, not functions, and are not listed.
+///
+/// `parallel` is listed in its list form; its map form takes [`PARALLEL_MAP_FORM`] and is told
+/// apart by a closure in second position.
+pub const GLOBALS: &[Global] = &[
+    Global {
+        name: "agent",
+        signature: "agent(prompt, opts?)",
+        params: &[required("prompt", ParamKind::Text), optional("opts", ParamKind::Options)],
+        options: Some("agent"),
+    },
+    Global {
+        name: "parallel",
+        signature: "parallel(branches, opts?) | parallel(items, |item| ..., opts?)",
+        params: &[required("branches", ParamKind::Branches), optional("opts", ParamKind::Options)],
+        options: Some("parallel"),
+    },
+    Global {
+        name: "pipeline",
+        signature: "pipeline(items, stages, opts?)",
+        params: &[
+            required("items", ParamKind::Items),
+            required("stages", ParamKind::Stages),
+            optional("opts", ParamKind::Options),
+        ],
+        options: Some("pipeline"),
+    },
+    Global {
+        name: "step",
+        signature: "step(label, || ..., opts?)",
+        params: &[
+            required("label", ParamKind::Text),
+            required("body", ParamKind::Body),
+            optional("opts", ParamKind::Options),
+        ],
+        options: Some("step"),
+    },
+    Global {
+        name: "host_call",
+        signature: "host_call(name, args, opts?)",
+        params: &[
+            required("name", ParamKind::Text),
+            required("args", ParamKind::Json),
+            optional("opts", ParamKind::Options),
+        ],
+        options: Some("call"),
+    },
+    Global {
+        name: "phase",
+        signature: "phase(name, || ...)",
+        params: &[required("name", ParamKind::Text), required("body", ParamKind::Body)],
+        options: None,
+    },
+    Global {
+        name: "log",
+        signature: "log(level, msg, data?)",
+        params: &[
+            required("level", ParamKind::Text),
+            required("msg", ParamKind::Text),
+            optional("data", ParamKind::Json),
+        ],
+        options: None,
+    },
+    Global {
+        name: "workflow",
+        signature: "workflow(name, args, opts?)",
+        params: &[
+            required("name", ParamKind::Text),
+            required("args", ParamKind::Json),
+            optional("opts", ParamKind::Options),
+        ],
+        options: Some("workflow"),
+    },
+    Global {
+        name: "await_external",
+        signature: "await_external(key, opts?)",
+        params: &[required("key", ParamKind::Text), optional("opts", ParamKind::Options)],
+        options: Some("await_external"),
+    },
+    Global { name: "now", signature: "now()", params: &[], options: None },
+    Global {
+        name: "random",
+        signature: "random(key?)",
+        params: &[optional("key", ParamKind::Text)],
+        options: None,
+    },
+    Global { name: "uuid", signature: "uuid()", params: &[], options: None },
+];
+
+/// The parameters of `parallel(items, |item| ..., opts?)`, which runs the closure once per item,
+/// concurrently: the fan-out form that binds each item afresh (see the `loop-capture` rule).
+pub const PARALLEL_MAP_FORM: &[Param] = &[
+    required("items", ParamKind::Items),
+    required("body", ParamKind::Body),
+    optional("opts", ParamKind::Options),
+];
+
+/// Looks a global up by its Rhai name.
+pub fn global(name: &str) -> Option<&'static Global> {
+    GLOBALS.iter().find(|global| global.name == name)
+}
+
+/// The levels `log` accepts.
+pub const LOG_LEVELS: [&str; 4] = ["debug", "info", "warn", "error"];
