@@ -23,9 +23,10 @@ mod usage;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use engine::{
     AgentOptions, AgentProfile, Branch, CallOptions, CostLine, CostReport, Ctx, Dropped, Engine,
-    EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, HostFn, OnError, OnItemError, ParallelOptions,
-    Pending, PipelineOptions, ResumeOptions, RunHandle, RunOptions, RunOutcome, Stage, StepOptions,
-    UnpricedUsage, Workflow, WorkflowFn, WorkflowOptions, branch, stage,
+    EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, ExternalOptions, HostFn, OnError, OnItemError,
+    ParallelOptions, Pending, PipelineOptions, Registered, ResumeOptions, RetryPolicy, RunHandle, RunOptions,
+    RunOutcome, Script, ScriptDialect, Stage, StepOptions, UnpricedUsage, Workflow, WorkflowFn,
+    WorkflowOptions, branch, stage,
 };
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};

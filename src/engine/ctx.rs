@@ -65,6 +65,12 @@ pub struct AgentOptions {
     pub est_cost: Option<Money>,
     /// The invocation role the model is resolved for (default `loop`).
     pub role: Option<InvocationRole>,
+    /// A wall-clock limit for the whole agent; reaching it ends the call `limit`.
+    pub timeout: Option<std::time::Duration>,
+    /// Retries of retryable provider faults, overriding the engine's.
+    pub retry: Option<RetryPolicy>,
+    /// Toolsets the agent may use.
+    pub tools: Vec<String>,
 }
 
 /// Options of [`Ctx::step`].
@@ -96,6 +102,25 @@ pub struct WorkflowOptions {
     pub budget: Option<Money>,
     /// What a failure does.
     pub on_error: Option<OnError>,
+}
+
+/// Options of [`Ctx::await_external`].
+#[derive(Debug, Clone, Default)]
+pub struct ExternalOptions {
+    /// What whoever resolves the wait is asked.
+    pub prompt: Option<String>,
+    /// A JSON Schema the resolution must satisfy; an invalid resolution is refused and the
+    /// wait stays open.
+    pub schema: Option<Value>,
+}
+
+/// Retries of retryable provider faults for one agent call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all (the first included).
+    pub max_attempts: u32,
+    /// The first backoff; doubled per attempt.
+    pub initial_backoff: std::time::Duration,
 }
 
 /// Options of [`Ctx::parallel`].
@@ -349,6 +374,16 @@ impl Ctx {
                 .or_else(|| engine.defaults.get(&role).cloned())
                 .unwrap_or_else(|| engine.default_model.clone()),
         };
+        let tools = if opts.tools.is_empty() {
+            profile.map(|p| p.tools.clone()).unwrap_or_default()
+        } else {
+            opts.tools.clone()
+        };
+        if let Some(unknown) = tools.first() {
+            let error =
+                Error::config(format!("unknown toolset {unknown:?}: this engine registers no toolsets"));
+            return self.fail(opts.on_error, "agent", label, error);
+        }
         let Some(provider) = engine.providers.get(model.provider()).cloned() else {
             let error = Error::config(format!("model {model} names an unregistered provider"));
             return self.fail(opts.on_error, "agent", label, error);
@@ -511,8 +546,8 @@ impl Ctx {
             request,
             schema: opts.schema.clone(),
             max_turns: opts.max_turns.or_else(|| profile.and_then(|p| p.max_turns)).unwrap_or(32),
-            max_retries: engine.max_retries,
-            retry_base: engine.retry_base,
+            max_retries: opts.retry.map_or(engine.max_retries, |r| r.max_attempts.saturating_sub(1)),
+            retry_base: opts.retry.map_or(engine.retry_base, |r| r.initial_backoff),
             price,
         };
         let hooks = AccountHooks { run: &self.run, account: self.account };
@@ -521,7 +556,22 @@ impl Ctx {
         let on_delta = move |text: &str| {
             events_run.emit(delta_span, false, EventKind::AgentDelta { text: text.to_owned() })
         };
-        let outcome = agent::run(spec, &hooks, &self.cancel, &on_delta).await;
+        let served = spec.served_by.clone();
+        let outcome = match opts.timeout {
+            None => agent::run(spec, &hooks, &self.cancel, &on_delta).await,
+            Some(limit) => tokio::select! {
+                outcome = agent::run(spec, &hooks, &self.cancel, &on_delta) => outcome,
+                _ = tokio::time::sleep(limit) => agent::AgentRun {
+                    end: AgentEnd::Limit(Error::new(
+                        ErrorCode::TurnLimit,
+                        format!("the agent reached its timeout of {} ms", limit.as_millis()),
+                    )),
+                    usage: Usage { approximate: true, ..Usage::default() },
+                    cost: None,
+                    served_by: served,
+                },
+            },
+        };
         drop(provider_permit);
         drop(permits);
 
@@ -763,7 +813,8 @@ impl Ctx {
     ///
     /// # Errors
     /// `cancelled` when the run is cancelled or suspends while waiting.
-    pub async fn await_external(&self, key: &str, prompt: Option<&str>) -> Result<Value, Error> {
+    pub async fn await_external(&self, key: &str, opts: ExternalOptions) -> Result<Value, Error> {
+        let prompt = opts.prompt.as_deref();
         self.check_stopped()?;
         let content = key_of(&json!({ "kind": "external", "key": key }))?;
         let span = self.run.new_span();
@@ -782,7 +833,9 @@ impl Ctx {
             Outcome::Live | Outcome::Rerun { .. } => {
                 let mut entry = self.entry(Kind::External, Status::Suspended, content, matched.ordinal);
                 entry.name = Some(key.to_owned());
-                entry.value = prompt.map(|p| json!({ "prompt": p }));
+                if prompt.is_some() || opts.schema.is_some() {
+                    entry.value = Some(json!({ "prompt": prompt, "schema": opts.schema }));
+                }
                 self.run.append_one(entry)?.seq
             }
         };

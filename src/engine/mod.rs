@@ -25,8 +25,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use cost::{CostLine, CostReport, UnpricedUsage};
+pub(crate) use ctx::Begun;
 pub use ctx::{
-    AgentOptions, CallOptions, Ctx, OnError, ParallelOptions, PipelineOptions, StepOptions, WorkflowOptions,
+    AgentOptions, CallOptions, Ctx, ExternalOptions, OnError, ParallelOptions, PipelineOptions, RetryPolicy,
+    StepOptions, WorkflowOptions,
 };
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
@@ -85,6 +87,82 @@ impl fmt::Debug for Workflow {
     }
 }
 
+/// A script language the engine can run and resume: turns stored source into a workflow.
+///
+/// This is the seam that keeps the engine ignorant of dialects: the engine stores a script
+/// run's source (and its hash) with the run and, on resume, hands it back to the dialect
+/// named in run meta. The Rhai dialect is registered by default.
+pub trait ScriptDialect: Send + Sync + fmt::Debug {
+    /// The dialect's name, as run meta records it (`rhai`).
+    fn name(&self) -> &'static str;
+
+    /// Compiles (and lints, against the engine's registries) a script into a workflow.
+    ///
+    /// # Errors
+    /// `validation` when the script is rejected, with the diagnostics in the message.
+    fn prepare(&self, engine: &Engine, name: &str, source: &str) -> Result<Workflow, Error>;
+}
+
+/// A workflow script: its dialect, a name (usually the file stem) and its source.
+#[derive(Debug, Clone)]
+pub struct Script {
+    dialect: String,
+    name: String,
+    source: Arc<str>,
+    policy: ErrorPolicy,
+}
+
+impl Script {
+    /// A hand-written Rhai script (strict error policy).
+    pub fn rhai(name: &str, source: &str) -> Script {
+        Script {
+            dialect: "rhai".into(),
+            name: name.to_owned(),
+            source: Arc::from(source),
+            policy: ErrorPolicy::Strict,
+        }
+    }
+
+    /// Marks the script as planner-written: it always runs with the lenient error policy.
+    pub fn planner_written(mut self) -> Script {
+        self.policy = ErrorPolicy::Lenient;
+        self
+    }
+
+    /// The script's source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The script's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The script's dialect.
+    pub fn dialect(&self) -> &str {
+        &self.dialect
+    }
+
+    /// The sha256 (hex) of the source, as run meta records it.
+    pub fn source_hash(&self) -> String {
+        crate::journal::content_key_of_canonical(&self.source).to_hex()
+    }
+}
+
+/// Names the engine has registered, for a dialect's linter.
+#[derive(Debug, Clone, Default)]
+pub struct Registered {
+    /// Agent profiles.
+    pub profiles: Vec<String>,
+    /// Toolsets.
+    pub toolsets: Vec<String>,
+    /// Host functions.
+    pub host_functions: Vec<String>,
+    /// Workflows callable as children.
+    pub workflows: Vec<String>,
+}
+
 /// A named agent configuration: model, system prompt, limits and a default cost estimate.
 #[derive(Debug, Clone, Default)]
 pub struct AgentProfile {
@@ -137,8 +215,11 @@ pub struct ResumeOptions {
     pub dry_run: bool,
     /// Entries (by seq) to rerun regardless of their status.
     pub invalidate: Vec<u64>,
-    /// The workflow to resume with; by default the registered workflow named in run meta.
+    /// The workflow to resume with; by default the script stored with the run, or the
+    /// registered workflow named in run meta.
     pub workflow: Option<Workflow>,
+    /// A script to resume with; refused unless its source hash equals the stored one.
+    pub script: Option<Script>,
     /// The arguments; by default the arguments stored with the run.
     pub args: Option<Value>,
     /// An absolute deadline in ms since the epoch.
@@ -264,6 +345,7 @@ pub(crate) struct EngineInner {
     pub(crate) max_depth: u32,
     pub(crate) max_retries: u32,
     pub(crate) retry_base: Duration,
+    pub(crate) dialects: HashMap<String, Arc<dyn ScriptDialect>>,
 }
 
 impl fmt::Debug for EngineInner {
@@ -325,6 +407,7 @@ impl Engine {
                 max_depth: 8,
                 max_retries: 3,
                 retry_base: Duration::from_millis(250),
+                dialects: HashMap::new(),
             },
         }
     }
@@ -336,7 +419,54 @@ impl Engine {
     /// past, a run id that already exists); nothing is written then. `internal` for a store
     /// failure.
     pub fn run(&self, workflow: &Workflow, args: Value, options: RunOptions) -> Result<RunHandle, Error> {
-        run::start(self.inner.clone(), workflow.clone(), args, options)
+        run::start(self.inner.clone(), workflow.clone(), args, options, None)
+    }
+
+    /// Starts a run of a script: compiles it (lint errors reject it before anything is
+    /// written), stores its source with the run so a resume needs no file, and runs it.
+    ///
+    /// # Errors
+    /// `validation` when the script is rejected (the diagnostics are in the message);
+    /// `config` for an unknown dialect or invalid options.
+    pub fn run_script(
+        &self,
+        script: &Script,
+        args: Value,
+        mut options: RunOptions,
+    ) -> Result<RunHandle, Error> {
+        let dialect = self.dialect(&script.dialect)?;
+        let workflow = dialect.prepare(self, &script.name, &script.source)?;
+        if script.policy == ErrorPolicy::Lenient {
+            options.policy = ErrorPolicy::Lenient;
+        }
+        let source = run::ScriptSource {
+            dialect: dialect.name(),
+            source: script.source.clone(),
+            hash: script.source_hash(),
+        };
+        run::start(self.inner.clone(), workflow, args, options, Some(source))
+    }
+
+    fn dialect(&self, name: &str) -> Result<Arc<dyn ScriptDialect>, Error> {
+        self.inner
+            .dialects
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::config(format!("unknown script dialect {name:?}")))
+    }
+
+    /// The names a script may refer to (profiles, toolsets, host functions, workflows).
+    pub fn registered(&self) -> Registered {
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        Registered {
+            profiles: sorted(self.inner.profiles.keys().cloned().collect()),
+            toolsets: Vec::new(),
+            host_functions: sorted(self.inner.host_functions.keys().cloned().collect()),
+            workflows: sorted(self.inner.workflows.keys().cloned().collect()),
+        }
     }
 
     /// Resumes a run from its journal: completed calls replay, the rest run live.
@@ -345,7 +475,7 @@ impl Engine {
     /// `config` for an unknown run, an unknown workflow or bad options; `internal` for a
     /// store failure or an unreadable journal.
     pub fn resume(&self, run_id: &RunId, options: ResumeOptions) -> Result<RunHandle, Error> {
-        run::resume(self.inner.clone(), run_id, options)
+        run::resume(self, run_id, options)
     }
 
     /// Appends a resolution for a suspended run's `await_external(key)` to its journal, for
@@ -460,11 +590,21 @@ impl EngineBuilder {
         self
     }
 
+    /// Registers a script dialect (Rhai is registered by default).
+    pub fn dialect(mut self, dialect: Arc<dyn ScriptDialect>) -> EngineBuilder {
+        self.inner.dialects.insert(dialect.name().to_owned(), dialect);
+        self
+    }
+
     /// Builds the engine.
     ///
     /// # Errors
     /// `config` when the default model names an unregistered provider.
-    pub fn build(self) -> Result<Engine, Error> {
+    pub fn build(mut self) -> Result<Engine, Error> {
+        // The composition point: the engine knows dialects only through `ScriptDialect`.
+        if !self.inner.dialects.contains_key("rhai") {
+            self = self.dialect(Arc::new(crate::script::rhai::RhaiDialect::new()));
+        }
         let known = |m: &ModelRef| self.inner.providers.contains_key(m.provider());
         if !known(&self.inner.default_model) {
             return Err(Error::new(

@@ -262,6 +262,11 @@ impl RunState {
                 })?
             }
         };
+        {
+            let journal = self.lock_journal();
+            let suspended = journal.all.iter().find(|e| e.seq == target);
+            check_resolution(suspended.map(|e| &**e), key, &value)?;
+        }
         let attempt = resolution_entry(target, key, value.clone());
         let written = self.append_one(attempt)?;
         let applied = self.lock_journal().replay.resolve(target, written.seq, value.clone());
@@ -294,6 +299,27 @@ fn find_suspension<'a>(entries: impl DoubleEndedIterator<Item = &'a Entry>, key:
         .map(|e| e.seq)
 }
 
+/// Refuses a resolution that does not satisfy the wait's schema; the wait stays open.
+fn check_resolution(suspended: Option<&Entry>, key: &str, value: &Value) -> Result<(), Error> {
+    let Some(schema) =
+        suspended.and_then(|e| e.value.as_ref()).and_then(|v| v.get("schema")).filter(|s| !s.is_null())
+    else {
+        return Ok(());
+    };
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|e| Error::validation(format!("the wait on {key:?} has an invalid schema: {e}")))?;
+    let problems: Vec<String> =
+        validator.iter_errors(value).map(|e| format!("at '{}': {e}", e.instance_path())).collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::validation(format!(
+            "the resolution of {key:?} does not match its schema: {}",
+            problems.join("; ")
+        )))
+    }
+}
+
 fn resolution_entry(target: Seq, key: &str, value: Value) -> Entry {
     let identity = serde_json::json!({ "kind": "resolution", "key": key });
     let content = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
@@ -302,6 +328,14 @@ fn resolution_entry(target: Seq, key: &str, value: Value) -> Entry {
     entry.value = Some(value);
     entry.name = Some(key.to_owned());
     entry
+}
+
+/// Runs are tasks on the caller's tokio runtime; refuse (before writing anything) when
+/// there is none, rather than panic.
+fn require_runtime() -> Result<(), Error> {
+    tokio::runtime::Handle::try_current()
+        .map(|_| ())
+        .map_err(|_| Error::config("runs must be started inside a tokio runtime"))
 }
 
 fn validate_budget(budget_usd: Option<f64>, default: Option<Money>) -> Result<Option<Money>, Error> {
@@ -368,13 +402,26 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
     })
 }
 
+/// The source of a script run, stored with the run so a resume needs no file.
+pub(super) struct ScriptSource {
+    pub(super) dialect: &'static str,
+    pub(super) source: Arc<str>,
+    pub(super) hash: String,
+}
+
+fn source_ref(run_id: &RunId) -> String {
+    format!("{run_id}/source")
+}
+
 /// Starts a fresh run.
 pub(super) fn start(
     engine: Arc<EngineInner>,
     workflow: Workflow,
     args: Value,
     options: RunOptions,
+    script: Option<ScriptSource>,
 ) -> Result<RunHandle, Error> {
+    require_runtime()?;
     let ceiling = validate_budget(options.budget_usd, engine.default_budget)?;
     let now = engine.clock.now_ms();
     validate_deadline(options.deadline_ms, now)?;
@@ -384,6 +431,13 @@ pub(super) fn start(
     }
     let args_canonical = journal::canonical_json(&args).map_err(|e| Error::validation(e.to_string()))?;
     engine.transcripts.put(&args_ref(&run_id), args_canonical.as_bytes())?;
+    if let Some(script) = &script {
+        engine.transcripts.put(&source_ref(&run_id), script.source.as_bytes())?;
+    }
+    let mut extra = serde_json::Map::new();
+    if options.policy == ErrorPolicy::Lenient {
+        extra.insert("policy".into(), Value::from("lenient"));
+    }
     let meta = RunMeta {
         run_id: run_id.clone(),
         status: RunStatus::Running,
@@ -393,12 +447,12 @@ pub(super) fn start(
         updated_at_ms: now,
         hash_version: journal::HASH_VERSION,
         budget_ceiling: ceiling,
-        dialect: None,
-        source_ref: None,
-        source_hash: None,
+        dialect: script.as_ref().map(|s| s.dialect.to_owned()),
+        source_ref: script.as_ref().map(|_| source_ref(&run_id)),
+        source_hash: script.as_ref().map(|s| s.hash.clone()),
         args_hash: Some(journal::content_key_of_canonical(&args_canonical).to_hex()),
         segments: 1,
-        extra: serde_json::Map::new(),
+        extra,
     };
     engine.journal.put_meta(&meta, None)?;
     let segment = Segment {
@@ -416,23 +470,65 @@ pub(super) fn start(
 }
 
 /// Resumes a run from its journal.
+/// The workflow a resume runs: the given one, the stored script (hash-checked), or the
+/// registered workflow named in run meta.
+fn resume_workflow(
+    handle: &super::Engine,
+    meta: &RunMeta,
+    options: &ResumeOptions,
+) -> Result<Workflow, Error> {
+    let engine = &handle.inner;
+    let run_id = &meta.run_id;
+    if let Some(workflow) = &options.workflow {
+        return Ok(workflow.clone());
+    }
+    let name = meta.name.clone().unwrap_or_else(|| "script".into());
+    if let (Some(dialect), Some(stored_ref)) = (&meta.dialect, &meta.source_ref) {
+        let dialect = engine.dialects.get(dialect).cloned().ok_or_else(|| {
+            Error::config(format!("run {run_id} is a {dialect} script, a dialect this engine lacks"))
+        })?;
+        if let Some(script) = &options.script {
+            if Some(script.source_hash()) != meta.source_hash {
+                return Err(Error::config(format!(
+                    "the script differs from the one run {run_id} started with (source hash mismatch); \
+                     resume without a file to use the stored source"
+                )));
+            }
+            return dialect.prepare(handle, &name, script.source());
+        }
+        let bytes = engine
+            .transcripts
+            .get(stored_ref)?
+            .ok_or_else(|| Error::internal(format!("the stored source of run {run_id} is missing")))?;
+        let source = String::from_utf8(bytes)
+            .map_err(|_| Error::internal(format!("the stored source of run {run_id} is not UTF-8")))?;
+        if Some(journal::content_key_of_canonical(&source).to_hex()) != meta.source_hash {
+            return Err(Error::internal(format!(
+                "the stored source of run {run_id} does not match its hash"
+            )));
+        }
+        return dialect.prepare(handle, &name, &source);
+    }
+    match &meta.name {
+        Some(name) => engine.workflows.get(name).cloned().ok_or_else(|| {
+            Error::config(format!("run {run_id} ran workflow {name:?}, which this engine has not registered"))
+        }),
+        None => Err(Error::config(format!("run {run_id} names no workflow; pass one to resume"))),
+    }
+}
+
+/// Resumes a run from its journal.
 pub(super) fn resume(
-    engine: Arc<EngineInner>,
+    handle: &super::Engine,
     run_id: &RunId,
     options: ResumeOptions,
 ) -> Result<RunHandle, Error> {
+    require_runtime()?;
+    let engine = handle.inner.clone();
     let meta =
         engine.journal.get_meta(run_id)?.ok_or_else(|| Error::config(format!("unknown run {run_id}")))?;
     validate_deadline(options.deadline_ms, engine.clock.now_ms())?;
-    let workflow = match (&options.workflow, &meta.name) {
-        (Some(workflow), _) => workflow.clone(),
-        (None, Some(name)) => engine.workflows.get(name).cloned().ok_or_else(|| {
-            Error::config(format!("run {run_id} ran workflow {name:?}, which this engine has not registered"))
-        })?,
-        (None, None) => {
-            return Err(Error::config(format!("run {run_id} names no workflow; pass one to resume")));
-        }
-    };
+    let workflow = resume_workflow(handle, &meta, &options)?;
     let args = match options.args.clone() {
         Some(args) => args,
         None => match engine.transcripts.get(&args_ref(run_id))? {
@@ -584,6 +680,7 @@ pub(super) fn resolve_stored(
     let entries = journal::decode_all(&raw)?;
     let target = find_suspension(entries.iter(), key)
         .ok_or_else(|| Error::validation(format!("run {run_id} has no wait on key {key:?}")))?;
+    check_resolution(entries.iter().find(|e| e.seq == target), key, &value)?;
     let applied = !Resolutions::fold(entries.iter()).is_closed(target);
     let mut entry = resolution_entry(target, key, value);
     entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));

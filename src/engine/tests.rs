@@ -381,7 +381,12 @@ async fn await_external_suspends_and_resume_delivers_the_resolution() {
     let (store, provider, engine) = setup();
     let wf = Workflow::new("deploy", |ctx, _| async move {
         let plan = ctx.agent("plan the deploy", AgentOptions::default()).await?;
-        let approval = ctx.await_external("approve", Some("ship it?")).await?;
+        let approval = ctx
+            .await_external(
+                "approve",
+                ExternalOptions { prompt: Some("ship it?".into()), ..Default::default() },
+            )
+            .await?;
         Ok(json!({ "plan": plan, "approval": approval }))
     });
     let engine = Engine { inner: Arc::new(rebuild_with_workflow(&engine, wf.clone())) };
@@ -414,7 +419,7 @@ async fn a_live_resolution_wakes_a_waiting_branch() {
         let out = ctx
             .parallel(
                 vec![
-                    branch(|ctx| async move { ctx.await_external("k", None).await }),
+                    branch(|ctx| async move { ctx.await_external("k", Default::default()).await }),
                     branch(|ctx| async move {
                         // Keep one branch live while the other waits.
                         ctx.step("wait a bit", StepOptions::default(), || async {
@@ -733,8 +738,8 @@ async fn bounded_fanout_suspends_only_when_every_started_branch_waits() {
         let out = ctx
             .parallel(
                 vec![
-                    branch(|ctx| async move { ctx.await_external("a", None).await }),
-                    branch(|ctx| async move { ctx.await_external("b", None).await }),
+                    branch(|ctx| async move { ctx.await_external("a", Default::default()).await }),
+                    branch(|ctx| async move { ctx.await_external("b", Default::default()).await }),
                     branch(|ctx| async move { ctx.agent("third", AgentOptions::default()).await }),
                 ],
                 ParallelOptions { concurrency: Some(2), ..Default::default() },

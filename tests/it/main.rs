@@ -2,7 +2,9 @@
 
 mod cli;
 mod crash;
+mod hostile;
 mod jcs;
 mod lint;
 mod provider;
+mod script;
 mod store;

@@ -8,7 +8,10 @@
 //! kind.
 
 mod lint;
+mod runner;
 pub mod sandbox;
+
+pub use runner::RhaiDialect;
 #[cfg(test)]
 mod tests;
 

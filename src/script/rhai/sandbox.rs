@@ -57,7 +57,7 @@ impl SandboxLimits {
         max_expr_depth: 64,
         max_function_expr_depth: 48,
         max_string_size: 4 << 20,
-        max_array_size: 100_000,
+        max_array_size: 16_384,
         max_map_size: 10_000,
         max_variables: 2_048,
         max_functions: 1_024,

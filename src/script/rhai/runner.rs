@@ -1,0 +1,745 @@
+//! The Rhai runner: executes a compiled script against the engine, bridging every cairn
+//! global onto `Ctx`.
+//!
+//! A script runs on its own OS thread with a 16 MiB stack; each host call blocks that thread
+//! on the async engine. `parallel` branches and `pipeline` items run on scoped threads of
+//! their own (one per branch or item), each with the `Ctx` of its scope, so a branch's calls
+//! keep their identity however the threads interleave. One operation budget is shared by all
+//! of a run's threads through `on_progress`, which also stops the script when the run is
+//! cancelled. Values cross the boundary as JSON only; a closure where JSON is expected is a
+//! `validation` error.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use ::rhai::{
+    AST, Array, Dynamic, Engine as Rhai, EvalAltResult, FnPtr, Map, NativeCallContext, Position, Scope,
+};
+use serde_json::{Value, json};
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+
+use super::sandbox::{SandboxLimits, sandbox_engine};
+use crate::engine::{
+    AgentOptions, Branch, CallOptions, Ctx, ExternalOptions, OnError, OnItemError, ParallelOptions,
+    PipelineOptions, RetryPolicy, ScriptDialect, Stage, StepOptions, Workflow, WorkflowOptions,
+};
+use crate::error::{Error, ErrorCode};
+use crate::journal::Kind;
+use crate::model::InvocationRole;
+use crate::money::Money;
+use crate::script::{LintContext, option_schema};
+
+/// The stack of every script thread.
+const SCRIPT_STACK: usize = 16 << 20;
+
+/// The Rhai dialect, as the engine sees it, with the sandbox limits its runs get.
+#[derive(Debug, Clone, Copy)]
+pub struct RhaiDialect {
+    limits: SandboxLimits,
+}
+
+impl RhaiDialect {
+    /// The dialect with [`SandboxLimits::STANDARD`].
+    pub const fn new() -> RhaiDialect {
+        RhaiDialect { limits: SandboxLimits::STANDARD }
+    }
+
+    /// The dialect with other limits (register it with `EngineBuilder::dialect`).
+    pub const fn with_limits(limits: SandboxLimits) -> RhaiDialect {
+        RhaiDialect { limits }
+    }
+}
+
+impl Default for RhaiDialect {
+    fn default() -> RhaiDialect {
+        RhaiDialect::new()
+    }
+}
+
+impl ScriptDialect for RhaiDialect {
+    fn name(&self) -> &'static str {
+        "rhai"
+    }
+
+    fn prepare(&self, engine: &crate::Engine, name: &str, source: &str) -> Result<Workflow, Error> {
+        let registered = engine.registered();
+        let lint_context = LintContext {
+            profiles: registered.profiles.into_iter().collect(),
+            toolsets: registered.toolsets.into_iter().collect(),
+            host_functions: registered.host_functions.into_iter().collect(),
+            child_workflows: registered.workflows.into_iter().collect(),
+            models: None,
+        };
+        let compiled = super::compile(source, &lint_context).map_err(|diagnostics| {
+            let errors: Vec<_> = diagnostics.into_iter().filter(|d| d.is_error()).collect();
+            Error::validation(format!(
+                "script rejected: {}",
+                serde_json::to_string(&errors).unwrap_or_else(|_| "unprintable diagnostics".into())
+            ))
+        })?;
+        let ast = Arc::new(compiled.into_ast());
+        let limits = self.limits;
+        Ok(Workflow::new(name, move |ctx, args| {
+            let ast = ast.clone();
+            async move { run_on_thread(ast, ctx, args, limits).await }
+        }))
+    }
+}
+
+/// Runs the script on its own thread and waits for its value.
+async fn run_on_thread(ast: Arc<AST>, ctx: Ctx, args: Value, limits: SandboxLimits) -> Result<Value, Error> {
+    let handle = Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let cancel = ctx.cancel.clone();
+    std::thread::Builder::new()
+        .name("cairn-script".into())
+        .stack_size(SCRIPT_STACK)
+        .spawn(move || {
+            let result = execute(&ast, ctx, args, handle, cancel, limits);
+            let _ = tx.send(result);
+        })
+        .map_err(|e| Error::internal(format!("cannot start the script thread: {e}")))?;
+    rx.await.map_err(|_| Error::internal("the script thread ended without a result"))?
+}
+
+/// What every thread of one script run shares.
+struct Shared {
+    handle: Handle,
+    cancel: CancellationToken,
+    operations: AtomicU64,
+    limits: SandboxLimits,
+}
+
+thread_local! {
+    /// The `Ctx` of the scope the current script thread runs in (innermost last).
+    static CURRENT: RefCell<Vec<Ctx>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_ctx<R>(ctx: Ctx, body: impl FnOnce() -> R) -> R {
+    CURRENT.with(|stack| stack.borrow_mut().push(ctx));
+    let result = body();
+    CURRENT.with(|stack| stack.borrow_mut().pop());
+    result
+}
+
+fn current() -> Result<Ctx, Box<EvalAltResult>> {
+    CURRENT
+        .with(|stack| stack.borrow().last().cloned())
+        .ok_or_else(|| to_rhai(Error::internal("a cairn global was called outside a run")))
+}
+
+type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
+
+fn execute(
+    ast: &AST,
+    ctx: Ctx,
+    args: Value,
+    handle: Handle,
+    cancel: CancellationToken,
+    limits: SandboxLimits,
+) -> Result<Value, Error> {
+    let shared = Arc::new(Shared { handle, cancel, operations: AtomicU64::new(0), limits });
+    let engine = build_engine(&shared);
+    let mut scope = Scope::new();
+    scope.push_constant("args", to_dynamic(&args));
+    scope.push_constant("budget", BudgetView);
+    let result = with_ctx(ctx, || engine.eval_ast_with_scope::<Dynamic>(&mut scope, ast));
+    match result {
+        Ok(value) => {
+            to_json(&value).map_err(|e| Error::new(e.code, format!("the script's result: {}", e.message)))
+        }
+        Err(err) => Err(from_rhai(*err)),
+    }
+}
+
+/// The read-only `budget` object.
+#[derive(Debug, Clone, Copy)]
+struct BudgetView;
+
+fn build_engine(shared: &Arc<Shared>) -> Rhai {
+    let mut engine = sandbox_engine(&shared.limits);
+    // The per-evaluation limit is a backstop; the shared counter is the run's budget.
+    engine.set_max_operations(0);
+    let progress = shared.clone();
+    engine.on_progress(move |_| {
+        let n = progress.operations.fetch_add(1, Ordering::Relaxed) + 1;
+        if n > progress.limits.max_operations {
+            return Some(error_token(&Error::new(
+                ErrorCode::SandboxLimit,
+                format!("the script exceeded its budget of {} operations", progress.limits.max_operations),
+            )));
+        }
+        if n % 256 == 0 && progress.cancel.is_cancelled() {
+            return Some(error_token(&Error::new(ErrorCode::Cancelled, "the run was stopped")));
+        }
+        None
+    });
+    register_agent(&mut engine, shared);
+    register_fanout(&mut engine, shared);
+    register_effects(&mut engine, shared);
+    engine
+}
+
+// ---- conversions -----------------------------------------------------------------------------
+
+fn to_dynamic(value: &Value) -> Dynamic {
+    match value {
+        Value::Null => Dynamic::UNIT,
+        Value::Bool(b) => Dynamic::from(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Dynamic::from(i),
+            None => Dynamic::from(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::String(s) => Dynamic::from(s.clone()),
+        Value::Array(items) => Dynamic::from_array(items.iter().map(to_dynamic).collect()),
+        Value::Object(map) => {
+            Dynamic::from_map(map.iter().map(|(k, v)| (k.as_str().into(), to_dynamic(v))).collect::<Map>())
+        }
+    }
+}
+
+/// A script value as JSON; closures and other non-JSON values are refused.
+fn to_json(value: &Dynamic) -> Result<Value, Error> {
+    let value = value.flatten_clone();
+    if value.is_unit() {
+        return Ok(Value::Null);
+    }
+    if let Some(b) = value.clone().try_cast::<bool>() {
+        return Ok(Value::Bool(b));
+    }
+    if let Some(i) = value.clone().try_cast::<i64>() {
+        return Ok(json!(i));
+    }
+    if let Some(f) = value.clone().try_cast::<f64>() {
+        return serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .ok_or_else(|| Error::validation(format!("{f} is not a JSON number")));
+    }
+    if value.is_string() || value.is_char() {
+        return Ok(Value::String(value.to_string()));
+    }
+    if value.is_array() {
+        let items = value.cast::<Array>();
+        return items.iter().map(to_json).collect::<Result<Vec<_>, _>>().map(Value::Array);
+    }
+    if value.is_map() {
+        let map = value.cast::<Map>();
+        let mut out = serde_json::Map::with_capacity(map.len());
+        for (k, v) in &map {
+            out.insert(k.to_string(), to_json(v)?);
+        }
+        return Ok(Value::Object(out));
+    }
+    if value.is_fnptr() {
+        return Err(Error::validation(
+            "a closure is not a JSON value; closures go only where a global runs them",
+        ));
+    }
+    Err(Error::validation(format!("a value of type {} is not JSON", value.type_name())))
+}
+
+fn error_token(error: &Error) -> Dynamic {
+    to_dynamic(&serde_json::to_value(error).unwrap_or(Value::Null))
+}
+
+/// A cairn error as a script error. Budget exhaustion, cancellation, sandbox limits and
+/// replay-strict misses are uncatchable (they end the run); the rest are catchable
+/// `#{code, message, retryable}` maps.
+fn to_rhai(error: Error) -> Box<EvalAltResult> {
+    let token = error_token(&error);
+    let fatal = matches!(
+        error.code,
+        ErrorCode::BudgetExhausted
+            | ErrorCode::Cancelled
+            | ErrorCode::SandboxLimit
+            | ErrorCode::JournalMiss
+            | ErrorCode::Internal
+    );
+    Box::new(if fatal {
+        EvalAltResult::ErrorTerminated(token, Position::NONE)
+    } else {
+        EvalAltResult::ErrorRuntime(token, Position::NONE)
+    })
+}
+
+fn error_from_token(token: &Dynamic) -> Option<Error> {
+    let value = to_json(token).ok()?;
+    serde_json::from_value::<Error>(value).ok()
+}
+
+fn at(pos: Position) -> String {
+    match (pos.line(), pos.position()) {
+        (Some(line), Some(column)) => format!(" at line {line}, column {column}"),
+        (Some(line), None) => format!(" at line {line}"),
+        _ => String::new(),
+    }
+}
+
+/// A script error as a cairn error, keeping the code of a cairn error that crossed it.
+fn from_rhai(err: EvalAltResult) -> Error {
+    match err {
+        EvalAltResult::ErrorTerminated(token, pos) => error_from_token(&token).unwrap_or_else(|| {
+            Error::new(ErrorCode::SandboxLimit, format!("the script was terminated{}", at(pos)))
+        }),
+        EvalAltResult::ErrorRuntime(value, pos) => error_from_token(&value).unwrap_or_else(|| {
+            Error::new(ErrorCode::ScriptError, format!("the script threw {value}{}", at(pos)))
+        }),
+        EvalAltResult::ErrorInFunctionCall(name, _, inner, _) => {
+            let mut error = from_rhai(*inner);
+            if error.code == ErrorCode::ScriptError {
+                error.message = format!("in {name}: {}", error.message);
+            }
+            error
+        }
+        err @ (EvalAltResult::ErrorTooManyOperations(..)
+        | EvalAltResult::ErrorTooManyVariables(..)
+        | EvalAltResult::ErrorTooManyModules(..)
+        | EvalAltResult::ErrorStackOverflow(..)
+        | EvalAltResult::ErrorDataTooLarge(..)) => Error::new(ErrorCode::SandboxLimit, err.to_string()),
+        other => Error::new(ErrorCode::ScriptError, other.to_string()),
+    }
+}
+
+fn block<T>(shared: &Shared, future: impl std::future::Future<Output = Result<T, Error>>) -> RhaiResult<T> {
+    shared.handle.block_on(future).map_err(to_rhai)
+}
+
+// ---- options -------------------------------------------------------------------------------------
+
+/// Converts an options map to JSON and validates it against the global's schema: the same
+/// schema lint checks statically is enforced here at the sandbox boundary.
+fn options(global: &str, opts: &Map) -> Result<Value, Error> {
+    let value = to_json(&Dynamic::from_map(opts.clone()))
+        .map_err(|e| Error::validation(format!("{global} options: {}", e.message)))?;
+    if let Some(schema) = option_schema(global) {
+        static VALIDATORS: OnceLock<Mutex<std::collections::HashMap<String, Arc<jsonschema::Validator>>>> =
+            OnceLock::new();
+        let cache = VALIDATORS.get_or_init(Default::default);
+        let validator = {
+            let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+            match cache.get(global) {
+                Some(v) => v.clone(),
+                None => {
+                    let v = Arc::new(jsonschema::validator_for(schema).map_err(|e| {
+                        Error::internal(format!("the {global} options schema is invalid: {e}"))
+                    })?);
+                    cache.insert(global.to_owned(), v.clone());
+                    v
+                }
+            }
+        };
+        let problems: Vec<String> =
+            validator.iter_errors(&value).map(|e| format!("at '{}': {e}", e.instance_path())).collect();
+        if !problems.is_empty() {
+            return Err(Error::validation(format!("invalid {global} options: {}", problems.join("; "))));
+        }
+    }
+    Ok(value)
+}
+
+fn str_opt(opts: &Value, key: &str) -> Option<String> {
+    opts.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn on_error(opts: &Value) -> Option<OnError> {
+    match opts.get("on_error").and_then(Value::as_str) {
+        Some("null") => Some(OnError::Null),
+        Some("throw") => Some(OnError::Throw),
+        _ => None,
+    }
+}
+
+fn usd(opts: &Value, key: &str) -> Result<Option<Money>, Error> {
+    opts.get(key)
+        .and_then(Value::as_f64)
+        .map(|x| Money::from_usd(x).map_err(|e| Error::validation(format!("{key}: {e}"))))
+        .transpose()
+}
+
+fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
+    let retry = opts.get("retry").map(|r| RetryPolicy {
+        max_attempts: r.get("max_attempts").and_then(Value::as_u64).unwrap_or(4) as u32,
+        initial_backoff: Duration::from_millis(
+            r.get("initial_backoff_ms").and_then(Value::as_u64).unwrap_or(250),
+        ),
+    });
+    Ok(AgentOptions {
+        label: str_opt(opts, "label"),
+        key: str_opt(opts, "key"),
+        profile: str_opt(opts, "profile"),
+        model: str_opt(opts, "model"),
+        effort: str_opt(opts, "effort"),
+        schema: opts.get("schema").cloned(),
+        system: str_opt(opts, "system"),
+        max_turns: opts.get("max_turns").and_then(Value::as_u64).map(|n| n as u32),
+        max_output_tokens: opts.get("max_output_tokens").and_then(Value::as_u64).map(|n| n as u32),
+        on_error: on_error(opts),
+        full: opts.get("result").and_then(Value::as_str) == Some("full"),
+        memoize_outcome: opts.get("memoize_outcome").and_then(Value::as_bool).unwrap_or(false),
+        est_cost: usd(opts, "est_cost")?,
+        role: opts.get("role").and_then(Value::as_str).and_then(InvocationRole::parse),
+        timeout: opts.get("timeout_ms").and_then(Value::as_u64).map(Duration::from_millis),
+        retry,
+        tools: opts
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|tools| tools.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default(),
+    })
+}
+
+// ---- agent ----------------------------------------------------------------------------------------
+
+fn register_agent(engine: &mut Rhai, shared: &Arc<Shared>) {
+    fn agent(shared: &Shared, prompt: &str, opts: &Map) -> RhaiResult<Dynamic> {
+        let ctx = current()?;
+        let value = options("agent", opts).map_err(to_rhai)?;
+        let options = agent_options(&value).map_err(to_rhai)?;
+        let full = options.full;
+        let result = block(shared, ctx.agent(prompt, options))?;
+        if full && let Value::Object(mut map) = result {
+            // The card's shape: #{status, value, error, usage, cost_usd}.
+            let cost_usd = map.get("cost_nano_usd").and_then(Value::as_i64).map(|n| n as f64 / 1e9);
+            map.insert("cost_usd".into(), json!(cost_usd));
+            map.entry("error").or_insert(Value::Null);
+            return Ok(to_dynamic(&Value::Object(map)));
+        }
+        Ok(to_dynamic(&result))
+    }
+    let s = shared.clone();
+    engine.register_fn("agent", move |prompt: &str| agent(&s, prompt, &Map::new()));
+    let s = shared.clone();
+    engine.register_fn("agent", move |prompt: &str, opts: Map| agent(&s, prompt, &opts));
+}
+
+// ---- parallel and pipeline --------------------------------------------------------------------------
+
+/// A job for a scoped script thread: call closure `index` with `args` in `ctx`'s scope.
+struct Job {
+    index: usize,
+    ctx: Ctx,
+    args: Vec<Dynamic>,
+    reply: tokio::sync::oneshot::Sender<Result<Value, Error>>,
+}
+
+/// Runs `body` with `workers` scoped threads that execute closures of `fns` on demand. The
+/// async side submits jobs through the returned sender and awaits each reply, so the engine
+/// drives scopes, cancellation and liveness while the closures run on real threads.
+fn with_workers<R>(
+    context: &NativeCallContext,
+    fns: &[FnPtr],
+    workers: usize,
+    body: impl FnOnce(mpsc::Sender<Job>) -> R,
+) -> R {
+    let (tx, rx) = mpsc::channel::<Job>();
+    let rx = Mutex::new(rx);
+    std::thread::scope(|scope| {
+        for _ in 0..workers.max(1) {
+            let rx = &rx;
+            let spawned =
+                std::thread::Builder::new().stack_size(SCRIPT_STACK).spawn_scoped(scope, move || {
+                    loop {
+                        let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let Ok(job) = job else { break };
+                        let result = with_ctx(job.ctx, || {
+                            fns[job.index]
+                                .call_within_context::<Dynamic>(context, job.args)
+                                .map_err(|e| from_rhai(*e))
+                                .and_then(|v| to_json(&v))
+                        });
+                        let _ = job.reply.send(result);
+                    }
+                });
+            if spawned.is_err() {
+                break;
+            }
+        }
+        body(tx)
+    })
+}
+
+/// Submits a job and awaits its result.
+async fn submit(
+    jobs: &mpsc::Sender<Job>,
+    index: usize,
+    ctx: Ctx,
+    args: Vec<Dynamic>,
+) -> Result<Value, Error> {
+    let (reply, result) = tokio::sync::oneshot::channel();
+    jobs.send(Job { index, ctx, args, reply })
+        .map_err(|_| Error::internal("no script thread is left to run the branch"))?;
+    result.await.map_err(|_| Error::internal("a script thread ended without a result"))?
+}
+
+fn fn_ptrs(items: &Array, what: &str) -> Result<Vec<FnPtr>, Error> {
+    items
+        .iter()
+        .map(|item| {
+            item.clone().try_cast::<FnPtr>().ok_or_else(|| {
+                Error::validation(format!("{what} must be closures, found a {}", item.type_name()))
+            })
+        })
+        .collect()
+}
+
+fn parallel_options(opts: &Value) -> ParallelOptions {
+    ParallelOptions {
+        settle: opts.get("settle").and_then(Value::as_bool).unwrap_or(false),
+        concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n as usize),
+        on_error: on_error(opts),
+    }
+}
+
+fn parallel(
+    shared: &Shared,
+    context: &NativeCallContext,
+    fns: Vec<FnPtr>,
+    args: Vec<Vec<Dynamic>>,
+    opts: &Map,
+) -> RhaiResult<Dynamic> {
+    let ctx = current()?;
+    let opts = options("parallel", opts).map_err(to_rhai)?;
+    let popts = parallel_options(&opts);
+    let single_fn = fns.len() == 1 && args.len() != 1;
+    let count = args.len();
+    let workers = popts.concurrency.unwrap_or(count).min(count);
+    let result = with_workers(context, &fns, workers, |jobs| {
+        let jobs = Arc::new(jobs);
+        let branches: Vec<Branch> = args
+            .into_iter()
+            .enumerate()
+            .map(|(i, call_args)| {
+                let jobs = jobs.clone();
+                let index = if single_fn { 0 } else { i };
+                crate::engine::branch(move |ctx| async move { submit(&jobs, index, ctx, call_args).await })
+            })
+            .collect();
+        let outcome = shared.handle.block_on(ctx.parallel(branches, popts));
+        drop(jobs);
+        outcome
+    });
+    result.map(|values| to_dynamic(&Value::Array(values))).map_err(to_rhai)
+}
+
+fn pipeline(
+    shared: &Shared,
+    context: &NativeCallContext,
+    items: Array,
+    stages: Array,
+    opts: &Map,
+) -> RhaiResult<Dynamic> {
+    let ctx = current()?;
+    let opts = options("pipeline", opts).map_err(to_rhai)?;
+    let fns = fn_ptrs(&stages, "pipeline stages").map_err(to_rhai)?;
+    let items: Vec<Value> = items.iter().map(to_json).collect::<Result<_, _>>().map_err(to_rhai)?;
+    let mode = match opts.get("on_item_error").and_then(Value::as_str) {
+        Some("throw") => OnItemError::Throw,
+        Some("collect") => OnItemError::Collect,
+        _ => OnItemError::Drop,
+    };
+    let concurrency = opts.get("concurrency").and_then(Value::as_u64).map(|n| n as usize);
+    let workers = concurrency.unwrap_or(items.len()).min(items.len());
+    let engine_mode = if mode == OnItemError::Collect { OnItemError::Collect } else { mode };
+    let result = with_workers(context, &fns, workers, |jobs| {
+        let jobs = Arc::new(jobs);
+        let stages: Vec<Stage> = (0..fns.len())
+            .map(|index| {
+                let jobs = jobs.clone();
+                crate::engine::stage(move |ctx, value: Value| {
+                    let jobs = jobs.clone();
+                    async move { submit(&jobs, index, ctx, vec![to_dynamic(&value)]).await }
+                })
+            })
+            .collect();
+        let outcome = shared.handle.block_on(ctx.pipeline(
+            items,
+            stages,
+            PipelineOptions { on_item_error: engine_mode, concurrency },
+        ));
+        drop(jobs);
+        outcome
+    });
+    let values = result.map_err(to_rhai)?;
+    if mode == OnItemError::Collect {
+        // The card's shape: #{results, dropped}, dropped as #{index, error}.
+        let mut results = Vec::new();
+        let mut dropped = Vec::new();
+        for (index, value) in values.into_iter().enumerate() {
+            match value.get("error") {
+                Some(error) if value.as_object().is_some_and(|m| m.len() == 1) => {
+                    dropped.push(json!({ "index": index, "error": error }))
+                }
+                _ => results.push(value),
+            }
+        }
+        return Ok(to_dynamic(&json!({ "results": results, "dropped": dropped })));
+    }
+    Ok(to_dynamic(&Value::Array(values)))
+}
+
+fn register_fanout(engine: &mut Rhai, shared: &Arc<Shared>) {
+    fn list_form(
+        shared: &Shared,
+        context: NativeCallContext,
+        branches: Array,
+        opts: Map,
+    ) -> RhaiResult<Dynamic> {
+        let fns = fn_ptrs(&branches, "parallel branches").map_err(to_rhai)?;
+        let args = vec![Vec::new(); fns.len()];
+        parallel(shared, &context, fns, args, &opts)
+    }
+    fn map_form(
+        shared: &Shared,
+        context: NativeCallContext,
+        items: Array,
+        f: FnPtr,
+        opts: Map,
+    ) -> RhaiResult<Dynamic> {
+        let args: Vec<Vec<Dynamic>> = items.into_iter().map(|item| vec![item]).collect();
+        if args.is_empty() {
+            return Ok(Dynamic::from_array(Array::new()));
+        }
+        if args.len() == 1 {
+            // One item: keep the single-function indexing unambiguous.
+            return parallel(shared, &context, vec![f.clone(), f], vec![args[0].clone()], &opts)
+                .map(|d| d.cast::<Array>().into_iter().take(1).collect::<Array>().into());
+        }
+        parallel(shared, &context, vec![f], args, &opts)
+    }
+    let s = shared.clone();
+    engine.register_fn("parallel", move |c: NativeCallContext, b: Array| list_form(&s, c, b, Map::new()));
+    let s = shared.clone();
+    engine.register_fn("parallel", move |c: NativeCallContext, b: Array, o: Map| list_form(&s, c, b, o));
+    let s = shared.clone();
+    engine.register_fn("parallel", move |c: NativeCallContext, i: Array, f: FnPtr| {
+        map_form(&s, c, i, f, Map::new())
+    });
+    let s = shared.clone();
+    engine.register_fn("parallel", move |c: NativeCallContext, i: Array, f: FnPtr, o: Map| {
+        map_form(&s, c, i, f, o)
+    });
+    let s = shared.clone();
+    engine.register_fn("pipeline", move |c: NativeCallContext, i: Array, st: Array| {
+        pipeline(&s, &c, i, st, &Map::new())
+    });
+    let s = shared.clone();
+    engine.register_fn("pipeline", move |c: NativeCallContext, i: Array, st: Array, o: Map| {
+        pipeline(&s, &c, i, st, &o)
+    });
+}
+
+// ---- steps, calls, phases, children, waits, shims ------------------------------------------------------
+
+fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
+    fn step(context: &NativeCallContext, label: &str, body: FnPtr, opts: &Map) -> RhaiResult<Dynamic> {
+        let ctx = current()?;
+        let opts = options("step", opts).map_err(to_rhai)?;
+        let deps = opts.get("deps").and_then(Value::as_array).cloned().unwrap_or_default();
+        let step_opts = StepOptions { key: str_opt(&opts, "key"), deps, on_error: None };
+        let identity = Ctx::step_identity(label, &step_opts);
+        let live = match ctx.begin_two_phase(Kind::Step, "step", label, identity, None).map_err(to_rhai)? {
+            crate::engine::Begun::Done(result) => return result.map(|v| to_dynamic(&v)).map_err(to_rhai),
+            crate::engine::Begun::Live(live) => live,
+        };
+        // The body runs here, on the script thread, between the two journal entries.
+        let result = body
+            .call_within_context::<Dynamic>(context, ())
+            .map_err(|e| from_rhai(*e))
+            .and_then(|v| to_json(&v));
+        ctx.end_two_phase(live, result).map(|v| to_dynamic(&v)).map_err(to_rhai)
+    }
+    engine.register_fn("step", |c: NativeCallContext, label: &str, body: FnPtr| {
+        step(&c, label, body, &Map::new())
+    });
+    engine.register_fn("step", |c: NativeCallContext, label: &str, body: FnPtr, o: Map| {
+        step(&c, label, body, &o)
+    });
+
+    fn host_call(shared: &Shared, name: &str, args: &Dynamic, opts: &Map) -> RhaiResult<Dynamic> {
+        let ctx = current()?;
+        let opts = options("call", opts).map_err(to_rhai)?;
+        let args = to_json(args)
+            .map_err(|e| to_rhai(Error::validation(format!("host_call args: {}", e.message))))?;
+        let call_opts = CallOptions { key: str_opt(&opts, "key"), on_error: on_error(&opts) };
+        block(shared, ctx.call(name, args, call_opts)).map(|v| to_dynamic(&v))
+    }
+    let s = shared.clone();
+    engine.register_fn("host_call", move |name: &str, args: Dynamic| host_call(&s, name, &args, &Map::new()));
+    let s = shared.clone();
+    engine.register_fn("host_call", move |name: &str, args: Dynamic, o: Map| host_call(&s, name, &args, &o));
+
+    fn phase(context: &NativeCallContext, name: &str, body: FnPtr) -> RhaiResult<Dynamic> {
+        let ctx = current()?;
+        let inner = ctx.begin_phase(name);
+        let result = with_ctx(inner.clone(), || body.call_within_context::<Dynamic>(context, ()));
+        ctx.end_phase(&inner);
+        result
+    }
+    engine.register_fn("phase", |c: NativeCallContext, name: &str, body: FnPtr| phase(&c, name, body));
+
+    fn log(level: &str, message: &str, data: Option<&Dynamic>) -> RhaiResult<()> {
+        let ctx = current()?;
+        if !matches!(level, "debug" | "info" | "warn" | "error") {
+            return Err(to_rhai(Error::validation(format!(
+                "log level {level:?} is not one of debug, info, warn, error"
+            ))));
+        }
+        let data = data.map(to_json).transpose().map_err(to_rhai)?;
+        ctx.log(level, message, data);
+        Ok(())
+    }
+    engine.register_fn("log", |level: &str, message: &str| log(level, message, None));
+    engine.register_fn("log", |level: &str, message: &str, data: Dynamic| log(level, message, Some(&data)));
+
+    fn child(shared: &Shared, name: &str, args: &Dynamic, opts: &Map) -> RhaiResult<Dynamic> {
+        let ctx = current()?;
+        let opts = options("workflow", opts).map_err(to_rhai)?;
+        let args =
+            to_json(args).map_err(|e| to_rhai(Error::validation(format!("workflow args: {}", e.message))))?;
+        let wopts = WorkflowOptions {
+            key: str_opt(&opts, "key"),
+            budget: usd(&opts, "budget").map_err(to_rhai)?,
+            on_error: on_error(&opts),
+        };
+        block(shared, ctx.workflow(name, args, wopts)).map(|v| to_dynamic(&v))
+    }
+    let s = shared.clone();
+    engine.register_fn("workflow", move |name: &str, args: Dynamic| child(&s, name, &args, &Map::new()));
+    let s = shared.clone();
+    engine.register_fn("workflow", move |name: &str, args: Dynamic, o: Map| child(&s, name, &args, &o));
+
+    fn wait(shared: &Shared, key: &str, opts: &Map) -> RhaiResult<Dynamic> {
+        let ctx = current()?;
+        let opts = options("await_external", opts).map_err(to_rhai)?;
+        let eopts = ExternalOptions { prompt: str_opt(&opts, "prompt"), schema: opts.get("schema").cloned() };
+        block(shared, ctx.await_external(key, eopts)).map(|v| to_dynamic(&v))
+    }
+    let s = shared.clone();
+    engine.register_fn("await_external", move |key: &str| wait(&s, key, &Map::new()));
+    let s = shared.clone();
+    engine.register_fn("await_external", move |key: &str, o: Map| wait(&s, key, &o));
+
+    let s = shared.clone();
+    engine.register_fn("now", move || -> RhaiResult<i64> { block(&s, current()?.now()) });
+    let s = shared.clone();
+    engine.register_fn("random", move || -> RhaiResult<f64> { block(&s, current()?.random(None)) });
+    let s = shared.clone();
+    engine.register_fn("random", move |key: &str| -> RhaiResult<f64> {
+        let ctx = current()?;
+        block(&s, ctx.random(Some(key)))
+    });
+    let s = shared.clone();
+    engine.register_fn("uuid", move || -> RhaiResult<String> { block(&s, current()?.uuid()) });
+
+    engine.register_type_with_name::<BudgetView>("Budget");
+    engine.register_fn("spent", |_: &mut BudgetView| -> RhaiResult<f64> {
+        Ok(current()?.budget_spent().as_usd())
+    });
+    engine.register_fn("remaining", |_: &mut BudgetView| -> RhaiResult<Dynamic> {
+        Ok(current()?.budget_remaining().map_or(Dynamic::UNIT, |m| Dynamic::from(m.as_usd())))
+    });
+}
