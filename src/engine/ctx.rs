@@ -282,14 +282,8 @@ impl Ctx {
             });
             return Ok(Value::Null);
         }
-        if error.code == ErrorCode::BudgetExhausted {
-            self.run.record_dropped(Dropped {
-                scope: self.scope.to_string(),
-                kind: kind.to_owned(),
-                label,
-                error: error.clone(),
-            });
-        }
+        // A raised failure is itemized where it is absorbed (a lenient branch, a dropped
+        // pipeline item) or, if it ends the run, in the outcome's error.
         Err(error)
     }
 

@@ -43,6 +43,9 @@ use crate::provider::Provider;
 use crate::store::{JournalStore, RunId, RunStatus, TranscriptStore};
 use crate::usage::Usage;
 
+/// The latency of the echo model registered by default.
+pub const ECHO_DEMO_LATENCY: Duration = Duration::from_millis(20);
+
 /// The body of a closure workflow.
 pub type WorkflowFn = Arc<dyn Fn(Ctx, Value) -> BoxFuture<'static, Result<Value, Error>> + Send + Sync>;
 
@@ -281,7 +284,7 @@ pub struct RunOutcome {
 pub struct RunHandle {
     run_id: RunId,
     state: Arc<RunState>,
-    result: tokio::task::JoinHandle<RunOutcome>,
+    done: tokio::sync::watch::Receiver<Option<Result<RunOutcome, Error>>>,
 }
 
 impl RunHandle {
@@ -315,7 +318,27 @@ impl RunHandle {
     /// # Errors
     /// `internal` when the run's task panicked (a bug).
     pub async fn result(self) -> Result<RunOutcome, Error> {
-        self.result.await.map_err(|e| Error::internal(format!("run task failed: {e}")))
+        self.wait().await
+    }
+
+    /// Waits for the run to settle without giving up the handle (so it can still be
+    /// cancelled from elsewhere while waiting).
+    ///
+    /// # Errors
+    /// `internal` when the run's task panicked (a bug).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the run goes on, and a later call waits again.
+    pub async fn wait(&self) -> Result<RunOutcome, Error> {
+        let mut done = self.done.clone();
+        loop {
+            if let Some(outcome) = done.borrow_and_update().clone() {
+                return outcome;
+            }
+            if done.changed().await.is_err() {
+                return Err(Error::internal("the run's task ended without an outcome"));
+            }
+        }
     }
 }
 
@@ -383,7 +406,11 @@ impl Engine {
     /// A builder over the given stores. The echo provider is registered and is the default
     /// model until another default is set.
     pub fn builder(journal: Arc<dyn JournalStore>, transcripts: Arc<dyn TranscriptStore>) -> EngineBuilder {
-        let echo: Arc<dyn Provider> = Arc::new(crate::provider::echo::EchoProvider::new());
+        // The built-in echo model answers after a short, model-like latency, so offline demos
+        // behave like real runs (a fan-out's branches are all in flight at once, and budget
+        // admission does not depend on thread timing). Benchmarks register a zero-latency echo.
+        let echo: Arc<dyn Provider> =
+            Arc::new(crate::provider::echo::EchoProvider::new().with_latency(ECHO_DEMO_LATENCY));
         let mut providers: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         providers.insert(echo.name().to_owned(), echo);
         EngineBuilder {

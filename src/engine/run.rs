@@ -607,12 +607,17 @@ fn launch(
         });
     }
     let task_state = state.clone();
-    let result = tokio::spawn(async move {
+    let (done_tx, done) = tokio::sync::watch::channel(None);
+    let task = tokio::spawn(async move {
         let body = (workflow.body)(ctx, args);
         let value = body.await;
         settle(&task_state, meta, value)
     });
-    RunHandle { run_id, state, result }
+    tokio::spawn(async move {
+        let outcome = task.await.map_err(|e| Error::internal(format!("the run's task failed: {e}")));
+        let _ = done_tx.send(Some(outcome));
+    });
+    RunHandle { run_id, state, done }
 }
 
 /// Decides the outcome, journals the settlement and updates run meta.
@@ -650,7 +655,13 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         (CostReport::fold(journal.all.iter().map(|e| &**e)), journal.replay.preview())
     };
     let pending = if status == RunStatus::Suspended { state.pending() } else { Vec::new() };
-    let dropped = std::mem::take(&mut *state.dropped.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut dropped = std::mem::take(&mut *state.dropped.lock().unwrap_or_else(|p| p.into_inner()));
+    if let Some(e) =
+        error.as_ref().filter(|e| status == RunStatus::Exhausted && e.code == ErrorCode::BudgetExhausted)
+    {
+        // The refusal that ended the run is itself dropped work.
+        dropped.push(Dropped { scope: String::new(), kind: "run".into(), label: None, error: e.clone() });
+    }
     state.emit((0, None), false, EventKind::RunEnd { status, preview });
     state.events.close();
     RunOutcome {

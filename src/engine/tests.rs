@@ -191,6 +191,7 @@ fn rebuild_with_workflow(engine: &Engine, workflow: Workflow) -> super::EngineIn
         max_depth: inner.max_depth,
         max_retries: inner.max_retries,
         retry_base: inner.retry_base,
+        dialects: inner.dialects.clone(),
     }
 }
 

@@ -80,6 +80,10 @@ impl Provider for EchoProvider {
             ..Usage::default()
         };
         let events = async move {
+            // Like any real provider, answer no sooner than the next scheduling point, so a
+            // fan-out admits all of its branches before the first one completes and budget
+            // behaviour does not depend on the order tasks happen to be polled in.
+            tokio::task::yield_now().await;
             if let Some(latency) = latency {
                 tokio::select! {
                     biased;

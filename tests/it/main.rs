@@ -6,5 +6,6 @@ mod hostile;
 mod jcs;
 mod lint;
 mod provider;
+mod samples;
 mod script;
 mod store;

@@ -1,0 +1,571 @@
+//! The commands that open a store and an engine: run, resume, replay, runs, inspect, lint,
+//! resolve.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::config::Config;
+use super::{Exit, fail, progress};
+use crate::engine::{CostReport, Engine, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script};
+use crate::error::{Error, ErrorCode};
+use crate::journal;
+use crate::script::{Diagnostic, LintContext};
+use crate::store::{self, OpenedStore, RunFilter, RunId, RunStatus};
+
+/// Flags every command shares.
+#[derive(Debug)]
+pub(super) struct Globals {
+    pub(super) store: Option<String>,
+    pub(super) config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct RunArgs {
+    /// The workflow script (.rhai).
+    file: PathBuf,
+    /// The run's arguments: JSON, or @FILE to read JSON from a file.
+    #[arg(long)]
+    args: Option<String>,
+    /// The budget ceiling in USD.
+    #[arg(long, allow_negative_numbers = true)]
+    budget: Option<f64>,
+    /// The run id (default: a fresh ULID).
+    #[arg(long)]
+    run_id: Option<String>,
+    /// The default model, as provider:model.
+    #[arg(long)]
+    model: Option<String>,
+    /// Print the whole outcome as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ResumeArgs {
+    /// The run to resume.
+    run: String,
+    /// Replay-strict: fail at the first call the journal does not hold; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Rerun the call journaled at this seq (repeatable).
+    #[arg(long)]
+    invalidate: Vec<u64>,
+    /// The default model, as provider:model.
+    #[arg(long)]
+    model: Option<String>,
+    /// Print the whole outcome as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ReplayArgs {
+    /// The run to replay strictly.
+    run: String,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ListArgs {
+    /// Only runs in this status.
+    #[arg(long)]
+    status: Option<String>,
+    /// At most this many runs, newest first.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct InspectArgs {
+    /// The run.
+    run: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct LintArgs {
+    /// The script.
+    file: PathBuf,
+    /// Print the diagnostics as a JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ResolveArgs {
+    /// The suspended run.
+    run: String,
+    /// The key its await_external waits on.
+    key: String,
+    /// The value, as JSON.
+    value: String,
+}
+
+/// Runs an async command on a fresh multi-threaded runtime.
+pub(super) fn with_runtime<F, Fut>(command: F) -> Exit
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Exit>,
+{
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(command()),
+        Err(e) => fail(Exit::Error, format!("cannot start the async runtime: {e}")),
+    }
+}
+
+/// A failure with the exit code it maps to.
+fn exit_of(error: &Error) -> Exit {
+    match error.code {
+        ErrorCode::Config | ErrorCode::Validation => Exit::Usage,
+        ErrorCode::JournalMiss => Exit::ReplayMiss,
+        _ => Exit::Error,
+    }
+}
+
+fn load_config(globals: &Globals) -> Result<Config, Error> {
+    match &globals.config {
+        Some(path) => Config::load(path, true),
+        None => Config::load(Path::new("cairn.toml"), false),
+    }
+}
+
+fn open_store(globals: &Globals, config: &Config) -> Result<OpenedStore, Error> {
+    let url = globals.store.clone().or_else(|| config.store.clone()).unwrap_or_else(|| "sqlite".into());
+    store::open(&url).map_err(|e| match e {
+        store::Error::Config(message) => Error::config(message),
+        other => Error::internal(format!("cannot open store {url}: {other}")),
+    })
+}
+
+struct Setup {
+    engine: Engine,
+    config: Config,
+    uses_echo: bool,
+}
+
+fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
+    let config = load_config(globals)?;
+    let opened = open_store(globals, &config)?;
+    let builder = Engine::builder(opened.journal, opened.transcripts);
+    let builder = match config.default_budget()? {
+        Some(ceiling) => builder.default_budget(ceiling),
+        None => builder,
+    };
+    let (builder, uses_echo) = config.apply(builder, model)?;
+    let engine = builder.build()?;
+    Ok(Setup { engine, config, uses_echo })
+}
+
+fn lint_context(setup: &Setup) -> LintContext {
+    let registered = setup.engine.registered();
+    let (_, toolsets, _) = setup.config.names();
+    LintContext {
+        profiles: registered.profiles.into_iter().collect(),
+        toolsets: toolsets.into_iter().collect(),
+        host_functions: registered.host_functions.into_iter().collect(),
+        child_workflows: registered.workflows.into_iter().collect(),
+        models: None,
+    }
+}
+
+fn read_script(file: &Path) -> Result<(String, String), Exit> {
+    let source = std::fs::read_to_string(file)
+        .map_err(|e| fail(Exit::Usage, format!("cannot read {}: {e}", file.display())))?;
+    let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or("script").to_owned();
+    Ok((name, source))
+}
+
+fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(diagnostics).unwrap_or_else(|_| "[]".into()));
+        return;
+    }
+    for d in diagnostics {
+        let severity = if d.is_error() { "error" } else { "warning" };
+        eprintln!("{}:{}:{}: {severity} [{}] {}", file.display(), d.line, d.column, d.rule_id, d.message);
+    }
+}
+
+fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
+    let Some(text) = text else { return Ok(json!({})) };
+    let body = match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| fail(Exit::Usage, format!("cannot read --args file {path}: {e}")))?,
+        None => text.to_owned(),
+    };
+    serde_json::from_str(&body).map_err(|e| fail(Exit::Usage, format!("--args is not valid JSON: {e}")))
+}
+
+fn parse_run_id(text: &str) -> Result<RunId, Exit> {
+    RunId::parse(text).map_err(|e| fail(Exit::Usage, e))
+}
+
+/// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
+async fn follow(handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
+    let renderer = tokio::spawn(progress::render(handle.events(), quiet));
+    let outcome = tokio::select! {
+        outcome = handle_result(&handle) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("cairn: interrupted; cancelling the run");
+            handle.cancel();
+            handle_result(&handle).await
+        }
+    };
+    let _ = renderer.await;
+    drop(handle);
+    outcome
+}
+
+async fn handle_result(handle: &RunHandle) -> Result<RunOutcome, Error> {
+    handle.wait().await
+}
+
+fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
+    } else {
+        if let Some(value) = &outcome.value {
+            println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+        }
+        for dropped in &outcome.dropped {
+            eprintln!(
+                "dropped {} {}: {}",
+                dropped.kind,
+                dropped.label.as_deref().unwrap_or(&dropped.scope),
+                dropped.error
+            );
+        }
+        if let Some(error) = &outcome.error {
+            eprintln!("cairn: run {} {}: {error}", outcome.run_id, outcome.status);
+        }
+        for pending in &outcome.pending {
+            eprintln!(
+                "run {} is suspended; resolve it with: cairn resolve {} {} '<json>'  then: cairn resume {}",
+                outcome.run_id, outcome.run_id, pending.key, outcome.run_id
+            );
+        }
+        if !outcome.cost.unpriced.is_empty() {
+            eprintln!(
+                "note: {} calls used unpriced models (usage listed, cost unknown)",
+                outcome.cost.unpriced.len()
+            );
+        }
+    }
+    Exit::of_status(outcome.status)
+}
+
+pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
+    let (name, source) = match read_script(&args.file) {
+        Ok(found) => found,
+        Err(exit) => return exit,
+    };
+    let run_args = match parse_args(args.args.as_deref()) {
+        Ok(value) => value,
+        Err(exit) => return exit,
+    };
+    let run_id = match args.run_id.as_deref().map(parse_run_id).transpose() {
+        Ok(id) => id,
+        Err(exit) => return exit,
+    };
+    if let Some(Err(e)) = args.budget.map(crate::money::Money::from_usd) {
+        return fail(Exit::Usage, format!("invalid --budget: {e}"));
+    }
+    let setup = match setup(globals, args.model.as_deref()) {
+        Ok(setup) => setup,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let diagnostics = match crate::script::rhai::compile(&source, &lint_context(&setup)) {
+        Ok(compiled) => compiled.warnings().to_vec(),
+        Err(diagnostics) => {
+            print_diagnostics(&args.file, &diagnostics, args.json);
+            return fail(Exit::Rejected, format!("{} was rejected by lint", args.file.display()));
+        }
+    };
+    print_diagnostics(&args.file, &diagnostics, false);
+    if setup.uses_echo && !args.quiet {
+        eprintln!("note: no model provider is configured; using the offline echo model (echo:default)");
+    }
+    let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
+    let handle = match setup.engine.run_script(&Script::rhai(&name, &source), run_args, options) {
+        Ok(handle) => handle,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    match follow(handle, args.quiet).await {
+        Ok(outcome) => report(&outcome, args.json),
+        Err(e) => fail(Exit::Error, e),
+    }
+}
+
+pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
+    let run_id = match parse_run_id(&args.run) {
+        Ok(id) => id,
+        Err(exit) => return exit,
+    };
+    let setup = match setup(globals, args.model.as_deref()) {
+        Ok(setup) => setup,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let options =
+        ResumeOptions { dry_run: args.dry_run, invalidate: args.invalidate.clone(), ..Default::default() };
+    let handle = match setup.engine.resume(&run_id, options) {
+        Ok(handle) => handle,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    match follow(handle, args.quiet).await {
+        Ok(outcome)
+            if args.dry_run && outcome.error.as_ref().is_some_and(|e| e.code == ErrorCode::JournalMiss) =>
+        {
+            report(&outcome, args.json);
+            Exit::ReplayMiss
+        }
+        Ok(outcome) => report(&outcome, args.json),
+        Err(e) => fail(Exit::Error, e),
+    }
+}
+
+pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
+    let run_id = match parse_run_id(&args.run) {
+        Ok(id) => id,
+        Err(exit) => return exit,
+    };
+    let setup = match setup(globals, None) {
+        Ok(setup) => setup,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let options = ResumeOptions { dry_run: true, ..Default::default() };
+    let handle = match setup.engine.resume(&run_id, options) {
+        Ok(handle) => handle,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    match follow(handle, true).await {
+        Ok(outcome) => {
+            let p = outcome.preview;
+            match &outcome.error {
+                Some(e) if e.code == ErrorCode::JournalMiss => {
+                    eprintln!(
+                        "replay of {run_id}: a call would run live ({e}); {} replayed before it",
+                        p.hits
+                    );
+                    Exit::ReplayMiss
+                }
+                _ => {
+                    println!(
+                        "replay of {run_id}: {} calls replayed, 0 live, {} orphaned",
+                        p.hits, p.orphaned
+                    );
+                    Exit::Ok
+                }
+            }
+        }
+        Err(e) => fail(Exit::Error, e),
+    }
+}
+
+pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {
+    let run_id = match parse_run_id(&args.run) {
+        Ok(id) => id,
+        Err(exit) => return exit,
+    };
+    let value: Value = match serde_json::from_str(&args.value) {
+        Ok(value) => value,
+        Err(e) => return fail(Exit::Usage, format!("the value is not valid JSON: {e}")),
+    };
+    let setup = match setup(globals, None) {
+        Ok(setup) => setup,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    match setup.engine.resolve_external(&run_id, &args.key, value) {
+        Ok(true) => {
+            println!("resolved {} of run {run_id}; continue it with: cairn resume {run_id}", args.key);
+            Exit::Ok
+        }
+        Ok(false) => {
+            println!(
+                "{} of run {run_id} was already resolved; this attempt was recorded and not applied",
+                args.key
+            );
+            Exit::Ok
+        }
+        Err(e) => fail(exit_of(&e), e),
+    }
+}
+
+pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
+    let statuses = match args.status.as_deref() {
+        None => Vec::new(),
+        Some(text) => match serde_json::from_value::<RunStatus>(json!(text)) {
+            Ok(status) => vec![status],
+            Err(_) => {
+                return fail(
+                    Exit::Usage,
+                    format!(
+                        "unknown status {text:?} (use running, ok, error, cancelled, exhausted or suspended)"
+                    ),
+                );
+            }
+        },
+    };
+    let config = match load_config(globals) {
+        Ok(config) => config,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let opened = match open_store(globals, &config) {
+        Ok(opened) => opened,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let filter = RunFilter { statuses, limit: args.limit, ..RunFilter::default() };
+    let runs = match opened.journal.list_runs(&filter) {
+        Ok(runs) => runs,
+        Err(e) => return fail(Exit::Error, e),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&runs).unwrap_or_default());
+        return Exit::Ok;
+    }
+    if runs.is_empty() {
+        eprintln!("no runs");
+    }
+    for meta in runs {
+        println!(
+            "{:<28} {:<10} {:<20} {}  segments {}",
+            meta.run_id.as_str(),
+            meta.status.as_str(),
+            meta.name.as_deref().unwrap_or("-"),
+            utc(meta.created_at_ms),
+            meta.segments
+        );
+    }
+    Exit::Ok
+}
+
+pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
+    let run_id = match parse_run_id(&args.run) {
+        Ok(id) => id,
+        Err(exit) => return exit,
+    };
+    let config = match load_config(globals) {
+        Ok(config) => config,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let opened = match open_store(globals, &config) {
+        Ok(opened) => opened,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let meta = match opened.journal.get_meta(&run_id) {
+        Ok(Some(meta)) => meta,
+        Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
+        Err(e) => return fail(Exit::Error, e),
+    };
+    let entries = match opened
+        .journal
+        .load(&run_id)
+        .map_err(Error::from)
+        .and_then(|raw| journal::decode_all(&raw).map_err(Error::from))
+    {
+        Ok(entries) => entries,
+        Err(e) => return fail(Exit::Error, e),
+    };
+    let cost = CostReport::fold(entries.iter());
+    let resolutions = journal::Resolutions::fold(entries.iter());
+    let pending: Vec<Value> = entries
+        .iter()
+        .filter(|e| e.kind == journal::Kind::External && e.status == journal::Status::Suspended)
+        .filter(|e| !resolutions.is_closed(e.seq))
+        .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value.as_ref().and_then(|v| v.get("prompt")) }))
+        .collect();
+    if args.json {
+        let out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Exit::Ok;
+    }
+    println!("run       {}", meta.run_id);
+    println!("workflow  {}", meta.name.as_deref().unwrap_or("-"));
+    println!("status    {}", meta.status);
+    println!("created   {}", utc(meta.created_at_ms));
+    println!("segments  {}", meta.segments);
+    println!("ceiling   {}", meta.budget_ceiling.map_or("none".into(), |c| c.to_string()));
+    println!("spent     {} ({} tokens)", cost.total.cost, cost.total.usage.total_tokens());
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for entry in &entries {
+        *counts.entry(format!("{} {}", entry.kind.as_str(), entry.status.as_str())).or_default() += 1;
+    }
+    println!("journal   {} entries", entries.len());
+    for (what, n) in counts {
+        println!("  {n:>6}  {what}");
+    }
+    for (model, line) in &cost.by_model {
+        println!(
+            "model     {model}: {} in {} calls, {} tokens",
+            line.cost,
+            line.entries,
+            line.usage.total_tokens()
+        );
+    }
+    if !cost.unpriced.is_empty() {
+        println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
+    }
+    for p in &pending {
+        println!(
+            "pending   {} (seq {}): cairn resolve {run_id} {} '<json>'",
+            p["key"],
+            p["seq"],
+            p["key"].as_str().unwrap_or("")
+        );
+    }
+    Exit::Ok
+}
+
+pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
+    let (_, source) = match read_script(&args.file) {
+        Ok(found) => found,
+        Err(exit) => return exit,
+    };
+    let context = match setup(globals, None) {
+        Ok(setup) => lint_context(&setup),
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let diagnostics = crate::script::rhai::lint(&source, &context);
+    print_diagnostics(&args.file, &diagnostics, args.json);
+    if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` UTC for epoch milliseconds.
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_formats_epoch_millis() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00");
+        assert_eq!(super::utc(1_764_456_000_000), "2025-11-29 22:40:00");
+    }
+}

@@ -1,0 +1,127 @@
+//! The sample workflows in `scripts/`: each runs offline through the real `cairn` binary with
+//! the echo model and ends as it says; one is SIGKILLed mid-run and resumed to the same value
+//! without re-paying its completed calls.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn::{JournalStore, RunId, SqliteOptions, SqliteStore};
+use serde_json::Value;
+
+fn cairn_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cairn"))
+}
+
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts")
+}
+
+fn cairn(dir: &Path) -> Command {
+    let mut cmd = Command::new(cairn_bin());
+    cmd.current_dir(dir)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .stdin(Stdio::null());
+    cmd
+}
+
+#[test]
+fn every_sample_runs_offline_and_ends_as_documented() {
+    let expectations: [(&str, &[&str], i32); 7] = [
+        ("digest", &[], 0),
+        ("code_review", &[], 0),
+        ("adversarial_panel", &[], 0),
+        ("phase_chain", &[], 0),
+        ("deploy_approval", &[], 4),
+        ("loop_until_dry", &[], 0),
+        ("exhausted_fanout", &["--budget", "0.25"], 3),
+    ];
+    let count = std::fs::read_dir(scripts())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "rhai"))
+        .count();
+    assert_eq!(count, expectations.len(), "every sample has an expectation");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, extra, code) in expectations {
+        let file = scripts().join(format!("{name}.rhai"));
+        let out =
+            cairn(dir.path()).arg("run").arg(&file).args(["-q", "--json"]).args(extra).output().unwrap();
+        assert_eq!(out.status.code(), Some(code), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+        match name {
+            "exhausted_fanout" => {
+                assert_eq!(outcome["status"], "exhausted");
+                assert_eq!(outcome["dropped"].as_array().unwrap().len(), 15, "{outcome}");
+                let values = outcome["value"].as_array().unwrap();
+                assert_eq!(values.iter().filter(|v| !v.is_null()).count(), 5);
+            }
+            "deploy_approval" => {
+                assert_eq!(outcome["pending"][0]["key"], "deploy-approval");
+                let run_id = outcome["run_id"].as_str().unwrap();
+                let resolved = cairn(dir.path())
+                    .args(["resolve", run_id, "deploy-approval", r#"{"approved": true}"#])
+                    .output()
+                    .unwrap();
+                assert!(resolved.status.success());
+                let resumed = cairn(dir.path()).args(["resume", run_id, "-q", "--json"]).output().unwrap();
+                assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+                let resumed: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+                assert_eq!(resumed["value"]["deployed"], true);
+            }
+            _ => assert_eq!(outcome["status"], "ok", "{name}: {outcome}"),
+        }
+    }
+}
+
+fn agent_oks(db: &Path, run: &RunId) -> usize {
+    let Ok(store) = SqliteStore::open(db, SqliteOptions::new()) else { return 0 };
+    store
+        .load(run)
+        .map(|entries| {
+            entries
+                .iter()
+                .filter(|e| e.json().contains(r#""kind":"agent""#) && e.json().contains(r#""status":"ok""#))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_sample_killed_mid_run_resumes_to_the_same_value() {
+    let dir = tempfile::tempdir().unwrap();
+    // A slower echo, so the kill lands between calls.
+    std::fs::write(dir.path().join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\nlatency_ms = 150\n")
+        .unwrap();
+    let file = scripts().join("phase_chain.rhai");
+    let db = dir.path().join(".cairn/cairn.db");
+    let run = RunId::parse("killed").unwrap();
+    let mut child = cairn(dir.path())
+        .arg("run")
+        .arg(&file)
+        .args(["--run-id", "killed", "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while agent_oks(&db, &run) < 3 {
+        assert!(started.elapsed() < Duration::from_secs(20), "the run made no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the run finished before it was killed");
+    let paid_before = agent_oks(&db, &run);
+    let resumed = cairn(dir.path()).args(["resume", "killed", "-q", "--json"]).output().unwrap();
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let resumed: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert!(resumed["preview"]["hits"].as_u64().unwrap() >= paid_before as u64, "{resumed}");
+    // The same value as an uninterrupted run of the same script.
+    let fresh = cairn(dir.path()).arg("run").arg(&file).args(["-q", "--json"]).output().unwrap();
+    let fresh: Value = serde_json::from_slice(&fresh.stdout).unwrap();
+    assert_eq!(resumed["value"], fresh["value"]);
+    // Five agent calls in all: nothing completed was paid twice.
+    assert_eq!(agent_oks(&db, &run), 5);
+}
