@@ -44,7 +44,7 @@ use crate::store::{JournalStore, RunId, RunStatus, TranscriptStore};
 use crate::usage::Usage;
 
 /// The latency of the echo model registered by default.
-pub const ECHO_DEMO_LATENCY: Duration = Duration::from_millis(20);
+pub(crate) const ECHO_DEMO_LATENCY: Duration = Duration::from_millis(20);
 
 /// The body of a closure workflow.
 pub type WorkflowFn = Arc<dyn Fn(Ctx, Value) -> BoxFuture<'static, Result<Value, Error>> + Send + Sync>;

@@ -173,7 +173,7 @@ fn build_engine(shared: &Arc<Shared>) -> Rhai {
                 format!("the script exceeded its budget of {} operations", progress.limits.max_operations),
             )));
         }
-        if n % 256 == 0 && progress.cancel.is_cancelled() {
+        if n.is_multiple_of(256) && progress.cancel.is_cancelled() {
             return Some(error_token(&Error::new(ErrorCode::Cancelled, "the run was stopped")));
         }
         None
