@@ -7,6 +7,10 @@
 //! The runtime knows nothing about journals: it returns what happened, and the engine
 //! journals it.
 
+mod tools;
+
+pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
+
 use std::sync::Arc;
 use std::time::Duration;
 
