@@ -15,24 +15,73 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorCode};
 use crate::model::Price;
 use crate::money::Money;
-use crate::provider::{ChatEvent, ChatRequest, FinishReason, Message, Part, Provider, Role};
+use crate::provider::{ChatEvent, ChatRequest, FinishReason, Message, Part, Provider, Role, ToolSpec};
 use crate::usage::Usage;
 
 /// Re-prompts allowed after a structured-output validation failure.
 const SCHEMA_REPROMPTS: u32 = 2;
 
-/// Budget checks the loop consults; implemented by the engine over the run's accounts.
+/// Tool calls with invalid arguments the model may make (each answered with the validation
+/// errors as the tool result) before the call fails `tool_failed`.
+const TOOL_CORRECTIONS: u32 = 3;
+
+/// What the loop asks of the engine: budget checks, checkpoints, approvals.
 pub(crate) trait BudgetHooks: Send + Sync {
     /// The turn guard: may another model turn start?
     fn can_start_turn(&self) -> bool;
     /// The stream cut: would spending `cost` on this call cross a ceiling?
     fn would_cross(&self, cost: Money) -> bool;
+    /// Persists the loop's state at a turn boundary, so a rerun continues from here.
+    fn checkpoint(&self, _state: &Checkpoint) {}
+    /// Asks a person to approve a tool call (the permission chain said `ask`). Resolves to
+    /// whether it was approved; fails when the run stops while waiting.
+    fn approve<'a>(&'a self, _request: &'a ApprovalRequest) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(async { Ok(false) })
+    }
+}
+
+/// A tool call waiting for approval.
+#[derive(Debug, Clone)]
+pub(crate) struct ApprovalRequest {
+    /// The key `cairn resolve` answers it with.
+    pub(crate) key: String,
+    /// The tool.
+    pub(crate) tool: String,
+    /// Its arguments.
+    pub(crate) arguments: Value,
+}
+
+/// The loop's state at a turn boundary, as checkpointed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Checkpoint {
+    /// The conversation so far.
+    pub(crate) messages: Vec<Message>,
+    /// Completed model turns.
+    pub(crate) turns: u32,
+    /// Tool calls made.
+    pub(crate) tool_calls: u32,
+    /// Usage of the completed turns.
+    pub(crate) usage: Usage,
+    /// Tool calls the last turn requested that have not all produced results yet.
+    #[serde(default)]
+    pub(crate) pending: Vec<PendingCall>,
+}
+
+/// A requested tool call not yet answered.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct PendingCall {
+    id: String,
+    wire_id: Option<String>,
+    name: String,
+    arguments: Value,
 }
 
 /// Everything one agent invocation needs.
@@ -42,9 +91,16 @@ pub(crate) struct AgentSpec {
     pub(crate) request: ChatRequest,
     pub(crate) schema: Option<Value>,
     pub(crate) max_turns: u32,
+    pub(crate) max_tool_calls: Option<u32>,
     pub(crate) max_retries: u32,
     pub(crate) retry_base: Duration,
     pub(crate) price: Option<Price>,
+    pub(crate) tools: Vec<Arc<dyn Tool>>,
+    pub(crate) permissions: Permissions,
+    /// A prefix that makes approval keys unique to this call.
+    pub(crate) approval_prefix: String,
+    /// Where a previous attempt stopped, to continue from.
+    pub(crate) resume_from: Option<Checkpoint>,
 }
 
 /// How an invocation ended.
@@ -54,7 +110,7 @@ pub(crate) enum AgentEnd {
     Ok(Value),
     /// A failure that says something about the task.
     Error(Error),
-    /// Stopped by a limit (turns, budget guard or cut).
+    /// Stopped by a limit (turns, tool calls, budget guard or cut).
     Limit(Error),
     /// Cancelled mid-flight.
     Cancelled(Error),
@@ -73,54 +129,139 @@ pub(crate) struct AgentRun {
 /// Runs one agent invocation to its end.
 pub(crate) async fn run(
     mut spec: AgentSpec,
-    budget: &dyn BudgetHooks,
+    hooks: &dyn BudgetHooks,
     cancel: &CancellationToken,
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> AgentRun {
     let mut usage = Usage::default();
-    let mut turns = 0;
+    let mut state = spec.resume_from.take().unwrap_or_default();
+    if !state.messages.is_empty() {
+        spec.request.messages = std::mem::take(&mut state.messages);
+    }
     let mut reprompts = 0;
+    let mut invalid_calls = 0;
+    if !spec.tools.is_empty() {
+        spec.request.tools = spec
+            .tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name().to_owned(),
+                description: t.description().to_owned(),
+                parameters: t.parameters().clone(),
+            })
+            .collect();
+    }
     let validator = match spec.schema.as_ref().map(jsonschema::validator_for).transpose() {
         Ok(v) => v,
         Err(e) => {
             let error = Error::validation(format!("the agent's schema is not a valid JSON Schema: {e}"));
-            return finish(&spec, AgentEnd::Error(error), usage, turns);
+            return finish(&spec, AgentEnd::Error(error), usage);
         }
     };
     loop {
-        if turns >= spec.max_turns {
+        // Answer the tool calls of the last turn (or of a checkpoint taken before them).
+        if !state.pending.is_empty() {
+            let pending = std::mem::take(&mut state.pending);
+            let mut results = Vec::with_capacity(pending.len());
+            for call in &pending {
+                state.tool_calls += 1;
+                if spec.max_tool_calls.is_some_and(|max| state.tool_calls > max) {
+                    let max = spec.max_tool_calls.unwrap_or_default();
+                    let error =
+                        Error::new(ErrorCode::TurnLimit, format!("reached the limit of {max} tool calls"));
+                    return finish(&spec, AgentEnd::Limit(error), usage);
+                }
+                let (content, is_error) = match answer_tool_call(&spec, hooks, call, &mut invalid_calls).await
+                {
+                    Ok(answer) => answer,
+                    Err(end) => return finish(&spec, end, usage),
+                };
+                results.push(Part::ToolResult {
+                    id: call.id.clone(),
+                    wire_id: call.wire_id.clone(),
+                    content,
+                    is_error,
+                });
+            }
+            spec.request.messages.push(Message { role: Role::User, parts: results });
+            hooks.checkpoint(&Checkpoint {
+                messages: spec.request.messages.clone(),
+                turns: state.turns,
+                tool_calls: state.tool_calls,
+                usage: state.usage,
+                pending: Vec::new(),
+            });
+        }
+        if state.turns >= spec.max_turns {
             let error =
                 Error::new(ErrorCode::TurnLimit, format!("reached the limit of {} turns", spec.max_turns));
-            return finish(&spec, AgentEnd::Limit(error), usage, turns);
+            return finish(&spec, AgentEnd::Limit(error), usage);
         }
-        if !budget.can_start_turn() {
+        if !hooks.can_start_turn() {
             let error =
                 Error::new(ErrorCode::BudgetExhausted, "the budget ceiling leaves nothing for another turn");
-            return finish(&spec, AgentEnd::Limit(error), usage, turns);
+            return finish(&spec, AgentEnd::Limit(error), usage);
         }
-        turns += 1;
-        let turn = match turn_with_retries(&spec, &usage, budget, cancel, on_delta).await {
+        state.turns += 1;
+        let turn = match turn_with_retries(&spec, &usage, hooks, cancel, on_delta).await {
             Ok(turn) => turn,
             Err((end, partial)) => {
                 usage += partial;
-                return finish(&spec, end, usage, turns);
+                return finish(&spec, end, usage);
             }
         };
         usage += turn.usage;
+        state.usage += turn.usage;
         if turn.reason == FinishReason::ContentFilter {
             let error =
                 Error::new(ErrorCode::ContentFilter, "the provider's content filter stopped the output");
-            return finish(&spec, AgentEnd::Error(error), usage, turns);
+            return finish(&spec, AgentEnd::Error(error), usage);
         }
-        if let Some(name) = turn.tool_calls.first() {
-            let error = Error::new(
-                ErrorCode::ToolDenied,
-                format!("the model called tool {name:?}, but this agent was given no tools"),
-            );
-            return finish(&spec, AgentEnd::Error(error), usage, turns);
+        if !turn.tool_calls.is_empty() {
+            if spec.tools.is_empty() {
+                let error = Error::new(
+                    ErrorCode::ToolDenied,
+                    format!(
+                        "the model called tool {:?}, but this agent was given no tools",
+                        turn.tool_calls[0].name
+                    ),
+                );
+                return finish(&spec, AgentEnd::Error(error), usage);
+            }
+            let mut parts = Vec::new();
+            if !turn.text.is_empty() {
+                parts.push(Part::Text(turn.text.clone()));
+            }
+            for (index, call) in turn.tool_calls.into_iter().enumerate() {
+                // The engine mints call ids; the wire id maps them back for the provider.
+                let id = format!("call_{}_{index}", state.turns);
+                parts.push(Part::ToolCall {
+                    id: id.clone(),
+                    wire_id: Some(call.wire_id.clone()),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                });
+                state.pending.push(PendingCall {
+                    id,
+                    wire_id: Some(call.wire_id),
+                    name: call.name,
+                    arguments: call.arguments,
+                });
+            }
+            spec.request.messages.push(Message { role: Role::Assistant, parts });
+            // Checkpoint before running tools: a rerun re-answers these calls instead of
+            // paying for the model turn again.
+            hooks.checkpoint(&Checkpoint {
+                messages: spec.request.messages.clone(),
+                turns: state.turns,
+                tool_calls: state.tool_calls,
+                usage: state.usage,
+                pending: state.pending.clone(),
+            });
+            continue;
         }
         let Some(validator) = &validator else {
-            return finish(&spec, AgentEnd::Ok(Value::String(turn.text)), usage, turns);
+            return finish(&spec, AgentEnd::Ok(Value::String(turn.text)), usage);
         };
         let problems = match extract_json(&turn.text) {
             Some(value) => {
@@ -129,7 +270,7 @@ pub(crate) async fn run(
                     .map(|e| format!("at '{}': {e}", e.instance_path()))
                     .collect();
                 if problems.is_empty() {
-                    return finish(&spec, AgentEnd::Ok(value), usage, turns);
+                    return finish(&spec, AgentEnd::Ok(value), usage);
                 }
                 problems
             }
@@ -143,7 +284,7 @@ pub(crate) async fn run(
                     problems.join("; ")
                 ),
             );
-            return finish(&spec, AgentEnd::Error(error), usage, turns);
+            return finish(&spec, AgentEnd::Error(error), usage);
         }
         reprompts += 1;
         spec.request.messages.push(Message { role: Role::Assistant, parts: vec![Part::Text(turn.text)] });
@@ -155,16 +296,76 @@ pub(crate) async fn run(
     }
 }
 
-fn finish(spec: &AgentSpec, end: AgentEnd, usage: Usage, turns: u32) -> AgentRun {
-    let _ = turns;
+/// Runs one requested tool call through validation, the permission chain and the tool.
+/// Returns the result text and whether it is an error result; a hard stop returns the end.
+async fn answer_tool_call(
+    spec: &AgentSpec,
+    hooks: &dyn BudgetHooks,
+    call: &PendingCall,
+    invalid_calls: &mut u32,
+) -> Result<(String, bool), AgentEnd> {
+    let Some(tool) = spec.tools.iter().find(|t| t.name() == call.name) else {
+        let names: Vec<&str> = spec.tools.iter().map(|t| t.name()).collect();
+        return Ok((
+            format!("error: there is no tool {:?}; the tools are: {}", call.name, names.join(", ")),
+            true,
+        ));
+    };
+    let problems: Vec<String> = match jsonschema::validator_for(tool.parameters()) {
+        Ok(validator) => validator
+            .iter_errors(&call.arguments)
+            .map(|e| format!("at '{}': {e}", e.instance_path()))
+            .collect(),
+        Err(e) => vec![format!("the tool's parameter schema is invalid: {e}")],
+    };
+    if !problems.is_empty() {
+        *invalid_calls += 1;
+        if *invalid_calls > TOOL_CORRECTIONS {
+            return Err(AgentEnd::Error(Error::new(
+                ErrorCode::ToolFailed,
+                format!("the model made more than {TOOL_CORRECTIONS} tool calls with invalid arguments"),
+            )));
+        }
+        return Ok((format!("error: invalid arguments for {}: {}", call.name, problems.join("; ")), true));
+    }
+    match spec.permissions.decide(&call.name, &call.arguments) {
+        Permission::Allow => {}
+        Permission::Deny(reason) => return Ok((format!("error: denied: {reason}"), true)),
+        Permission::Ask => {
+            let request = ApprovalRequest {
+                key: format!("{}:{}", spec.approval_prefix, call.id),
+                tool: call.name.clone(),
+                arguments: call.arguments.clone(),
+            };
+            match hooks.approve(&request).await {
+                Ok(true) => {}
+                Ok(false) => return Ok((format!("error: a person denied the call to {}", call.name), true)),
+                Err(error) => return Err(AgentEnd::Cancelled(error)),
+            }
+        }
+    }
+    match tool.call(call.arguments.clone()).await {
+        Ok(text) => Ok((text, false)),
+        Err(error) => Ok((format!("error: {}", error.message), true)),
+    }
+}
+
+fn finish(spec: &AgentSpec, end: AgentEnd, usage: Usage) -> AgentRun {
     AgentRun { end, usage, cost: spec.price.map(|p| p.cost(&usage)), served_by: spec.served_by.clone() }
 }
 
 struct Turn {
     text: String,
-    tool_calls: Vec<String>,
+    tool_calls: Vec<RequestedCall>,
     reason: FinishReason,
     usage: Usage,
+}
+
+/// A tool call as the model requested it.
+struct RequestedCall {
+    wire_id: String,
+    name: String,
+    arguments: Value,
 }
 
 /// One turn, retried on retryable faults with exponential backoff (or the provider's
@@ -249,7 +450,9 @@ async fn one_turn(
                 text.push_str(&delta);
             }
             ChatEvent::Usage(usage) => live = usage,
-            ChatEvent::ToolCallEnd { name, .. } => tool_calls.push(name),
+            ChatEvent::ToolCallEnd { wire_id, name, arguments } => {
+                tool_calls.push(RequestedCall { wire_id, name, arguments })
+            }
             ChatEvent::Finish { reason, usage } => {
                 return Ok(Turn { text, tool_calls, reason, usage });
             }

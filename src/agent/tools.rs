@@ -186,7 +186,9 @@ mod tests {
         let mut permissions = Permissions {
             deny: vec!["rm_*".into()],
             ask: vec!["write_*".into(), "rm_all".into()],
-            hook: Some(Arc::new(|tool, _| (tool == "fetch").then_some(Permission::Deny("no network".into())))),
+            hook: Some(Arc::new(|tool, _| {
+                (tool == "fetch").then_some(Permission::Deny("no network".into()))
+            })),
             default: Permission::Allow,
         };
         assert!(matches!(permissions.decide("rm_all", &Value::Null), Permission::Deny(_)));

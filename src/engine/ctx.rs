@@ -69,8 +69,10 @@ pub struct AgentOptions {
     pub timeout: Option<std::time::Duration>,
     /// Retries of retryable provider faults, overriding the engine's.
     pub retry: Option<RetryPolicy>,
-    /// Toolsets the agent may use.
+    /// Toolsets the agent may use (replacing the profile's).
     pub tools: Vec<String>,
+    /// Most tool calls over the agent's life.
+    pub max_tool_calls: Option<u32>,
 }
 
 /// Options of [`Ctx::step`].
@@ -368,16 +370,15 @@ impl Ctx {
                 .or_else(|| engine.defaults.get(&role).cloned())
                 .unwrap_or_else(|| engine.default_model.clone()),
         };
-        let tools = if opts.tools.is_empty() {
+        let toolset_names = if opts.tools.is_empty() {
             profile.map(|p| p.tools.clone()).unwrap_or_default()
         } else {
             opts.tools.clone()
         };
-        if let Some(unknown) = tools.first() {
-            let error =
-                Error::config(format!("unknown toolset {unknown:?}: this engine registers no toolsets"));
-            return self.fail(opts.on_error, "agent", label, error);
-        }
+        let tools = match resolve_tools(&engine.toolsets, &toolset_names) {
+            Ok(tools) => tools,
+            Err(error) => return self.fail(opts.on_error, "agent", label, error),
+        };
         let Some(provider) = engine.providers.get(model.provider()).cloned() else {
             let error = Error::config(format!("model {model} names an unregistered provider"));
             return self.fail(opts.on_error, "agent", label, error);
@@ -391,7 +392,7 @@ impl Ctx {
             "agent_type": opts.profile,
             "model": { "spec": model.to_string(), "effort": opts.effort },
             "schema_hash": schema_hash,
-            "toolset_hash": Value::Null,
+            "toolset_hash": crate::agent::toolset_hash(&tools),
         });
         match &opts.key {
             Some(key) => identity["key"] = json!(key),
@@ -406,6 +407,7 @@ impl Ctx {
             model: model.to_string(),
             scope: self.scope.to_string(),
         };
+        let mut matched_previous_terminal = false;
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start_event);
@@ -430,7 +432,10 @@ impl Ctx {
             }
             Outcome::Wait(_) => return Err(Error::internal("an agent entry is journaled as suspended")),
             Outcome::Live => None,
-            Outcome::Rerun { supersedes, .. } => Some(supersedes),
+            Outcome::Rerun { supersedes, ref previous } => {
+                matched_previous_terminal = previous.is_some();
+                Some(supersedes)
+            }
         };
         if self.run.dry_run {
             let error = Error::new(
@@ -534,17 +539,43 @@ impl Ctx {
         };
         self.run.emit(self.span_pair(span), false, start_event);
 
+        // The checkpoint of the call's first attempt: a rerun continues from its last turn.
+        let checkpoint_ref = format!("{}/ckpt/{}", self.run.run_id, supersedes.unwrap_or(running.seq).0);
+        let resume_from = match supersedes {
+            Some(_) => engine
+                .transcripts
+                .get(&checkpoint_ref)
+                .ok()
+                .flatten()
+                .and_then(|bytes| serde_json::from_slice::<agent::Checkpoint>(&bytes).ok()),
+            None => None,
+        };
+        // Turns a crashed attempt completed were never journaled with a terminal entry: this
+        // attempt carries their usage so the ledger stays whole.
+        let unjournaled = match (matched_previous_terminal, &resume_from) {
+            (false, Some(checkpoint)) => Some(checkpoint.usage),
+            _ => None,
+        };
         let spec = agent::AgentSpec {
             provider,
             served_by: model.to_string(),
             request,
             schema: opts.schema.clone(),
             max_turns: opts.max_turns.or_else(|| profile.and_then(|p| p.max_turns)).unwrap_or(32),
+            max_tool_calls: opts.max_tool_calls,
             max_retries: opts.retry.map_or(engine.max_retries, |r| r.max_attempts.saturating_sub(1)),
             retry_base: opts.retry.map_or(engine.retry_base, |r| r.initial_backoff),
             price,
+            tools,
+            permissions: engine.permissions.clone(),
+            approval_prefix: format!("approve:{}", &key.to_hex()[..12]),
+            resume_from,
         };
-        let hooks = AccountHooks { run: &self.run, account: self.account };
+        let hooks = AccountHooks {
+            ctx: self,
+            checkpoint_ref: checkpoint_ref.clone(),
+            wrote_checkpoint: Default::default(),
+        };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
         let on_delta = move |text: &str| {
@@ -569,6 +600,12 @@ impl Ctx {
         drop(provider_permit);
         drop(permits);
 
+        let mut outcome = outcome;
+        if let Some(extra) = unjournaled {
+            outcome.usage += extra;
+            outcome.cost = price.map(|p| p.cost(&outcome.usage));
+        }
+        let wrote_checkpoint = hooks.wrote_checkpoint.load(Ordering::Relaxed);
         let (status, value, error) = match outcome.end {
             AgentEnd::Ok(value) => (Status::Ok, Some(value), None),
             AgentEnd::Error(e) => (Status::Error, None, Some(e)),
@@ -581,6 +618,9 @@ impl Ctx {
         terminal.usage = Some(outcome.usage);
         terminal.cost = outcome.cost;
         terminal.served_by = Some(outcome.served_by);
+        if wrote_checkpoint {
+            terminal.transcript_ref = Some(checkpoint_ref);
+        }
         let cost = outcome.cost.unwrap_or(Money::ZERO);
         let written = self.run.append_one(terminal);
         self.run.budget.settle(reservation, cost);
@@ -996,26 +1036,86 @@ fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
     })
 }
 
-/// The budget hooks of one agent call: its account's path in the run's budget tree.
+/// The engine side of one agent call's loop: its account's path in the run's budget tree,
+/// its checkpoint, and approvals as waits on external input.
 struct AccountHooks<'a> {
-    run: &'a RunState,
-    account: AccountId,
+    ctx: &'a Ctx,
+    checkpoint_ref: String,
+    wrote_checkpoint: std::sync::atomic::AtomicBool,
 }
 
 impl BudgetHooks for AccountHooks<'_> {
     fn can_start_turn(&self) -> bool {
-        let ok = self.run.budget.can_start_turn(self.account);
+        let ok = self.ctx.run.budget.can_start_turn(self.ctx.account);
         if !ok {
-            self.run.mark_exhausted();
+            self.ctx.run.mark_exhausted();
         }
         ok
     }
 
     fn would_cross(&self, cost: Money) -> bool {
-        let crossing = self.run.budget.would_cross(self.account, cost);
+        let crossing = self.ctx.run.budget.would_cross(self.ctx.account, cost);
         if crossing {
-            self.run.mark_exhausted();
+            self.ctx.run.mark_exhausted();
         }
         crossing
     }
+
+    fn checkpoint(&self, state: &agent::Checkpoint) {
+        if self.ctx.run.dry_run {
+            return;
+        }
+        // A checkpoint that fails to persist costs at most a repeated turn on rerun.
+        if let Ok(bytes) = serde_json::to_vec(state)
+            && self.ctx.run.engine.transcripts.put(&self.checkpoint_ref, &bytes).is_ok()
+        {
+            self.wrote_checkpoint.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn approve<'b>(
+        &'b self,
+        request: &'b agent::ApprovalRequest,
+    ) -> futures::future::BoxFuture<'b, Result<bool, Error>> {
+        Box::pin(async move {
+            let opts = ExternalOptions {
+                prompt: Some(format!(
+                    "approve a call to tool {} with arguments {}?",
+                    request.tool, request.arguments
+                )),
+                schema: Some(json!({
+                    "type": "object",
+                    "required": ["approved"],
+                    "properties": { "approved": { "type": "boolean" } }
+                })),
+            };
+            let answer = self.ctx.await_external(&request.key, opts).await?;
+            Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
+        })
+    }
+}
+
+/// The tools of the named toolsets, refusing unknown toolsets and duplicate tool names.
+fn resolve_tools(
+    toolsets: &HashMap<String, crate::agent::Toolset>,
+    names: &[String],
+) -> Result<Vec<Arc<dyn crate::agent::Tool>>, Error> {
+    let mut tools: Vec<Arc<dyn crate::agent::Tool>> = Vec::new();
+    for name in names {
+        let Some(toolset) = toolsets.get(name) else {
+            let mut known: Vec<&str> = toolsets.keys().map(String::as_str).collect();
+            known.sort();
+            return Err(Error::config(format!(
+                "unknown toolset {name:?} (registered: {})",
+                known.join(", ")
+            )));
+        };
+        for tool in toolset.tools() {
+            if tools.iter().any(|t| t.name() == tool.name()) {
+                return Err(Error::config(format!("tool {:?} is offered by two toolsets", tool.name())));
+            }
+            tools.push(tool.clone());
+        }
+    }
+    Ok(tools)
 }

@@ -369,6 +369,8 @@ pub(crate) struct EngineInner {
     pub(crate) max_retries: u32,
     pub(crate) retry_base: Duration,
     pub(crate) dialects: HashMap<String, Arc<dyn ScriptDialect>>,
+    pub(crate) toolsets: HashMap<String, crate::agent::Toolset>,
+    pub(crate) permissions: crate::agent::Permissions,
 }
 
 impl fmt::Debug for EngineInner {
@@ -435,6 +437,8 @@ impl Engine {
                 max_retries: 3,
                 retry_base: Duration::from_millis(250),
                 dialects: HashMap::new(),
+                toolsets: HashMap::new(),
+                permissions: crate::agent::Permissions::allow_all(),
             },
         }
     }
@@ -490,7 +494,7 @@ impl Engine {
         };
         Registered {
             profiles: sorted(self.inner.profiles.keys().cloned().collect()),
-            toolsets: Vec::new(),
+            toolsets: sorted(self.inner.toolsets.keys().cloned().collect()),
             host_functions: sorted(self.inner.host_functions.keys().cloned().collect()),
             workflows: sorted(self.inner.workflows.keys().cloned().collect()),
         }
@@ -614,6 +618,18 @@ impl EngineBuilder {
     pub fn retries(mut self, max_retries: u32, base: Duration) -> EngineBuilder {
         self.inner.max_retries = max_retries;
         self.inner.retry_base = base;
+        self
+    }
+
+    /// Registers a toolset under its name.
+    pub fn toolset(mut self, toolset: crate::agent::Toolset) -> EngineBuilder {
+        self.inner.toolsets.insert(toolset.name().to_owned(), toolset);
+        self
+    }
+
+    /// Sets the permission chain every tool call passes (default: allow all).
+    pub fn permissions(mut self, permissions: crate::agent::Permissions) -> EngineBuilder {
+        self.inner.permissions = permissions;
         self
     }
 

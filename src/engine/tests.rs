@@ -192,6 +192,8 @@ fn rebuild_with_workflow(engine: &Engine, workflow: Workflow) -> super::EngineIn
         max_retries: inner.max_retries,
         retry_base: inner.retry_base,
         dialects: inner.dialects.clone(),
+        toolsets: inner.toolsets.clone(),
+        permissions: inner.permissions.clone(),
     }
 }
 
@@ -779,4 +781,171 @@ async fn parallel_on_error_null_keeps_siblings_and_itemizes_the_loss() {
     assert_eq!(outcome.value, Some(json!(["re: a", null, "re: c"])));
     assert_eq!(outcome.dropped.len(), 1);
     assert_eq!(outcome.dropped[0].scope, "par:0:1");
+}
+
+// ---- tools ------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct AddTool {
+    calls: Arc<AtomicU32>,
+    version: &'static str,
+    parameters: Value,
+}
+
+impl AddTool {
+    fn new(calls: Arc<AtomicU32>, version: &'static str) -> AddTool {
+        AddTool {
+            calls,
+            version,
+            parameters: json!({
+                "type": "object",
+                "required": ["a", "b"],
+                "properties": { "a": { "type": "integer" }, "b": { "type": "integer" } }
+            }),
+        }
+    }
+}
+
+impl crate::agent::Tool for AddTool {
+    fn name(&self) -> &str {
+        "add"
+    }
+    fn description(&self) -> &str {
+        "adds two integers"
+    }
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+    fn version(&self) -> &str {
+        self.version
+    }
+    fn call(&self, args: Value) -> futures::future::BoxFuture<'static, Result<String, Error>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let sum = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
+        Box::pin(async move { Ok(sum.to_string()) })
+    }
+}
+
+fn tool_engine(
+    store: &Arc<MemoryStore>,
+    fake: &crate::testing::FakeProvider,
+    calls: &Arc<AtomicU32>,
+    permissions: crate::agent::Permissions,
+    version: &'static str,
+) -> Engine {
+    let tool: Arc<dyn crate::agent::Tool> = Arc::new(AddTool::new(calls.clone(), version));
+    Engine::builder(store.clone(), store.clone())
+        .provider(Arc::new(fake.clone()))
+        .default_model(ModelRef::parse("fake:m").unwrap())
+        .toolset(crate::agent::Toolset::new("math", vec![tool]))
+        .permissions(permissions)
+        .retries(0, Duration::from_millis(1))
+        .build()
+        .unwrap()
+}
+
+fn adder() -> Workflow {
+    Workflow::new("adder", |ctx, _| async move {
+        ctx.agent("what is 2 + 3?", AgentOptions { tools: vec!["math".into()], ..Default::default() }).await
+    })
+}
+
+fn turn(reply: crate::testing::FakeReply) -> crate::testing::FakeTurn {
+    crate::testing::FakeTurn { reply, usage: None, latency: None }
+}
+
+#[tokio::test]
+async fn the_agent_loop_runs_tools_and_feeds_results_back() {
+    use crate::testing::{FakeProvider, FakeReply, FakeScript};
+    let store = Arc::new(MemoryStore::new());
+    let fake = FakeProvider::new().on_any(
+        FakeScript::tool_call("add", json!({"a": "two", "b": 3}))
+            .then(turn(FakeReply::ToolCalls(vec![crate::testing::FakeToolCall {
+                name: "add".into(),
+                arguments: json!({"a": 2, "b": 3}),
+            }])))
+            .then(turn(FakeReply::Text("the sum is 5".into()))),
+    );
+    let calls = Arc::new(AtomicU32::new(0));
+    let engine = tool_engine(&store, &fake, &calls, crate::agent::Permissions::allow_all(), "1");
+    let handle = engine.run(&adder(), json!({}), RunOptions::default()).unwrap();
+    let run = handle.run_id().clone();
+    let outcome = handle.result().await.unwrap();
+    assert_eq!(outcome.value, Some(json!("the sum is 5")), "{:?}", outcome.error);
+    // The invalid call was answered with its validation errors, not executed.
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.call_count(), 3);
+    let journal = entries(&store, &run);
+    assert!(journal[1].transcript_ref.is_some(), "the turn checkpoints are referenced");
+}
+
+#[tokio::test]
+async fn denied_tools_are_refused_and_the_model_is_told() {
+    use crate::testing::{FakeProvider, FakeReply, FakeScript};
+    let store = Arc::new(MemoryStore::new());
+    let fake = FakeProvider::new().on_any(
+        FakeScript::tool_call("add", json!({"a": 2, "b": 3}))
+            .then(turn(FakeReply::Text("could not add".into()))),
+    );
+    let calls = Arc::new(AtomicU32::new(0));
+    let permissions =
+        crate::agent::Permissions { deny: vec!["ad*".into()], ..crate::agent::Permissions::allow_all() };
+    let engine = tool_engine(&store, &fake, &calls, permissions, "1");
+    let outcome = engine.run(&adder(), json!({}), RunOptions::default()).unwrap().result().await.unwrap();
+    assert_eq!(outcome.value, Some(json!("could not add")));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_ask_rule_suspends_the_run_until_a_person_approves() {
+    use crate::testing::{FakeProvider, FakeReply, FakeScript};
+    let store = Arc::new(MemoryStore::new());
+    let fake = FakeProvider::new().on_any(
+        FakeScript::tool_call("add", json!({"a": 2, "b": 3})).then(turn(FakeReply::Text("5".into()))),
+    );
+    let calls = Arc::new(AtomicU32::new(0));
+    let permissions =
+        crate::agent::Permissions { ask: vec!["add".into()], ..crate::agent::Permissions::allow_all() };
+    let engine = tool_engine(&store, &fake, &calls, permissions, "1");
+    let engine = Engine { inner: Arc::new(rebuild_with_workflow(&engine, adder())) };
+    let handle = engine.run(&adder(), json!({}), RunOptions::default()).unwrap();
+    let run = handle.run_id().clone();
+    let outcome = handle.result().await.unwrap();
+    assert_eq!(outcome.status, RunStatus::Suspended);
+    let key = outcome.pending[0].key.clone();
+    assert!(key.starts_with("approve:"), "{key}");
+    assert!(outcome.pending[0].prompt.as_deref().unwrap().contains("add"));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert!(engine.resolve_external(&run, &key, json!({"approved": true})).unwrap());
+    let resumed = engine.resume(&run, ResumeOptions::default()).unwrap().result().await.unwrap();
+    assert_eq!(resumed.status, RunStatus::Ok, "{:?}", resumed.error);
+    assert_eq!(resumed.value, Some(json!("5")));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // The turn that asked for the tool was checkpointed: the resume did not pay for it again.
+    assert_eq!(fake.call_count(), 2);
+}
+
+#[tokio::test]
+async fn a_tool_version_bump_rekeys_the_call_and_an_implementation_change_does_not() {
+    use crate::testing::{FakeProvider, FakeScript};
+    let store = Arc::new(MemoryStore::new());
+    let fake = FakeProvider::new().on_any(FakeScript::text("no tools needed"));
+    let calls = Arc::new(AtomicU32::new(0));
+    let engine = tool_engine(&store, &fake, &calls, crate::agent::Permissions::allow_all(), "1");
+    let handle = engine.run(&adder(), json!({}), RunOptions::default()).unwrap();
+    let run = handle.run_id().clone();
+    handle.result().await.unwrap();
+    // Same contract (a new tool object, same version): replays.
+    let same = tool_engine(&store, &fake, &calls, crate::agent::Permissions::allow_all(), "1");
+    let again = same.resume(&run, ResumeOptions { workflow: Some(adder()), ..Default::default() }).unwrap();
+    assert_eq!(again.result().await.unwrap().preview.hits, 1);
+    let bumped = tool_engine(&store, &fake, &calls, crate::agent::Permissions::allow_all(), "2");
+    let again = bumped.resume(&run, ResumeOptions { workflow: Some(adder()), ..Default::default() }).unwrap();
+    let outcome = again.result().await.unwrap();
+    assert_eq!((outcome.preview.hits, outcome.preview.misses), (0, 1));
+    let unknown = Workflow::new("u", |ctx, _| async move {
+        ctx.agent("x", AgentOptions { tools: vec!["nope".into()], ..Default::default() }).await
+    });
+    let outcome = same.run(&unknown, json!({}), RunOptions::default()).unwrap().result().await.unwrap();
+    assert_eq!(outcome.error.unwrap().code, ErrorCode::Config);
 }

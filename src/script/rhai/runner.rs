@@ -389,6 +389,7 @@ fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
             .and_then(Value::as_array)
             .map(|tools| tools.iter().filter_map(Value::as_str).map(str::to_owned).collect())
             .unwrap_or_default(),
+        max_tool_calls: opts.get("max_tool_calls").and_then(Value::as_u64).map(|n| n as u32),
     })
 }
 
