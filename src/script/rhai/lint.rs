@@ -22,7 +22,7 @@ use ::rhai::{
 use serde_json::Value;
 
 use super::line_column;
-use super::sandbox::{BUILTIN_FUNCTIONS, MUTATING_METHODS, SCRIPT_VARIABLES};
+use super::sandbox::{BUILTIN_FUNCTIONS, MUTATING_METHODS, SCRIPT_VARIABLES, is_builtin};
 use crate::script::{
     Diagnostic, GLOBALS, Global, LOG_LEVELS, LintContext, PARALLEL_MAP_FORM, Param, ParamKind, Severity,
     global, option_schema, suggest,
@@ -589,7 +589,7 @@ impl<'c, 'f> Linter<'c, 'f> {
     }
 
     fn is_known_function(&self, name: &str, is_method: bool) -> bool {
-        BUILTIN_FUNCTIONS.contains(&name)
+        is_builtin(name)
             || self.functions.names.contains(name)
             || (is_method && matches!(name, "spent" | "remaining"))
     }
@@ -653,32 +653,28 @@ impl<'c, 'f> Linter<'c, 'f> {
             self.walk_args(args);
             return Static::Unknown;
         }
-        let statics: Vec<Static> =
-            args.iter().map(|arg| arg.expr.map_or(Static::Unknown, |expr| self.peek(expr))).collect();
         for (param, arg) in params.iter().zip(args) {
             self.check_arg(global, param, arg);
         }
+        let first_literal = match args.first().and_then(|arg| arg.expr) {
+            Some(Expr::StringConstant(text, pos)) => Some((text.as_str(), *pos)),
+            _ => None,
+        };
         match global.name {
             "host_call" => {
-                if let (Some(Static::Known(Value::String(name))), Some(arg)) = (statics.first(), args.first())
-                {
-                    let pos = arg.expr.map_or(pos, Expr::position);
+                if let Some((name, pos)) = first_literal {
                     self.check_registered(Registry::HostFunction, name, pos);
                 }
             }
             "workflow" => {
-                if let (Some(Static::Known(Value::String(name))), Some(arg)) = (statics.first(), args.first())
-                {
-                    let pos = arg.expr.map_or(pos, Expr::position);
+                if let Some((name, pos)) = first_literal {
                     self.check_registered(Registry::Workflow, name, pos);
                 }
             }
             "log" => {
-                if let (Some(Static::Known(Value::String(level))), Some(arg)) =
-                    (statics.first(), args.first())
-                    && !LOG_LEVELS.contains(&level.as_str())
+                if let Some((level, pos)) = first_literal
+                    && !LOG_LEVELS.contains(&level)
                 {
-                    let pos = arg.expr.map_or(pos, Expr::position);
                     let message = format!(
                         "log level '{level}' is not one of {}{}",
                         LOG_LEVELS.join(", "),
@@ -687,7 +683,7 @@ impl<'c, 'f> Linter<'c, 'f> {
                     self.error_at("arg-type", pos, None, message);
                 }
             }
-            "agent" => self.check_duplicate_agent(&statics, pos),
+            "agent" => self.check_duplicate_agent(args, pos),
             _ => {}
         }
         Static::Unknown
@@ -720,11 +716,11 @@ impl<'c, 'f> Linter<'c, 'f> {
 
     fn check_arg(&mut self, global: &Global, param: &Param, arg: &Arg<'_>) {
         let Some(expr) = arg.expr else { return };
-        let place = place(global, param);
+        let place = Place::of(global, param);
         match param.kind {
             ParamKind::Text => {
                 match self.peek(expr) {
-                    Static::Closure(_) => self.closure_in_json(expr.position(), &place),
+                    Static::Closure(_) => self.closure_in_json(expr.position(), place),
                     Static::Known(Value::String(_)) | Static::Type("string") | Static::Unknown => {}
                     other => {
                         let message = format!("{place} must be a string, got {}", type_phrase(&other));
@@ -733,7 +729,7 @@ impl<'c, 'f> Linter<'c, 'f> {
                 }
                 self.walk_arg(arg);
             }
-            ParamKind::Json => self.check_json(arg, &place),
+            ParamKind::Json => self.check_json(arg, place),
             ParamKind::Items => {
                 match self.peek(expr) {
                     Static::Known(Value::Array(_))
@@ -745,19 +741,19 @@ impl<'c, 'f> Linter<'c, 'f> {
                         self.error_at("arg-type", expr.position(), None, message);
                     }
                 }
-                self.check_json(arg, &place);
+                self.check_json(arg, place);
             }
             ParamKind::Options => match expr {
                 Expr::Map(map, _) if !arg.walked => {
                     let schema = global.options.unwrap_or(global.name);
                     for (key, value) in &map.0 {
                         self.check_option(global, schema, &key.name, key.pos, value);
-                        self.check_json(&Arg { expr: Some(value), walked: false }, &place);
+                        self.check_json(&Arg { expr: Some(value), walked: false }, place);
                     }
                 }
                 _ => {
                     match self.peek(expr) {
-                        Static::Closure(_) => self.closure_in_json(expr.position(), &place),
+                        Static::Closure(_) => self.closure_in_json(expr.position(), place),
                         Static::Known(Value::Object(_)) | Static::Type("object") | Static::Unknown => {}
                         other => {
                             let message = format!(
@@ -824,7 +820,7 @@ impl<'c, 'f> Linter<'c, 'f> {
     }
 
     /// Checks a value that must be JSON: no closure anywhere in its literal structure.
-    fn check_json(&mut self, arg: &Arg<'_>, place: &str) {
+    fn check_json(&mut self, arg: &Arg<'_>, place: Place<'_>) {
         let Some(expr) = arg.expr else { return };
         if arg.walked {
             if let Static::Closure(_) = self.peek(expr) {
@@ -851,7 +847,7 @@ impl<'c, 'f> Linter<'c, 'f> {
         }
     }
 
-    fn closure_in_json(&mut self, pos: Position, place: &str) {
+    fn closure_in_json(&mut self, pos: Position, place: Place<'_>) {
         let message = format!(
             "a closure cannot go in {place}: only JSON values cross into the engine; closures go only in \
              parallel branches, pipeline stages, and step and phase bodies"
@@ -993,11 +989,11 @@ impl<'c, 'f> Linter<'c, 'f> {
 
     /// Warns on an agent call whose literal arguments repeat an earlier call in the same body
     /// with no `key` to tell them apart: the journal would tell them apart only by order.
-    fn check_duplicate_agent(&mut self, statics: &[Static], pos: Position) {
-        let mut values = Vec::with_capacity(statics.len());
-        for value in statics {
-            let Static::Known(value) = value else { return };
-            values.push(value.clone());
+    fn check_duplicate_agent(&mut self, args: &[Arg<'_>], pos: Position) {
+        let mut values = Vec::with_capacity(args.len());
+        for arg in args {
+            let Some(Static::Known(value)) = arg.expr.map(|expr| self.peek(expr)) else { return };
+            values.push(value);
         }
         if values.get(1).and_then(|options| options.get("key")).is_some() {
             return;
@@ -1144,9 +1140,24 @@ fn arity(params: &[Param]) -> (usize, usize) {
 }
 
 /// How a message names an argument position: "the prompt of agent", "the options of step".
-fn place(global: &Global, param: &Param) -> String {
-    let noun = if param.kind == ParamKind::Options { "options" } else { param.name };
-    format!("the {noun} of {}", global.name)
+/// Formatted only when a message needs it.
+#[derive(Debug, Clone, Copy)]
+struct Place<'g> {
+    noun: &'static str,
+    global: &'g str,
+}
+
+impl<'g> Place<'g> {
+    fn of(global: &'g Global, param: &Param) -> Self {
+        let noun = if param.kind == ParamKind::Options { "options" } else { param.name };
+        Place { noun, global: global.name }
+    }
+}
+
+impl std::fmt::Display for Place<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the {} of {}", self.noun, self.global)
+    }
 }
 
 /// The global names, comma-separated, for messages.
