@@ -32,7 +32,7 @@ use crate::script::{
 pub(super) fn check(ast: &AST, ctx: &LintContext) -> Vec<Diagnostic> {
     let functions = Functions::of(ast);
     let mut linter = Linter::new(ctx, &functions);
-    linter.frames.push(Frame::new(SCRIPT_VARIABLE_COUNT));
+    linter.frames.push(Frame::new(SCRIPT_VARIABLE_COUNT, None));
     for stmt in ast.statements() {
         linter.walk_stmt(stmt);
     }
@@ -40,13 +40,13 @@ pub(super) fn check(ast: &AST, ctx: &LintContext) -> Vec<Diagnostic> {
     linter.scope.truncate(SCRIPT_VARIABLE_COUNT);
     for function in &functions.named {
         linter.check_function_name(function);
-        linter.walk_function(function, &[]);
+        linter.walk_function(function, &[], true);
     }
     // Every closure is reached from where it is created; this catches any the walk could not
     // place, so no body goes unchecked.
     for function in functions.closures.values() {
         if !linter.visited.contains(&function.name) {
-            linter.walk_function(function, &[]);
+            linter.walk_function(function, &[], false);
         }
     }
     linter.diagnostics
@@ -76,9 +76,10 @@ impl Functions {
         let mut closures = HashMap::new();
         for def in ast.iter_fn_def() {
             let arity = def.params.len();
-            let body = ast.clone_functions_only_filtered(|_, _, _, name, params| {
-                name == def.name.as_str() && params == arity
-            });
+            // Not `clone_functions_only_filtered`: in rhai 1.27 it copies every function,
+            // unfiltered, into an AST that has none yet.
+            let mut body = ast.clone_functions_only();
+            body.retain_functions(|_, _, name, params| name == def.name.as_str() && params == arity);
             let function = Function {
                 name: def.name.clone(),
                 params: def.params.iter().cloned().collect(),
@@ -137,11 +138,14 @@ struct Frame {
     /// Agent calls with all-literal arguments seen in this body, by canonical text, with the
     /// line of the first, for `duplicate-agent-call`.
     agent_calls: HashMap<String, u32>,
+    /// The named function this body is (or is nested in): such bodies cannot see `args` or
+    /// `budget`, since Rhai functions do not see the script's scope.
+    function: Option<ImmutableString>,
 }
 
 impl Frame {
-    fn new(scope_base: usize) -> Frame {
-        Frame { scope_base, escaping: Vec::new(), agent_calls: HashMap::new() }
+    fn new(scope_base: usize, function: Option<ImmutableString>) -> Frame {
+        Frame { scope_base, escaping: Vec::new(), agent_calls: HashMap::new(), function }
     }
 }
 
@@ -268,6 +272,20 @@ impl<'c, 'f> Linter<'c, 'f> {
         for frame in self.frames.iter_mut().skip(declared_in + 1) {
             frame.escaping.push(mutation.clone());
         }
+    }
+
+    /// Reports a read of `args` or `budget` inside a named function, which cannot see them.
+    fn check_visible(&mut self, name: &str, pos: Position) {
+        let Some(entry) = self.resolve(name) else { return };
+        if self.bindings[entry.binding].kind != BindingKind::ScriptVariable {
+            return;
+        }
+        let Some(function) = self.frames.last().and_then(|frame| frame.function.clone()) else { return };
+        let message = format!(
+            "'{name}' is not visible inside fn {function}, which sees only its parameters; pass what it \
+             needs as an argument"
+        );
+        self.error_at("unknown-variable", pos, Some(name.chars().count()), message);
     }
 
     // ----- statements -----
@@ -408,13 +426,10 @@ impl<'c, 'f> Linter<'c, 'f> {
                 }
                 Static::Unknown
             }
-            Expr::Variable(variable, ..) => match self.resolve(&variable.1) {
-                Some(entry) => match self.bindings[entry.binding].closure {
-                    Some(id) => Static::Closure(Some(id)),
-                    None => Static::Unknown,
-                },
-                None => Static::Unknown,
-            },
+            Expr::Variable(variable, _, pos) => {
+                self.check_visible(&variable.1, *pos);
+                self.peek(expr)
+            }
             Expr::FnCall(call, pos) => self.visit_call(call, *pos, Receiver::None),
             Expr::MethodCall(call, pos) => self.visit_call(call, *pos, Receiver::Unknown),
             Expr::Dot(chain, ..) | Expr::Index(chain, ..) => {
@@ -474,6 +489,7 @@ impl<'c, 'f> Linter<'c, 'f> {
     ) -> Option<usize> {
         let mut aliases = Vec::with_capacity(captures.len());
         for (captured, captured_pos) in captures {
+            self.check_visible(captured, *captured_pos);
             let entry = self.resolve(captured).cloned();
             if let Some(entry) = &entry
                 && self.bindings[entry.binding].kind == BindingKind::LoopVariable
@@ -492,14 +508,20 @@ impl<'c, 'f> Linter<'c, 'f> {
         if self.visited.contains(name) {
             return None;
         }
-        Some(self.walk_function(function, &aliases))
+        Some(self.walk_function(function, &aliases, false))
     }
 
     /// Walks a function or closure body in a new frame; the first parameters alias `aliases`.
-    fn walk_function(&mut self, function: &Function, aliases: &[Option<usize>]) -> usize {
+    /// `named` is true for a function declared with `fn`, false for a closure.
+    fn walk_function(&mut self, function: &Function, aliases: &[Option<usize>], named: bool) -> usize {
         self.visited.insert(function.name.clone());
         let scope_base = self.scope.len();
-        self.frames.push(Frame::new(scope_base));
+        let enclosing = if named {
+            Some(function.name.clone())
+        } else {
+            self.frames.last().and_then(|frame| frame.function.clone())
+        };
+        self.frames.push(Frame::new(scope_base, enclosing));
         for (index, param) in function.params.iter().enumerate() {
             match aliases.get(index).copied().flatten() {
                 Some(binding) => self.scope.push(ScopeEntry { name: param.clone(), binding, captured: true }),
