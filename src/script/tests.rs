@@ -33,6 +33,16 @@ fn every_options_schema_is_a_closed_valid_json_schema() {
     }
 }
 
+/// Every global must be registrable under its name: Rhai reserves some (`call`, `eval`, `print`)
+/// for itself, which is why the host-function global is `host_call`.
+#[test]
+fn every_global_name_is_a_callable_rhai_name() {
+    for global in GLOBALS {
+        assert!(::rhai::is_valid_function_name(global.name), "{} is reserved in rhai", global.name);
+    }
+    assert!(!::rhai::is_valid_function_name("call"));
+}
+
 #[test]
 fn option_schema_answers_by_global_name() {
     assert!(option_schema("agent").is_some());

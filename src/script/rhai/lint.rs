@@ -1187,12 +1187,13 @@ fn global_names() -> String {
     GLOBALS.iter().map(|global| global.name).collect::<Vec<_>>().join(", ")
 }
 
-/// `log(x)` and `log(x, base)` with a number first are Rhai's logarithm, not the cairn global.
+/// `log(x)` and `log(x, base)` are Rhai's logarithm, not the cairn global: one argument that
+/// is not text, or a number first.
 fn is_math_log(args: &[Arg<'_>]) -> bool {
     match args.first().and_then(|arg| arg.expr) {
-        _ if args.len() == 1 => true,
+        Some(Expr::StringConstant(..) | Expr::InterpolatedString(..)) => false,
         Some(Expr::IntegerConstant(..) | Expr::FloatConstant(..)) => true,
-        _ => false,
+        _ => args.len() == 1,
     }
 }
 
