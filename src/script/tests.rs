@@ -157,3 +157,20 @@ fn render_type(property: &Value) -> String {
         other => format!("{other}{bounds}"),
     }
 }
+
+#[test]
+fn the_card_names_only_real_builtins() {
+    let card = api_card();
+    let section =
+        card.split("## Builtins").nth(1).and_then(|rest| rest.split("\n## ").next()).expect("section");
+    let names: Vec<&str> = section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|code| !code.is_empty() && code.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    assert!(names.len() > 30, "{names:?}");
+    for name in names {
+        assert!(rhai::sandbox::is_builtin(name), "the card names '{name}', which is no builtin");
+    }
+}

@@ -55,9 +55,10 @@ impl Linter<'_, '_> {
                 .chain(BUILTIN_FUNCTIONS.iter().copied())
                 .chain(self.functions.names.iter().map(ImmutableString::as_str));
             let kind = if is_method { "method" } else { "function" };
-            let message = match suggest::did_you_mean(name, candidates) {
-                Some(candidate) => format!("unknown {kind} '{name}' (did you mean '{candidate}'?)"),
-                None => format!(
+            let message = match (missing_builtin_hint(name), suggest::did_you_mean(name, candidates)) {
+                (Some(hint), _) => format!("unknown {kind} '{name}'; {hint}"),
+                (None, Some(candidate)) => format!("unknown {kind} '{name}' (did you mean '{candidate}'?)"),
+                (None, None) => format!(
                     "unknown {kind} '{name}'; the globals are {}, and rhai's builtins for strings, arrays, \
                      maps and math",
                     global_names()
@@ -474,6 +475,24 @@ fn is_math_log(args: &[Arg<'_>]) -> bool {
         Some(Expr::IntegerConstant(..) | Expr::FloatConstant(..)) => true,
         _ => args.len() == 1,
     }
+}
+
+/// What to write instead of a function other languages have and Rhai does not, for the names
+/// planners reach for most.
+fn missing_builtin_hint(name: &str) -> Option<&'static str> {
+    let hint = match name {
+        "join" => "rhai arrays have no join; use reduce(|text, x| text + x + \", \", \"\")",
+        "sum" => "use reduce(|total, x| total + x, 0)",
+        "count" | "length" | "size" => "use len()",
+        "format" | "sprintf" => "use an interpolated string: `text ${value}`",
+        "parse_json" | "json_parse" | "from_json" => {
+            "give the agent a schema option and it returns the parsed value"
+        }
+        "stringify" | "json_encode" | "json_stringify" => "use to_json() on a map, or interpolate the value",
+        "append_all" | "extend" | "concat" => "use + to join arrays, or append()",
+        _ => return None,
+    };
+    Some(hint)
 }
 
 /// What to use instead of a function the sandbox leaves out on purpose.
