@@ -33,6 +33,16 @@ fn every_options_schema_is_a_closed_valid_json_schema() {
     }
 }
 
+/// Every global must be registrable under its name: Rhai reserves some (`call`, `eval`, `print`)
+/// for itself, which is why the host-function global is `host_call`.
+#[test]
+fn every_global_name_is_a_callable_rhai_name() {
+    for global in GLOBALS {
+        assert!(::rhai::is_valid_function_name(global.name), "{} is reserved in rhai", global.name);
+    }
+    assert!(!::rhai::is_valid_function_name("call"));
+}
+
 #[test]
 fn option_schema_answers_by_global_name() {
     assert!(option_schema("agent").is_some());
@@ -145,5 +155,22 @@ fn render_type(property: &Value) -> String {
             None => "array".to_owned(),
         },
         other => format!("{other}{bounds}"),
+    }
+}
+
+#[test]
+fn the_card_names_only_real_builtins() {
+    let card = api_card();
+    let section =
+        card.split("## Builtins").nth(1).and_then(|rest| rest.split("\n## ").next()).expect("section");
+    let names: Vec<&str> = section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|code| !code.is_empty() && code.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    assert!(names.len() > 30, "{names:?}");
+    for name in names {
+        assert!(rhai::sandbox::is_builtin(name), "the card names '{name}', which is no builtin");
     }
 }

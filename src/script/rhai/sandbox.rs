@@ -12,6 +12,7 @@
 //! a bare "reserved keyword" parse error, while lint can point at the call and say what to use
 //! instead. Lint rejects every one of them, so an AST that passed lint contains none.
 
+use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use ::rhai::packages::{
@@ -290,6 +291,12 @@ pub(crate) const BUILTIN_FUNCTIONS: &[&str] = &[
     "to_json",
     "values",
 ];
+
+/// Whether `name` is in [`BUILTIN_FUNCTIONS`]; lint asks for every call, so it is a set.
+pub(crate) fn is_builtin(name: &str) -> bool {
+    static SET: OnceLock<HashSet<&'static str>> = OnceLock::new();
+    SET.get_or_init(|| BUILTIN_FUNCTIONS.iter().copied().collect()).contains(name)
+}
 
 /// Builtin methods that change their receiver in place; called on a variable captured by a
 /// parallel branch, they race like an assignment.

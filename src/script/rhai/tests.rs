@@ -32,7 +32,8 @@ fn a_compiled_script_runs_in_the_sandbox_with_the_pure_builtins() {
         let text = `${joined}:${keys}:${total}:${maths.to_int()}:${type_of(m)}`;
         let f = |x| x * 2;
         let g = Fn("to_string");
-        #{text: text, called: f.call(21), pointer: g.call(7), contains: "abc".contains("b"), arg: args.n}
+        let reads_args = || args.n * 2;
+        #{text: text, called: f.call(21), pointer: g.call(7), contains: "abc".contains("b"), arg: reads_args.call()}
     "#
     .replace("let trimmed = \"  pad  \".trim_copy();\n", "");
     let compiled = compile(&source, &LintContext::empty()).expect("compiles");
@@ -45,7 +46,7 @@ fn a_compiled_script_runs_in_the_sandbox_with_the_pure_builtins() {
     assert_eq!(map["called"].as_int(), Ok(42));
     assert_eq!(map["pointer"].to_string(), "7");
     assert_eq!(map["contains"].as_bool(), Ok(true));
-    assert_eq!(map["arg"].as_int(), Ok(5));
+    assert_eq!(map["arg"].as_int(), Ok(10), "a closure reads the args constant");
 }
 
 #[test]

@@ -1,0 +1,520 @@
+//! Calls: cairn globals checked against their signatures and option schemas, the names they
+//! refer to, builtins, script functions, and the functions the sandbox leaves out on purpose.
+
+use ::rhai::{Expr, FnCallExpr, ImmutableString, Position};
+use serde_json::Value;
+
+use super::options::type_phrase;
+use super::{Arg, Linter, Receiver, Static, line_column};
+use crate::script::rhai::sandbox::{BUILTIN_FUNCTIONS, is_builtin};
+use crate::script::{
+    GLOBALS, Global, LOG_LEVELS, PARALLEL_MAP_FORM, Param, ParamKind, Severity, global, suggest,
+};
+
+impl Linter<'_, '_> {
+    /// Checks a call (a method call passes its receiver as the first argument) and walks its
+    /// arguments.
+    pub(super) fn visit_call(&mut self, call: &FnCallExpr, pos: Position, receiver: Receiver<'_>) -> Static {
+        let name = call.name.as_str();
+        let mut args: Vec<Arg<'_>> = Vec::with_capacity(call.args.len() + 1);
+        match receiver {
+            Receiver::None => {}
+            Receiver::Unknown => args.push(Arg { expr: None, walked: true }),
+            Receiver::Expr(expr) => args.push(Arg { expr: Some(expr), walked: true }),
+        }
+        args.extend(call.args.iter().map(|expr| Arg { expr: Some(expr), walked: false }));
+        let is_method = !matches!(receiver, Receiver::None);
+
+        if call.op_token.is_some() || !::rhai::is_valid_identifier(name) {
+            self.walk_args(&args);
+            return Static::Unknown;
+        }
+        if !call.namespace.is_empty() && call.namespace.root() != "global" {
+            let message =
+                format!("'{}::{name}' is not available; scripts have no modules", call.namespace.root());
+            self.error_at("forbidden", pos, None, message);
+            self.walk_args(&args);
+            return Static::Unknown;
+        }
+        let user_defined =
+            self.functions.names.contains(name) || (!is_method && self.resolve(name).is_some());
+        if !user_defined && let Some(instead) = forbidden(name) {
+            let message = format!("{name}() is not available; {instead}");
+            self.error_at("forbidden", pos, Some(name.chars().count()), message);
+            self.walk_args(&args);
+            return Static::Unknown;
+        }
+        if !user_defined && let Some(global) = global(name) {
+            if !(name == "log" && is_math_log(&args)) {
+                return self.check_global(global, &args, pos);
+            }
+        } else if !user_defined && !self.is_known_function(name, is_method) {
+            let candidates = GLOBALS
+                .iter()
+                .map(|global| global.name)
+                .chain(BUILTIN_FUNCTIONS.iter().copied())
+                .chain(self.functions.names.iter().map(ImmutableString::as_str));
+            let kind = if is_method { "method" } else { "function" };
+            let message = match (missing_builtin_hint(name), suggest::did_you_mean(name, candidates)) {
+                (Some(hint), _) => format!("unknown {kind} '{name}'; {hint}"),
+                (None, Some(candidate)) => format!("unknown {kind} '{name}' (did you mean '{candidate}'?)"),
+                (None, None) => format!(
+                    "unknown {kind} '{name}'; the globals are {}, and rhai's builtins for strings, arrays, \
+                     maps and math",
+                    global_names()
+                ),
+            };
+            self.error_at("unknown-function", pos, Some(name.chars().count()), message);
+        } else if name == "call" && !is_method {
+            self.check_fn_pointer_call(&args, pos);
+        } else if name == "Fn" && !is_method {
+            self.check_fn_pointer_name(&args);
+        }
+        self.walk_args(&args);
+        Static::Unknown
+    }
+
+    fn is_known_function(&self, name: &str, is_method: bool) -> bool {
+        is_builtin(name)
+            || self.functions.names.contains(name)
+            || (is_method && matches!(name, "spent" | "remaining"))
+    }
+
+    /// Rhai reserves `call(fn_ptr, ...)` for calling a function pointer; a string first
+    /// argument means the host-function global was meant.
+    fn check_fn_pointer_call(&mut self, args: &[Arg<'_>], pos: Position) {
+        let first = args.first().and_then(|arg| arg.expr).map(|expr| self.peek(expr));
+        if let Some(Static::Known(Value::String(_)) | Static::Type("string")) = first {
+            let message = "call() calls a function pointer in rhai; call a host function with \
+                           host_call(name, args, opts?)"
+                .to_owned();
+            self.error_at("unknown-function", pos, Some(4), message);
+        }
+    }
+
+    /// `Fn("name")` builds a pointer from a name: the name must be a function the script can call.
+    fn check_fn_pointer_name(&mut self, args: &[Arg<'_>]) {
+        let Some(Expr::StringConstant(target, pos)) = args.first().and_then(|arg| arg.expr) else { return };
+        let target = target.as_str();
+        if let Some(instead) = forbidden(target) {
+            self.error_at("forbidden", *pos, None, format!("{target}() is not available; {instead}"));
+        } else if global(target).is_none() && !self.is_known_function(target, false) {
+            let message = format!("Fn(\"{target}\") names no function the script can call");
+            self.error_at("unknown-function", *pos, None, message);
+        }
+    }
+
+    fn walk_args(&mut self, args: &[Arg<'_>]) {
+        for arg in args {
+            self.walk_arg(arg);
+        }
+    }
+
+    fn walk_arg(&mut self, arg: &Arg<'_>) -> Static {
+        match arg.expr {
+            Some(expr) if !arg.walked => self.walk_expr(expr),
+            Some(expr) => self.peek(expr),
+            None => Static::Unknown,
+        }
+    }
+
+    /// Checks a call of a cairn global: arity, each argument against its parameter, and the
+    /// names it refers to.
+    fn check_global(&mut self, global: &'static Global, args: &[Arg<'_>], pos: Position) -> Static {
+        let Some(params) = self.params_for(global, args) else {
+            self.walk_args(args);
+            return Static::Unknown;
+        };
+        let (min, max) = arity(params);
+        if args.len() < min || args.len() > max {
+            let expected = match (min, max) {
+                (0, 0) => "no arguments".to_owned(),
+                (min, max) if min == max => format!("{min} argument{}", if min == 1 { "" } else { "s" }),
+                (min, max) if max == min + 1 => format!("{min} or {max} arguments"),
+                (min, max) => format!("{min} to {max} arguments"),
+            };
+            let message =
+                format!("{} takes {expected} ({}), got {}", global.name, global.signature, args.len());
+            self.error_at("arity", pos, Some(global.name.len()), message);
+            self.walk_args(args);
+            return Static::Unknown;
+        }
+        for (param, arg) in params.iter().zip(args) {
+            self.check_arg(global, param, arg);
+        }
+        let first_literal = match args.first().and_then(|arg| arg.expr) {
+            Some(Expr::StringConstant(text, pos)) => Some((text.as_str(), *pos)),
+            _ => None,
+        };
+        match global.name {
+            "host_call" => {
+                if let Some((name, pos)) = first_literal {
+                    self.check_registered(Registry::HostFunction, name, pos);
+                }
+            }
+            "workflow" => {
+                if let Some((name, pos)) = first_literal {
+                    self.check_registered(Registry::Workflow, name, pos);
+                }
+            }
+            "log" => {
+                if let Some((level, pos)) = first_literal
+                    && !LOG_LEVELS.contains(&level)
+                {
+                    let message = format!(
+                        "log level '{level}' is not one of {}{}",
+                        LOG_LEVELS.join(", "),
+                        suggest::suffix(level, LOG_LEVELS)
+                    );
+                    self.error_at("arg-type", pos, None, message);
+                }
+            }
+            "agent" => self.check_duplicate_agent(args, pos),
+            _ => {}
+        }
+        Static::Unknown
+    }
+
+    /// The parameters a call of `global` is checked against: `parallel` with a closure second
+    /// is the map form. `None` when a `parallel` call could be either form, so only the
+    /// arguments' own contents are checked.
+    fn params_for(&self, global: &'static Global, args: &[Arg<'_>]) -> Option<&'static [Param]> {
+        if global.name != "parallel" {
+            return Some(global.params);
+        }
+        let second = args.get(1).and_then(|arg| arg.expr).map(|expr| self.peek(expr));
+        match (args.len(), second) {
+            (3, _) | (_, Some(Static::Closure(_))) => Some(PARALLEL_MAP_FORM),
+            (2, Some(Static::Unknown)) => {
+                // A computed second argument is options (list form) when the first is a list of
+                // closures; otherwise it may be a closure the walk cannot see.
+                let first_is_branches = match args.first().and_then(|arg| arg.expr) {
+                    Some(Expr::Array(elements, _)) => {
+                        elements.iter().any(|element| matches!(self.peek(element), Static::Closure(_)))
+                    }
+                    _ => false,
+                };
+                first_is_branches.then_some(global.params)
+            }
+            _ => Some(global.params),
+        }
+    }
+
+    fn check_arg(&mut self, global: &Global, param: &Param, arg: &Arg<'_>) {
+        let Some(expr) = arg.expr else { return };
+        let place = Place::of(global, param);
+        match param.kind {
+            ParamKind::Text => {
+                match self.peek(expr) {
+                    Static::Closure(_) => self.closure_in_json(expr.position(), place),
+                    Static::Known(Value::String(_)) | Static::Type("string") | Static::Unknown => {}
+                    other => {
+                        let message = format!("{place} must be a string, got {}", type_phrase(&other));
+                        self.error_at("arg-type", expr.position(), None, message);
+                    }
+                }
+                self.walk_arg(arg);
+            }
+            ParamKind::Json => self.check_json(arg, place),
+            ParamKind::Items => {
+                match self.peek(expr) {
+                    Static::Known(Value::Array(_))
+                    | Static::Type("array")
+                    | Static::Unknown
+                    | Static::Closure(_) => {}
+                    other => {
+                        let message = format!("{place} must be an array, got {}", type_phrase(&other));
+                        self.error_at("arg-type", expr.position(), None, message);
+                    }
+                }
+                self.check_json(arg, place);
+            }
+            ParamKind::Options => match expr {
+                Expr::Map(map, _) if !arg.walked => {
+                    let schema = global.options.unwrap_or(global.name);
+                    for (key, value) in &map.0 {
+                        self.check_option(global, schema, &key.name, key.pos, value);
+                        self.check_json(&Arg { expr: Some(value), walked: false }, place);
+                    }
+                }
+                _ => {
+                    match self.peek(expr) {
+                        Static::Closure(_) => self.closure_in_json(expr.position(), place),
+                        Static::Known(Value::Object(_)) | Static::Type("object") | Static::Unknown => {}
+                        other => {
+                            let message = format!(
+                                "{place} must be a map like #{{label: \"...\"}}, got {}",
+                                type_phrase(&other)
+                            );
+                            self.error_at("arg-type", expr.position(), None, message);
+                        }
+                    }
+                    self.walk_arg(arg);
+                }
+            },
+            ParamKind::Body => {
+                let shape = self.peek(expr);
+                if matches!(shape, Static::Known(_) | Static::Type(_)) {
+                    let message =
+                        format!("{place} must be a closure like || {{ ... }}, got {}", type_phrase(&shape));
+                    self.error_at("arg-type", expr.position(), None, message);
+                }
+                let walked = self.walk_arg(arg);
+                if global.name == "parallel"
+                    && let Static::Closure(id) = walked
+                {
+                    self.report_races(id, global.name);
+                }
+            }
+            ParamKind::Branches | ParamKind::Stages => match expr {
+                Expr::Array(elements, _) if !arg.walked => {
+                    for element in elements {
+                        let shape = self.peek(element);
+                        if matches!(shape, Static::Known(_) | Static::Type(_)) {
+                            let message = if param.kind == ParamKind::Branches {
+                                format!(
+                                    "each branch of {} must be a closure like || agent(...), got {}; to fan out \
+                                     over data use parallel(items, |item| ...)",
+                                    global.name,
+                                    type_phrase(&shape)
+                                )
+                            } else {
+                                format!(
+                                    "each stage of {} must be a closure like |item| ..., got {}",
+                                    global.name,
+                                    type_phrase(&shape)
+                                )
+                            };
+                            self.error_at("arg-type", element.position(), None, message);
+                        }
+                        if let Static::Closure(id) = self.walk_expr(element) {
+                            self.report_races(id, global.name);
+                        }
+                    }
+                }
+                _ => {
+                    let shape = self.peek(expr);
+                    if matches!(shape, Static::Known(_) | Static::Type(_) | Static::Closure(_)) {
+                        let message =
+                            format!("{place} must be an array of closures, got {}", type_phrase(&shape));
+                        self.error_at("arg-type", expr.position(), None, message);
+                    }
+                    self.walk_arg(arg);
+                }
+            },
+        }
+    }
+
+    /// Checks a value that must be JSON: no closure anywhere in its literal structure.
+    fn check_json(&mut self, arg: &Arg<'_>, place: Place<'_>) {
+        let Some(expr) = arg.expr else { return };
+        if arg.walked {
+            if let Static::Closure(_) = self.peek(expr) {
+                self.closure_in_json(expr.position(), place);
+            }
+            return;
+        }
+        match expr {
+            Expr::Array(elements, _) => {
+                for element in elements {
+                    self.check_json(&Arg { expr: Some(element), walked: false }, place);
+                }
+            }
+            Expr::Map(map, _) => {
+                for (_, value) in &map.0 {
+                    self.check_json(&Arg { expr: Some(value), walked: false }, place);
+                }
+            }
+            _ => {
+                if let Static::Closure(_) = self.walk_expr(expr) {
+                    self.closure_in_json(expr.position(), place);
+                }
+            }
+        }
+    }
+
+    fn closure_in_json(&mut self, pos: Position, place: Place<'_>) {
+        let message = format!(
+            "a closure cannot go in {place}: only JSON values cross into the engine; closures go only in \
+             parallel branches, pipeline stages, and step and phase bodies"
+        );
+        self.error_at("closure-in-options", pos, None, message);
+    }
+
+    /// Reports a literal name the engine has not registered.
+    pub(super) fn check_registered(&mut self, registry: Registry, name: &str, pos: Position) {
+        let (names, rule, noun, plural) = match registry {
+            Registry::Profile => (Some(&self.ctx.profiles), "unknown-profile", "profile", "profiles"),
+            Registry::Toolset => (Some(&self.ctx.toolsets), "unknown-toolset", "toolset", "toolsets"),
+            Registry::HostFunction => {
+                (Some(&self.ctx.host_functions), "unknown-host-function", "host function", "host functions")
+            }
+            Registry::Workflow => {
+                (Some(&self.ctx.child_workflows), "unknown-workflow", "workflow", "workflows")
+            }
+            Registry::Model => (self.ctx.models.as_ref(), "unknown-model", "model", "models"),
+        };
+        let Some(names) = names else { return };
+        if names.contains(name) {
+            return;
+        }
+        let message = if names.is_empty() {
+            format!("unknown {noun} '{name}'; no {plural} are registered")
+        } else {
+            match suggest::did_you_mean(name, names.iter().map(String::as_str)) {
+                Some(candidate) => format!("unknown {noun} '{name}' (did you mean '{candidate}'?)"),
+                None => {
+                    let listed: Vec<&str> = names.iter().take(12).map(String::as_str).collect();
+                    let more = if names.len() > listed.len() { ", ..." } else { "" };
+                    format!("unknown {noun} '{name}'; registered {plural}: {}{more}", listed.join(", "))
+                }
+            }
+        };
+        self.error_at(rule, pos, None, message);
+    }
+
+    /// Warns on an agent call whose literal arguments repeat an earlier call in the same body
+    /// with no `key` to tell them apart: the journal would tell them apart only by order.
+    fn check_duplicate_agent(&mut self, args: &[Arg<'_>], pos: Position) {
+        let mut values = Vec::with_capacity(args.len());
+        for arg in args {
+            let Some(Static::Known(value)) = arg.expr.map(|expr| self.peek(expr)) else { return };
+            values.push(value);
+        }
+        if values.get(1).and_then(|options| options.get("key")).is_some() {
+            return;
+        }
+        let canonical = Value::Array(values).to_string();
+        let (line, _) = line_column(pos);
+        let Some(frame) = self.frames.last_mut() else { return };
+        match frame.agent_calls.get(&canonical) {
+            Some(first_line) => {
+                let message = format!(
+                    "this agent call repeats the identical call on line {first_line}; the journal tells them \
+                     apart only by order, so give each a distinct key option (key: \"...\")"
+                );
+                self.report(Severity::Warning, "duplicate-agent-call", pos, Some(5), message);
+            }
+            None => {
+                frame.agent_calls.insert(canonical, line);
+            }
+        }
+    }
+
+    /// Reports every write a closure run concurrently makes to a variable from outside it.
+    fn report_races(&mut self, closure: Option<usize>, global: &str) {
+        let Some(facts) = closure.and_then(|id| self.closures.get(id)) else { return };
+        let (site, others, unit) = if global == "pipeline" {
+            ("pipeline stage", "items", "stage")
+        } else {
+            ("parallel branch", "branches", "branch")
+        };
+        let messages: Vec<(Position, usize, String)> = facts
+            .escaping
+            .iter()
+            .map(|mutation| {
+                let message = format!(
+                    "{} captured variable '{}' inside a {site} races with the other {others}; return a value \
+                     from each {unit} and combine the results after {global} returns",
+                    mutation.what, mutation.name
+                );
+                (mutation.pos, mutation.len, message)
+            })
+            .collect();
+        for (pos, len, message) in messages {
+            self.error_at("parallel-capture-assign", pos, Some(len), message);
+        }
+    }
+}
+
+/// The kinds of name a [`LintContext`] registers.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Registry {
+    Profile,
+    Toolset,
+    HostFunction,
+    Workflow,
+    Model,
+}
+
+fn arity(params: &[Param]) -> (usize, usize) {
+    (params.iter().filter(|param| !param.optional).count(), params.len())
+}
+
+/// How a message names an argument position: "the prompt of agent", "the options of step".
+/// Formatted only when a message needs it.
+#[derive(Debug, Clone, Copy)]
+struct Place<'g> {
+    noun: &'static str,
+    global: &'g str,
+}
+
+impl<'g> Place<'g> {
+    fn of(global: &'g Global, param: &Param) -> Self {
+        let noun = if param.kind == ParamKind::Options { "options" } else { param.name };
+        Place { noun, global: global.name }
+    }
+}
+
+impl std::fmt::Display for Place<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the {} of {}", self.noun, self.global)
+    }
+}
+
+/// The global names, comma-separated, for messages.
+fn global_names() -> String {
+    GLOBALS.iter().map(|global| global.name).collect::<Vec<_>>().join(", ")
+}
+
+/// `log(x)` and `log(x, base)` are Rhai's logarithm, not the cairn global: one argument that
+/// is not text, or a number first.
+fn is_math_log(args: &[Arg<'_>]) -> bool {
+    match args.first().and_then(|arg| arg.expr) {
+        Some(Expr::StringConstant(..) | Expr::InterpolatedString(..)) => false,
+        Some(Expr::IntegerConstant(..) | Expr::FloatConstant(..)) => true,
+        _ => args.len() == 1,
+    }
+}
+
+/// What to write instead of a function other languages have and Rhai does not, for the names
+/// planners reach for most.
+fn missing_builtin_hint(name: &str) -> Option<&'static str> {
+    let hint = match name {
+        "join" => "rhai arrays have no join; use reduce(|text, x| text + x + \", \", \"\")",
+        "sum" => "use reduce(|total, x| total + x, 0)",
+        "count" | "length" | "size" => "use len()",
+        "format" | "sprintf" => "use an interpolated string: `text ${value}`",
+        "parse_json" | "json_parse" | "from_json" => {
+            "give the agent a schema option and it returns the parsed value"
+        }
+        "stringify" | "json_encode" | "json_stringify" => "use to_json() on a map, or interpolate the value",
+        "append_all" | "extend" | "concat" => "use + to join arrays, or append()",
+        _ => return None,
+    };
+    Some(hint)
+}
+
+/// What to use instead of a function the sandbox leaves out on purpose.
+fn forbidden(name: &str) -> Option<&'static str> {
+    const TIME: &str = "use now(), the journaled clock (epoch milliseconds)";
+    const RANDOM: &str = "use random(key?), the journaled random number in [0, 1)";
+    const IO: &str = "scripts have no I/O; call a registered host function with host_call(name, args) or \
+                      give an agent tools";
+    let instead = match name {
+        "eval" => "write the code directly; scripts cannot build code at run time",
+        "print" | "debug" => "use log(level, msg, data?), which emits a run event",
+        "sleep" | "wait" => "scripts never wait on the clock; use await_external(key) to wait for input",
+        "exit" | "quit" | "abort" => "return the result as the script's last value, or throw an error",
+        "timestamp" | "time" | "date" | "clock" | "elapsed" | "now_ms" | "system_time" | "unix_time"
+        | "current_time" | "utc_now" => TIME,
+        "rand" | "rand_int" | "rand_float" | "rand_bool" | "random_int" | "random_float" | "shuffle"
+        | "sample" | "seed" => RANDOM,
+        "uuid_v4" | "new_uuid" | "guid" => "use uuid(), the journaled id",
+        "read_file" | "write_file" | "open_file" | "file" | "fs_read" | "fs_write" | "read_dir" | "http"
+        | "http_get" | "http_post" | "fetch" | "request" | "env" | "get_env" | "env_var" | "exec"
+        | "system" | "shell" | "command" | "run_command" => IO,
+        _ => return None,
+    };
+    Some(instead)
+}
