@@ -36,7 +36,9 @@ fn every_sample_runs_offline_and_ends_as_documented() {
         ("phase_chain", &[], 0),
         ("deploy_approval", &[], 4),
         ("loop_until_dry", &[], 0),
-        ("exhausted_fanout", &["--budget", "0.25"], 3),
+        // A slower echo keeps all twenty branches in flight at once even on a loaded machine,
+        // so admission sees every reservation together: exactly five fit under $0.25.
+        ("exhausted_fanout", &["--budget", "0.25", "--config", "slow-echo.toml"], 3),
     ];
     let count = std::fs::read_dir(scripts())
         .unwrap()
@@ -44,6 +46,7 @@ fn every_sample_runs_offline_and_ends_as_documented() {
         .count();
     assert_eq!(count, expectations.len(), "every sample has an expectation");
     let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("slow-echo.toml"), "[providers.echo]\nkind = \"echo\"\nlatency_ms = 400\n").unwrap();
     for (name, extra, code) in expectations {
         let file = scripts().join(format!("{name}.rhai"));
         let out =
