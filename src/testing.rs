@@ -437,3 +437,24 @@ impl FakeTurn {
 
 #[cfg(test)]
 mod tests;
+
+/// Replays a run strictly: every call must be served from the journal. The first call that
+/// would run live fails the replay with `journal_miss`, and nothing is written — the check to
+/// put in a test after changing a workflow that must not re-key any paid call.
+///
+/// # Errors
+/// `journal_miss` (with the replay's own error message) when a call would run live; the
+/// run's error when the replay settled `error` for another reason; `config` for an unknown
+/// run or workflow.
+pub async fn replay_strict(
+    engine: &crate::Engine,
+    run_id: &crate::RunId,
+    workflow: Option<crate::Workflow>,
+) -> Result<crate::RunOutcome, Error> {
+    let options = crate::ResumeOptions { dry_run: true, workflow, ..crate::ResumeOptions::default() };
+    let outcome = engine.resume(run_id, options)?.result().await?;
+    match &outcome.error {
+        Some(error) if outcome.status == crate::RunStatus::Error => Err(error.clone()),
+        _ => Ok(outcome),
+    }
+}

@@ -95,12 +95,49 @@ pub(crate) struct AgentSpec {
     pub(crate) max_retries: u32,
     pub(crate) retry_base: Duration,
     pub(crate) price: Option<Price>,
+    /// Models to fail over to, in order, when the serving one keeps failing retryably.
+    pub(crate) fallbacks: Vec<Fallback>,
     pub(crate) tools: Vec<Arc<dyn Tool>>,
     pub(crate) permissions: Permissions,
     /// A prefix that makes approval keys unique to this call.
     pub(crate) approval_prefix: String,
     /// Where a previous attempt stopped, to continue from.
     pub(crate) resume_from: Option<Checkpoint>,
+}
+
+/// A declared fallback model.
+pub(crate) struct Fallback {
+    pub(crate) provider: Arc<dyn Provider>,
+    /// Its `provider:model` ref.
+    pub(crate) served_by: String,
+    /// Its provider-local model name.
+    pub(crate) model: String,
+    pub(crate) price: Option<Price>,
+}
+
+/// Faults that move a call to the next fallback once retries are spent. Budget, task and
+/// content failures never fail over.
+fn fails_over(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::ProviderUnavailable
+            | ErrorCode::ProviderRateLimit
+            | ErrorCode::Transport
+            | ErrorCode::ProviderAuth
+    )
+}
+
+/// Cost so far: `None` once any usage was served by an unpriced model.
+#[derive(Debug, Clone, Copy)]
+struct Spend(Option<Money>);
+
+impl Spend {
+    fn add(&mut self, price: Option<Price>, usage: &Usage) {
+        self.0 = match (self.0, price) {
+            (Some(total), Some(price)) => Some(total + price.cost(usage)),
+            _ => None,
+        };
+    }
 }
 
 /// How an invocation ended.
@@ -134,6 +171,7 @@ pub(crate) async fn run(
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> AgentRun {
     let mut usage = Usage::default();
+    let mut spend = Spend(Some(Money::ZERO));
     let mut state = spec.resume_from.take().unwrap_or_default();
     if !state.messages.is_empty() {
         spec.request.messages = std::mem::take(&mut state.messages);
@@ -155,7 +193,7 @@ pub(crate) async fn run(
         Ok(v) => v,
         Err(e) => {
             let error = Error::validation(format!("the agent's schema is not a valid JSON Schema: {e}"));
-            return finish(&spec, AgentEnd::Error(error), usage);
+            return finish(&spec, AgentEnd::Error(error), usage, spend);
         }
     };
     loop {
@@ -169,12 +207,12 @@ pub(crate) async fn run(
                     let max = spec.max_tool_calls.unwrap_or_default();
                     let error =
                         Error::new(ErrorCode::TurnLimit, format!("reached the limit of {max} tool calls"));
-                    return finish(&spec, AgentEnd::Limit(error), usage);
+                    return finish(&spec, AgentEnd::Limit(error), usage, spend);
                 }
                 let (content, is_error) = match answer_tool_call(&spec, hooks, call, &mut invalid_calls).await
                 {
                     Ok(answer) => answer,
-                    Err(end) => return finish(&spec, end, usage),
+                    Err(end) => return finish(&spec, end, usage, spend),
                 };
                 results.push(Part::ToolResult {
                     id: call.id.clone(),
@@ -195,27 +233,29 @@ pub(crate) async fn run(
         if state.turns >= spec.max_turns {
             let error =
                 Error::new(ErrorCode::TurnLimit, format!("reached the limit of {} turns", spec.max_turns));
-            return finish(&spec, AgentEnd::Limit(error), usage);
+            return finish(&spec, AgentEnd::Limit(error), usage, spend);
         }
         if !hooks.can_start_turn() {
             let error =
                 Error::new(ErrorCode::BudgetExhausted, "the budget ceiling leaves nothing for another turn");
-            return finish(&spec, AgentEnd::Limit(error), usage);
+            return finish(&spec, AgentEnd::Limit(error), usage, spend);
         }
         state.turns += 1;
-        let turn = match turn_with_retries(&spec, &usage, hooks, cancel, on_delta).await {
+        let turn = match turn_with_retries(&mut spec, &usage, hooks, cancel, on_delta, &mut spend).await {
             Ok(turn) => turn,
             Err((end, partial)) => {
                 usage += partial;
-                return finish(&spec, end, usage);
+                spend.add(spec.price, &partial);
+                return finish(&spec, end, usage, spend);
             }
         };
         usage += turn.usage;
+        spend.add(spec.price, &turn.usage);
         state.usage += turn.usage;
         if turn.reason == FinishReason::ContentFilter {
             let error =
                 Error::new(ErrorCode::ContentFilter, "the provider's content filter stopped the output");
-            return finish(&spec, AgentEnd::Error(error), usage);
+            return finish(&spec, AgentEnd::Error(error), usage, spend);
         }
         if !turn.tool_calls.is_empty() {
             if spec.tools.is_empty() {
@@ -226,7 +266,7 @@ pub(crate) async fn run(
                         turn.tool_calls[0].name
                     ),
                 );
-                return finish(&spec, AgentEnd::Error(error), usage);
+                return finish(&spec, AgentEnd::Error(error), usage, spend);
             }
             let mut parts = Vec::new();
             if !turn.text.is_empty() {
@@ -261,7 +301,7 @@ pub(crate) async fn run(
             continue;
         }
         let Some(validator) = &validator else {
-            return finish(&spec, AgentEnd::Ok(Value::String(turn.text)), usage);
+            return finish(&spec, AgentEnd::Ok(Value::String(turn.text)), usage, spend);
         };
         let problems = match extract_json(&turn.text) {
             Some(value) => {
@@ -270,7 +310,7 @@ pub(crate) async fn run(
                     .map(|e| format!("at '{}': {e}", e.instance_path()))
                     .collect();
                 if problems.is_empty() {
-                    return finish(&spec, AgentEnd::Ok(value), usage);
+                    return finish(&spec, AgentEnd::Ok(value), usage, spend);
                 }
                 problems
             }
@@ -284,7 +324,7 @@ pub(crate) async fn run(
                     problems.join("; ")
                 ),
             );
-            return finish(&spec, AgentEnd::Error(error), usage);
+            return finish(&spec, AgentEnd::Error(error), usage, spend);
         }
         reprompts += 1;
         spec.request.messages.push(Message { role: Role::Assistant, parts: vec![Part::Text(turn.text)] });
@@ -350,8 +390,8 @@ async fn answer_tool_call(
     }
 }
 
-fn finish(spec: &AgentSpec, end: AgentEnd, usage: Usage) -> AgentRun {
-    AgentRun { end, usage, cost: spec.price.map(|p| p.cost(&usage)), served_by: spec.served_by.clone() }
+fn finish(spec: &AgentSpec, end: AgentEnd, usage: Usage, spend: Spend) -> AgentRun {
+    AgentRun { end, usage, cost: spend.0, served_by: spec.served_by.clone() }
 }
 
 struct Turn {
@@ -371,11 +411,12 @@ struct RequestedCall {
 /// One turn, retried on retryable faults with exponential backoff (or the provider's
 /// Retry-After). A failure returns the end and the partial usage of the failed attempts.
 async fn turn_with_retries(
-    spec: &AgentSpec,
+    spec: &mut AgentSpec,
     spent_before: &Usage,
     budget: &dyn BudgetHooks,
     cancel: &CancellationToken,
     on_delta: &(dyn Fn(&str) + Send + Sync),
+    spend: &mut Spend,
 ) -> Result<Turn, (AgentEnd, Usage)> {
     let mut attempt = 0;
     let mut wasted = Usage::default();
@@ -403,6 +444,22 @@ async fn turn_with_retries(
                         return Err((AgentEnd::Cancelled(error), wasted));
                     }
                 }
+            }
+            Err((AgentEnd::Error(error), partial))
+                if fails_over(error.code) && !spec.fallbacks.is_empty() =>
+            {
+                // Retries are spent: move to the next declared fallback. The call keeps its
+                // identity (the requested model); only `served_by` changes.
+                wasted += partial;
+                spend.add(spec.price, &wasted);
+                wasted = Usage::default();
+                let next = spec.fallbacks.remove(0);
+                tracing::warn!(from = %spec.served_by, to = %next.served_by, code = %error.code, "failing over");
+                spec.provider = next.provider;
+                spec.served_by = next.served_by;
+                spec.request.model = next.model;
+                spec.price = next.price;
+                attempt = 0;
             }
             Err((end, partial)) => {
                 wasted += partial;

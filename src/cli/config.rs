@@ -39,6 +39,9 @@ pub(crate) struct Config {
     pub(crate) toolsets: BTreeMap<String, toml::Table>,
     #[serde(default)]
     pub(crate) host_functions: BTreeMap<String, HostFunctionConfig>,
+    /// Fallback models per requested model: `"anthropic:x" = ["openai:y"]`.
+    #[serde(default)]
+    pub(crate) fallbacks: BTreeMap<String, Vec<String>>,
     #[serde(default)]
     pub(crate) prices: Option<PathBuf>,
     #[serde(default)]
@@ -82,6 +85,8 @@ pub(crate) struct ProfileConfig {
     est_cost_usd: Option<f64>,
     #[serde(default)]
     tools: Vec<String>,
+    #[serde(default)]
+    fallbacks: Vec<String>,
 }
 
 /// A host function backed by a command: the call's JSON arguments on stdin, its JSON
@@ -189,6 +194,14 @@ impl Config {
                 ))
             })?;
             builder = builder.role_model(role_value, parse_model(model, &format!("routing.{role}"))?);
+        }
+        for (model, list) in &self.fallbacks {
+            let requested = parse_model(model, "fallbacks")?;
+            let list = list
+                .iter()
+                .map(|m| parse_model(m, &format!("fallbacks.{model}")))
+                .collect::<Result<_, _>>()?;
+            builder = builder.fallbacks(requested, list);
         }
         for (name, profile) in &self.profiles {
             builder = builder.profile(name, profile.build(name)?);
@@ -329,6 +342,11 @@ impl ProfileConfig {
                 })
                 .transpose()?,
             tools: self.tools.clone(),
+            fallbacks: self
+                .fallbacks
+                .iter()
+                .map(|m| parse_model(m, &format!("profiles.{name}.fallbacks")))
+                .collect::<Result<_, _>>()?,
         })
     }
 }

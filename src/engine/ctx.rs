@@ -566,6 +566,7 @@ impl Ctx {
             max_retries: opts.retry.map_or(engine.max_retries, |r| r.max_attempts.saturating_sub(1)),
             retry_base: opts.retry.map_or(engine.retry_base, |r| r.initial_backoff),
             price,
+            fallbacks: declared_fallbacks(&engine, profile, &model),
             tools,
             permissions: engine.permissions.clone(),
             approval_prefix: format!("approve:{}", &key.to_hex()[..12]),
@@ -1093,6 +1094,31 @@ impl BudgetHooks for AccountHooks<'_> {
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
         })
     }
+}
+
+/// The fallbacks of a call: its profile's, else the engine's for the requested model; a
+/// fallback whose provider is not registered is skipped.
+fn declared_fallbacks(
+    engine: &super::EngineInner,
+    profile: Option<&super::AgentProfile>,
+    model: &ModelRef,
+) -> Vec<agent::Fallback> {
+    let declared = match profile.map(|p| &p.fallbacks).filter(|f| !f.is_empty()) {
+        Some(list) => list.clone(),
+        None => engine.fallbacks.get(model).cloned().unwrap_or_default(),
+    };
+    declared
+        .into_iter()
+        .filter_map(|fallback| {
+            let provider = engine.providers.get(fallback.provider())?.clone();
+            Some(agent::Fallback {
+                provider,
+                served_by: fallback.to_string(),
+                model: fallback.model().to_owned(),
+                price: engine.prices.price(&fallback.to_string()).copied(),
+            })
+        })
+        .collect()
 }
 
 /// The tools of the named toolsets, refusing unknown toolsets and duplicate tool names.

@@ -183,6 +183,8 @@ pub struct AgentProfile {
     pub est_cost: Option<Money>,
     /// The toolsets its agents may use.
     pub tools: Vec<String>,
+    /// Models to fail over to, in order, when its model keeps failing retryably.
+    pub fallbacks: Vec<ModelRef>,
 }
 
 /// How failed calls surface in a workflow.
@@ -370,6 +372,7 @@ pub(crate) struct EngineInner {
     pub(crate) retry_base: Duration,
     pub(crate) dialects: HashMap<String, Arc<dyn ScriptDialect>>,
     pub(crate) toolsets: HashMap<String, crate::agent::Toolset>,
+    pub(crate) fallbacks: HashMap<ModelRef, Vec<ModelRef>>,
     pub(crate) permissions: crate::agent::Permissions,
 }
 
@@ -438,6 +441,7 @@ impl Engine {
                 retry_base: Duration::from_millis(250),
                 dialects: HashMap::new(),
                 toolsets: HashMap::new(),
+                fallbacks: HashMap::new(),
                 permissions: crate::agent::Permissions::allow_all(),
             },
         }
@@ -618,6 +622,14 @@ impl EngineBuilder {
     pub fn retries(mut self, max_retries: u32, base: Duration) -> EngineBuilder {
         self.inner.max_retries = max_retries;
         self.inner.retry_base = base;
+        self
+    }
+
+    /// Declares fallbacks for a model: when a call to `model` keeps failing retryably (after
+    /// its retries), it moves to each fallback in turn. The call's identity stays `model`;
+    /// the journal's `served_by` records who answered. Budget failures never fail over.
+    pub fn fallbacks(mut self, model: ModelRef, fallbacks: Vec<ModelRef>) -> EngineBuilder {
+        self.inner.fallbacks.insert(model, fallbacks);
         self
     }
 

@@ -193,6 +193,7 @@ fn rebuild_with_workflow(engine: &Engine, workflow: Workflow) -> super::EngineIn
         retry_base: inner.retry_base,
         dialects: inner.dialects.clone(),
         toolsets: inner.toolsets.clone(),
+        fallbacks: inner.fallbacks.clone(),
         permissions: inner.permissions.clone(),
     }
 }
@@ -948,4 +949,67 @@ async fn a_tool_version_bump_rekeys_the_call_and_an_implementation_change_does_n
     });
     let outcome = same.run(&unknown, json!({}), RunOptions::default()).unwrap().result().await.unwrap();
     assert_eq!(outcome.error.unwrap().code, ErrorCode::Config);
+}
+
+#[tokio::test]
+async fn retryable_failures_fail_over_to_declared_fallbacks_keeping_the_key() {
+    use crate::testing::{FakeProvider, FakeScript};
+    let store = Arc::new(MemoryStore::new());
+    let primary = FakeProvider::named("primary")
+        .on_any(FakeScript::error(Error::new(ErrorCode::ProviderUnavailable, "overloaded")));
+    let backup = FakeProvider::named("backup").on_any(FakeScript::text("from the backup"));
+    let engine = Engine::builder(store.clone(), store.clone())
+        .provider(Arc::new(primary.clone()))
+        .provider(Arc::new(backup.clone()))
+        .default_model(ModelRef::parse("primary:big").unwrap())
+        .fallbacks(ModelRef::parse("primary:big").unwrap(), vec![ModelRef::parse("backup:small").unwrap()])
+        .retries(1, Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let wf = Workflow::new("fo", |ctx, _| async move { ctx.agent("hello", AgentOptions::default()).await });
+    let handle = engine.run(&wf, json!({}), RunOptions::default()).unwrap();
+    let run = handle.run_id().clone();
+    let outcome = handle.result().await.unwrap();
+    assert_eq!(outcome.value, Some(json!("from the backup")), "{:?}", outcome.error);
+    assert_eq!(primary.call_count(), 2, "one try and one retry before failing over");
+    let journal = entries(&store, &run);
+    assert_eq!(journal[1].served_by.as_deref(), Some("backup:small"));
+    assert_eq!(journal[1].model.as_deref(), Some("primary:big"));
+    // The key is the requested model's: an engine without fallbacks still replays it.
+    let plain = Engine::builder(store.clone(), store.clone())
+        .provider(Arc::new(primary.clone()))
+        .default_model(ModelRef::parse("primary:big").unwrap())
+        .build()
+        .unwrap();
+    let again = plain.resume(&run, ResumeOptions { workflow: Some(wf), ..Default::default() }).unwrap();
+    assert_eq!(again.result().await.unwrap().preview.hits, 1);
+    // A non-retryable failure does not fail over.
+    let filtered =
+        FakeProvider::named("primary").on_any(FakeScript::error(Error::new(ErrorCode::ContentFilter, "no")));
+    let engine = Engine::builder(store.clone(), store.clone())
+        .provider(Arc::new(filtered))
+        .provider(Arc::new(backup.clone()))
+        .default_model(ModelRef::parse("primary:big").unwrap())
+        .fallbacks(ModelRef::parse("primary:big").unwrap(), vec![ModelRef::parse("backup:small").unwrap()])
+        .build()
+        .unwrap();
+    let wf = Workflow::new("fo2", |ctx, _| async move { ctx.agent("other", AgentOptions::default()).await });
+    let outcome = engine.run(&wf, json!({}), RunOptions::default()).unwrap().result().await.unwrap();
+    assert_eq!(outcome.error.unwrap().code, ErrorCode::ContentFilter);
+    assert_eq!(backup.call_count(), 1);
+}
+
+#[tokio::test]
+async fn the_replay_strict_helper_fails_on_the_first_live_call() {
+    let (_store, provider, engine) = setup();
+    let handle = engine.run(&three_calls(), json!({}), RunOptions::default()).unwrap();
+    let run = handle.run_id().clone();
+    handle.result().await.unwrap();
+    let clean = crate::testing::replay_strict(&engine, &run, Some(three_calls())).await.unwrap();
+    assert_eq!(clean.preview.hits, 3);
+    let edited =
+        Workflow::new("three", |ctx, _| async move { ctx.agent("rewritten", AgentOptions::default()).await });
+    let err = crate::testing::replay_strict(&engine, &run, Some(edited)).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::JournalMiss);
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 3);
 }

@@ -46,7 +46,11 @@ fn every_sample_runs_offline_and_ends_as_documented() {
         .count();
     assert_eq!(count, expectations.len(), "every sample has an expectation");
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("slow-echo.toml"), "[providers.echo]\nkind = \"echo\"\nlatency_ms = 400\n").unwrap();
+    std::fs::write(
+        dir.path().join("slow-echo.toml"),
+        "[providers.echo]\nkind = \"echo\"\nlatency_ms = 400\n",
+    )
+    .unwrap();
     for (name, extra, code) in expectations {
         let file = scripts().join(format!("{name}.rhai"));
         let out =
