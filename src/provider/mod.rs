@@ -11,9 +11,11 @@
 //! Shipped adapters: [`anthropic::AnthropicProvider`] (Messages API),
 //! [`openai_chat::OpenAiChatProvider`] (Chat Completions), [`openai_responses::OpenAiResponsesProvider`]
 //! (Responses API), [`openai_compatible::OpenAiCompatibleProvider`] (Chat Completions at any base
-//! URL: Ollama, vLLM, llama.cpp) and the offline [`echo::EchoProvider`].
+//! URL: Ollama, vLLM, llama.cpp) and the offline [`echo::EchoProvider`]. [`cassette`] records a
+//! provider's exchanges and replays them with no network.
 
 pub mod anthropic;
+pub mod cassette;
 pub mod echo;
 mod estimate;
 mod http;

@@ -10,11 +10,14 @@
 //! compatible servers (xAI), which the total shows. When a server reports no usage at all
 //! (llama.cpp never does), usage is estimated from text lengths and marked approximate.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -521,6 +524,72 @@ impl ChatDecoder {
     }
 }
 
+/// The common chunk shape: text or reasoning deltas and nothing else. Fields that would need the
+/// general path (tool calls, refusals, a finish, usage, an error) are only checked for presence.
+#[derive(Deserialize)]
+struct TextChunk<'a> {
+    #[serde(borrow, default)]
+    choices: Vec<TextChoice<'a>>,
+    #[serde(default)]
+    usage: Option<IgnoredAny>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct TextChoice<'a> {
+    #[serde(default)]
+    index: u64,
+    #[serde(borrow, default)]
+    delta: Option<TextDeltaWire<'a>>,
+    #[serde(default)]
+    finish_reason: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct TextDeltaWire<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(default)]
+    refusal: Option<IgnoredAny>,
+    #[serde(default)]
+    tool_calls: Option<IgnoredAny>,
+}
+
+impl TextChunk<'_> {
+    fn is_plain_text(&self) -> bool {
+        self.usage.is_none()
+            && self.error.is_none()
+            && self.choices.iter().all(|choice| {
+                choice.finish_reason.is_none()
+                    && choice.delta.as_ref().is_none_or(|d| d.refusal.is_none() && d.tool_calls.is_none())
+            })
+    }
+}
+
+impl ChatDecoder {
+    /// The fast path: the same events [`ChatDecoder::chunk`] yields for a plain text chunk.
+    fn text_chunk(&mut self, chunk: &TextChunk<'_>, out: &mut Vec<ChatEvent>) {
+        for choice in chunk.choices.iter().filter(|c| c.index == 0) {
+            let Some(delta) = &choice.delta else { continue };
+            if let Some(text) = delta.content.as_deref().filter(|t| !t.is_empty()) {
+                self.output_chars += text.chars().count();
+                out.push(ChatEvent::TextDelta(text.to_owned()));
+            }
+            for text in [&delta.reasoning_content, &delta.reasoning].into_iter().flatten() {
+                if !text.is_empty() {
+                    self.output_chars += text.chars().count();
+                    out.push(ChatEvent::ReasoningDelta(text.clone().into_owned()));
+                }
+            }
+        }
+    }
+}
+
 /// Normalizes a Chat Completions usage object.
 ///
 /// `prompt_tokens` includes cached tokens (`prompt_tokens_details.cached_tokens` is a subset).
@@ -553,6 +622,12 @@ impl StreamDecoder for ChatDecoder {
         }
         if data.is_empty() {
             return;
+        }
+        // Most chunks carry one text delta: decode those without building a `Value`.
+        if let Ok(chunk) = serde_json::from_str::<TextChunk<'_>>(data)
+            && chunk.is_plain_text()
+        {
+            return self.text_chunk(&chunk, out);
         }
         match serde_json::from_str::<Value>(data) {
             Ok(value) => self.chunk(&value, out),

@@ -121,7 +121,10 @@ impl SseParser {
                     self.data.push('\n');
                 }
                 self.has_data = true;
-                self.data.push_str(&String::from_utf8_lossy(value));
+                match std::str::from_utf8(value) {
+                    Ok(text) => self.data.push_str(text),
+                    Err(_) => self.data.push_str(&String::from_utf8_lossy(value)),
+                }
             }
             b"event" => self.event = String::from_utf8_lossy(value).into_owned(),
             b"id" if !value.contains(&0) => self.last_id = Some(String::from_utf8_lossy(value).into_owned()),

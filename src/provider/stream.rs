@@ -7,12 +7,13 @@
 //! of growing a queue, and dropping the stream drops the response, which closes the connection.
 
 use std::collections::VecDeque;
-use std::pin::Pin;
+use std::future::Future;
+use std::pin::{Pin, pin};
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::ChatEvent;
 use super::http::{ErrorContext, classify_http};
@@ -94,9 +95,7 @@ pub(crate) fn drive(call: WireCall, cancel: CancellationToken) -> BoxStream<'sta
         sse_events: Vec::new(),
         decoded: Vec::new(),
         queue: VecDeque::new(),
-        idle,
-        deadline: Box::pin(tokio::time::sleep(idle)),
-        cancel,
+        watch: Watch { idle, cancel, cancelled: None, deadline: None, last_activity: Instant::now() },
         finished: false,
     };
     futures::stream::unfold(state, |mut driver| async move {
@@ -122,10 +121,8 @@ struct Driver {
     decoded: Vec<ChatEvent>,
     /// Events decoded but not yet handed to the consumer.
     queue: VecDeque<ChatEvent>,
-    idle: Duration,
-    /// The idle timer, re-armed whenever bytes arrive.
-    deadline: Pin<Box<Sleep>>,
-    cancel: CancellationToken,
+    /// Cancellation and the idle timeout around every wait.
+    watch: Watch,
     /// A terminal event has been queued; nothing more is read.
     finished: bool,
 }
@@ -155,12 +152,10 @@ impl Driver {
     }
 
     async fn connect(&mut self, request: reqwest::RequestBuilder) {
-        self.deadline.as_mut().reset(Instant::now() + self.idle);
-        let response = tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => return self.fail(cancelled()),
-            _ = self.deadline.as_mut() => return self.fail(self.stalled("waiting for the response")),
-            response = request.send() => response,
+        self.watch.touch();
+        let response = match self.watch.guard(request.send()).await {
+            Ok(response) => response,
+            Err(interrupt) => return self.interrupted(interrupt, "waiting for the response"),
         };
         let response = match response {
             Ok(response) => response,
@@ -194,13 +189,10 @@ impl Driver {
     }
 
     async fn read_chunk(&mut self) {
-        self.deadline.as_mut().reset(Instant::now() + self.idle);
         let Phase::Body(response) = &mut self.phase else { return };
-        let chunk = tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => return self.fail(cancelled()),
-            _ = self.deadline.as_mut() => return self.fail(self.stalled("between events")),
-            chunk = response.chunk() => chunk,
+        let chunk = match self.watch.guard(response.chunk()).await {
+            Ok(chunk) => chunk,
+            Err(interrupt) => return self.interrupted(interrupt, "between events"),
         };
         match chunk {
             Ok(Some(bytes)) => {
@@ -252,21 +244,18 @@ impl Driver {
         }
     }
 
+    fn interrupted(&mut self, interrupt: Interrupt, when: &str) {
+        let error = match interrupt {
+            Interrupt::Cancelled => cancelled(),
+            Interrupt::Stalled => stalled(&self.context, self.watch.idle, when),
+        };
+        self.fail(error);
+    }
+
     fn fail(&mut self, error: Error) {
         self.queue.push_back(ChatEvent::Error(error));
         self.finished = true;
         self.phase = Phase::Done;
-    }
-
-    fn stalled(&self, when: &str) -> Error {
-        Error::new(
-            ErrorCode::Transport,
-            format!(
-                "{} stream stalled {when}: no bytes for {} ms",
-                self.context.provider,
-                self.idle.as_millis()
-            ),
-        )
     }
 
     /// Reads a whole (error or JSON) body, bounded in size and under the same idle timeout
@@ -275,12 +264,12 @@ impl Driver {
         const MAX_BODY: usize = 4 << 20;
         let mut body = Vec::new();
         loop {
-            self.deadline.as_mut().reset(Instant::now() + self.idle);
-            let chunk = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => return Err(cancelled()),
-                _ = self.deadline.as_mut() => return Err(self.stalled("reading the response body")),
-                chunk = response.chunk() => chunk,
+            let chunk = match self.watch.guard(response.chunk()).await {
+                Ok(chunk) => chunk,
+                Err(Interrupt::Cancelled) => return Err(cancelled()),
+                Err(Interrupt::Stalled) => {
+                    return Err(stalled(&self.context, self.watch.idle, "reading the response body"));
+                }
             };
             match chunk {
                 Ok(Some(bytes)) => {
@@ -294,6 +283,73 @@ impl Driver {
             }
         }
     }
+}
+
+/// Why a guarded wait ended early.
+enum Interrupt {
+    Cancelled,
+    Stalled,
+}
+
+/// Cancellation and the idle timeout, applied to every wait of one call.
+///
+/// The timer is lazy: bytes arriving only record the time, and the timer, armed once, is moved
+/// forward only when it fires early. Resetting a timer for every chunk of a fast stream costs
+/// more than reading the chunk.
+struct Watch {
+    idle: Duration,
+    cancel: CancellationToken,
+    /// Kept across waits, so waiting does not re-register with the token every time.
+    cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    /// Created on first use, inside the runtime, so `Provider::stream` may be called outside one.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// When the connection last made progress.
+    last_activity: Instant,
+}
+
+impl Watch {
+    /// Records progress now.
+    fn touch(&mut self) {
+        self.last_activity = Instant::now();
+    }
+
+    /// Waits for `future` unless the call is cancelled or stays silent for the idle timeout;
+    /// its completion counts as progress.
+    ///
+    /// # Cancel safety
+    /// Dropping the returned future drops `future`; the watch itself stays usable.
+    async fn guard<F: Future>(&mut self, future: F) -> Result<F::Output, Interrupt> {
+        let mut future = pin!(future);
+        let cancel = &self.cancel;
+        let cancelled = self.cancelled.get_or_insert_with(|| Box::pin(cancel.clone().cancelled_owned()));
+        let due = self.last_activity + self.idle;
+        let deadline = self.deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancelled.as_mut() => return Err(Interrupt::Cancelled),
+                output = future.as_mut() => {
+                    self.last_activity = Instant::now();
+                    return Ok(output);
+                }
+                _ = deadline.as_mut() => {
+                    let due = self.last_activity + self.idle;
+                    if Instant::now() >= due {
+                        return Err(Interrupt::Stalled);
+                    }
+                    deadline.as_mut().reset(due);
+                }
+            }
+        }
+    }
+}
+
+/// The error of a connection silent for longer than the idle timeout.
+fn stalled(context: &ErrorContext, idle: Duration, when: &str) -> Error {
+    Error::new(
+        ErrorCode::Transport,
+        format!("{} stream stalled {when}: no bytes for {} ms", context.provider, idle.as_millis()),
+    )
 }
 
 /// The terminal error of a cancelled call.

@@ -218,12 +218,15 @@ fn request() -> ChatRequest {
 
 /// Collects a stream, asserting the one-terminal-event contract.
 async fn collect(provider: &dyn Provider) -> Vec<ChatEvent> {
-    let events: Vec<ChatEvent> = tokio::time::timeout(
-        Duration::from_secs(10),
-        provider.stream(request(), CancellationToken::new()).collect(),
-    )
-    .await
-    .expect("the stream ended");
+    collect_request(provider, request(), Duration::from_secs(10)).await
+}
+
+/// Collects the stream of `request` within `within`, asserting the one-terminal-event contract.
+async fn collect_request(provider: &dyn Provider, request: ChatRequest, within: Duration) -> Vec<ChatEvent> {
+    let events: Vec<ChatEvent> =
+        tokio::time::timeout(within, provider.stream(request, CancellationToken::new()).collect())
+            .await
+            .expect("the stream ended");
     assert_eq!(events.iter().filter(|e| e.is_terminal()).count(), 1, "{events:?}");
     assert!(events.last().is_some_and(ChatEvent::is_terminal), "{events:?}");
     events
@@ -533,4 +536,34 @@ async fn a_compatible_server_answering_json_is_understood() {
     let events = collect(&*compatible(&server.uri())).await;
     let Some(ChatEvent::Finish { reason, usage }) = events.last() else { panic!("{events:?}") };
     assert_eq!((reason, usage.input_tokens, usage.output_tokens), (&FinishReason::Stop, 37, 19));
+}
+
+/// Opt-in: a real llama.cpp OpenAI-compatible server (see `shared/fixtures/README.md` for the
+/// recipe), named by `CAIRN_TEST_LLAMA_URL` (e.g. `http://127.0.0.1:8765/v1`). Without the
+/// variable there is nothing to test and the test passes at once.
+#[tokio::test]
+async fn live_llama_cpp_server_when_configured() {
+    let Ok(url) = std::env::var("CAIRN_TEST_LLAMA_URL") else { return };
+    let provider =
+        OpenAiCompatibleProvider::new("llama", &url).unwrap().with_idle_timeout(Duration::from_secs(60));
+    let mut plain = ChatRequest::new("smollm2", vec![Message::user("Count from 1 to 3.")]);
+    plain.temperature = Some(0.0);
+    plain.max_output_tokens = Some(32);
+    let events = collect_request(&provider, plain, Duration::from_secs(120)).await;
+    let Some(ChatEvent::Finish { usage, .. }) = events.last() else { panic!("{events:?}") };
+    assert!(usage.approximate && usage.output_tokens > 0, "llama.cpp reports no usage: {usage:?}");
+    assert!(events.iter().any(|e| matches!(e, ChatEvent::TextDelta(_))));
+
+    let mut forced = request();
+    forced.model = "smollm2".into();
+    forced.tool_choice = cairn::provider::ToolChoice::Tool("get_weather".into());
+    forced.max_output_tokens = Some(64);
+    let events = collect_request(&provider, forced, Duration::from_secs(120)).await;
+    let end = events.iter().find_map(|e| match e {
+        ChatEvent::ToolCallEnd { name, arguments, .. } => Some((name.clone(), arguments.clone())),
+        _ => None,
+    });
+    let (name, arguments) = end.unwrap_or_else(|| panic!("no tool call: {events:?}"));
+    assert_eq!(name, "get_weather");
+    assert!(arguments.is_object());
 }

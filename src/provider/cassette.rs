@@ -1,0 +1,259 @@
+//! Cassettes: record a provider's exchanges once, replay them forever with zero network.
+//!
+//! [`RecordingProvider`] wraps a live provider and appends one JSON line per completed
+//! exchange: the request in canonical form (its telemetry `meta` left out), the key (sha256 of
+//! the request's RFC 8785 canonical JSON) and the events the stream yielded. A request never
+//! holds a credential (adapters keep keys to themselves), so a cassette cannot leak one.
+//! Cancelled or dropped streams record nothing: a row is always a whole exchange.
+//!
+//! [`ReplayProvider`] serves a cassette: each request is answered by the rows recorded under
+//! its key, in recording order (the last one repeating), and a request the cassette does not
+//! hold fails with a `config` error that says "cassette miss" instead of going live.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use super::stream::cancelled;
+use super::{Capabilities, ChatEvent, ChatRequest, Provider};
+use crate::{Error, ErrorCode};
+
+/// One recorded exchange, one line of a cassette file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CassetteRow {
+    /// The provider's name when recorded.
+    pub provider: String,
+    /// sha256 (hex) of the canonical request JSON.
+    pub key: String,
+    /// The request, `meta` removed.
+    pub request: Value,
+    /// What the provider declared for the request's model.
+    pub capabilities: Capabilities,
+    /// The events, ending in the terminal one.
+    pub events: Vec<ChatEvent>,
+}
+
+/// The key of a request: sha256 (hex) of its RFC 8785 canonical JSON, telemetry left out, and
+/// the canonical request itself.
+///
+/// # Errors
+/// `internal` if the request cannot be serialized (it always can).
+pub fn request_key(request: &ChatRequest) -> Result<(String, Value), Error> {
+    let mut value =
+        serde_json::to_value(request).map_err(|e| Error::internal(format!("request to json: {e}")))?;
+    if let Some(object) = value.as_object_mut() {
+        object.remove("meta");
+    }
+    let canonical = serde_json_canonicalizer::to_string(&value)
+        .map_err(|e| Error::internal(format!("canonical request json: {e}")))?;
+    Ok((hex::encode(Sha256::digest(canonical.as_bytes())), value))
+}
+
+/// Records every completed exchange of the wrapped provider to a JSONL cassette.
+#[derive(Clone)]
+pub struct RecordingProvider {
+    inner: Arc<dyn Provider>,
+    path: PathBuf,
+    /// Serializes appends from concurrent streams, so lines never interleave.
+    file_lock: Arc<Mutex<()>>,
+}
+
+impl RecordingProvider {
+    /// Records `inner`'s exchanges, appending to the cassette at `path` (created if missing).
+    pub fn new(inner: Arc<dyn Provider>, path: &Path) -> RecordingProvider {
+        RecordingProvider { inner, path: path.to_owned(), file_lock: Arc::new(Mutex::new(())) }
+    }
+}
+
+impl std::fmt::Debug for RecordingProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordingProvider").field("inner", &self.inner).field("path", &self.path).finish()
+    }
+}
+
+impl Provider for RecordingProvider {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self, model: &str) -> Capabilities {
+        self.inner.capabilities(model)
+    }
+
+    fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
+        let row = request_key(&request).map(|(key, request_json)| CassetteRow {
+            provider: self.inner.name().to_owned(),
+            key,
+            request: request_json,
+            capabilities: self.inner.capabilities(&request.model),
+            events: Vec::new(),
+        });
+        let inner = self.inner.stream(request, cancel);
+        let mut row = match row {
+            Ok(row) => row,
+            Err(error) => return futures::stream::iter([ChatEvent::Error(error)]).boxed(),
+        };
+        let path = self.path.clone();
+        let lock = self.file_lock.clone();
+        inner
+            .map(move |event| {
+                row.events.push(event.clone());
+                let cancelled = matches!(&event, ChatEvent::Error(e) if e.code == ErrorCode::Cancelled);
+                if event.is_terminal() && !cancelled {
+                    if let Err(err) = append(&path, &lock, &row) {
+                        tracing::error!(path = %path.display(), error = %err, "cannot record the exchange to the cassette");
+                    }
+                }
+                event
+            })
+            .boxed()
+    }
+}
+
+fn append(path: &Path, lock: &Mutex<()>, row: &CassetteRow) -> std::io::Result<()> {
+    let mut line = serde_json::to_string(row)?;
+    line.push('\n');
+    let _guard = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
+    file.write_all(line.as_bytes())
+}
+
+/// Serves recorded exchanges with no network at all.
+#[derive(Debug, Clone)]
+pub struct ReplayProvider {
+    name: String,
+    /// Recorded rows by request key, in recording order.
+    rows: Arc<HashMap<String, Vec<CassetteRow>>>,
+    /// How many times each key was served.
+    served: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl ReplayProvider {
+    /// Loads the rows recorded for provider `name` from the cassette at `path`.
+    ///
+    /// # Errors
+    /// `config` if the file cannot be read or a line is not a cassette row.
+    pub fn open(path: &Path, name: &str) -> Result<ReplayProvider, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::config(format!("cannot read cassette {}: {e}", path.display())))?;
+        let mut rows: HashMap<String, Vec<CassetteRow>> = HashMap::new();
+        for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let row: CassetteRow = serde_json::from_str(line).map_err(|e| {
+                Error::config(format!(
+                    "cassette {} line {}: not a cassette row: {e}",
+                    path.display(),
+                    number + 1
+                ))
+            })?;
+            if row.provider == name {
+                rows.entry(row.key.clone()).or_default().push(row);
+            }
+        }
+        Ok(ReplayProvider { name: name.to_owned(), rows: Arc::new(rows), served: Arc::default() })
+    }
+
+    /// How many exchanges the cassette holds for this provider.
+    pub fn len(&self) -> usize {
+        self.rows.values().map(Vec::len).sum()
+    }
+
+    /// Whether the cassette holds no exchange for this provider.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+impl Provider for ReplayProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capabilities(&self, model: &str) -> Capabilities {
+        self.rows
+            .values()
+            .flatten()
+            .find(|row| row.request.get("model").and_then(Value::as_str) == Some(model))
+            .map_or(Capabilities::ALL, |row| row.capabilities)
+    }
+
+    fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
+        if cancel.is_cancelled() {
+            return futures::stream::iter([ChatEvent::Error(cancelled())]).boxed();
+        }
+        let events = match request_key(&request) {
+            Err(error) => vec![ChatEvent::Error(error)],
+            Ok((key, _)) => match self.rows.get(&key) {
+                None => vec![ChatEvent::Error(Error::config(format!(
+                    "cassette miss: no recorded exchange for this request to {}:{} (key {})",
+                    self.name,
+                    request.model,
+                    &key[..12]
+                )))],
+                Some(rows) => {
+                    let mut served = self.served.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let count = served.entry(key).or_insert(0);
+                    let row = rows.get(*count).or(rows.last());
+                    *count += 1;
+                    row.map(|row| row.events.clone()).unwrap_or_default()
+                }
+            },
+        };
+        futures::stream::iter(events).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::echo::EchoProvider;
+    use crate::provider::{CallMeta, Message};
+
+    #[tokio::test]
+    async fn records_then_replays_with_no_live_provider() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cassette.jsonl");
+        let recorder = RecordingProvider::new(Arc::new(EchoProvider::new()), &path);
+        let mut request = ChatRequest::new("default", vec![Message::user("hello")]);
+        request.meta = CallMeta { label: Some("first".into()), agent_type: None };
+        let live: Vec<ChatEvent> = recorder.stream(request.clone(), CancellationToken::new()).collect().await;
+        let other = ChatRequest::new("default", vec![Message::user("other")]);
+        let _: Vec<ChatEvent> = recorder.stream(other, CancellationToken::new()).collect().await;
+
+        let replay = ReplayProvider::open(&path, "echo").unwrap();
+        assert_eq!(replay.len(), 2);
+        // The label is telemetry: a different label still hits.
+        request.meta.label = Some("second".into());
+        let replayed: Vec<ChatEvent> = replay.stream(request, CancellationToken::new()).collect().await;
+        assert_eq!(replayed, live);
+        let miss: Vec<ChatEvent> = replay
+            .stream(ChatRequest::new("default", vec![Message::user("new")]), CancellationToken::new())
+            .collect()
+            .await;
+        let [ChatEvent::Error(error)] = miss.as_slice() else { panic!("{miss:?}") };
+        assert_eq!(error.code, ErrorCode::Config);
+        assert!(error.message.contains("cassette miss"), "{}", error.message);
+        assert!(ReplayProvider::open(&path, "anthropic").unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn cancelled_streams_record_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cassette.jsonl");
+        let recorder = RecordingProvider::new(Arc::new(EchoProvider::new()), &path);
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let events: Vec<ChatEvent> =
+            recorder.stream(ChatRequest::new("default", vec![Message::user("x")]), cancel).collect().await;
+        assert!(matches!(events.as_slice(), [ChatEvent::Error(e)] if e.code == ErrorCode::Cancelled));
+        assert!(!path.exists());
+    }
+}
