@@ -7,8 +7,10 @@
 //! The runtime knows nothing about journals: it returns what happened, and the engine
 //! journals it.
 
+mod fs_read;
 mod tools;
 
+pub use fs_read::fs_read_toolset;
 pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
 
 use std::sync::Arc;
