@@ -20,7 +20,7 @@ pub mod store;
 pub mod testing;
 mod usage;
 
-pub use agent::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
+pub use agent::{Permission, PermissionHook, Permissions, Tool, Toolset, fs_read_toolset, toolset_hash};
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use engine::{
     AgentOptions, AgentProfile, Branch, CallOptions, CostLine, CostReport, Ctx, Dropped, Engine,

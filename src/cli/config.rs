@@ -206,6 +206,9 @@ impl Config {
         for (name, profile) in &self.profiles {
             builder = builder.profile(name, profile.build(name)?);
         }
+        for (name, table) in &self.toolsets {
+            builder = builder.toolset(build_toolset(name, table)?);
+        }
         for (name, host) in &self.host_functions {
             if host.command.is_empty() {
                 return Err(Error::config(format!("host_functions.{name}: command is empty")));
@@ -228,11 +231,34 @@ impl Config {
 
     /// Names for lint: profiles, toolsets, host functions.
     pub(crate) fn names(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
-        let mut toolsets: Vec<String> = self.toolsets.keys().cloned().collect();
-        if !toolsets.iter().any(|t| t == "fs-read") {
-            toolsets.push("fs-read".into());
+        (
+            self.profiles.keys().cloned().collect(),
+            self.toolsets.keys().cloned().collect(),
+            self.host_functions.keys().cloned().collect(),
+        )
+    }
+}
+
+/// A toolset from its config table. The built-in one is `fs-read` (`root = "DIR"`, read-only
+/// access confined to that directory); nothing is registered unless configured.
+fn build_toolset(name: &str, table: &toml::Table) -> Result<crate::agent::Toolset, Error> {
+    let kind = table.get("kind").and_then(|k| k.as_str()).unwrap_or(name);
+    for key in table.keys() {
+        if !matches!(key.as_str(), "kind" | "root") {
+            return Err(Error::config(format!("toolsets.{name}: unknown key {key:?} (use root)")));
         }
-        (self.profiles.keys().cloned().collect(), toolsets, self.host_functions.keys().cloned().collect())
+    }
+    match kind {
+        "fs-read" => {
+            let root = table.get("root").and_then(|r| r.as_str()).ok_or_else(|| {
+                Error::config(format!("toolsets.{name}: set root = \"DIR\", the directory it may read"))
+            })?;
+            let toolset = crate::agent::fs_read_toolset(Path::new(root))?;
+            Ok(crate::agent::Toolset::new(name, toolset.tools().to_vec()))
+        }
+        other => {
+            Err(Error::config(format!("toolsets.{name}: unknown toolset kind {other:?} (built in: fs-read)")))
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Args;
 use serde_json::{Value, json};
@@ -45,6 +46,20 @@ pub(super) struct RunArgs {
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    cassette: CassetteArgs,
+}
+
+/// Recording or replaying provider traffic.
+#[derive(Debug, Args)]
+pub(super) struct CassetteArgs {
+    /// Record every provider exchange to this cassette (JSONL; no credentials are ever in it).
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    record: Option<PathBuf>,
+    /// Serve every provider exchange from this cassette, with zero network; a request it does
+    /// not hold fails with a cassette miss.
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -66,6 +81,8 @@ pub(super) struct ResumeArgs {
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    cassette: CassetteArgs,
 }
 
 #[derive(Debug, Args)]
@@ -158,6 +175,14 @@ struct Setup {
 }
 
 fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
+    setup_with(globals, model, None)
+}
+
+fn setup_with(
+    globals: &Globals,
+    model: Option<&str>,
+    cassette: Option<&CassetteArgs>,
+) -> Result<Setup, Error> {
     let config = load_config(globals)?;
     let opened = open_store(globals, &config)?;
     let builder = Engine::builder(opened.journal, opened.transcripts);
@@ -165,7 +190,21 @@ fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
         Some(ceiling) => builder.default_budget(ceiling),
         None => builder,
     };
-    let (builder, uses_echo) = config.apply(builder, model)?;
+    let (mut builder, uses_echo) = config.apply(builder, model)?;
+    if let Some(path) = cassette.and_then(|c| c.record.as_deref()) {
+        let path = path.to_owned();
+        builder = builder.try_map_providers(|p| {
+            Ok(Arc::new(crate::provider::cassette::RecordingProvider::new(p, &path))
+                as Arc<dyn crate::provider::Provider>)
+        })?;
+    }
+    if let Some(path) = cassette.and_then(|c| c.replay.as_deref()) {
+        let path = path.to_owned();
+        builder = builder.try_map_providers(|p| {
+            let replay = crate::provider::cassette::ReplayProvider::open(&path, p.name())?;
+            Ok(Arc::new(replay) as Arc<dyn crate::provider::Provider>)
+        })?;
+    }
     let engine = builder.build()?;
     Ok(Setup { engine, config, uses_echo })
 }
@@ -284,7 +323,7 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
     if let Some(Err(e)) = args.budget.map(crate::money::Money::from_usd) {
         return fail(Exit::Usage, format!("invalid --budget: {e}"));
     }
-    let setup = match setup(globals, args.model.as_deref()) {
+    let setup = match setup_with(globals, args.model.as_deref(), Some(&args.cassette)) {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
@@ -296,7 +335,7 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
         }
     };
     print_diagnostics(&args.file, &diagnostics, false);
-    if setup.uses_echo && !args.quiet {
+    if setup.uses_echo && !args.quiet && args.cassette.replay.is_none() {
         eprintln!("note: no model provider is configured; using the offline echo model (echo:default)");
     }
     let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
@@ -315,7 +354,7 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(id) => id,
         Err(exit) => return exit,
     };
-    let setup = match setup(globals, args.model.as_deref()) {
+    let setup = match setup_with(globals, args.model.as_deref(), Some(&args.cassette)) {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };

@@ -540,6 +540,23 @@ impl EngineBuilder {
         self
     }
 
+    /// Replaces every registered provider by `wrap(provider)`: how a host records or
+    /// replays all traffic through cassettes.
+    ///
+    /// # Errors
+    /// The first error `wrap` returns.
+    pub fn try_map_providers(
+        mut self,
+        wrap: impl Fn(Arc<dyn Provider>) -> Result<Arc<dyn Provider>, Error>,
+    ) -> Result<EngineBuilder, Error> {
+        let mut mapped = HashMap::with_capacity(self.inner.providers.len());
+        for (name, provider) in self.inner.providers.drain() {
+            mapped.insert(name, wrap(provider)?);
+        }
+        self.inner.providers = mapped;
+        Ok(self)
+    }
+
     /// Sets the model used when neither the call nor its profile names one.
     pub fn default_model(mut self, model: ModelRef) -> EngineBuilder {
         self.inner.default_model = model;

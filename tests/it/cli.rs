@@ -130,3 +130,30 @@ fn replay_exits_7_when_a_call_would_run_live() {
         cairn_in(dir.path()).args(["resume", "r1", "--dry-run", "--invalidate", "3", "-q"]).assert().code(7);
     assert!(stderr_of(&out).contains("journal_miss"), "{}", stderr_of(&out));
 }
+
+#[test]
+fn cassettes_record_then_replay_with_a_typed_miss() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("w.rhai"), "parallel([|| agent(\"a\"), || agent(\"b\")])").unwrap();
+    let out = cairn_in(dir.path())
+        .args(["--store", "memory", "run", "w.rhai", "-q", "--record", "tape.jsonl"])
+        .assert()
+        .success();
+    let recorded = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let tape = std::fs::read_to_string(dir.path().join("tape.jsonl")).unwrap();
+    assert_eq!(tape.lines().count(), 2);
+    // Replayed from the tape into a fresh store: the same value.
+    let out = cairn_in(dir.path())
+        .args(["--store", "memory", "run", "w.rhai", "-q", "--replay", "tape.jsonl"])
+        .assert()
+        .success();
+    assert_eq!(String::from_utf8(out.get_output().stdout.clone()).unwrap(), recorded);
+    // A request the tape does not hold is a typed miss, never a live call.
+    std::fs::write(dir.path().join("other.rhai"), "agent(\"c\")").unwrap();
+    let out = cairn_in(dir.path())
+        .args(["--store", "memory", "run", "other.rhai", "-q", "--replay", "tape.jsonl"])
+        .assert()
+        .code(1);
+    assert!(stderr_of(&out).contains("cassette miss"), "{}", stderr_of(&out));
+    cairn_in(dir.path()).args(["run", "w.rhai", "--record", "x", "--replay", "y"]).assert().code(2);
+}

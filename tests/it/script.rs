@@ -145,3 +145,39 @@ fn rejected_scripts_write_nothing() {
     assert!(err.message.contains("forbidden"), "{}", err.message);
     assert!(cairn::JournalStore::list_runs(&*store, &Default::default()).unwrap().is_empty());
 }
+
+#[test]
+fn a_script_agent_uses_the_fs_read_toolset_and_a_schema() {
+    use cairn::testing::{FakeProvider, FakeReply, FakeScript, FakeTurn};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "the launch is on tuesday\n").unwrap();
+    let fake = FakeProvider::named("fake").on_any(
+        FakeScript::tool_call("read_file", json!({"path": "notes.txt"})).then(FakeTurn {
+            reply: FakeReply::Json(json!({"day": "tuesday"})),
+            usage: None,
+            latency: None,
+        }),
+    );
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder(store.clone(), store)
+        .provider(Arc::new(fake.clone()))
+        .toolset(cairn::fs_read_toolset(dir.path()).unwrap())
+        .build()
+        .unwrap();
+    let outcome = run(
+        &engine,
+        r#"agent("when is the launch?", #{
+            model: "fake:reader",
+            tools: ["fs-read"],
+            schema: #{type: "object", required: ["day"], properties: #{day: #{type: "string"}}},
+        })"#,
+        json!({}),
+    );
+    assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
+    assert_eq!(outcome.value.unwrap(), json!({"day": "tuesday"}));
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    let second = serde_json::to_string(&calls[1].request.messages).unwrap();
+    assert!(second.contains("the launch is on tuesday"), "the tool result reached the model: {second}");
+    assert!(calls[0].request.tools.iter().any(|t| t.name == "read_file"));
+}
