@@ -9,3 +9,4 @@ mod provider;
 mod samples;
 mod script;
 mod store;
+mod live_model;
