@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -42,6 +42,9 @@ use super::{
 /// How many journal files stay open at once; past it, idle runs' files are closed (and
 /// rescanned when next appended to), so a long-lived process cannot run out of descriptors.
 const MAX_OPEN_JOURNALS: usize = 64;
+
+/// How many runs' slots the store remembers before it forgets the idle ones.
+const MAX_SLOTS: usize = 1_024;
 
 /// A [`JournalStore`] and [`TranscriptStore`] over a directory of JSONL files.
 pub struct JsonlStore {
@@ -134,45 +137,73 @@ impl JsonlStore {
 
     fn slot(&self, run: &RunId) -> Arc<Mutex<RunSlot>> {
         let mut slots = lock(&self.slots);
+        if slots.len() >= MAX_SLOTS && !slots.contains_key(run) {
+            self.prune(&mut slots);
+        }
         Arc::clone(slots.entry(run.clone()).or_default())
     }
 
-    /// Opens (creating) and scans the run's journal for appending, repairing a torn tail.
-    fn open_journal(&self, run: &RunId, slot: &mut RunSlot) -> Result<()> {
-        if slot.journal.is_some() {
-            return Ok(());
+    /// Scans the run's journal, repairing a torn tail, and keeps the file open for the
+    /// appends that usually follow (a resume loads, then appends). `None` when the run has
+    /// no journal and `create` is off.
+    fn scan_journal(&self, run: &RunId, slot: &mut RunSlot, create: bool) -> Result<Option<Vec<RawEntry>>> {
+        if slot.journal.is_none() {
+            let path = self.journal_path(run);
+            let file = match OpenOptions::new().read(true).append(true).create(create).open(&path) {
+                Ok(file) => file,
+                Err(err) if err.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+                Err(err) => return Err(err.into()),
+            };
+            if create && self.durability == Durability::Full {
+                sync_dir(&self.dir)?; // The file may be new; make its name durable.
+            }
+            slot.journal = Some(RunFile { file, len: 0, tail: None, unterminated: false });
+            if self.open_journals.fetch_add(1, Ordering::Relaxed) + 1 > MAX_OPEN_JOURNALS {
+                self.prune(&mut lock(&self.slots));
+            }
         }
-        let path = self.journal_path(run);
-        let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path)?;
-        let scan = scan(run, &mut file)?;
-        let len = file.metadata()?.len();
-        if scan.keep_len < len {
-            file.set_len(scan.keep_len)?;
-            file.sync_data()?;
+        let Some(journal) = slot.journal.as_mut() else {
+            return Err(Error::Io(io::Error::other("journal file is not open")));
+        };
+        let scanned = (|| -> Result<Scan> {
+            // Appends ignore the read position (the file is in append mode); reads start over.
+            journal.file.seek(SeekFrom::Start(0))?;
+            let scanned = scan(run, &mut journal.file)?;
+            if scanned.keep_len < journal.file.metadata()?.len() {
+                // Repair now, so that what this scan served is exactly what stays on disk.
+                journal.file.set_len(scanned.keep_len)?;
+                journal.file.sync_data()?;
+            }
+            Ok(scanned)
+        })();
+        match scanned {
+            Ok(scanned) => {
+                journal.len = scanned.keep_len;
+                journal.tail = scanned.entries.last().map(RawEntry::seq);
+                journal.unterminated = scanned.unterminated;
+                Ok(Some(scanned.entries))
+            }
+            Err(err) => {
+                // What the open file's state says is unknown now: rescan on next use.
+                self.close_journal(slot);
+                Err(err)
+            }
         }
-        if len == 0 && self.durability == Durability::Full {
-            sync_dir(&self.dir)?;
-        }
-        let tail = scan.entries.last().map(RawEntry::seq);
-        slot.journal = Some(RunFile { file, len: scan.keep_len, tail, unterminated: scan.unterminated });
-        if self.open_journals.fetch_add(1, Ordering::Relaxed) + 1 > MAX_OPEN_JOURNALS {
-            self.evict_idle();
-        }
-        Ok(())
     }
 
-    /// Closes the journals of runs nobody is using right now. Slots are only `try_lock`ed,
-    /// so this never waits on (or deadlocks with) a busy run, the caller's own included.
-    fn evict_idle(&self) {
-        let slots = lock(&self.slots);
-        for slot in slots.values() {
-            if self.open_journals.load(Ordering::Relaxed) <= MAX_OPEN_JOURNALS / 2 {
-                break;
+    /// Drops the slots nobody holds (closing their files), so neither open descriptors nor
+    /// the slot map grow with every run a long-lived process has touched. A slot is only
+    /// handed out under the map lock, so one the map alone holds cannot be in use.
+    fn prune(&self, slots: &mut HashMap<RunId, Arc<Mutex<RunSlot>>>) {
+        slots.retain(|_, slot| {
+            if Arc::strong_count(slot) > 1 {
+                return true;
             }
-            if let Ok(mut slot) = slot.try_lock() {
-                self.close_journal(&mut slot);
+            if let Ok(mut idle) = slot.try_lock() {
+                self.close_journal(&mut idle);
             }
-        }
+            false
+        });
     }
 
     fn close_journal(&self, slot: &mut RunSlot) {
@@ -281,7 +312,9 @@ impl JournalStore for JsonlStore {
         }
         let slot = self.slot(run);
         let mut slot = lock(&slot);
-        self.open_journal(run, &mut slot)?;
+        if slot.journal.is_none() {
+            self.scan_journal(run, &mut slot, true)?;
+        }
         let tail = slot.journal.as_ref().and_then(|journal| journal.tail);
         common::check_tail(run, tail, entries)?;
         self.write_batch(&mut slot, entries)
@@ -290,27 +323,7 @@ impl JournalStore for JsonlStore {
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {
         let slot = self.slot(run);
         let mut slot = lock(&slot);
-        let path = self.journal_path(run);
-        let mut file = match File::open(&path) {
-            Ok(file) => file,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                self.close_journal(&mut slot);
-                return Ok(Vec::new());
-            }
-            Err(err) => return Err(err.into()),
-        };
-        let scan = scan(run, &mut file)?;
-        if scan.keep_len < file.metadata()?.len() {
-            // Repair now, so that what this load served is exactly what stays on disk.
-            self.close_journal(&mut slot);
-            let file = OpenOptions::new().write(true).open(&path)?;
-            file.set_len(scan.keep_len)?;
-            file.sync_data()?;
-        } else if let Some(journal) = slot.journal.as_mut() {
-            journal.tail = scan.entries.last().map(RawEntry::seq);
-            journal.unterminated = scan.unterminated;
-        }
-        Ok(scan.entries)
+        Ok(self.scan_journal(run, &mut slot, false)?.unwrap_or_default())
     }
 
     fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()> {
@@ -469,15 +482,8 @@ fn scan_in_chunks(run: &RunId, reader: &mut dyn Read, chunk: usize) -> Result<Sc
         buffer.drain(..start);
         searched -= start;
         start = 0;
-        let filled = buffer.len();
-        buffer.resize(filled + chunk, 0);
-        let read = loop {
-            match reader.read(&mut buffer[filled..]) {
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other?,
-            }
-        };
-        buffer.truncate(filled + read);
+        // Appends into spare capacity: no zero-filling a chunk per read.
+        let read = reader.take(chunk as u64).read_to_end(&mut buffer)?;
         if read == 0 {
             return scanner.finish(&buffer[start..]);
         }

@@ -298,7 +298,12 @@ fn commit_group(conn: &Connection, clock: &dyn Clock, batch: &[Pending]) -> Vec<
         outcomes.push(append_in(conn, single, now_ms));
     } else {
         for pending in batch {
-            outcomes.push(in_savepoint(conn, || append_in(conn, pending, now_ms)));
+            match in_savepoint(conn, || append_in(conn, pending, now_ms)) {
+                Ok(outcome) => outcomes.push(outcome),
+                // A savepoint that cannot be taken, released or rolled back may leave part of
+                // a failed batch in the transaction: give the whole group up.
+                Err(err) => return batch.iter().map(|_| Err(duplicate(&err))).collect(),
+            }
         }
     }
     if outcomes.iter().all(Result::is_err) {
@@ -314,15 +319,16 @@ fn commit_group(conn: &Connection, clock: &dyn Clock, batch: &[Pending]) -> Vec<
     outcomes
 }
 
-/// Runs `f` under a savepoint, rolled back (and released) when `f` fails.
-fn in_savepoint(conn: &Connection, f: impl FnOnce() -> Result<()>) -> Result<()> {
+/// Runs `f` under a savepoint, rolled back (and released) when `f` fails. The outer error
+/// is the savepoint's own failure; the inner result is `f`'s.
+fn in_savepoint(conn: &Connection, f: impl FnOnce() -> Result<()>) -> Result<Result<()>> {
     run_cached(conn, "SAVEPOINT batch")?;
     match f() {
-        Ok(()) => run_cached(conn, "RELEASE batch"),
+        Ok(()) => run_cached(conn, "RELEASE batch").map(Ok),
         Err(err) => {
             run_cached(conn, "ROLLBACK TO batch")?;
             run_cached(conn, "RELEASE batch")?;
-            Err(err)
+            Ok(Err(err))
         }
     }
 }
