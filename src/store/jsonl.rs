@@ -11,7 +11,12 @@
 //! of the run: a torn last line is truncated off (complete records glued in front of the
 //! fragment are kept), a last line that is complete but lost its newline is served and
 //! terminated by the next append, and records glued onto one line anywhere are split apart.
-//! A damaged line anywhere but the end is refused as [`Error::Corrupt`]. After a kill in
+//! A damaged line anywhere but the end is refused as [`Error::Corrupt`]. Loading reads the
+//! file in chunks and frames each line as the kernel writes it (`{"seq":N,` then one object
+//! whose strings and brackets close at the newline) without parsing its payload, which
+//! keeps a load close to the speed of reading the file; decoding is where a payload that
+//! frames but is not JSON gets reported. Every other line, and the tail, is parsed
+//! exactly. After a kill in
 //! the middle of a multi-entry append, a prefix of that unacknowledged batch can survive
 //! (at entry granularity), as if the crash had come between two single appends.
 //!
@@ -22,7 +27,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -37,6 +42,9 @@ use super::{
 /// How many journal files stay open at once; past it, idle runs' files are closed (and
 /// rescanned when next appended to), so a long-lived process cannot run out of descriptors.
 const MAX_OPEN_JOURNALS: usize = 64;
+
+/// How many runs' slots the store remembers before it forgets the idle ones.
+const MAX_SLOTS: usize = 1_024;
 
 /// A [`JournalStore`] and [`TranscriptStore`] over a directory of JSONL files.
 pub struct JsonlStore {
@@ -129,46 +137,73 @@ impl JsonlStore {
 
     fn slot(&self, run: &RunId) -> Arc<Mutex<RunSlot>> {
         let mut slots = lock(&self.slots);
+        if slots.len() >= MAX_SLOTS && !slots.contains_key(run) {
+            self.prune(&mut slots);
+        }
         Arc::clone(slots.entry(run.clone()).or_default())
     }
 
-    /// Opens (creating) and scans the run's journal for appending, repairing a torn tail.
-    fn open_journal(&self, run: &RunId, slot: &mut RunSlot) -> Result<()> {
-        if slot.journal.is_some() {
-            return Ok(());
+    /// Scans the run's journal, repairing a torn tail, and keeps the file open for the
+    /// appends that usually follow (a resume loads, then appends). `None` when the run has
+    /// no journal and `create` is off.
+    fn scan_journal(&self, run: &RunId, slot: &mut RunSlot, create: bool) -> Result<Option<Vec<RawEntry>>> {
+        if slot.journal.is_none() {
+            let path = self.journal_path(run);
+            let file = match OpenOptions::new().read(true).append(true).create(create).open(&path) {
+                Ok(file) => file,
+                Err(err) if err.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+                Err(err) => return Err(err.into()),
+            };
+            if create && self.durability == Durability::Full {
+                sync_dir(&self.dir)?; // The file may be new; make its name durable.
+            }
+            slot.journal = Some(RunFile { file, len: 0, tail: None, unterminated: false });
+            if self.open_journals.fetch_add(1, Ordering::Relaxed) + 1 > MAX_OPEN_JOURNALS {
+                self.prune(&mut lock(&self.slots));
+            }
         }
-        let path = self.journal_path(run);
-        let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
-        let scan = scan(run, &bytes)?;
-        if scan.keep_len < bytes.len() as u64 {
-            file.set_len(scan.keep_len)?;
-            file.sync_data()?;
+        let Some(journal) = slot.journal.as_mut() else {
+            return Err(Error::Io(io::Error::other("journal file is not open")));
+        };
+        let scanned = (|| -> Result<Scan> {
+            // Appends ignore the read position (the file is in append mode); reads start over.
+            journal.file.seek(SeekFrom::Start(0))?;
+            let scanned = scan(run, &mut journal.file)?;
+            if scanned.keep_len < journal.file.metadata()?.len() {
+                // Repair now, so that what this scan served is exactly what stays on disk.
+                journal.file.set_len(scanned.keep_len)?;
+                journal.file.sync_data()?;
+            }
+            Ok(scanned)
+        })();
+        match scanned {
+            Ok(scanned) => {
+                journal.len = scanned.keep_len;
+                journal.tail = scanned.entries.last().map(RawEntry::seq);
+                journal.unterminated = scanned.unterminated;
+                Ok(Some(scanned.entries))
+            }
+            Err(err) => {
+                // What the open file's state says is unknown now: rescan on next use.
+                self.close_journal(slot);
+                Err(err)
+            }
         }
-        if bytes.is_empty() && self.durability == Durability::Full {
-            sync_dir(&self.dir)?;
-        }
-        let tail = scan.entries.last().map(RawEntry::seq);
-        slot.journal = Some(RunFile { file, len: scan.keep_len, tail, unterminated: scan.unterminated });
-        if self.open_journals.fetch_add(1, Ordering::Relaxed) + 1 > MAX_OPEN_JOURNALS {
-            self.evict_idle();
-        }
-        Ok(())
     }
 
-    /// Closes the journals of runs nobody is using right now. Slots are only `try_lock`ed,
-    /// so this never waits on (or deadlocks with) a busy run, the caller's own included.
-    fn evict_idle(&self) {
-        let slots = lock(&self.slots);
-        for slot in slots.values() {
-            if self.open_journals.load(Ordering::Relaxed) <= MAX_OPEN_JOURNALS / 2 {
-                break;
+    /// Drops the slots nobody holds (closing their files), so neither open descriptors nor
+    /// the slot map grow with every run a long-lived process has touched. A slot is only
+    /// handed out under the map lock, so one the map alone holds cannot be in use.
+    fn prune(&self, slots: &mut HashMap<RunId, Arc<Mutex<RunSlot>>>) {
+        slots.retain(|_, slot| {
+            if Arc::strong_count(slot) > 1 {
+                return true;
             }
-            if let Ok(mut slot) = slot.try_lock() {
-                self.close_journal(&mut slot);
+            if let Ok(mut idle) = slot.try_lock() {
+                self.close_journal(&mut idle);
             }
-        }
+            false
+        });
     }
 
     fn close_journal(&self, slot: &mut RunSlot) {
@@ -277,7 +312,9 @@ impl JournalStore for JsonlStore {
         }
         let slot = self.slot(run);
         let mut slot = lock(&slot);
-        self.open_journal(run, &mut slot)?;
+        if slot.journal.is_none() {
+            self.scan_journal(run, &mut slot, true)?;
+        }
         let tail = slot.journal.as_ref().and_then(|journal| journal.tail);
         common::check_tail(run, tail, entries)?;
         self.write_batch(&mut slot, entries)
@@ -286,27 +323,7 @@ impl JournalStore for JsonlStore {
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {
         let slot = self.slot(run);
         let mut slot = lock(&slot);
-        let path = self.journal_path(run);
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                self.close_journal(&mut slot);
-                return Ok(Vec::new());
-            }
-            Err(err) => return Err(err.into()),
-        };
-        let scan = scan(run, &bytes)?;
-        if scan.keep_len < bytes.len() as u64 {
-            // Repair now, so that what this load served is exactly what stays on disk.
-            self.close_journal(&mut slot);
-            let file = OpenOptions::new().write(true).open(&path)?;
-            file.set_len(scan.keep_len)?;
-            file.sync_data()?;
-        } else if let Some(journal) = slot.journal.as_mut() {
-            journal.tail = scan.entries.last().map(RawEntry::seq);
-            journal.unterminated = scan.unterminated;
-        }
-        Ok(scan.entries)
+        Ok(self.scan_journal(run, &mut slot, false)?.unwrap_or_default())
     }
 
     fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()> {
@@ -428,12 +445,8 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 /// The seq an entry's text carries, read the way a load will read it.
 fn text_seq(json: &str) -> Option<u64> {
-    // The kernel writes `seq` first; read it without a parse when it does.
-    if let Some(rest) = json.strip_prefix(r#"{"seq":"#) {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits > 0 && matches!(rest.as_bytes().get(digits), Some(b',' | b'}')) && !rest.starts_with('0') {
-            return rest[..digits].parse().ok();
-        }
+    if let Some(seq) = prefix_seq(json.as_bytes()) {
+        return Some(seq);
     }
     if !json.trim_start().starts_with('{') {
         return None;
@@ -441,50 +454,192 @@ fn text_seq(json: &str) -> Option<u64> {
     serde_json::from_str::<SeqField>(json).ok().map(|field| field.seq)
 }
 
+/// The seq of a text that starts `{"seq":N,` (or `{"seq":N}`), as the kernel writes it.
+fn prefix_seq(bytes: &[u8]) -> Option<u64> {
+    let rest = bytes.strip_prefix(br#"{"seq":"#)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || !matches!(rest.get(digits), Some(b',' | b'}')) || (rest[0] == b'0' && digits > 1) {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
+/// How much of a journal file is read at a time. Lines are cut out of this buffer, so a
+/// load holds its entries plus one chunk, never the file's bytes twice.
+const READ_CHUNK: usize = 1 << 20;
+
 /// Reads a journal file: every entry in order, and how much of the file is sound.
-fn scan(run: &RunId, bytes: &[u8]) -> Result<Scan> {
-    let mut entries: Vec<RawEntry> = Vec::with_capacity(bytes.len() / 256);
-    let mut pos = 0;
-    let mut line_no = 0;
-    while pos < bytes.len() {
-        line_no += 1;
-        let line_start = pos;
-        let (line, terminated) = match bytes[pos..].iter().position(|&b| b == b'\n') {
-            Some(end) => (&bytes[pos..pos + end], true),
-            None => (&bytes[pos..], false),
-        };
-        pos += line.len() + usize::from(terminated);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            if !terminated {
-                // Trailing blanks after the last newline: drop them with the rest of a tear.
-                return Ok(Scan { entries, keep_len: line_start as u64, unterminated: false });
-            }
-            continue;
+fn scan(run: &RunId, reader: &mut dyn Read) -> Result<Scan> {
+    scan_in_chunks(run, reader, READ_CHUNK)
+}
+
+fn scan_in_chunks(run: &RunId, reader: &mut dyn Read, chunk: usize) -> Result<Scan> {
+    let mut scanner = Scanner { run, entries: Vec::new(), offset: 0, line_no: 0 };
+    let mut buffer: Vec<u8> = Vec::with_capacity(chunk);
+    // The unconsumed bytes start at `start`; none before `searched` is a newline.
+    let (mut start, mut searched) = (0, 0);
+    loop {
+        buffer.drain(..start);
+        searched -= start;
+        start = 0;
+        // Appends into spare capacity: no zero-filling a chunk per read.
+        let read = reader.take(chunk as u64).read_to_end(&mut buffer)?;
+        if read == 0 {
+            return scanner.finish(&buffer[start..]);
         }
-        let tail = entries.last().map(RawEntry::seq);
-        match split_line(line, tail) {
-            Ok(records) => {
-                push_records(&mut entries, line, &records).map_err(|detail| corrupt(run, line_no, detail))?;
-                if !terminated {
-                    return Ok(Scan { entries, keep_len: bytes.len() as u64, unterminated: true });
-                }
+        loop {
+            // Framing finds the end of a line as the kernel writes it in the same pass that
+            // checks it; other lines are cut at their newline and parsed.
+            if let Some((seq, end)) = framed_line(&buffer[start..]) {
+                scanner.framed(&buffer[start..start + end], seq)?;
+                start += end + 1;
+                searched = start;
+                continue;
             }
-            Err(Damage { records, detail, torn }) => {
-                if terminated || !torn {
-                    return Err(corrupt(run, line_no, detail));
-                }
-                // A torn last line: keep the whole records in front of the fragment.
-                push_records(&mut entries, line, &records).map_err(|detail| corrupt(run, line_no, detail))?;
-                let keep = records.last().map_or(0, |&(_, _, end)| end);
-                return Ok(Scan {
-                    entries,
-                    keep_len: (line_start + keep) as u64,
-                    unterminated: !records.is_empty(),
-                });
-            }
+            let from = searched.max(start);
+            let Some(end) = buffer[from..].iter().position(|&b| b == b'\n') else {
+                searched = buffer.len();
+                break;
+            };
+            scanner.line(&buffer[start..from + end])?;
+            start = from + end + 1;
+            searched = start;
         }
     }
-    Ok(Scan { entries, keep_len: bytes.len() as u64, unterminated: false })
+}
+
+/// The line-by-line state of a [`scan`].
+struct Scanner<'r> {
+    run: &'r RunId,
+    entries: Vec<RawEntry>,
+    /// The length of the newline-terminated lines seen so far.
+    offset: u64,
+    line_no: usize,
+}
+
+impl Scanner<'_> {
+    fn tail(&self) -> Option<u64> {
+        self.entries.last().map(RawEntry::seq)
+    }
+
+    /// Takes a newline-terminated line that [`framed_line`] framed as one record.
+    fn framed(&mut self, line: &[u8], seq: u64) -> Result<()> {
+        let in_order = self.tail().is_none_or(|tail| seq > tail);
+        match std::str::from_utf8(line)
+            .ok()
+            .filter(|_| in_order)
+            .and_then(|text| RawEntry::new(seq, text).ok())
+        {
+            Some(entry) => {
+                self.line_no += 1;
+                self.offset += line.len() as u64 + 1;
+                self.entries.push(entry);
+                Ok(())
+            }
+            // Let the parsing path find (and name) what is wrong.
+            None => self.line(line),
+        }
+    }
+
+    /// Takes one newline-terminated line: damage here is corruption, never a tear.
+    fn line(&mut self, line: &[u8]) -> Result<()> {
+        self.line_no += 1;
+        self.offset += line.len() as u64 + 1;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        let records =
+            split_line(line, self.tail()).map_err(|damage| corrupt(self.run, self.line_no, damage.detail))?;
+        push_records(&mut self.entries, line, &records)
+            .map_err(|detail| corrupt(self.run, self.line_no, detail))
+    }
+
+    /// Takes what follows the last newline, where a crash tears: a complete record there is
+    /// served (unterminated), a fragment is cut off with whole records before it kept.
+    fn finish(mut self, rest: &[u8]) -> Result<Scan> {
+        let line_start = self.offset;
+        if rest.iter().all(u8::is_ascii_whitespace) {
+            // Nothing, or trailing blanks: drop them with the rest of a tear.
+            return Ok(Scan { entries: self.entries, keep_len: line_start, unterminated: false });
+        }
+        self.line_no += 1;
+        let (records, keep, unterminated) = match split_line(rest, self.tail()) {
+            Ok(records) => (records, rest.len(), true),
+            Err(Damage { detail, torn: false, .. }) => return Err(corrupt(self.run, self.line_no, detail)),
+            Err(Damage { records, .. }) => {
+                let keep = records.last().map_or(0, |&(_, _, end)| end);
+                let unterminated = !records.is_empty();
+                (records, keep, unterminated)
+            }
+        };
+        push_records(&mut self.entries, rest, &records)
+            .map_err(|detail| corrupt(self.run, self.line_no, detail))?;
+        Ok(Scan { entries: self.entries, keep_len: line_start + keep as u64, unterminated })
+    }
+}
+
+/// The fast path for a line as the kernel writes it: `{"seq":N,` first, then exactly one
+/// object up to a newline. Returns the seq and the line's length (without its newline).
+///
+/// Framing tracks strings, escapes and nesting but does not validate numbers or literals:
+/// the store never parses a payload, and decoding the entry reports one that is not JSON,
+/// with its seq. Anything else (and every unterminated tail, where crashes tear) takes the
+/// exact, parsing path.
+fn framed_line(bytes: &[u8]) -> Option<(u64, usize)> {
+    let seq = prefix_seq(bytes)?;
+    let end = frame_object(bytes)?;
+    (bytes.get(end) == Some(&b'\n')).then_some((seq, end))
+}
+
+/// Where the JSON object opening `bytes` ends, if its strings and brackets close.
+fn frame_object(bytes: &[u8]) -> Option<usize> {
+    if bytes.first() != Some(&b'{') {
+        return None;
+    }
+    // One bit per open bracket, 1 for '{'; deeper nesting takes the parsing path.
+    let (mut stack, mut depth) = (0u128, 0u32);
+    let mut in_string = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let byte = bytes[i];
+        if in_string {
+            if !matches!(byte, b'"' | b'\\' | 0..0x20) {
+                i += 1;
+                continue;
+            }
+            match byte {
+                // An escape takes the next byte along, which must not be a raw control byte
+                // (a newline there would carry the frame into the next line).
+                b'\\' if bytes.get(i + 1).is_some_and(|&next| next >= 0x20) => i += 1,
+                b'\\' => return None,
+                b'"' => in_string = false,
+                0..0x20 => return None,
+                _ => {}
+            }
+        } else {
+            match byte {
+                b'"' => in_string = true,
+                b'{' | b'[' if depth < 128 => {
+                    stack = (stack << 1) | u128::from(byte == b'{');
+                    depth += 1;
+                }
+                b'{' | b'[' | b'\n' | b'\r' => return None,
+                b'}' | b']' => {
+                    if depth == 0 || (stack & 1 == 1) != (byte == b'}') {
+                        return None;
+                    }
+                    stack >>= 1;
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(i + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    None
 }
 
 /// A record found on a line: its seq and its byte range.
@@ -602,7 +757,7 @@ mod tests {
     #[test]
     fn scan_keeps_sound_files_whole() {
         let text = b"{\"seq\":1}\n{\"seq\":2,\"a\":[1.50]}\n";
-        let scan = scan(&run(), text).unwrap();
+        let scan = scan(&run(), &mut &text[..]).unwrap();
         assert_eq!(seqs(&scan), [1, 2]);
         assert_eq!(scan.keep_len, text.len() as u64);
         assert!(!scan.unterminated);
@@ -612,14 +767,14 @@ mod tests {
     #[test]
     fn scan_cuts_a_torn_tail_and_keeps_glued_records() {
         let text = b"{\"seq\":1}\n{\"seq\":2} {\"seq\":3}{\"seq\":4,\"x";
-        let scan = scan(&run(), text).unwrap();
+        let scan = scan(&run(), &mut &text[..]).unwrap();
         assert_eq!(seqs(&scan), [1, 2, 3]);
         assert_eq!(scan.entries[2].json(), r#"{"seq":3}"#);
         assert_eq!(&text[..scan.keep_len as usize], b"{\"seq\":1}\n{\"seq\":2} {\"seq\":3}");
         assert!(scan.unterminated);
 
         let torn_only = b"{\"seq\":1}\n{\"se";
-        let scan = super::scan(&run(), torn_only).unwrap();
+        let scan = super::scan(&run(), &mut &torn_only[..]).unwrap();
         assert_eq!(seqs(&scan), [1]);
         assert_eq!(scan.keep_len, 10);
         assert!(!scan.unterminated);
@@ -634,9 +789,54 @@ mod tests {
             b"[1]\n",
             b"{\"seq\":1} 7\n",
         ] {
-            let err = scan(&run(), text).err().unwrap();
+            let err = scan(&run(), &mut &text[..]).err().unwrap();
             assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
         }
+    }
+
+    #[test]
+    fn scan_is_the_same_whatever_the_chunk_size() {
+        let texts: [&[u8]; 5] = [
+            b"{\"seq\":1,\"a\":\"x\\\"}\"}\n\n{\"seq\":2}{\"seq\":3}\n{\"seq\":4,\"b\":[{}]}\n",
+            b"{\"seq\":1}\n{\"seq\":2,\"long\":\"0123456789abcdef\"}\n{\"seq\":3,\"tor",
+            b"{\"seq\":1}\n{\"seq\":2}",
+            b"{\"seq\":1}\n  \t",
+            b"",
+        ];
+        for text in texts {
+            let whole = scan(&run(), &mut &text[..]).unwrap();
+            for chunk in [1, 2, 3, 7, 64] {
+                let chunked = scan_in_chunks(&run(), &mut &text[..], chunk).unwrap();
+                assert_eq!(chunked.entries, whole.entries, "chunk {chunk}");
+                assert_eq!((chunked.keep_len, chunked.unterminated), (whole.keep_len, whole.unterminated));
+            }
+        }
+    }
+
+    #[test]
+    fn framed_lines_are_served_unparsed() {
+        // Balanced but not JSON: the store frames, the kernel's decode reports it.
+        let text = b"{\"seq\":1}\n{\"seq\":2,\"a\":1x}\n";
+        let scan = scan(&run(), &mut &text[..]).unwrap();
+        assert_eq!(scan.entries[1].json(), r#"{"seq":2,"a":1x}"#);
+    }
+
+    #[test]
+    fn framing_finds_exactly_one_object() {
+        assert_eq!(frame_object(br#"{"seq":1,"a":"}{\"]"}"#), Some(21));
+        assert_eq!(frame_object(br#"{"seq":1,"a":[{"b":[]}]}"#), Some(24));
+        assert_eq!(frame_object(br#"{"seq":1}{"seq":2}"#), Some(9));
+        assert_eq!(frame_object(br#"{"seq":1,"a":[}]}"#), None);
+        assert_eq!(frame_object(br#"{"seq":1,"a":"open}"#), None);
+        assert_eq!(frame_object(b"{\"seq\":1,\"a\":\"\x01\"}"), None);
+        assert_eq!(frame_object(b" {}"), None);
+        assert_eq!(frame_object(b"{\"a\":\"x\\\n\"}"), None, "an escaped raw newline");
+        assert_eq!(frame_object(b"{\"a\":1,\n\"b\":2}"), None, "a newline between tokens");
+        assert_eq!(frame_object(&[b'['; 200]), None);
+        let deep = format!("{{\"seq\":1,\"d\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(frame_object(deep.as_bytes()), None, "deep nesting takes the parsing path");
+        let scan = scan(&run(), &mut format!("{deep}\n").as_bytes()).unwrap();
+        assert_eq!(scan.entries.len(), 1);
     }
 
     #[test]

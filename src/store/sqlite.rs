@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use super::common::{self, HeldLease};
@@ -94,6 +95,8 @@ struct Group {
     done: HashMap<u64, Result<()>>,
     /// Whether a leader is committing right now.
     leading: bool,
+    /// How many appenders wait for a leader; a lone appender skips the wake-up syscall.
+    waiting: usize,
     next_ticket: u64,
 }
 
@@ -199,11 +202,11 @@ impl SqliteStore {
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer, committing when it
     /// succeeds and rolling back when it fails.
     fn write<T>(&self, f: impl FnOnce(&Connection, i64) -> Result<T>) -> Result<T> {
-        let mut conn = lock(&self.writer);
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let conn = lock(&self.writer);
+        let tx = Immediate::begin(&conn)?;
         // Read the clock only once the write lock is held: that is the instant the fence
         // check and the write take effect.
-        let value = f(&tx, self.options.clock.now_ms())?;
+        let value = f(&conn, self.options.clock.now_ms())?;
         tx.commit()?;
         Ok(value)
     }
@@ -235,14 +238,16 @@ impl SqliteStore {
                 return outcome;
             }
             if group.leading {
+                group.waiting += 1;
                 group = self.group_done.wait(group).unwrap_or_else(PoisonError::into_inner);
+                group.waiting -= 1;
                 continue;
             }
             group.leading = true;
             let batch = std::mem::take(&mut group.queue);
             drop(group);
             let mut leader = Leader { store: self, batch: &batch, outcomes: None };
-            leader.outcomes = Some(commit_group(&mut lock(&self.writer), &*self.options.clock, &batch));
+            leader.outcomes = Some(commit_group(&lock(&self.writer), &*self.options.clock, &batch));
             drop(leader);
             group = lock(&self.group);
         }
@@ -273,30 +278,32 @@ impl Drop for Leader<'_> {
             group.done.insert(pending.ticket, outcome);
         }
         group.leading = false;
-        self.store.group_done.notify_all();
+        if group.waiting > 0 {
+            self.store.group_done.notify_all();
+        }
     }
 }
 
 /// Commits a group of appends in one transaction, each batch under its own savepoint.
 /// Returns one outcome per batch, in order.
-fn commit_group(conn: &mut Connection, clock: &dyn Clock, batch: &[Pending]) -> Vec<Result<()>> {
-    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+fn commit_group(conn: &Connection, clock: &dyn Clock, batch: &[Pending]) -> Vec<Result<()>> {
+    let tx = match Immediate::begin(conn) {
         Ok(tx) => tx,
-        Err(err) => return batch.iter().map(|_| Err(duplicate_sqlite(&err))).collect(),
+        Err(err) => return batch.iter().map(|_| Err(duplicate(&err))).collect(),
     };
     let now_ms = clock.now_ms();
     let mut outcomes = Vec::with_capacity(batch.len());
     if let [single] = batch {
         // One batch needs no savepoint: the transaction is the unit.
-        outcomes.push(append_in(&tx, single, now_ms));
+        outcomes.push(append_in(conn, single, now_ms));
     } else {
         for pending in batch {
-            let outcome = tx.savepoint().map_err(Error::from).and_then(|savepoint| {
-                append_in(&savepoint, pending, now_ms)?;
-                Ok(savepoint.commit()?)
-            });
-            // A failed batch's savepoint rolled back when it dropped.
-            outcomes.push(outcome);
+            match in_savepoint(conn, || append_in(conn, pending, now_ms)) {
+                Ok(outcome) => outcomes.push(outcome),
+                // A savepoint that cannot be taken, released or rolled back may leave part of
+                // a failed batch in the transaction: give the whole group up.
+                Err(err) => return batch.iter().map(|_| Err(duplicate(&err))).collect(),
+            }
         }
     }
     if outcomes.iter().all(Result::is_err) {
@@ -305,11 +312,63 @@ fn commit_group(conn: &mut Connection, clock: &dyn Clock, batch: &[Pending]) -> 
     if let Err(err) = tx.commit() {
         for outcome in &mut outcomes {
             if outcome.is_ok() {
-                *outcome = Err(duplicate_sqlite(&err));
+                *outcome = Err(duplicate(&err));
             }
         }
     }
     outcomes
+}
+
+/// Runs `f` under a savepoint, rolled back (and released) when `f` fails. The outer error
+/// is the savepoint's own failure; the inner result is `f`'s.
+fn in_savepoint(conn: &Connection, f: impl FnOnce() -> Result<()>) -> Result<Result<()>> {
+    run_cached(conn, "SAVEPOINT batch")?;
+    match f() {
+        Ok(()) => run_cached(conn, "RELEASE batch").map(Ok),
+        Err(err) => {
+            run_cached(conn, "ROLLBACK TO batch")?;
+            run_cached(conn, "RELEASE batch")?;
+            Ok(Err(err))
+        }
+    }
+}
+
+/// Runs a parameterless statement through the statement cache.
+fn run_cached(conn: &Connection, sql: &str) -> Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
+/// A `BEGIN IMMEDIATE` transaction that rolls back unless committed.
+///
+/// rusqlite's own transaction re-parses `BEGIN` and `COMMIT` on every use, a measurable
+/// share of a one-entry append; these go through the statement cache.
+struct Immediate<'c> {
+    conn: &'c Connection,
+    committed: bool,
+}
+
+impl<'c> Immediate<'c> {
+    fn begin(conn: &'c Connection) -> Result<Immediate<'c>> {
+        run_cached(conn, "BEGIN IMMEDIATE")?;
+        Ok(Immediate { conn, committed: false })
+    }
+
+    fn commit(mut self) -> Result<()> {
+        run_cached(self.conn, "COMMIT")?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        if !self.committed && !self.conn.is_autocommit() {
+            // Nothing to report to: the caller is already returning the error that brought
+            // it here, and a failed rollback leaves SQLite to roll back on the next BEGIN.
+            let _ = run_cached(self.conn, "ROLLBACK");
+        }
+    }
 }
 
 /// One batch's fence check, order check and inserts, inside the caller's transaction.
@@ -363,6 +422,11 @@ fn stored_seq(value: i64) -> Result<u64> {
 fn configure(conn: &Connection, options: &SqliteOptions) -> Result<()> {
     conn.busy_timeout(options.busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(64);
+    // Without the query planner stability guarantee, SQLite marks statements whose plan
+    // could depend on a bound value as expired whenever their bindings are cleared (which
+    // the statement cache does on every return), so every cached statement was re-parsed
+    // and re-planned per use. Our statements have one sensible plan each.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     let synchronous = match options.durability {
         Durability::Normal => "NORMAL",
         Durability::Full => "FULL",
@@ -414,10 +478,10 @@ fn is_busy(err: &rusqlite::Error) -> bool {
     matches!(err.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
 }
 
-/// A copy of a SQLite error for every batch of a failed group (the error is not `Clone`).
-fn duplicate_sqlite(err: &rusqlite::Error) -> Error {
+/// A copy of an error for every batch of a failed group (the error is not `Clone`).
+fn duplicate(err: &Error) -> Error {
     match err {
-        rusqlite::Error::SqliteFailure(code, message) => {
+        Error::Sqlite(rusqlite::Error::SqliteFailure(code, message)) => {
             Error::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone()))
         }
         other => Error::Io(io::Error::other(other.to_string())),
@@ -685,7 +749,7 @@ mod tests {
             pending(3, "a", &[3], Some(stale)),
             pending(4, "a", &[3], None),
         ];
-        let outcomes = commit_group(&mut lock(&store.writer), &clock, &group);
+        let outcomes = commit_group(&lock(&store.writer), &clock, &group);
         assert!(outcomes[0].is_ok() && outcomes[2].is_ok() && outcomes[4].is_ok(), "{outcomes:?}");
         assert!(matches!(outcomes[1], Err(Error::OrderViolation { seq: 2, tail: 2, .. })));
         assert!(matches!(outcomes[3], Err(Error::LeaseHeld { .. })));
