@@ -10,7 +10,10 @@
 //! - `agent_seq`: 2,000 sequential agent calls (per call);
 //! - `agent_replay`: resuming that run, every call served from the journal (per call);
 //! - `step_seq`: 10,000 sequential steps (per step);
-//! - `parallel_500`: 500 parallel agent calls of 50 ms each at concurrency 500 (total).
+//! - `parallel_500`: 500 parallel agent calls of 50 ms each at concurrency 500 (total);
+//! - `script_agent_seq`: a Rhai script making 2,000 sequential agent calls (per call);
+//! - `script_parallel_500`: a Rhai `parallel` over 500 closures, each a 50 ms call (total);
+//! - `cli_trivial`: `cairn run` of a trivial script, process start to exit (total).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use cairn::provider::echo::EchoProvider;
 use cairn::store::{SqliteOptions, SqliteStore};
-use cairn::{AgentOptions, Engine, ParallelOptions, ResumeOptions, RunId, RunOptions, StepOptions, Workflow};
+use cairn::{
+    AgentOptions, Engine, ParallelOptions, ResumeOptions, RunId, RunOptions, Script, StepOptions, Workflow,
+};
 use serde_json::json;
 
 const AGENT_CALLS: usize = 2_000;
@@ -104,6 +109,44 @@ async fn run_once(name: &str) -> (Duration, usize) {
             settle_ok(engine.run(&parallel_500(), json!({}), RunOptions::default()).expect("run")).await;
             (start.elapsed(), 1)
         }
+        "script_agent_seq" => {
+            let engine = engine(dir.path(), None, 12);
+            let source = format!(
+                "let n = 0; for i in 0..{AGENT_CALLS} {{ agent(`summarize item ${{i}}`); n += 1; }} n"
+            );
+            let start = Instant::now();
+            let handle = engine
+                .run_script(&Script::rhai("seq", &source), json!({}), RunOptions::default())
+                .expect("run");
+            settle_ok(handle).await;
+            (start.elapsed(), AGENT_CALLS)
+        }
+        "script_parallel_500" => {
+            let engine = engine(dir.path(), Some(Duration::from_millis(50)), PARALLEL);
+            let source = format!(
+                "let items = []; for i in 0..{PARALLEL} {{ items.push(i); }} parallel(items, |i| agent(`item ${{i}}`)).len()"
+            );
+            let start = Instant::now();
+            let handle = engine
+                .run_script(&Script::rhai("par", &source), json!({}), RunOptions::default())
+                .expect("run");
+            settle_ok(handle).await;
+            (start.elapsed(), 1)
+        }
+        "cli_trivial" => {
+            let script = dir.path().join("trivial.rhai");
+            std::fs::write(&script, "let x = 40 + 2; x").expect("write script");
+            let start = Instant::now();
+            let status = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+                .current_dir(dir.path())
+                .args(["--store", "sqlite:bench.db", "run", "-q"])
+                .arg(&script)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .expect("spawn cairn");
+            assert!(status.success());
+            (start.elapsed(), 1)
+        }
         other => panic!("unknown workload {other}"),
     }
 }
@@ -122,7 +165,15 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-const WORKLOADS: [&str; 4] = ["agent_seq", "agent_replay", "step_seq", "parallel_500"];
+const WORKLOADS: [&str; 7] = [
+    "agent_seq",
+    "agent_replay",
+    "step_seq",
+    "parallel_500",
+    "script_agent_seq",
+    "script_parallel_500",
+    "cli_trivial",
+];
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
