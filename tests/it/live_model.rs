@@ -40,9 +40,15 @@ fn live_streamed_answer() {
     };
     let engine = engine(&url, &model);
     let wf = Workflow::new("hello", |ctx, _| async move {
-        ctx.agent("Say hello in five words.", AgentOptions { max_output_tokens: Some(32), ..Default::default() }).await
+        ctx.agent(
+            "Say hello in five words.",
+            AgentOptions { max_output_tokens: Some(32), ..Default::default() },
+        )
+        .await
     });
-    let outcome = runtime().block_on(async { engine.run(&wf, json!({}), RunOptions::default()).unwrap().result().await.unwrap() });
+    let outcome = runtime().block_on(async {
+        engine.run(&wf, json!({}), RunOptions::default()).unwrap().result().await.unwrap()
+    });
     assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
     assert!(!outcome.value.unwrap().as_str().unwrap().is_empty());
     // llama.cpp reports no usage in streams: cairn estimates it and says so.
@@ -64,7 +70,8 @@ fn live_forced_tool_call() {
     }];
     request.tool_choice = ToolChoice::Tool("get_weather".into());
     request.max_output_tokens = Some(64);
-    let events: Vec<ChatEvent> = runtime().block_on(provider.stream(request, CancellationToken::new()).collect());
+    let events: Vec<ChatEvent> =
+        runtime().block_on(provider.stream(request, CancellationToken::new()).collect());
     let call = events.iter().find_map(|e| match e {
         ChatEvent::ToolCallEnd { name, arguments, .. } => Some((name.clone(), arguments.clone())),
         _ => None,
@@ -83,14 +90,17 @@ fn live_schema_validated_answer() {
     };
     let engine = engine(&url, &model);
     let wf = Workflow::new("schema", |ctx, _| async move {
-        let schema = json!({"type": "object", "required": ["answer"], "properties": {"answer": {"type": "string"}}});
+        let schema =
+            json!({"type": "object", "required": ["answer"], "properties": {"answer": {"type": "string"}}});
         ctx.agent(
             "Reply with a JSON object {\"answer\": ...} naming the capital of France.",
             AgentOptions { schema: Some(schema), max_output_tokens: Some(64), ..Default::default() },
         )
         .await
     });
-    let outcome = runtime().block_on(async { engine.run(&wf, json!({}), RunOptions::default()).unwrap().result().await.unwrap() });
+    let outcome = runtime().block_on(async {
+        engine.run(&wf, json!({}), RunOptions::default()).unwrap().result().await.unwrap()
+    });
     assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
     assert!(outcome.value.unwrap()["answer"].is_string());
 }
