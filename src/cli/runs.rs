@@ -524,7 +524,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         .iter()
         .filter(|e| e.kind == journal::Kind::External && e.status == journal::Status::Suspended)
         .filter(|e| !resolutions.is_closed(e.seq))
-        .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value.as_ref().and_then(|v| v.get("prompt")) }))
+        .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) }))
         .collect();
     if args.json {
         let out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });

@@ -319,7 +319,7 @@ impl Ctx {
         label: Option<String>,
     ) -> Result<Value, Error> {
         match entry.status {
-            Status::Ok => Ok(entry.value.clone().unwrap_or(Value::Null)),
+            Status::Ok => Ok(entry.value().unwrap_or(Value::Null)),
             _ => {
                 let error = entry
                     .error
@@ -614,7 +614,7 @@ impl Ctx {
             AgentEnd::Cancelled(e) => (Status::Cancelled, None, Some(e)),
         };
         let mut terminal = Ctx::terminal_for(&running, status);
-        terminal.value = value.clone();
+        terminal.set_value(value.as_ref());
         terminal.error = error.clone();
         terminal.usage = Some(outcome.usage);
         terminal.cost = outcome.cost;
@@ -759,7 +759,7 @@ impl Ctx {
             Err(e) => (Status::Error, None, Some(e)),
         };
         let mut terminal = Ctx::terminal_for(&live.running, status);
-        terminal.value = value.clone();
+        terminal.set_value(value.as_ref());
         terminal.error = error.clone();
         self.run.append_one(terminal)?;
         self.run.emit(
@@ -861,7 +861,7 @@ impl Ctx {
                     true,
                     EventKind::ExternalResolved { key: key.into(), applied: true },
                 );
-                return Ok(entry.value.clone().unwrap_or(Value::Null));
+                return Ok(entry.value().unwrap_or(Value::Null));
             }
             Outcome::Skip => return Ok(Value::Null),
             Outcome::Wait(entry) => entry.seq,
@@ -869,7 +869,7 @@ impl Ctx {
                 let mut entry = self.entry(Kind::External, Status::Suspended, content, matched.ordinal);
                 entry.name = Some(key.to_owned());
                 if prompt.is_some() || opts.schema.is_some() {
-                    entry.value = Some(json!({ "prompt": prompt, "schema": opts.schema }));
+                    entry.set_value(Some(&json!({ "prompt": prompt, "schema": opts.schema })));
                 }
                 self.run.append_one(entry)?.seq
             }
@@ -952,13 +952,13 @@ impl Ctx {
         let key = key_of(&identity)?;
         let matched = self.run.lookup(&self.scope, key);
         match matched.outcome {
-            Outcome::Replay(entry) => Ok(entry.value.clone().unwrap_or(Value::Null)),
+            Outcome::Replay(entry) => Ok(entry.value().unwrap_or(Value::Null)),
             Outcome::Skip => Ok(Value::Null),
             Outcome::Wait(_) => Err(Error::internal("a journaled value is recorded as suspended")),
             Outcome::Live | Outcome::Rerun { .. } => {
                 let mut entry = self.entry(Kind::Rand, Status::Ok, key, matched.ordinal);
-                entry.value = Some(make(&self.run));
-                Ok(self.run.append_one(entry)?.value.clone().unwrap_or(Value::Null))
+                entry.set_value(Some(&make(&self.run)));
+                Ok(self.run.append_one(entry)?.value().unwrap_or(Value::Null))
             }
         }
     }

@@ -302,11 +302,11 @@ fn find_suspension<'a>(entries: impl DoubleEndedIterator<Item = &'a Entry>, key:
 /// Refuses a resolution that does not satisfy the wait's schema; the wait stays open.
 fn check_resolution(suspended: Option<&Entry>, key: &str, value: &Value) -> Result<(), Error> {
     let Some(schema) =
-        suspended.and_then(|e| e.value.as_ref()).and_then(|v| v.get("schema")).filter(|s| !s.is_null())
+        suspended.and_then(|e| e.value()).and_then(|v| v.get("schema").cloned()).filter(|s| !s.is_null())
     else {
         return Ok(());
     };
-    let validator = jsonschema::validator_for(schema)
+    let validator = jsonschema::validator_for(&schema)
         .map_err(|e| Error::validation(format!("the wait on {key:?} has an invalid schema: {e}")))?;
     let problems: Vec<String> =
         validator.iter_errors(value).map(|e| format!("at '{}': {e}", e.instance_path())).collect();
@@ -325,7 +325,7 @@ fn resolution_entry(target: Seq, key: &str, value: Value) -> Entry {
     let content = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
     let mut entry = Entry::new(Seq(0), Kind::Resolution, Status::Ok, ScopePath::root(), content, 0);
     entry.target = Some(target);
-    entry.value = Some(value);
+    entry.set_value(Some(&value));
     entry.name = Some(key.to_owned());
     entry
 }
@@ -538,7 +538,7 @@ pub(super) fn resume(
         },
     };
     let raw = engine.journal.load(run_id)?;
-    let entries: Vec<Arc<Entry>> = journal::decode_all(&raw)?.into_iter().map(Arc::new).collect();
+    let entries: Vec<Arc<Entry>> = journal::decode_owned(raw)?.into_iter().map(Arc::new).collect();
     let ledger = Ledger::fold(entries.iter().map(|e| &**e));
     let spawns =
         entries.iter().filter(|e| e.kind == Kind::Agent && e.status == Status::Running).count() as u32;
@@ -641,7 +641,7 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
         let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
         let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, ScopePath::root(), key, 0);
-        entry.value = Some(journal::settle_value(status));
+        entry.set_value(Some(&journal::settle_value(status)));
         let written = state.append_one(entry);
         meta.status = status;
         meta.updated_at_ms = state.now_ms();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::error::Error;
 use crate::money::Money;
@@ -325,6 +326,31 @@ impl<'de> Deserialize<'de> for ScopePath {
     }
 }
 
+/// A JSON payload kept as its exact text; equal when the texts are equal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Payload(pub Box<RawValue>);
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Payload {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+/// A JSON value as its compact text.
+pub fn raw_json(value: &Value) -> Box<RawValue> {
+    // Serializing a `Value` cannot fail; `null` is the unreachable fallback.
+    serde_json::value::to_raw_value(value)
+        .unwrap_or_else(|_| RawValue::from_string("null".to_owned()).unwrap_or_default())
+}
+
 /// One journal entry, decoded.
 ///
 /// Identity is `(scope, key, ordinal)` qualified by `hash_version`. Everything else is
@@ -350,9 +376,11 @@ pub struct Entry {
     /// A terminal entry's `running` entry, or a ref-entry's target.
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
     pub target: Option<Seq>,
-    /// The result (JSON only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
+    /// The result (JSON only), kept as its exact JSON text: a journal holds many values and
+    /// reads few of them back, so values are parsed on demand ([`Entry::value`]) instead of
+    /// being built into trees when the journal loads.
+    #[serde(default, rename = "value", skip_serializing_if = "Option::is_none")]
+    pub raw_value: Option<Payload>,
     /// The failure, for `error`, `limit` and `cancelled` entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Error>,
@@ -395,6 +423,16 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The entry's value, parsed.
+    pub fn value(&self) -> Option<Value> {
+        self.raw_value.as_ref().and_then(|raw| serde_json::from_str(raw.0.get()).ok())
+    }
+
+    /// Sets (or clears) the entry's value.
+    pub fn set_value(&mut self, value: Option<&Value>) {
+        self.raw_value = value.map(|v| Payload(raw_json(v)));
+    }
+
     /// A new entry with every optional field empty.
     pub fn new(
         seq: Seq,
@@ -413,7 +451,7 @@ impl Entry {
             key,
             ordinal,
             target: None,
-            value: None,
+            raw_value: None,
             error: None,
             usage: None,
             cost: None,

@@ -44,7 +44,7 @@ impl Resolutions {
             if entry.kind == Kind::Resolution {
                 match entry.target {
                     Some(target) if suspended.contains(&target) => {
-                        out.apply(target, entry.seq, entry.value.clone().unwrap_or(Value::Null));
+                        out.apply(target, entry.seq, entry.value().unwrap_or(Value::Null));
                     }
                     _ => out.attempts.push((entry.seq, ResolutionClass::Invalid)),
                 }
@@ -164,7 +164,7 @@ pub fn settle_value(status: RunStatus) -> Value {
 /// The last settlement the journal records, if any.
 pub fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
     entries.iter().rev().filter(|e| e.kind == Kind::Decision).find_map(|e| {
-        let value = e.value.as_ref()?;
+        let value = e.value()?;
         if value.get("type")?.as_str()? != SETTLE_DECISION {
             return None;
         }
@@ -176,7 +176,7 @@ pub fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
 /// history, so its unmemoized `limit` entries replay instead of re-paying.
 pub fn settled_ok<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> bool {
     entries.into_iter().filter(|e| e.kind == Kind::Decision).any(|e| {
-        e.value.as_ref().is_some_and(|v| {
+        e.value().is_some_and(|v| {
             v.get("type").and_then(Value::as_str) == Some(SETTLE_DECISION)
                 && v.get("status").and_then(Value::as_str) == Some("ok")
         })

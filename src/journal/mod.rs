@@ -16,7 +16,9 @@ mod tests;
 
 pub use canon::{CanonError, canonical_json, content_key, content_key_of_canonical, schema_hash};
 pub use disposition::{Disposition, DispositionInput, Effective, disposition};
-pub use entry::{ContentKey, Entry, InvalidScopePath, Kind, ScopePath, Segment, Seq, Status};
+pub use entry::{
+    ContentKey, Entry, InvalidScopePath, Kind, Payload, ScopePath, Segment, Seq, Status, raw_json,
+};
 pub use fold::{
     Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement, settle_value,
     settled_ok,
@@ -98,6 +100,29 @@ pub fn decode_all(raw: &[RawEntry]) -> Result<Vec<Entry>, Error> {
         entries.push(entry);
     }
     Ok(entries)
+}
+
+/// Like [`decode_all`], consuming the stored entries so each one's text is freed as soon as it
+/// is decoded: loading a large journal never holds both forms in full.
+///
+/// # Errors
+/// As for [`decode_all`].
+pub fn decode_owned(raw: Vec<RawEntry>) -> Result<Vec<Entry>, Error> {
+    let mut entries = Vec::with_capacity(raw.len());
+    for item in raw {
+        entries.push(decode_one(&item)?);
+    }
+    Ok(entries)
+}
+
+fn decode_one(item: &RawEntry) -> Result<Entry, Error> {
+    let entry: Entry = serde_json::from_str(item.json())
+        .map_err(|e| Error::Decode { seq: item.seq(), detail: e.to_string() })?;
+    if entry.seq.0 != item.seq() {
+        return Err(Error::Decode { seq: item.seq(), detail: format!("text says seq {}", entry.seq.0) });
+    }
+    check_hash_version(&entry)?;
+    Ok(entry)
 }
 
 /// Refuses an entry keyed outside the supported hash-version window.

@@ -247,7 +247,7 @@ impl Replay {
                     (_, Effective::Suspended { .. }) => {
                         let mut resolved = (*record.latest).clone();
                         resolved.status = Status::Ok;
-                        resolved.value = self.resolutions.value_for(record.latest.seq).cloned();
+                        resolved.set_value(self.resolutions.value_for(record.latest.seq));
                         Outcome::Replay(Arc::new(resolved))
                     }
                     (Some(terminal), _) => Outcome::Replay(terminal.clone()),
@@ -285,7 +285,7 @@ impl Replay {
 /// Settlement decisions record how a segment ended; no call ever matches them.
 fn is_settlement(entry: &Entry) -> bool {
     entry.kind == super::Kind::Decision
-        && entry.value.as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str())
+        && entry.value().as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str())
             == Some(super::fold::SETTLE_DECISION)
 }
 

@@ -37,7 +37,7 @@ impl Builder {
         let mut e =
             Entry::new(self.next(), start.kind, status, start.scope.clone(), start.key, start.ordinal);
         e.target = Some(of);
-        e.value = (status == Status::Ok).then(|| json!({ "of": of.0 }));
+        e.set_value((status == Status::Ok).then(|| json!({ "of": of.0 })).as_ref());
         e.error = error.map(|code| CairnError::new(code, "failed"));
         e.cost = Some(Money::from_nano_usd(100));
         self.push(e)
@@ -54,7 +54,7 @@ fn entries_round_trip_through_their_stored_form() {
     let mut entry =
         Entry::new(Seq(7), Kind::Agent, Status::Ok, ScopePath::parse("par:0:2").unwrap(), key(1), 3);
     entry.target = Some(Seq(6));
-    entry.value = Some(json!({"answer": [1, 2.5, "x"]}));
+    entry.set_value(Some(&json!({"answer": [1, 2.5, "x"]})));
     entry.cost = Some(Money::from_nano_usd(1234));
     entry.usage = Some(crate::Usage { input_tokens: 10, output_tokens: 5, ..Default::default() });
     entry.memoize_outcome = true;
@@ -179,7 +179,7 @@ fn resolutions_first_closing_wins() {
     let attempt = |b: &mut Builder, target: u64, value| {
         let mut e = Entry::new(b.next(), Kind::Resolution, Status::Ok, ScopePath::root(), key(9), 0);
         e.target = Some(Seq(target));
-        e.value = Some(value);
+        e.set_value(Some(&value));
         b.push(e)
     };
     let bogus = attempt(&mut b, 99, json!("nope"));
@@ -199,7 +199,7 @@ fn resolutions_first_closing_wins() {
     // The matched call replays the winning value.
     let mut replay = Replay::new(b.entries.clone(), &ReplayOptions::default());
     match replay.lookup(&ScopePath::root(), key(9)).outcome {
-        Outcome::Replay(entry) => assert_eq!(entry.value, Some(json!({"approved": true}))),
+        Outcome::Replay(entry) => assert_eq!(entry.value(), Some(json!({"approved": true}))),
         other => panic!("expected replay, got {other:?}"),
     }
 }
@@ -296,7 +296,7 @@ fn limit_replays_once_the_run_settled_ok() {
     let mut replay = Replay::new(b.entries.clone(), &ReplayOptions::default());
     assert!(matches!(replay.lookup(&ScopePath::root(), key(1)).outcome, Outcome::Rerun { .. }));
     let mut settle = Entry::new(b.next(), Kind::Decision, Status::Ok, ScopePath::root(), key(100), 0);
-    settle.value = Some(settle_value(RunStatus::Ok));
+    settle.set_value(Some(&settle_value(RunStatus::Ok)));
     b.push(settle);
     assert!(settled_ok(&b.entries));
     assert_eq!(last_settlement(&b.entries), Some(RunStatus::Ok));
