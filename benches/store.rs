@@ -70,7 +70,7 @@ fn finished(seq: u64, running_seq: u64, i: u64, value: serde_json::Value) -> Ent
     let mut entry = running(seq, i);
     entry.status = Status::Ok;
     entry.target = Some(Seq(running_seq));
-    entry.value = Some(value);
+    entry.set_value(Some(&value));
     entry.usage =
         Some(Usage { input_tokens: 1_834, output_tokens: 312, cache_read_tokens: 1_024, ..Usage::default() });
     entry.cost = Some(Money::from_nano_usd(9_182_000));
