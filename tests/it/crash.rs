@@ -147,6 +147,95 @@ fn kill_point(point: &str) -> (Vec<&'static str>, usize) {
     }
 }
 
+/// A model that asks for the `boom` tool on its first turn and answers once it has the
+/// tool's result; every turn is logged (fsynced) so the test can count them.
+#[derive(Debug)]
+struct ToolModel {
+    log: PathBuf,
+}
+
+impl Provider for ToolModel {
+    fn name(&self) -> &str {
+        "tm"
+    }
+    fn capabilities(&self, _model: &str) -> Capabilities {
+        Capabilities { native_schema: false, tools: true, reasoning: false }
+    }
+    fn stream(&self, request: ChatRequest, _cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
+        let answered = request
+            .messages
+            .iter()
+            .flat_map(|m| m.parts.iter())
+            .any(|p| matches!(p, Part::ToolResult { .. }));
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        writeln!(file, "{}", if answered { "model turn 2" } else { "model turn 1" }).unwrap();
+        file.sync_all().unwrap();
+        let usage = Usage { input_tokens: 10, output_tokens: 5, ..Usage::default() };
+        let events = if answered {
+            vec![
+                ChatEvent::TextDelta("finished".into()),
+                ChatEvent::Finish { reason: FinishReason::Stop, usage },
+            ]
+        } else {
+            vec![
+                ChatEvent::ToolCallStart { wire_id: "w1".into(), name: "boom".into() },
+                ChatEvent::ToolCallEnd { wire_id: "w1".into(), name: "boom".into(), arguments: json!({}) },
+                ChatEvent::Finish { reason: FinishReason::ToolUse, usage },
+            ]
+        };
+        Box::pin(futures::stream::iter(events))
+    }
+}
+
+/// A tool that kills the process the first time it runs (after the turn that requested it
+/// was checkpointed), and answers on later runs.
+#[derive(Debug)]
+struct Boom {
+    marker: PathBuf,
+    parameters: Value,
+}
+
+impl cairn::Tool for Boom {
+    fn name(&self) -> &str {
+        "boom"
+    }
+    fn description(&self) -> &str {
+        "a tool that dies once"
+    }
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+    fn version(&self) -> &str {
+        "1"
+    }
+    fn call(&self, _args: Value) -> futures::future::BoxFuture<'static, Result<String, cairn::Error>> {
+        if !self.marker.exists() {
+            std::fs::write(&self.marker, "ran").unwrap();
+            kill_self();
+        }
+        Box::pin(async { Ok("tool result".to_owned()) })
+    }
+}
+
+fn tool_workflow() -> Workflow {
+    Workflow::new("tooly", |ctx, _| async move {
+        ctx.agent("use the tool", AgentOptions { tools: vec!["boom".into()], ..Default::default() }).await
+    })
+}
+
+fn tool_engine(db: &Path, dir: &Path) -> Engine {
+    let store = Arc::new(SqliteStore::open(db, SqliteOptions::new()).unwrap());
+    let tool: Arc<dyn cairn::Tool> =
+        Arc::new(Boom { marker: dir.join("boom.marker"), parameters: json!({"type": "object"}) });
+    Engine::builder(store.clone(), store)
+        .provider(Arc::new(ToolModel { log: dir.join("calls.log") }))
+        .default_model(cairn::model::ModelRef::parse("tm:m").unwrap())
+        .toolset(cairn::Toolset::new("boom", vec![tool]))
+        .workflow(tool_workflow())
+        .build()
+        .unwrap()
+}
+
 fn engine(db: &Path, log: &Path, point: Option<&str>) -> Engine {
     let store = Arc::new(SqliteStore::open(db, SqliteOptions::new()).unwrap());
     let (needles, nth) = point.map(kill_point).unwrap_or_default();
@@ -169,11 +258,16 @@ fn crash_child() {
     let run_id = RunId::parse("crash-run").unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let engine =
-            engine(&dir.join("cairn.db"), &dir.join("calls.log"), (mode == "run").then_some(point.as_str()));
+        let mid_agent = point == "mid-agent";
+        let engine = if mid_agent {
+            tool_engine(&dir.join("cairn.db"), &dir)
+        } else {
+            engine(&dir.join("cairn.db"), &dir.join("calls.log"), (mode == "run").then_some(point.as_str()))
+        };
         let handle = if mode == "run" {
             let options = RunOptions { run_id: Some(run_id), ..RunOptions::default() };
-            engine.run(&workflow(), json!({}), options).unwrap()
+            let wf = if mid_agent { tool_workflow() } else { workflow() };
+            engine.run(&wf, json!({}), options).unwrap()
         } else {
             engine.resume(&run_id, ResumeOptions::default()).unwrap()
         };
@@ -199,6 +293,26 @@ fn calls(dir: &Path) -> Vec<String> {
 
 fn count(calls: &[String], prompt: &str) -> usize {
     calls.iter().filter(|c| *c == prompt).count()
+}
+
+#[test]
+fn killed_mid_agent_resumes_from_the_last_completed_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = spawn_child(dir.path(), "run", "mid-agent");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "the child was not killed mid-agent: {status:?}");
+    let status = spawn_child(dir.path(), "resume", "mid-agent");
+    assert!(status.success(), "resume failed: {status:?}");
+    let outcome: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("resume.outcome.json")).unwrap()).unwrap();
+    assert_eq!(outcome["status"], json!(RunStatus::Ok));
+    assert_eq!(outcome["value"], json!("finished"));
+    let calls = calls(dir.path());
+    // The turn that requested the tool was checkpointed before the tool ran: it is never paid
+    // again; the resumed agent re-answers the pending tool call and takes the next turn.
+    assert_eq!(calls, ["model turn 1", "model turn 2"], "{calls:?}");
+    // Its usage reached the ledger even though the killed attempt never journaled it.
+    assert_eq!(outcome["usage"]["input_tokens"], 20);
 }
 
 fn uninterrupted_value() -> Value {

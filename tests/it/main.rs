@@ -1,6 +1,7 @@
 //! The one integration test binary (one binary links the crate once; see STYLE.md §7).
 
 mod cli;
+mod concurrency;
 mod crash;
 mod hostile;
 mod jcs;
