@@ -31,13 +31,22 @@ const STEPS: usize = 10_000;
 const PARALLEL: usize = 500;
 
 fn engine(dir: &Path, latency: Option<Duration>, concurrency: usize) -> Engine {
-    let store =
-        Arc::new(SqliteStore::open(&dir.join("bench.db"), SqliteOptions::new()).expect("open sqlite"));
+    // CAIRN_BENCH_STORE=memory isolates the engine's own cost from the store's.
+    let (journal, transcripts): (Arc<dyn cairn::JournalStore>, Arc<dyn cairn::TranscriptStore>) =
+        if std::env::var("CAIRN_BENCH_STORE").as_deref() == Ok("memory") {
+            let store = Arc::new(cairn::MemoryStore::new());
+            (store.clone(), store)
+        } else {
+            let store = Arc::new(
+                SqliteStore::open(&dir.join("bench.db"), SqliteOptions::new()).expect("open sqlite"),
+            );
+            (store.clone(), store)
+        };
     let echo = match latency {
         Some(latency) => EchoProvider::new().with_latency(latency),
         None => EchoProvider::new(),
     };
-    Engine::builder(store.clone(), store)
+    Engine::builder(journal, transcripts)
         .provider(Arc::new(echo))
         .max_concurrency(concurrency)
         .max_spawns(u32::MAX)
