@@ -1,5 +1,6 @@
 //! The one integration test binary (one binary links the crate once; see STYLE.md §7).
 
+mod adapters_e2e;
 mod cli;
 mod concurrency;
 mod crash;
