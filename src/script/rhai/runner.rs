@@ -435,10 +435,11 @@ fn with_workers<R>(
     fns: &[FnPtr],
     workers: usize,
     body: impl FnOnce(mpsc::Sender<Job>) -> R,
-) -> R {
+) -> Result<R, Error> {
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
     std::thread::scope(|scope| {
+        let mut started = 0;
         for _ in 0..workers.max(1) {
             let rx = &rx;
             let spawned =
@@ -458,8 +459,13 @@ fn with_workers<R>(
             if spawned.is_err() {
                 break;
             }
+            started += 1;
         }
-        body(tx)
+        if started == 0 {
+            // No thread could be started: fail rather than wait for a worker forever.
+            return Err(Error::new(ErrorCode::SandboxLimit, "no thread could be started for the branches"));
+        }
+        Ok(body(tx))
     })
 }
 
@@ -523,7 +529,7 @@ fn parallel(
         drop(jobs);
         outcome
     });
-    result.map(|values| to_dynamic(&Value::Array(values))).map_err(to_rhai)
+    result.and_then(|r| r).map(|values| to_dynamic(&Value::Array(values))).map_err(to_rhai)
 }
 
 fn pipeline(
@@ -564,7 +570,7 @@ fn pipeline(
         drop(jobs);
         outcome
     });
-    let values = result.map_err(to_rhai)?;
+    let values = result.and_then(|r| r).map_err(to_rhai)?;
     if mode == OnItemError::Collect {
         // The card's shape: #{results, dropped}, dropped as #{index, error}.
         let mut results = Vec::new();
