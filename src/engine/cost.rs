@@ -68,10 +68,14 @@ impl CostReport {
             if entry.cost.is_none() && entry.usage.is_none() {
                 continue;
             }
-            let model = entry.served_by.clone().or_else(|| entry.model.clone()).unwrap_or_else(|| "-".into());
+            let model = entry
+                .served_by
+                .as_deref()
+                .or(entry.model.as_deref())
+                .map_or_else(|| "-".to_owned(), str::to_owned);
             report.total.add(entry);
             report.by_model.entry(model.clone()).or_default().add(entry);
-            let slice = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".into());
+            let slice = |value: &Option<crate::journal::Name>| value.as_deref().unwrap_or("-").to_owned();
             report.by_phase.entry(slice(&entry.phase)).or_default().add(entry);
             report.by_agent_type.entry(slice(&entry.agent_type)).or_default().add(entry);
             report.by_role.entry(slice(&entry.role)).or_default().add(entry);

@@ -291,7 +291,7 @@ impl Ctx {
 
     fn entry(&self, kind: Kind, status: Status, key: ContentKey, ordinal: u32) -> Entry {
         let mut entry = Entry::new(Seq(0), kind, status, self.scope.clone(), key, ordinal);
-        entry.phase = self.phase.as_deref().map(str::to_owned);
+        entry.phase = self.phase.clone();
         entry
     }
 
@@ -527,9 +527,9 @@ impl Ctx {
         running.target = supersedes;
         running.memoize_outcome = opts.memoize_outcome;
         running.label = label.clone();
-        running.agent_type = opts.profile.clone();
-        running.role = Some(role.as_str().to_owned());
-        running.model = Some(model.to_string());
+        running.agent_type = opts.profile.as_deref().map(journal::intern);
+        running.role = Some(journal::intern(role.as_str()));
+        running.model = Some(journal::intern(&model.to_string()));
         let running = match self.run.append_one(running) {
             Ok(entry) => entry,
             Err(e) => {
@@ -618,7 +618,7 @@ impl Ctx {
         terminal.error = error.clone();
         terminal.usage = Some(outcome.usage);
         terminal.cost = outcome.cost;
-        terminal.served_by = Some(outcome.served_by);
+        terminal.served_by = Some(journal::intern(&outcome.served_by));
         if wrote_checkpoint {
             terminal.transcript_ref = Some(checkpoint_ref);
         }
@@ -1021,7 +1021,7 @@ fn agent_end_event(entry: &Entry) -> EventKind {
         status: entry.status.as_str().into(),
         usage: entry.usage.unwrap_or_default(),
         cost: entry.cost,
-        served_by: entry.served_by.clone(),
+        served_by: entry.served_by.as_deref().map(str::to_owned),
         error: entry.error.as_ref().map(|e| e.code),
     }
 }

@@ -326,6 +326,56 @@ impl<'de> Deserialize<'de> for ScopePath {
     }
 }
 
+/// A short string that repeats across a journal's entries (a model ref, a role, a phase, an
+/// agent type): shared, so a large journal holds each distinct value once.
+pub type Name = Arc<str>;
+
+/// Names are interned per decoding thread, up to a bound: past it they are allocated as
+/// usual, so a journal with unusually many distinct names costs memory, never correctness.
+const MAX_INTERNED: usize = 4096;
+
+thread_local! {
+    static NAMES: std::cell::RefCell<std::collections::HashSet<Name>> = std::cell::RefCell::default();
+}
+
+/// The shared copy of `text`.
+pub fn intern(text: &str) -> Name {
+    NAMES.with(|names| {
+        let mut names = names.borrow_mut();
+        if let Some(name) = names.get(text) {
+            return name.clone();
+        }
+        let name: Name = Arc::from(text);
+        if names.len() < MAX_INTERNED {
+            names.insert(name.clone());
+        }
+        name
+    })
+}
+
+fn interned<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Name>, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Option<Name>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Option<Name>, E> {
+            Ok(Some(intern(text)))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Option<Name>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Option<Name>, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<Name>, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    d.deserialize_option(Visitor)
+}
+
 /// A JSON payload kept as its exact text; equal when the texts are equal.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -391,8 +441,8 @@ pub struct Entry {
     #[serde(default, rename = "cost_nano_usd", skip_serializing_if = "Option::is_none")]
     pub cost: Option<Money>,
     /// The model that actually served the call (after any failover).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub served_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "interned")]
+    pub served_by: Option<Name>,
     /// Where the agent's transcript is, in the transcript store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcript_ref: Option<String>,
@@ -406,17 +456,17 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
     /// The enclosing phase (cosmetic).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "interned")]
+    pub phase: Option<Name>,
     /// The agent profile name, for agent entries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "interned")]
+    pub agent_type: Option<Name>,
     /// The invocation role the model was resolved for, for agent entries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "interned")]
+    pub role: Option<Name>,
     /// The requested model, for agent entries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "interned")]
+    pub model: Option<Name>,
     /// The host function, child workflow or external key the entry is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,

@@ -17,7 +17,8 @@ mod tests;
 pub use canon::{CanonError, canonical_json, content_key, content_key_of_canonical, schema_hash};
 pub use disposition::{Disposition, DispositionInput, Effective, disposition};
 pub use entry::{
-    ContentKey, Entry, InvalidScopePath, Kind, Payload, ScopePath, Segment, Seq, Status, raw_json,
+    ContentKey, Entry, InvalidScopePath, Kind, Name, Payload, ScopePath, Segment, Seq, Status, intern,
+    raw_json,
 };
 pub use fold::{
     Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement, settle_value,

@@ -389,3 +389,23 @@ proptest! {
         prop_assert_eq!(replay.orphans().len(), 1);
     }
 }
+
+#[test]
+fn repeated_names_decode_to_one_shared_copy() {
+    let mut a = Entry::new(Seq(1), Kind::Agent, Status::Running, ScopePath::root(), key(1), 0);
+    a.model = Some(intern("anthropic:claude-sonnet-4-5"));
+    a.role = Some(intern("loop"));
+    let mut b = a.clone();
+    b.seq = Seq(2);
+    let decoded = decode_all(&[encode(&a).unwrap(), encode(&b).unwrap()]).unwrap();
+    let (x, y) = (decoded[0].model.as_ref().unwrap(), decoded[1].model.as_ref().unwrap());
+    assert_eq!(&**x, "anthropic:claude-sonnet-4-5");
+    assert!(std::sync::Arc::ptr_eq(x, y), "one copy of a repeated name");
+    assert_eq!(decoded[0].phase, None);
+    let explicit_null = crate::store::RawEntry::new(
+        3,
+        format!(r#"{{"seq":3,"hash_version":1,"kind":"step","status":"running","scope":"","key":"{}","ordinal":0,"phase":null}}"#, key(1)),
+    )
+    .unwrap();
+    assert_eq!(decode_all(&[explicit_null]).unwrap()[0].phase, None);
+}
