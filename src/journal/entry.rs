@@ -319,10 +319,35 @@ impl Serialize for ScopePath {
     }
 }
 
+thread_local! {
+    /// Scope paths already validated on this thread: a journal repeats a few scopes many
+    /// times, so each distinct one is parsed (and allocated) once.
+    static SCOPES: std::cell::RefCell<std::collections::HashSet<Arc<str>>> = std::cell::RefCell::default();
+}
+
 impl<'de> Deserialize<'de> for ScopePath {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ScopePath, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        ScopePath::parse(&text).map_err(serde::de::Error::custom)
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ScopePath;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a scope path")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ScopePath, E> {
+                if let Some(known) = SCOPES.with(|scopes| scopes.borrow().get(text).cloned()) {
+                    return Ok(ScopePath(known));
+                }
+                let path = ScopePath::parse(text).map_err(E::custom)?;
+                SCOPES.with(|scopes| {
+                    let mut scopes = scopes.borrow_mut();
+                    if scopes.len() < MAX_INTERNED {
+                        scopes.insert(path.0.clone());
+                    }
+                });
+                Ok(path)
+            }
+        }
+        d.deserialize_str(Visitor)
     }
 }
 
