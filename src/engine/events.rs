@@ -199,7 +199,10 @@ impl EventLog {
         }));
         let len = events.len();
         drop(events);
-        self.count.send_replace((len, false));
+        // Nobody to wake: skip the notification (a later subscriber reads the log itself).
+        if self.count.receiver_count() > 0 {
+            self.count.send_replace((len, false));
+        }
     }
 
     /// Marks the log complete: subscribers end after the last event.
@@ -228,12 +231,16 @@ impl EventStream {
     /// Cancel-safe: a cancelled call consumes nothing.
     pub async fn next(&mut self) -> Option<Arc<Event>> {
         loop {
-            let (len, closed) = *self.watch.borrow_and_update();
-            if self.next < len {
+            // Mark the current notification seen first, then read the log itself: an event
+            // appended after this point bumps the notification and wakes `changed`.
+            let (_, closed) = *self.watch.borrow_and_update();
+            {
                 let events = self.log.events.lock().unwrap_or_else(|p| p.into_inner());
-                let event = events[self.next].clone();
-                self.next += 1;
-                return Some(event);
+                if self.next < events.len() {
+                    let event = events[self.next].clone();
+                    self.next += 1;
+                    return Some(event);
+                }
             }
             if closed {
                 return None;
