@@ -18,7 +18,9 @@ enum Expect {
     SandboxLimit,
 }
 
-const CORPUS: [(&str, Expect); 13] = [
+const CORPUS: [(&str, Expect); 15] = [
+    ("fork_bomb", Expect::SandboxLimit),
+    ("parallel_memory_bomb", Expect::SandboxLimit),
     ("infinite_loop", Expect::SandboxLimit),
     ("loop_in_branch", Expect::SandboxLimit),
     ("string_bomb", Expect::SandboxLimit),

@@ -36,6 +36,57 @@ use crate::script::{LintContext, option_schema};
 /// The stack of every script thread.
 const SCRIPT_STACK: usize = 16 << 20;
 
+/// The most threads one `parallel` or `pipeline` runs at once; further branches start as
+/// earlier ones finish (the engine's fan-out hands their liveness over, so waits still
+/// suspend the run correctly).
+const MAX_BRANCH_THREADS: usize = 256;
+
+/// The most JSON one branch (or item) may hand back, and a fan-out in all: the values that
+/// cross the sandbox boundary are bounded like the values inside it.
+const MAX_BRANCH_RESULT: usize = 16 << 20;
+const MAX_FANOUT_RESULT: usize = 64 << 20;
+
+/// Whether `value` serializes to more than `limit` bytes (an estimate that errs large),
+/// stopping as soon as it knows.
+fn json_exceeds(value: &Value, limit: usize) -> bool {
+    fn size(value: &Value, budget: &mut isize) {
+        if *budget < 0 {
+            return;
+        }
+        *budget -= match value {
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => 24,
+            Value::String(s) => s.len() as isize + 2,
+            Value::Array(items) => {
+                for item in items {
+                    size(item, budget);
+                }
+                items.len() as isize + 2
+            }
+            Value::Object(map) => {
+                for (key, item) in map {
+                    *budget -= key.len() as isize + 4;
+                    size(item, budget);
+                }
+                2
+            }
+        };
+    }
+    let mut budget = limit as isize;
+    size(value, &mut budget);
+    budget < 0
+}
+
+fn bounded(value: Value, limit: usize, what: &str) -> Result<Value, Error> {
+    if json_exceeds(&value, limit) {
+        return Err(Error::new(
+            ErrorCode::SandboxLimit,
+            format!("{what} is larger than {} MiB", limit >> 20),
+        ));
+    }
+    Ok(value)
+}
+
 /// The Rhai dialect, as the engine sees it, with the sandbox limits its runs get.
 #[derive(Debug, Clone, Copy)]
 pub struct RhaiDialect {
@@ -112,7 +163,13 @@ struct Shared {
     cancel: CancellationToken,
     operations: AtomicU64,
     limits: SandboxLimits,
+    /// Branch threads alive across the whole run (nested fan-outs included).
+    threads: std::sync::atomic::AtomicUsize,
 }
+
+/// The most branch threads one run may have alive at once, nested fan-outs included; a
+/// fan-out that would need more waits for none: it fails with `sandbox_limit`.
+const MAX_RUN_THREADS: usize = 1024;
 
 thread_local! {
     /// The `Ctx` of the scope the current script thread runs in (innermost last).
@@ -142,7 +199,13 @@ fn execute(
     cancel: CancellationToken,
     limits: SandboxLimits,
 ) -> Result<Value, Error> {
-    let shared = Arc::new(Shared { handle, cancel, operations: AtomicU64::new(0), limits });
+    let shared = Arc::new(Shared {
+        handle,
+        cancel,
+        operations: AtomicU64::new(0),
+        limits,
+        threads: std::sync::atomic::AtomicUsize::new(0),
+    });
     let engine = build_engine(&shared);
     let mut scope = Scope::new();
     scope.push_constant("args", to_dynamic(&args));
@@ -431,16 +494,31 @@ struct Job {
 /// async side submits jobs through the returned sender and awaits each reply, so the engine
 /// drives scopes, cancellation and liveness while the closures run on real threads.
 fn with_workers<R>(
+    shared: &Shared,
     context: &NativeCallContext,
     fns: &[FnPtr],
     workers: usize,
-    body: impl FnOnce(mpsc::Sender<Job>) -> R,
+    body: impl FnOnce(mpsc::Sender<Job>, usize) -> R,
 ) -> Result<R, Error> {
+    let wanted = workers.max(1);
+    let granted = shared
+        .threads
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |alive| {
+            (alive < MAX_RUN_THREADS).then(|| alive + wanted.min(MAX_RUN_THREADS - alive))
+        })
+        .map(|alive| wanted.min(MAX_RUN_THREADS - alive))
+        .unwrap_or(0);
+    if granted == 0 {
+        return Err(Error::new(
+            ErrorCode::SandboxLimit,
+            format!("the run already has {MAX_RUN_THREADS} branch threads; nest fewer fan-outs"),
+        ));
+    }
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
-    std::thread::scope(|scope| {
+    let outcome = std::thread::scope(|scope| {
         let mut started = 0;
-        for _ in 0..workers.max(1) {
+        for _ in 0..granted {
             let rx = &rx;
             let spawned =
                 std::thread::Builder::new().stack_size(SCRIPT_STACK).spawn_scoped(scope, move || {
@@ -465,8 +543,10 @@ fn with_workers<R>(
             // No thread could be started: fail rather than wait for a worker forever.
             return Err(Error::new(ErrorCode::SandboxLimit, "no thread could be started for the branches"));
         }
-        Ok(body(tx))
-    })
+        Ok(body(tx, started))
+    });
+    shared.threads.fetch_sub(granted, Ordering::SeqCst);
+    outcome
 }
 
 /// Submits a job and awaits its result.
@@ -513,8 +593,10 @@ fn parallel(
     let popts = parallel_options(&opts);
     let single_fn = fns.len() == 1 && args.len() != 1;
     let count = args.len();
-    let workers = popts.concurrency.unwrap_or(count).min(count);
-    let result = with_workers(context, &fns, workers, |jobs| {
+    let workers = popts.concurrency.unwrap_or(count).min(count).min(MAX_BRANCH_THREADS);
+    let result = with_workers(shared, context, &fns, workers, |jobs, threads| {
+        // As many branches in flight as there are threads to run them.
+        let popts = ParallelOptions { concurrency: Some(threads), ..popts };
         let jobs = Arc::new(jobs);
         let branches: Vec<Branch> = args
             .into_iter()
@@ -529,7 +611,11 @@ fn parallel(
         drop(jobs);
         outcome
     });
-    result.and_then(|r| r).map(|values| to_dynamic(&Value::Array(values))).map_err(to_rhai)
+    result
+        .and_then(|r| r)
+        .and_then(|values| bounded(Value::Array(values), MAX_FANOUT_RESULT, "the results of a parallel"))
+        .map(|values| to_dynamic(&values))
+        .map_err(to_rhai)
 }
 
 fn pipeline(
@@ -549,9 +635,10 @@ fn pipeline(
         _ => OnItemError::Drop,
     };
     let concurrency = opts.get("concurrency").and_then(Value::as_u64).map(|n| n as usize);
-    let workers = concurrency.unwrap_or(items.len()).min(items.len());
+    let workers = concurrency.unwrap_or(items.len()).min(items.len()).min(MAX_BRANCH_THREADS);
     let engine_mode = if mode == OnItemError::Collect { OnItemError::Collect } else { mode };
-    let result = with_workers(context, &fns, workers, |jobs| {
+    let result = with_workers(shared, context, &fns, workers, |jobs, threads| {
+        let concurrency = Some(threads);
         let jobs = Arc::new(jobs);
         let stages: Vec<Stage> = (0..fns.len())
             .map(|index| {
@@ -570,7 +657,15 @@ fn pipeline(
         drop(jobs);
         outcome
     });
-    let values = result.and_then(|r| r).map_err(to_rhai)?;
+    let values = result
+        .and_then(|r| r)
+        .and_then(|values| {
+            match bounded(Value::Array(values), MAX_FANOUT_RESULT, "the results of a pipeline")? {
+                Value::Array(values) => Ok(values),
+                _ => Err(Error::internal("bounded changed the shape of the results")),
+            }
+        })
+        .map_err(to_rhai)?;
     if mode == OnItemError::Collect {
         // The card's shape: #{results, dropped}, dropped as #{index, error}.
         let mut results = Vec::new();
