@@ -530,6 +530,7 @@ fn with_workers<R>(
                                 .call_within_context::<Dynamic>(context, job.args)
                                 .map_err(|e| from_rhai(*e))
                                 .and_then(|v| to_json(&v))
+                                .and_then(|v| bounded(v, MAX_BRANCH_RESULT, "a branch's result"))
                         });
                         let _ = job.reply.send(result);
                     }
