@@ -234,8 +234,9 @@ impl Driver {
             self.queue.push_back(event);
             if terminal {
                 self.finished = true;
-                // Dropping the response here closes the connection at once.
-                self.phase = Phase::Done;
+                if let Phase::Body(response) = std::mem::replace(&mut self.phase, Phase::Done) {
+                    drain(response);
+                }
                 return;
             }
         }
@@ -282,6 +283,20 @@ impl Driver {
                 Err(err) => return Err(self.context.transport(&err)),
             }
         }
+    }
+}
+
+/// Reads what is left of a completed response (usually only the end of the chunked body) in
+/// the background, so the connection goes back to the pool instead of being closed: against a
+/// real provider that saves a TLS handshake on the next call. Bounded in time; without a
+/// runtime the response is simply dropped.
+fn drain(mut response: reqwest::Response) {
+    const DRAIN_FOR: Duration = Duration::from_secs(2);
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let rest = async { while let Ok(Some(_)) = response.chunk().await {} };
+            let _ = tokio::time::timeout(DRAIN_FOR, rest).await;
+        });
     }
 }
 
