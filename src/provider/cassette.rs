@@ -108,10 +108,11 @@ impl Provider for RecordingProvider {
             .map(move |event| {
                 row.events.push(event.clone());
                 let cancelled = matches!(&event, ChatEvent::Error(e) if e.code == ErrorCode::Cancelled);
-                if event.is_terminal() && !cancelled {
-                    if let Err(err) = append(&path, &lock, &row) {
-                        tracing::error!(path = %path.display(), error = %err, "cannot record the exchange to the cassette");
-                    }
+                if event.is_terminal()
+                    && !cancelled
+                    && let Err(err) = append(&path, &lock, &row)
+                {
+                    tracing::error!(path = %path.display(), error = %err, "cannot record the exchange to the cassette");
                 }
                 event
             })
