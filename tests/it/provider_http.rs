@@ -567,3 +567,20 @@ async fn live_llama_cpp_server_when_configured() {
     assert_eq!(name, "get_weather");
     assert!(arguments.is_object());
 }
+
+#[test]
+fn a_stream_can_be_created_outside_a_runtime() {
+    // Connection, timers and all IO start on first poll, inside whatever runtime polls.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    for case in cases() {
+        let stream = (case.make)(&url).stream(request(), CancellationToken::new());
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let events: Vec<ChatEvent> = runtime.block_on(stream.collect());
+        assert!(
+            matches!(events.as_slice(), [ChatEvent::Error(e)] if e.code == ErrorCode::Transport),
+            "{events:?}"
+        );
+    }
+}
