@@ -97,6 +97,7 @@ pub(crate) fn drive(call: WireCall, cancel: CancellationToken) -> BoxStream<'sta
         queue: VecDeque::new(),
         watch: Watch { idle, cancel, cancelled: None, deadline: None, last_activity: Instant::now() },
         finished: false,
+        cancel_handled: false,
     };
     futures::stream::unfold(state, |mut driver| async move {
         let event = driver.next_event().await?;
@@ -125,11 +126,22 @@ struct Driver {
     watch: Watch,
     /// A terminal event has been queued; nothing more is read.
     finished: bool,
+    /// Cancellation was noticed (and, if the turn was still running, reported).
+    cancel_handled: bool,
 }
 
 impl Driver {
     /// The next event for the consumer, or `None` once the terminal event was handed out.
     async fn next_event(&mut self) -> Option<ChatEvent> {
+        // A cancelled call ends at the next poll, even with decoded events (or a decoded
+        // terminal event) still queued; only a terminal event already handed out stands.
+        if !self.cancel_handled && self.watch.cancel.is_cancelled() {
+            self.cancel_handled = true;
+            if !self.finished || !self.queue.is_empty() {
+                self.queue.clear();
+                self.fail(cancelled());
+            }
+        }
         loop {
             if let Some(event) = self.queue.pop_front() {
                 return Some(event);

@@ -584,3 +584,18 @@ fn a_stream_can_be_created_outside_a_runtime() {
         );
     }
 }
+
+#[tokio::test]
+async fn cancelling_drops_events_not_yet_handed_out() {
+    // The whole answer arrives in one read; cancelling after the first event still ends the
+    // stream at the next poll instead of handing out the rest.
+    let case = cases().remove(1);
+    let server = serve(&case, stream_template(&case.ok_body)).await;
+    let provider = (case.make)(&server.uri());
+    let cancel = CancellationToken::new();
+    let mut stream = provider.stream(request(), cancel.clone());
+    assert!(stream.next().await.is_some_and(|e| !e.is_terminal()));
+    cancel.cancel();
+    let rest: Vec<ChatEvent> = stream.collect().await;
+    assert!(matches!(rest.as_slice(), [ChatEvent::Error(e)] if e.code == ErrorCode::Cancelled), "{rest:?}");
+}
