@@ -87,10 +87,25 @@ pub struct LoggedCall {
     pub request: ChatRequest,
 }
 
-/// A sequence of scripted turns, one per call; the last repeats once the script runs out.
-#[derive(Debug, Clone)]
+/// A sequence of scripted turns, one per call; the last repeats once the script runs out. Or,
+/// built with [`FakeScript::respond_with`], a function of each call.
+#[derive(Clone)]
 pub struct FakeScript {
     turns: Vec<FakeTurn>,
+    /// Computes each turn from the request instead of `turns`.
+    respond: Option<Arc<RespondFn>>,
+}
+
+/// A turn computed from the call.
+type RespondFn = dyn Fn(&ChatRequest) -> FakeTurn + Send + Sync;
+
+impl std::fmt::Debug for FakeScript {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeScript")
+            .field("turns", &self.turns)
+            .field("respond_with", &self.respond.as_ref().map(|_| "fn"))
+            .finish()
+    }
 }
 
 /// One scripted model turn.
@@ -204,7 +219,7 @@ impl FakeProvider {
         };
         let turn = match responder {
             Some(responder) => {
-                let turn = responder.script.turn(responder.served);
+                let turn = responder.script.turn(responder.served, request);
                 responder.served += 1;
                 turn
             }
@@ -344,7 +359,13 @@ impl Provider for FakeProvider {
 impl FakeScript {
     /// A script of one turn.
     pub fn new(turn: FakeTurn) -> FakeScript {
-        FakeScript { turns: vec![turn] }
+        FakeScript { turns: vec![turn], respond: None }
+    }
+
+    /// Answers every call with `respond(request)`: for turns that depend on the conversation,
+    /// e.g. call a tool first and answer once the transcript holds its result.
+    pub fn respond_with(respond: impl Fn(&ChatRequest) -> FakeTurn + Send + Sync + 'static) -> FakeScript {
+        FakeScript { turns: Vec::new(), respond: Some(Arc::new(respond)) }
     }
 
     /// Answers `text`.
@@ -374,7 +395,7 @@ impl FakeScript {
 
     /// Fails `times` calls with `error`; chain what comes next (`.then_text("ok")`).
     pub fn fail_times(times: usize, error: Error) -> FakeScript {
-        FakeScript { turns: vec![FakeTurn::new(FakeReply::Error(error)); times] }
+        FakeScript { turns: vec![FakeTurn::new(FakeReply::Error(error)); times], respond: None }
     }
 
     /// Appends a turn.
@@ -419,8 +440,11 @@ impl FakeScript {
         self
     }
 
-    /// The turn answering the `served`-th call (0-based).
-    fn turn(&self, served: usize) -> FakeTurn {
+    /// The turn answering the `served`-th call (0-based), or the function's answer to `request`.
+    fn turn(&self, served: usize, request: &ChatRequest) -> FakeTurn {
+        if let Some(respond) = &self.respond {
+            return respond(request);
+        }
         match self.turns.get(served).or(self.turns.last()) {
             Some(turn) => turn.clone(),
             None => FakeTurn::new(FakeReply::Error(Error::config("an empty fake script"))),

@@ -704,6 +704,68 @@ mod tests {
         assert!(body.get("temperature").is_none());
     }
 
+    fn decode(events: &[Value]) -> Vec<ChatEvent> {
+        let body: String =
+            events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
+        crate::provider::decode_sse(&mut AnthropicDecoder::new("anthropic"), body.as_bytes())
+    }
+
+    fn start(usage: Value) -> Value {
+        json!({"type": "message_start", "message": {"id": "m1", "content": [], "usage": usage}})
+    }
+
+    #[test]
+    fn pause_turn_redacted_thinking_and_running_usage() {
+        let events = decode(&[
+            start(json!({"input_tokens": 10, "cache_read_input_tokens": 90, "output_tokens": 1})),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "redacted_thinking", "data": "opaque"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"query\":\"x\"}"}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "pause_turn"}, "usage": {"output_tokens": 7}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let raws: Vec<&Value> = events
+            .iter()
+            .filter_map(|e| if let ChatEvent::ProviderRaw { data, .. } = e { Some(data) } else { None })
+            .collect();
+        assert_eq!(raws[0], &json!({"type": "redacted_thinking", "data": "opaque"}));
+        assert_eq!(
+            raws[1],
+            &json!({"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {"query": "x"}})
+        );
+        // Server tools are the provider's to run: no canonical tool call.
+        assert!(!events.iter().any(|e| matches!(e, ChatEvent::ToolCallStart { .. })));
+        let usages: Vec<u64> = events
+            .iter()
+            .filter_map(|e| if let ChatEvent::Usage(u) = e { Some(u.output_tokens) } else { None })
+            .collect();
+        assert_eq!(usages, [1, 7]);
+        let usage = Usage { input_tokens: 100, output_tokens: 7, cache_read_tokens: 90, ..Usage::default() };
+        assert_eq!(events.last(), Some(&ChatEvent::Finish { reason: FinishReason::PauseTurn, usage }));
+    }
+
+    #[test]
+    fn error_events_and_broken_tool_json_are_typed() {
+        let events = decode(&[
+            start(json!({"input_tokens": 1})),
+            json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
+        ]);
+        assert!(
+            matches!(events.last(), Some(ChatEvent::Error(e)) if e.code == crate::ErrorCode::ProviderRateLimit && e.retryable)
+        );
+        let events = decode(&[
+            start(json!({"input_tokens": 1})),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"a\":"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+        ]);
+        let Some(ChatEvent::Error(error)) = events.last() else { panic!("{events:?}") };
+        assert_eq!((error.code, error.retryable), (crate::ErrorCode::Transport, true));
+        assert!(error.message.contains("not valid json"));
+    }
+
     #[test]
     fn capabilities_by_model() {
         assert!(capabilities("claude-sonnet-4-5-20250929").native_schema);

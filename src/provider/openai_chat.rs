@@ -700,6 +700,82 @@ mod tests {
         assert_eq!(xai.total_tokens(), 354);
     }
 
+    fn decode(chunks: &[&str]) -> Vec<ChatEvent> {
+        let mut decoder = ChatDecoder::new("t", 5);
+        let body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+        crate::provider::decode_sse(&mut decoder, body.as_bytes())
+    }
+
+    #[test]
+    fn the_text_fast_path_matches_the_general_path() {
+        for chunk in [
+            r#"{"choices":[{"index":0,"delta":{"content":"a\u00e9\n","reasoning_content":"r","role":"assistant"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"","reasoning":"why"},"finish_reason":null}],"usage":null}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"other choice"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"no index"}}]}"#,
+        ] {
+            let parsed: TextChunk<'_> = serde_json::from_str(chunk).unwrap();
+            assert!(parsed.is_plain_text(), "{chunk}");
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            let mut decoder = ChatDecoder::new("t", 0);
+            decoder.text_chunk(&parsed, &mut fast);
+            let mut decoder = ChatDecoder::new("t", 0);
+            decoder.chunk(&serde_json::from_str(chunk).unwrap(), &mut slow);
+            assert_eq!(fast, slow, "{chunk}");
+        }
+        let refusal: TextChunk<'_> =
+            serde_json::from_str(r#"{"choices":[{"index":0,"delta":{"refusal":""}}]}"#).unwrap();
+        assert!(!refusal.is_plain_text());
+    }
+
+    #[test]
+    fn a_finished_choice_without_done_still_finishes_with_estimated_usage() {
+        let events = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"abcdefgh"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        ]);
+        let usage = Usage { input_tokens: 5, output_tokens: 2, approximate: true, ..Usage::default() };
+        assert_eq!(events.last(), Some(&ChatEvent::Finish { reason: FinishReason::Stop, usage }));
+        let cut = decode(&[r#"{"choices":[{"index":0,"delta":{"content":"abc"}}]}"#]);
+        assert!(
+            matches!(cut.last(), Some(ChatEvent::Error(e)) if e.code == crate::ErrorCode::Transport && e.retryable)
+        );
+    }
+
+    #[test]
+    fn in_stream_errors_and_odd_tool_deltas() {
+        let events = decode(&[r#"{"error":{"message":"overloaded","type":"server_error","code":null}}"#]);
+        assert!(
+            matches!(events.as_slice(), [ChatEvent::Error(e)] if e.code == crate::ErrorCode::ProviderUnavailable)
+        );
+        // No id at all, the name repeated in every delta (as llama.cpp does), arguments split.
+        let events = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"a\""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":":1}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(events[0], ChatEvent::ToolCallStart { wire_id: "call_0".into(), name: "f".into() });
+        assert_eq!(
+            events[3],
+            ChatEvent::ToolCallEnd { wire_id: "call_0".into(), name: "f".into(), arguments: json!({"a": 1}) }
+        );
+        assert!(matches!(events.last(), Some(ChatEvent::Finish { reason: FinishReason::ToolUse, .. })));
+        // Arguments that never parse are an error, not a silent {}; cut by the cap, the call is dropped.
+        let events = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{\"a\":"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        ]);
+        assert!(matches!(events.last(), Some(ChatEvent::Error(e)) if e.message.contains("not valid json")));
+        let events = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{\"a\":"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#,
+            "[DONE]",
+        ]);
+        assert!(matches!(events.last(), Some(ChatEvent::Finish { reason: FinishReason::Length, .. })));
+        assert!(!events.iter().any(|e| matches!(e, ChatEvent::ToolCallEnd { .. })));
+    }
+
     #[test]
     fn strict_mode_only_for_closed_schemas() {
         assert!(strict_compatible(&json!({"type": "object", "properties": {"a": {"type": "string"}},

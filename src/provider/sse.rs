@@ -54,23 +54,28 @@ impl SseParser {
             }
         }
         while !rest.is_empty() {
-            match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
-                None => {
-                    self.line.extend_from_slice(rest);
-                    break;
-                }
-                Some(pos) => {
-                    self.line.extend_from_slice(&rest[..pos]);
-                    let terminator = rest[pos];
-                    rest = &rest[pos + 1..];
-                    if terminator == b'\r' {
-                        match rest.first() {
-                            Some(&b'\n') => rest = &rest[1..],
-                            Some(_) => {}
-                            None => self.pending_cr = true,
-                        }
-                    }
-                    self.end_line(out);
+            let Some(pos) = memchr::memchr2(b'\n', b'\r', rest) else {
+                self.line.extend_from_slice(rest);
+                break;
+            };
+            let terminator = rest[pos];
+            // A line wholly inside this chunk is parsed in place; only a line split across
+            // chunks goes through the buffer.
+            if self.line.is_empty() {
+                self.end_line(&rest[..pos], out);
+            } else {
+                self.line.extend_from_slice(&rest[..pos]);
+                let line = mem::take(&mut self.line);
+                self.end_line(&line, out);
+                self.line = line;
+                self.line.clear();
+            }
+            rest = &rest[pos + 1..];
+            if terminator == b'\r' {
+                match rest.first() {
+                    Some(&b'\n') => rest = &rest[1..],
+                    Some(_) => {}
+                    None => self.pending_cr = true,
                 }
             }
         }
@@ -81,27 +86,22 @@ impl SseParser {
     /// streams, and the decoder (not the framing) decides whether the stream was complete.
     pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
         if !self.line.is_empty() {
-            self.end_line(out);
+            let line = mem::take(&mut self.line);
+            self.end_line(&line, out);
         }
         self.dispatch(out);
     }
 
-    fn end_line(&mut self, out: &mut Vec<SseEvent>) {
-        let mut line = mem::take(&mut self.line);
+    fn end_line(&mut self, mut line: &[u8], out: &mut Vec<SseEvent>) {
         if self.at_start {
             self.at_start = false;
-            if line.starts_with(b"\xEF\xBB\xBF") {
-                line.drain(..3);
-            }
+            line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
         }
         if line.is_empty() {
             self.dispatch(out);
         } else {
-            self.field(&line);
+            self.field(line);
         }
-        // Keep the allocation for the next line.
-        line.clear();
-        self.line = line;
     }
 
     fn field(&mut self, line: &[u8]) {

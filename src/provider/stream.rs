@@ -97,6 +97,7 @@ pub(crate) fn drive(call: WireCall, cancel: CancellationToken) -> BoxStream<'sta
         queue: VecDeque::new(),
         watch: Watch { idle, cancel, cancelled: None, deadline: None, last_activity: Instant::now() },
         finished: false,
+        cancel_handled: false,
     };
     futures::stream::unfold(state, |mut driver| async move {
         let event = driver.next_event().await?;
@@ -125,11 +126,22 @@ struct Driver {
     watch: Watch,
     /// A terminal event has been queued; nothing more is read.
     finished: bool,
+    /// Cancellation was noticed (and, if the turn was still running, reported).
+    cancel_handled: bool,
 }
 
 impl Driver {
     /// The next event for the consumer, or `None` once the terminal event was handed out.
     async fn next_event(&mut self) -> Option<ChatEvent> {
+        // A cancelled call ends at the next poll, even with decoded events (or a decoded
+        // terminal event) still queued; only a terminal event already handed out stands.
+        if !self.cancel_handled && self.watch.cancel.is_cancelled() {
+            self.cancel_handled = true;
+            if !self.finished || !self.queue.is_empty() {
+                self.queue.clear();
+                self.fail(cancelled());
+            }
+        }
         loop {
             if let Some(event) = self.queue.pop_front() {
                 return Some(event);
@@ -234,8 +246,9 @@ impl Driver {
             self.queue.push_back(event);
             if terminal {
                 self.finished = true;
-                // Dropping the response here closes the connection at once.
-                self.phase = Phase::Done;
+                if let Phase::Body(response) = std::mem::replace(&mut self.phase, Phase::Done) {
+                    drain(response);
+                }
                 return;
             }
         }
@@ -282,6 +295,20 @@ impl Driver {
                 Err(err) => return Err(self.context.transport(&err)),
             }
         }
+    }
+}
+
+/// Reads what is left of a completed response (usually only the end of the chunked body) in
+/// the background, so the connection goes back to the pool instead of being closed: against a
+/// real provider that saves a TLS handshake on the next call. Bounded in time; without a
+/// runtime the response is simply dropped.
+fn drain(mut response: reqwest::Response) {
+    const DRAIN_FOR: Duration = Duration::from_secs(2);
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let rest = async { while let Ok(Some(_)) = response.chunk().await {} };
+            let _ = tokio::time::timeout(DRAIN_FOR, rest).await;
+        });
     }
 }
 

@@ -104,3 +104,31 @@ async fn latency_uses_tokio_time_and_honours_cancellation() {
     let events: Vec<ChatEvent> = stream.collect().await;
     assert!(matches!(events.as_slice(), [ChatEvent::Error(e)] if e.code == ErrorCode::Cancelled));
 }
+
+#[tokio::test]
+async fn responders_can_be_functions_of_the_call() {
+    use crate::provider::Part;
+    let fake = FakeProvider::new().on_agent_type(
+        "researcher",
+        FakeScript::respond_with(|request| {
+            let has_result =
+                request.messages.iter().flat_map(|m| &m.parts).any(|p| matches!(p, Part::ToolResult { .. }));
+            if has_result {
+                FakeTurn::new(FakeReply::Text("summary".into()))
+            } else {
+                FakeTurn::new(FakeReply::ToolCalls(vec![FakeToolCall {
+                    name: "search".into(),
+                    arguments: json!({}),
+                }]))
+            }
+        }),
+    );
+    let first = run(&fake, request(None, Some("researcher"), "go")).await;
+    assert!(matches!(first.last(), Some(ChatEvent::Finish { reason: FinishReason::ToolUse, .. })));
+    let mut second = request(None, Some("researcher"), "go");
+    second.messages.push(Message {
+        role: crate::provider::Role::User,
+        parts: vec![Part::ToolResult { id: "1".into(), wire_id: None, content: "r".into(), is_error: false }],
+    });
+    assert_eq!(text_of(&run(&fake, second).await), "summary");
+}

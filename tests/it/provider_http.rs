@@ -567,3 +567,35 @@ async fn live_llama_cpp_server_when_configured() {
     assert_eq!(name, "get_weather");
     assert!(arguments.is_object());
 }
+
+#[test]
+fn a_stream_can_be_created_outside_a_runtime() {
+    // Connection, timers and all IO start on first poll, inside whatever runtime polls.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    for case in cases() {
+        let stream = (case.make)(&url).stream(request(), CancellationToken::new());
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let events: Vec<ChatEvent> = runtime.block_on(stream.collect());
+        assert!(
+            matches!(events.as_slice(), [ChatEvent::Error(e)] if e.code == ErrorCode::Transport),
+            "{events:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn cancelling_drops_events_not_yet_handed_out() {
+    // The whole answer arrives in one read; cancelling after the first event still ends the
+    // stream at the next poll instead of handing out the rest.
+    let case = cases().remove(1);
+    let server = serve(&case, stream_template(&case.ok_body)).await;
+    let provider = (case.make)(&server.uri());
+    let cancel = CancellationToken::new();
+    let mut stream = provider.stream(request(), cancel.clone());
+    assert!(stream.next().await.is_some_and(|e| !e.is_terminal()));
+    cancel.cancel();
+    let rest: Vec<ChatEvent> = stream.collect().await;
+    assert!(matches!(rest.as_slice(), [ChatEvent::Error(e)] if e.code == ErrorCode::Cancelled), "{rest:?}");
+}
