@@ -23,7 +23,7 @@ use crate::journal::{
     self, ContentKey, Entry, Kind, Ledger, Match, Replay, ReplayOptions, Resolutions, ScopePath, Seq, Status,
 };
 use crate::money::Money;
-use crate::store::{RunId, RunMeta, RunStatus};
+use crate::store::{RawEntry, RunId, RunMeta, RunStatus};
 
 /// The state one run shares across every `Ctx` of it.
 #[derive(Debug)]
@@ -32,6 +32,8 @@ pub(crate) struct RunState {
     pub(crate) run_id: RunId,
     pub(crate) events: Arc<EventLog>,
     journal: Mutex<JournalState>,
+    group: Mutex<Group>,
+    group_done: std::sync::Condvar,
     pub(crate) budget: Arc<Budget>,
     /// Concurrent model calls of this run.
     pub(crate) model_slots: Arc<Semaphore>,
@@ -60,6 +62,22 @@ enum Stop {
     Cancelled,
     Deadline,
     Suspended,
+}
+
+/// Batches waiting for the group commit, and the outcomes of written ones.
+#[derive(Debug, Default)]
+struct Group {
+    queue: Vec<Queued>,
+    flushing: bool,
+    next_ticket: u64,
+    done: HashMap<u64, Result<Vec<Arc<Entry>>, Error>>,
+}
+
+#[derive(Debug)]
+struct Queued {
+    ticket: u64,
+    raw: Vec<RawEntry>,
+    shared: Vec<Arc<Entry>>,
 }
 
 #[derive(Debug)]
@@ -106,18 +124,66 @@ impl RunState {
             ));
         }
         let ts = self.engine.clock.now_ms();
-        let mut journal = self.lock_journal();
-        let mut raw = Vec::with_capacity(entries.len());
-        for (offset, entry) in entries.iter_mut().enumerate() {
-            entry.seq = Seq(journal.next_seq + offset as u64);
-            entry.ts = Some(ts);
-            raw.push(journal::encode(entry)?);
+        let ticket = {
+            // Seqs are assigned and the batch queued under the journal lock, so the queue is
+            // always in seq order.
+            let mut journal = self.lock_journal();
+            let mut raw = Vec::with_capacity(entries.len());
+            for (offset, entry) in entries.iter_mut().enumerate() {
+                entry.seq = Seq(journal.next_seq + offset as u64);
+                entry.ts = Some(ts);
+                raw.push(journal::encode(entry)?);
+            }
+            journal.next_seq += entries.len() as u64;
+            let shared: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
+            let mut group = self.lock_group();
+            let ticket = group.next_ticket;
+            group.next_ticket += 1;
+            group.queue.push(Queued { ticket, raw, shared });
+            ticket
+        };
+        self.commit_group(ticket)
+    }
+
+    fn lock_group(&self) -> MutexGuard<'_, Group> {
+        self.group.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Group commit: the first waiting appender writes every queued batch in one store
+    /// append; the others wait for it. Concurrent branches share one durable write instead
+    /// of queueing for one each. Returns once the ticket's batch is durable.
+    fn commit_group(&self, ticket: u64) -> Result<Vec<Arc<Entry>>, Error> {
+        let mut group = self.lock_group();
+        loop {
+            if let Some(outcome) = group.done.remove(&ticket) {
+                return outcome;
+            }
+            if group.flushing {
+                group = self.group_done.wait(group).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            group.flushing = true;
+            let batch = std::mem::take(&mut group.queue);
+            drop(group);
+            let raw: Vec<RawEntry> = batch.iter().flat_map(|q| q.raw.iter().cloned()).collect();
+            let written = self.engine.journal.append(&self.run_id, &raw, None).map_err(Error::from);
+            if written.is_ok() {
+                let mut journal = self.lock_journal();
+                for queued in &batch {
+                    journal.all.extend(queued.shared.iter().cloned());
+                }
+            }
+            group = self.lock_group();
+            for queued in batch {
+                let outcome = match &written {
+                    Ok(()) => Ok(queued.shared),
+                    Err(e) => Err(e.clone()),
+                };
+                group.done.insert(queued.ticket, outcome);
+            }
+            group.flushing = false;
+            self.group_done.notify_all();
         }
-        self.engine.journal.append(&self.run_id, &raw, None)?;
-        journal.next_seq += entries.len() as u64;
-        let shared: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
-        journal.all.extend(shared.iter().cloned());
-        Ok(shared)
     }
 
     /// Appends one entry.
@@ -384,6 +450,8 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
         events: EventLog::new(run_id.clone()),
         run_id,
         journal: Mutex::new(JournalState { replay: segment.replay, next_seq, all: segment.entries }),
+        group: Mutex::new(Group::default()),
+        group_done: std::sync::Condvar::new(),
         budget: Budget::new(segment.ceiling, segment.spent),
         model_slots: Arc::new(Semaphore::new(engine.max_concurrency)),
         provider_slots,
