@@ -1,9 +1,35 @@
 //! cairn: an embeddable engine for durable, budget-bounded, multi-agent LLM workflows.
 //!
-//! A workflow's every effect is recorded in a content-addressed journal kept by a
-//! [`JournalStore`], so a crashed or edited run resumes without paying twice for any
-//! completed model call. This release holds the foundation: the journal kernel
-//! ([`journal`]) and the stores ([`store`]).
+//! A workflow is a Rust closure ([`Workflow`]) or a Rhai script ([`Script`]) run by an
+//! [`Engine`]. It reaches the world only through [`Ctx`] — `agent`, `parallel`, `pipeline`,
+//! `step`, `call`, `workflow`, `await_external`, `now`/`random`/`uuid` — and every effect is
+//! recorded in a content-addressed journal kept by a [`JournalStore`] (SQLite, JSONL or
+//! memory). A crashed, edited or suspended run resumes ([`Engine::resume`]) without paying
+//! twice for any completed model call, under a budget ceiling no API can raise; the
+//! [`RunOutcome`] carries the value, the dropped work, pending waits and a [`CostReport`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use cairn::{AgentOptions, Engine, MemoryStore, ResumeOptions, RunOptions, RunStatus, Workflow};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let store = Arc::new(MemoryStore::new());
+//! let wf = Workflow::new("greet", |ctx, args| async move {
+//!     ctx.agent(&format!("greet {}", args["name"]), AgentOptions::default()).await
+//! });
+//! // No provider registered: the built-in offline echo model answers.
+//! let engine = Engine::builder(store.clone(), store).workflow(wf.clone()).build().unwrap();
+//! let handle = engine.run(&wf, serde_json::json!({"name": "Ada"}), RunOptions::default()).unwrap();
+//! let run_id = handle.run_id().clone();
+//! let outcome = handle.result().await.unwrap();
+//! assert_eq!(outcome.status, RunStatus::Ok);
+//! assert_eq!(outcome.value, Some(serde_json::json!("echo: greet \"Ada\"")));
+//!
+//! // Resuming replays the journal: nothing is paid again.
+//! let again = engine.resume(&run_id, ResumeOptions::default()).unwrap().result().await.unwrap();
+//! assert_eq!((again.preview.hits, again.preview.misses), (1, 0));
+//! # });
+//! ```
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod agent;
