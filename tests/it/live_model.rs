@@ -2,6 +2,13 @@
 //! `shared/fixtures/README.md`). Skipped unless `CAIRN_TEST_OPENAI_BASE_URL` names the
 //! server (e.g. `http://127.0.0.1:8765/v1`); `CAIRN_TEST_OPENAI_MODEL` names the model
 //! (default `smollm2`). Each test prints that it was skipped when the variable is unset.
+//!
+//! Status against llama-cpp-python 0.3.36 (SmolLM2-135M): the streamed answer and the forced
+//! tool call pass. The schema-validated answer does not yet: that server accepts only
+//! `response_format: {"type": "json_object", "schema": ...}`, while the adapter sends OpenAI's
+//! `json_schema` form (HTTP 500), and without constrained decoding the 135M model does not
+//! produce JSON within the two re-prompts. The fix is a per-endpoint response-format dialect
+//! in `provider/openai_chat.rs`.
 
 use std::sync::Arc;
 
@@ -19,7 +26,11 @@ fn server() -> Option<(String, String)> {
 }
 
 fn engine(url: &str, model: &str) -> Engine {
-    let provider = OpenAiCompatibleProvider::new("local", url).unwrap();
+    // llama.cpp constrains output to a JSON Schema given as `response_format`, so this
+    // endpoint is declared as supporting native structured output.
+    let provider = OpenAiCompatibleProvider::new("local", url).unwrap().with_capabilities(
+        cairn::provider::Capabilities { native_schema: true, tools: true, reasoning: false },
+    );
     let store = Arc::new(MemoryStore::new());
     Engine::builder(store.clone(), store)
         .provider(Arc::new(provider))
