@@ -47,12 +47,20 @@ pub(crate) struct Dialect {
     pub(crate) max_tokens_field: &'static str,
     /// Whether to ask for the final usage chunk.
     pub(crate) include_usage: bool,
+    /// Whether structured output is asked for as `{"type": "json_object", "schema": ...}`, the
+    /// form llama.cpp servers constrain decoding with (llama-cpp-python accepts no other),
+    /// rather than OpenAI's `json_schema`.
+    pub(crate) schema_as_json_object: bool,
 }
 
 impl Dialect {
-    pub(crate) const OPENAI: Dialect =
-        Dialect { max_tokens_field: "max_completion_tokens", include_usage: true };
-    pub(crate) const COMPATIBLE: Dialect = Dialect { max_tokens_field: "max_tokens", include_usage: true };
+    pub(crate) const OPENAI: Dialect = Dialect {
+        max_tokens_field: "max_completion_tokens",
+        include_usage: true,
+        schema_as_json_object: false,
+    };
+    pub(crate) const COMPATIBLE: Dialect =
+        Dialect { max_tokens_field: "max_tokens", include_usage: true, schema_as_json_object: true };
 }
 
 impl OpenAiChatProvider {
@@ -281,14 +289,16 @@ fn compile(request: &ChatRequest, dialect: Dialect, capabilities: Capabilities) 
         body.insert("temperature".into(), json!(temperature));
     }
     if let Some(schema) = request.response_schema.as_ref().filter(|_| capabilities.native_schema) {
-        body.insert(
-            "response_format".into(),
+        let format = if dialect.schema_as_json_object {
+            json!({"type": "json_object", "schema": schema})
+        } else {
             json!({"type": "json_schema", "json_schema": {
                 "name": "response",
                 "schema": schema,
                 "strict": strict_compatible(schema),
-            }}),
-        );
+            }})
+        };
+        body.insert("response_format".into(), format);
     }
     if let Some(effort) = request.effort.as_ref().filter(|_| capabilities.reasoning) {
         body.insert("reasoning_effort".into(), json!(effort));

@@ -3,12 +3,11 @@
 //! server (e.g. `http://127.0.0.1:8765/v1`); `CAIRN_TEST_OPENAI_MODEL` names the model
 //! (default `smollm2`). Each test prints that it was skipped when the variable is unset.
 //!
-//! Status against llama-cpp-python 0.3.36 (SmolLM2-135M): the streamed answer and the forced
-//! tool call pass. The schema-validated answer does not yet: that server accepts only
-//! `response_format: {"type": "json_object", "schema": ...}`, while the adapter sends OpenAI's
-//! `json_schema` form (HTTP 500), and without constrained decoding the 135M model does not
-//! produce JSON within the two re-prompts. The fix is a per-endpoint response-format dialect
-//! in `provider/openai_chat.rs`.
+//! All three pass against llama-cpp-python 0.3.36 serving SmolLM2-135M (built with
+//! `CMAKE_ARGS="-DGGML_NATIVE=OFF"` on this VM: a native build traps on an unsupported
+//! instruction). The endpoint is declared with native structured output, which the
+//! compatible adapter sends as `{"type": "json_object", "schema": ...}`, the form llama.cpp
+//! servers constrain decoding with.
 
 use std::sync::Arc;
 
