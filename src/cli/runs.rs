@@ -37,6 +37,13 @@ pub(super) struct RunArgs {
     /// The run id (default: a fresh ULID).
     #[arg(long)]
     run_id: Option<String>,
+    #[command(flatten)]
+    live: LiveArgs,
+}
+
+/// The flags of the commands that run a workflow live (`run`, `resume`).
+#[derive(Debug, Args)]
+pub(super) struct LiveArgs {
     /// The default model, as provider:model.
     #[arg(long)]
     model: Option<String>,
@@ -72,17 +79,8 @@ pub(super) struct ResumeArgs {
     /// Rerun the call journaled at this seq (repeatable).
     #[arg(long)]
     invalidate: Vec<u64>,
-    /// The default model, as provider:model.
-    #[arg(long)]
-    model: Option<String>,
-    /// Print the whole outcome as JSON on stdout.
-    #[arg(long)]
-    json: bool,
-    /// No progress on stderr.
-    #[arg(long, short)]
-    quiet: bool,
     #[command(flatten)]
-    cassette: CassetteArgs,
+    live: LiveArgs,
 }
 
 #[derive(Debug, Args)]
@@ -323,19 +321,19 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
     if let Some(Err(e)) = args.budget.map(crate::money::Money::from_usd) {
         return fail(Exit::Usage, format!("invalid --budget: {e}"));
     }
-    let setup = match setup_with(globals, args.model.as_deref(), Some(&args.cassette)) {
+    let setup = match setup_with(globals, args.live.model.as_deref(), Some(&args.live.cassette)) {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
     let diagnostics = match crate::script::rhai::compile(&source, &lint_context(&setup)) {
         Ok(compiled) => compiled.warnings().to_vec(),
         Err(diagnostics) => {
-            print_diagnostics(&args.file, &diagnostics, args.json);
+            print_diagnostics(&args.file, &diagnostics, args.live.json);
             return fail(Exit::Rejected, format!("{} was rejected by lint", args.file.display()));
         }
     };
     print_diagnostics(&args.file, &diagnostics, false);
-    if setup.uses_echo && !args.quiet && args.cassette.replay.is_none() {
+    if setup.uses_echo && !args.live.quiet && args.live.cassette.replay.is_none() {
         eprintln!("note: no model provider is configured; using the offline echo model (echo:default)");
     }
     let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
@@ -343,8 +341,8 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
         Ok(handle) => handle,
         Err(e) => return fail(exit_of(&e), e),
     };
-    match follow(handle, args.quiet).await {
-        Ok(outcome) => report(&outcome, args.json),
+    match follow(handle, args.live.quiet).await {
+        Ok(outcome) => report(&outcome, args.live.json),
         Err(e) => fail(Exit::Error, e),
     }
 }
@@ -354,7 +352,7 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(id) => id,
         Err(exit) => return exit,
     };
-    let setup = match setup_with(globals, args.model.as_deref(), Some(&args.cassette)) {
+    let setup = match setup_with(globals, args.live.model.as_deref(), Some(&args.live.cassette)) {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
@@ -364,14 +362,14 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(handle) => handle,
         Err(e) => return fail(exit_of(&e), e),
     };
-    match follow(handle, args.quiet).await {
+    match follow(handle, args.live.quiet).await {
         Ok(outcome)
             if args.dry_run && outcome.error.as_ref().is_some_and(|e| e.code == ErrorCode::JournalMiss) =>
         {
-            report(&outcome, args.json);
+            report(&outcome, args.live.json);
             Exit::ReplayMiss
         }
-        Ok(outcome) => report(&outcome, args.json),
+        Ok(outcome) => report(&outcome, args.live.json),
         Err(e) => fail(Exit::Error, e),
     }
 }
