@@ -350,6 +350,7 @@ pub struct Engine {
     inner: Arc<EngineInner>,
 }
 
+#[derive(Clone)]
 pub(crate) struct EngineInner {
     pub(crate) providers: HashMap<String, Arc<dyn Provider>>,
     pub(crate) journal: Arc<dyn JournalStore>,

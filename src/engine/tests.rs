@@ -168,34 +168,9 @@ async fn never_pay_twice_resume_replays_every_completed_call() {
 }
 
 fn rebuild_with_workflow(engine: &Engine, workflow: Workflow) -> super::EngineInner {
-    let inner = &engine.inner;
-    let mut workflows = inner.workflows.clone();
-    workflows.insert(workflow.name.clone(), workflow);
-    super::EngineInner {
-        providers: inner.providers.clone(),
-        journal: inner.journal.clone(),
-        transcripts: inner.transcripts.clone(),
-        defaults: inner.defaults.clone(),
-        default_model: inner.default_model.clone(),
-        profiles: inner.profiles.clone(),
-        host_functions: inner.host_functions.clone(),
-        workflows,
-        prices: inner.prices.clone(),
-        clock: inner.clock.clone(),
-        seed: inner.seed,
-        max_concurrency: inner.max_concurrency,
-        provider_limits: inner.provider_limits.clone(),
-        max_spawns: inner.max_spawns,
-        default_budget: inner.default_budget,
-        child_share_ppm: inner.child_share_ppm,
-        max_depth: inner.max_depth,
-        max_retries: inner.max_retries,
-        retry_base: inner.retry_base,
-        dialects: inner.dialects.clone(),
-        toolsets: inner.toolsets.clone(),
-        fallbacks: inner.fallbacks.clone(),
-        permissions: inner.permissions.clone(),
-    }
+    let mut inner = (*engine.inner).clone();
+    inner.workflows.insert(workflow.name.clone(), workflow);
+    inner
 }
 
 #[tokio::test]
