@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::budget::AccountId;
 use super::events::EventKind;
+use super::run::Durability;
 use super::{Dropped, ErrorPolicy, RunState};
 use crate::agent::{self, AgentEnd, BudgetHooks};
 use crate::error::{Error, ErrorCode};
@@ -530,7 +531,8 @@ impl Ctx {
         running.agent_type = opts.profile.as_deref().map(journal::intern);
         running.role = Some(journal::intern(role.as_str()));
         running.model = Some(journal::intern(&model.to_string()));
-        let running = match self.run.append_one(running) {
+        // Deferred: a crash before it is written reruns the call, as it would anyway.
+        let running = match self.run.append_one(running, Durability::Lazy) {
             Ok(entry) => entry,
             Err(e) => {
                 self.run.budget.settle(reservation, Money::ZERO);
@@ -623,7 +625,8 @@ impl Ctx {
             terminal.transcript_ref = Some(checkpoint_ref);
         }
         let cost = outcome.cost.unwrap_or(Money::ZERO);
-        let written = self.run.append_one(terminal);
+        // Awaited: a paid result is durable before it reaches the workflow.
+        let written = self.run.append_one_async(terminal).await;
         self.run.budget.settle(reservation, cost);
         let terminal = written?;
         self.run.emit(self.span_pair(span), false, agent_end_event(&terminal));
@@ -745,7 +748,7 @@ impl Ctx {
         if kind != Kind::Step {
             running.name = Some(label.to_owned());
         }
-        let running = self.run.append_one(running)?;
+        let running = self.run.append_one(running, Durability::Lazy)?;
         self.run.emit(self.span_pair(span), false, start);
         Ok(Begun::Live(LiveCall { running, span, kind_name: kind_name.to_owned(), on_error }))
     }
@@ -761,7 +764,9 @@ impl Ctx {
         let mut terminal = Ctx::terminal_for(&live.running, status);
         terminal.set_value(value.as_ref());
         terminal.error = error.clone();
-        self.run.append_one(terminal)?;
+        // Deferred: nothing paid hangs on it (a child's paid calls were awaited inside it);
+        // a crash before the write reruns the body, the at-least-once every step has.
+        self.run.append_one(terminal, Durability::Deferred)?;
         self.run.emit(
             self.span_pair(live.span),
             false,
@@ -871,7 +876,7 @@ impl Ctx {
                 if prompt.is_some() || opts.schema.is_some() {
                     entry.set_value(Some(&json!({ "prompt": prompt, "schema": opts.schema })));
                 }
-                self.run.append_one(entry)?.seq
+                self.run.append_one(entry, Durability::Awaited)?.seq
             }
         };
         self.run.emit(
@@ -958,7 +963,7 @@ impl Ctx {
             Outcome::Live | Outcome::Rerun { .. } => {
                 let mut entry = self.entry(Kind::Rand, Status::Ok, key, matched.ordinal);
                 entry.set_value(Some(&make(&self.run)));
-                Ok(self.run.append_one(entry)?.value().unwrap_or(Value::Null))
+                Ok(self.run.append_one(entry, Durability::Deferred)?.value().unwrap_or(Value::Null))
             }
         }
     }
@@ -1064,6 +1069,12 @@ impl BudgetHooks for AccountHooks<'_> {
 
     fn checkpoint(&self, state: &agent::Checkpoint) {
         if self.ctx.run.dry_run {
+            return;
+        }
+        // A checkpoint is found through the call's `running` entry (written lazily): the
+        // first one waits for that entry to be durable, or a crash would orphan it and a
+        // resume would pay again for the turns it holds.
+        if !self.wrote_checkpoint.load(Ordering::Relaxed) && self.ctx.run.flush().is_err() {
             return;
         }
         // A checkpoint that fails to persist costs at most a repeated turn on rerun.

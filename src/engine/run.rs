@@ -33,6 +33,10 @@ pub(crate) struct RunState {
     pub(crate) events: Arc<EventLog>,
     journal: Mutex<JournalState>,
     group: Mutex<Group>,
+    /// This state, for the background flushes it spawns.
+    me: std::sync::Weak<RunState>,
+    /// Where background flushes run.
+    runtime: tokio::runtime::Handle,
     group_done: std::sync::Condvar,
     pub(crate) budget: Arc<Budget>,
     /// Concurrent model calls of this run.
@@ -68,16 +72,50 @@ enum Stop {
 #[derive(Debug, Default)]
 struct Group {
     queue: Vec<Queued>,
+    /// Someone is writing a batch taken from the queue.
     flushing: bool,
+    /// A delayed background flush is spawned and has not yet found the queue empty.
+    flush_scheduled: bool,
     next_ticket: u64,
-    done: HashMap<u64, Result<Vec<Arc<Entry>>, Error>>,
+    /// Outcomes for blocking appenders, by ticket.
+    done: HashMap<u64, Result<(), Error>>,
+    /// The first failed write of this segment. Latched: every later append fails with it,
+    /// and the run cannot settle `ok` over a journal with a hole in it.
+    lost: Option<Error>,
 }
 
 #[derive(Debug)]
 struct Queued {
-    ticket: u64,
     raw: Vec<RawEntry>,
-    shared: Vec<Arc<Entry>>,
+    reply: Reply,
+}
+
+/// Who waits for a queued batch, and how they hear of its fate.
+#[derive(Debug)]
+enum Reply {
+    /// Nobody: a deferred batch (lazily flushed when `true`).
+    Nobody(bool),
+    /// A thread blocked on the group's condition variable.
+    Blocking(u64),
+    /// A task awaiting a channel.
+    Async(oneshot::Sender<Result<(), Error>>),
+}
+
+/// How long a deferred entry may wait for an awaited append to carry it before a background
+/// flush writes it.
+const DEFERRED_FLUSH_DELAY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// When an append resolves. See [`RunState::append`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// Once the entries are durable (they, and every entry queued before them).
+    Awaited,
+    /// At once: the entries are queued, in order, and a background flush writes them now
+    /// (or the next awaited append, whichever comes first).
+    Deferred,
+    /// At once, like `Deferred`, but the background flush waits a moment first, so that a
+    /// quick call's terminal carries its `running` entry in the same write.
+    Lazy,
 }
 
 #[derive(Debug)]
@@ -112,11 +150,81 @@ impl RunState {
         self.lock_journal().replay.lookup(scope, key)
     }
 
-    /// Appends entries (seqs and timestamps assigned here) and returns them once durable.
+    /// Appends entries (seqs and timestamps assigned here).
+    ///
+    /// The journal is one ordered queue: entries are written in seq order, and an
+    /// [`Durability::Awaited`] append returns only once it and everything queued before it is
+    /// durable. [`Durability::Deferred`] appends return at once; they are for entries whose
+    /// loss in a crash costs no money (a `running` entry, a step's result): a crash before
+    /// they are written reruns the work they record, which is what an unfinished two-phase
+    /// call does anyway. Every paid result is awaited, so a crash never loses a paid result
+    /// nor, with it, anything queued before it.
+    ///
+    /// Blocks the calling thread while an awaited batch is written; async callers with many
+    /// concurrent branches use [`RunState::append_async`].
     ///
     /// # Errors
-    /// `journal_miss` in a dry run (nothing is written); `internal` when the store fails.
-    pub(crate) fn append(&self, mut entries: Vec<Entry>) -> Result<Vec<Arc<Entry>>, Error> {
+    /// `journal_miss` in a dry run (nothing is written); `internal` when the store fails (now
+    /// or in an earlier write of this segment).
+    pub(crate) fn append(
+        &self,
+        entries: Vec<Entry>,
+        durability: Durability,
+    ) -> Result<Vec<Arc<Entry>>, Error> {
+        match durability {
+            Durability::Deferred => Ok(self.enqueue(entries, |_| Reply::Nobody(false))?.0),
+            Durability::Lazy => Ok(self.enqueue(entries, |_| Reply::Nobody(true))?.0),
+            Durability::Awaited => {
+                let (shared, ticket) = self.enqueue(entries, Reply::Blocking)?;
+                match ticket {
+                    Some(ticket) => self.write_until(ticket).map(|()| shared),
+                    None => Err(Error::internal("a blocking append was queued without a ticket")),
+                }
+            }
+        }
+    }
+
+    /// An awaited append that waits without holding a thread: while another writer is busy,
+    /// the task yields, so concurrent branches keep queueing and share the next write.
+    ///
+    /// # Errors
+    /// As [`RunState::append`].
+    pub(crate) async fn append_async(&self, entries: Vec<Entry>) -> Result<Vec<Arc<Entry>>, Error> {
+        let (tx, rx) = oneshot::channel();
+        let (shared, _) = self.enqueue(entries, move |_| Reply::Async(tx))?;
+        {
+            let group = self.lock_group();
+            if !group.flushing {
+                // Nobody is writing: write now, on this thread (the quickest path for a call
+                // made alone), and hand what queued meanwhile to a background flush.
+                let group = self.write_batch(group);
+                self.hand_off(group);
+            }
+        }
+        match rx.await {
+            Ok(outcome) => outcome.map(|()| shared),
+            Err(_) => Err(Error::internal("the journal writer dropped an append")),
+        }
+    }
+
+    /// Blocks until every entry queued so far is durable.
+    ///
+    /// # Errors
+    /// The segment's first failed write, if any.
+    pub(crate) fn flush(&self) -> Result<(), Error> {
+        if self.dry_run {
+            return Ok(());
+        }
+        self.append(Vec::new(), Durability::Awaited).map(drop)
+    }
+
+    /// Assigns seqs and timestamps, encodes, and queues a batch; returns its entries and the
+    /// reply it was queued with.
+    fn enqueue(
+        &self,
+        mut entries: Vec<Entry>,
+        reply: impl FnOnce(u64) -> Reply,
+    ) -> Result<(Vec<Arc<Entry>>, Option<u64>), Error> {
         if self.dry_run {
             return Err(Error::new(
                 ErrorCode::JournalMiss,
@@ -124,71 +232,159 @@ impl RunState {
             ));
         }
         let ts = self.engine.clock.now_ms();
-        let ticket = {
-            // Seqs are assigned and the batch queued under the journal lock, so the queue is
-            // always in seq order.
-            let mut journal = self.lock_journal();
-            let mut raw = Vec::with_capacity(entries.len());
-            for (offset, entry) in entries.iter_mut().enumerate() {
-                entry.seq = Seq(journal.next_seq + offset as u64);
-                entry.ts = Some(ts);
-                raw.push(journal::encode(entry)?);
-            }
-            journal.next_seq += entries.len() as u64;
-            let shared: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
-            let mut group = self.lock_group();
-            let ticket = group.next_ticket;
-            group.next_ticket += 1;
-            group.queue.push(Queued { ticket, raw, shared });
-            ticket
+        // Seqs are assigned and the batch queued under the journal lock, so the queue is
+        // always in seq order.
+        let mut journal = self.lock_journal();
+        let mut raw = Vec::with_capacity(entries.len());
+        for (offset, entry) in entries.iter_mut().enumerate() {
+            entry.seq = Seq(journal.next_seq + offset as u64);
+            entry.ts = Some(ts);
+            raw.push(journal::encode(entry)?);
+        }
+        let shared: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
+        let mut group = self.lock_group();
+        if let Some(lost) = &group.lost {
+            return Err(lost.clone());
+        }
+        journal.next_seq += shared.len() as u64;
+        journal.all.extend(shared.iter().cloned());
+        let ticket = group.next_ticket;
+        group.next_ticket += 1;
+        let reply = reply(ticket);
+        // What the caller keeps to know its batch: the ticket of a blocking reply.
+        let kept = match &reply {
+            Reply::Blocking(ticket) => Some(*ticket),
+            _ => None,
         };
-        self.commit_group(ticket)
+        let flush = match reply {
+            Reply::Nobody(lazy) => Some(lazy),
+            _ => None,
+        };
+        group.queue.push(Queued { raw, reply });
+        if let Some(lazy) = flush {
+            self.schedule_flush(&mut group, lazy);
+        }
+        Ok((shared, kept))
     }
 
     fn lock_group(&self) -> MutexGuard<'_, Group> {
         self.group.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Group commit: the first waiting appender writes every queued batch in one store
-    /// append; the others wait for it. Concurrent branches share one durable write instead
-    /// of queueing for one each. Returns once the ticket's batch is durable.
-    fn commit_group(&self, ticket: u64) -> Result<Vec<Arc<Entry>>, Error> {
-        let mut group = self.lock_group();
-        loop {
-            if let Some(outcome) = group.done.remove(&ticket) {
-                return outcome;
-            }
-            if group.flushing {
-                group = self.group_done.wait(group).unwrap_or_else(|p| p.into_inner());
-                continue;
-            }
-            group.flushing = true;
-            let batch = std::mem::take(&mut group.queue);
-            drop(group);
-            let raw: Vec<RawEntry> = batch.iter().flat_map(|q| q.raw.iter().cloned()).collect();
-            let written = self.engine.journal.append(&self.run_id, &raw, None).map_err(Error::from);
-            if written.is_ok() {
-                let mut journal = self.lock_journal();
-                for queued in &batch {
-                    journal.all.extend(queued.shared.iter().cloned());
-                }
-            }
-            group = self.lock_group();
-            for queued in batch {
-                let outcome = match &written {
-                    Ok(()) => Ok(queued.shared),
-                    Err(e) => Err(e.clone()),
-                };
-                group.done.insert(queued.ticket, outcome);
-            }
-            group.flushing = false;
-            self.group_done.notify_all();
+    /// Spawns a background flush of the queue, unless a writer is active (it leaves one
+    /// behind when it stops with work queued). A delayed flush waits a moment first, so a
+    /// quick call's terminal (awaited) can carry its `running` entry in the same write: one
+    /// commit per call instead of two; at most one delayed flush is pending at a time.
+    fn schedule_flush(&self, group: &mut Group, delayed: bool) {
+        if group.flushing || (delayed && group.flush_scheduled) {
+            return;
+        }
+        let Some(state) = self.me.upgrade() else { return };
+        if delayed {
+            group.flush_scheduled = true;
+            self.runtime.spawn(async move {
+                tokio::time::sleep(DEFERRED_FLUSH_DELAY).await;
+                let _ = tokio::task::spawn_blocking(move || state.drain(true)).await;
+            });
+        } else {
+            self.runtime.spawn_blocking(move || state.drain(false));
         }
     }
 
+    /// After writing on a caller's thread: whatever queued meanwhile goes to a background
+    /// flush, at once if someone waits for it.
+    fn hand_off(&self, mut group: MutexGuard<'_, Group>) {
+        if !group.queue.is_empty() {
+            let lazy = group.queue.iter().all(|q| matches!(q.reply, Reply::Nobody(true)));
+            self.schedule_flush(&mut group, lazy);
+        }
+    }
+
+    /// Blocks until the batch with `ticket` is written, writing batches itself whenever
+    /// nobody else is.
+    fn write_until(&self, ticket: u64) -> Result<(), Error> {
+        let mut group = self.lock_group();
+        loop {
+            if let Some(outcome) = group.done.remove(&ticket) {
+                self.hand_off(group);
+                return outcome;
+            }
+            group = if group.flushing {
+                self.group_done.wait(group).unwrap_or_else(|p| p.into_inner())
+            } else {
+                self.write_batch(group)
+            };
+        }
+    }
+
+    /// The background flush: writes until the queue is empty.
+    fn drain(&self, delayed: bool) {
+        let mut group = self.lock_group();
+        loop {
+            if group.queue.is_empty() && !group.flushing {
+                if delayed {
+                    group.flush_scheduled = false;
+                }
+                return;
+            }
+            group = if group.flushing {
+                self.group_done.wait(group).unwrap_or_else(|p| p.into_inner())
+            } else {
+                self.write_batch(group)
+            };
+        }
+    }
+
+    /// Group commit: takes every queued batch and writes them in one store append, then
+    /// tells each waiter. Concurrent branches share one durable write instead of queueing
+    /// for one each.
+    fn write_batch<'g>(&'g self, mut group: MutexGuard<'g, Group>) -> MutexGuard<'g, Group> {
+        group.flushing = true;
+        let batch = std::mem::take(&mut group.queue);
+        // Batches queued before an earlier one failed are never written after it: the
+        // journal would have a hole.
+        let lost = group.lost.clone();
+        drop(group);
+        let written = match lost {
+            Some(lost) => Err(lost),
+            None => {
+                let raw: Vec<RawEntry> = batch.iter().flat_map(|q| q.raw.iter().cloned()).collect();
+                if raw.is_empty() {
+                    Ok(())
+                } else {
+                    self.engine.journal.append(&self.run_id, &raw, None).map_err(Error::from)
+                }
+            }
+        };
+        let mut group = self.lock_group();
+        if let Err(e) = &written {
+            group.lost.get_or_insert_with(|| e.clone());
+        }
+        for queued in batch {
+            match queued.reply {
+                Reply::Nobody(_) => {}
+                Reply::Blocking(ticket) => {
+                    group.done.insert(ticket, written.clone());
+                }
+                Reply::Async(tx) => {
+                    let _ = tx.send(written.clone());
+                }
+            }
+        }
+        group.flushing = false;
+        self.group_done.notify_all();
+        group
+    }
+
+    /// Appends one entry, awaited without holding a thread.
+    pub(crate) async fn append_one_async(&self, entry: Entry) -> Result<Arc<Entry>, Error> {
+        let mut written = self.append_async(vec![entry]).await?;
+        written.pop().ok_or_else(|| Error::internal("append returned nothing"))
+    }
+
     /// Appends one entry.
-    pub(crate) fn append_one(&self, entry: Entry) -> Result<Arc<Entry>, Error> {
-        let mut written = self.append(vec![entry])?;
+    pub(crate) fn append_one(&self, entry: Entry, durability: Durability) -> Result<Arc<Entry>, Error> {
+        let mut written = self.append(vec![entry], durability)?;
         written.pop().ok_or_else(|| Error::internal("append returned nothing"))
     }
 
@@ -334,7 +530,7 @@ impl RunState {
             check_resolution(suspended.map(|e| &**e), key, &value)?;
         }
         let attempt = resolution_entry(target, key, value.clone());
-        let written = self.append_one(attempt)?;
+        let written = self.append_one(attempt, Durability::Awaited)?;
         let applied = self.lock_journal().replay.resolve(target, written.seq, value.clone());
         if applied {
             let mut externals = self.externals.lock().unwrap_or_else(|p| p.into_inner());
@@ -446,7 +642,9 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
     });
     let provider_slots =
         engine.provider_limits.iter().map(|(name, &n)| (name.clone(), Arc::new(Semaphore::new(n)))).collect();
-    Arc::new(RunState {
+    Arc::new_cyclic(|me| RunState {
+        me: me.clone(),
+        runtime: tokio::runtime::Handle::current(),
         events: EventLog::new(run_id.clone()),
         run_id,
         journal: Mutex::new(JournalState { replay: segment.replay, next_seq, all: segment.entries }),
@@ -704,18 +902,32 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         (_, Ok(value)) => (RunStatus::Ok, Some(value), None),
         (_, Err(e)) => (RunStatus::Error, None, Some(e)),
     };
-    let mut error = error;
+    let (mut status, mut value, mut error) = (status, value, error);
     if !state.dry_run {
         let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
         let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
         let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, ScopePath::root(), key, 0);
         entry.set_value(Some(&journal::settle_value(status)));
-        let written = state.append_one(entry);
+        let written = state.append_one(entry, Durability::Awaited);
         meta.status = status;
         meta.updated_at_ms = state.now_ms();
-        let stored = written.and_then(|_| state.engine.journal.put_meta(&meta, None).map_err(Error::from));
-        if let Err(e) = stored {
-            error.get_or_insert(e);
+        match written {
+            // The journal holds the settlement (and, before it, everything this segment
+            // queued): the meta row may follow.
+            Ok(_) => {
+                if let Err(e) = state.engine.journal.put_meta(&meta, None) {
+                    error.get_or_insert(e.into());
+                }
+            }
+            // A journal with a hole in it would replay differently than the run executed:
+            // nothing durable records this outcome, so it cannot be reported as one.
+            Err(e) => {
+                if matches!(status, RunStatus::Ok | RunStatus::Suspended) {
+                    status = RunStatus::Error;
+                    value = None;
+                }
+                error.get_or_insert(e);
+            }
         }
     }
     let (cost, preview) = {

@@ -988,3 +988,145 @@ async fn the_replay_strict_helper_fails_on_the_first_live_call() {
     assert_eq!(err.code, ErrorCode::JournalMiss);
     assert_eq!(provider.calls.load(Ordering::SeqCst), 3);
 }
+
+/// A memory store that can refuse appends holding a step's entries, as a full disk would.
+#[derive(Debug)]
+struct FlakyStore {
+    inner: Arc<MemoryStore>,
+    fail_steps: bool,
+}
+
+impl JournalStore for FlakyStore {
+    fn append(
+        &self,
+        run: &RunId,
+        entries: &[crate::store::RawEntry],
+        lease: Option<&crate::store::Lease>,
+    ) -> crate::store::Result<()> {
+        if self.fail_steps && entries.iter().any(|e| e.json().contains(r#""kind":"step""#)) {
+            return Err(crate::store::Error::Io(std::io::Error::other("disk full")));
+        }
+        self.inner.append(run, entries, lease)
+    }
+    fn load(&self, run: &RunId) -> crate::store::Result<Vec<crate::store::RawEntry>> {
+        self.inner.load(run)
+    }
+    fn put_meta(
+        &self,
+        meta: &crate::store::RunMeta,
+        lease: Option<&crate::store::Lease>,
+    ) -> crate::store::Result<()> {
+        self.inner.put_meta(meta, lease)
+    }
+    fn get_meta(&self, run: &RunId) -> crate::store::Result<Option<crate::store::RunMeta>> {
+        self.inner.get_meta(run)
+    }
+    fn list_runs(
+        &self,
+        filter: &crate::store::RunFilter,
+    ) -> crate::store::Result<Vec<crate::store::RunMeta>> {
+        self.inner.list_runs(filter)
+    }
+    fn delete(&self, run: &RunId, lease: Option<&crate::store::Lease>) -> crate::store::Result<()> {
+        JournalStore::delete(&*self.inner, run, lease)
+    }
+}
+
+fn flaky_engine(fail_steps: bool) -> (Arc<MemoryStore>, Arc<Counting>, Engine) {
+    let store = Arc::new(MemoryStore::new());
+    let provider = Arc::new(Counting::default());
+    let journal = Arc::new(FlakyStore { inner: store.clone(), fail_steps });
+    let engine = Engine::builder(journal, store.clone())
+        .provider(Arc::new(provider.clone()))
+        .default_model(ModelRef::parse("test:m").unwrap())
+        .retries(0, Duration::from_millis(1))
+        .build()
+        .unwrap();
+    (store, provider, engine)
+}
+
+fn kinds(store: &MemoryStore, run: &RunId) -> Vec<(String, String)> {
+    entries(store, run).iter().map(|e| (e.kind.as_str().to_owned(), e.status.as_str().to_owned())).collect()
+}
+
+#[tokio::test]
+async fn deferred_entries_become_durable_without_an_awaited_append() {
+    let (store, _provider, engine) = flaky_engine(false);
+    let run = RunId::parse("deferred").unwrap();
+    let (seen_store, seen_run) = (store.clone(), run.clone());
+    let workflow = Workflow::new("deferred", move |ctx, _| {
+        let (store, run) = (seen_store.clone(), seen_run.clone());
+        async move {
+            ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await?;
+            // Nothing awaited follows the step: the background flush must write it.
+            for _ in 0..200 {
+                if store.load(&run).map(|raw| raw.len()).unwrap_or(0) == 2 {
+                    return Ok(json!("written"));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Ok(json!("never written"))
+        }
+    });
+    let options = RunOptions { run_id: Some(run.clone()), ..RunOptions::default() };
+    let outcome = engine.run(&workflow, json!({}), options).unwrap().result().await.unwrap();
+    assert_eq!(outcome.value, Some(json!("written")));
+}
+
+#[tokio::test]
+async fn a_paid_result_reaches_the_workflow_durable_with_everything_queued_before_it() {
+    let (store, _provider, engine) = flaky_engine(false);
+    let run = RunId::parse("awaited").unwrap();
+    let (seen_store, seen_run) = (store.clone(), run.clone());
+    let workflow = Workflow::new("awaited", move |ctx, _| {
+        let (store, run) = (seen_store.clone(), seen_run.clone());
+        async move {
+            ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await?;
+            ctx.random(None).await?;
+            ctx.agent("paid", AgentOptions::default()).await?;
+            // Read the store the moment the paid result arrives.
+            Ok(json!(kinds(&store, &run)))
+        }
+    });
+    let options = RunOptions { run_id: Some(run.clone()), ..RunOptions::default() };
+    let outcome = engine.run(&workflow, json!({}), options).unwrap().result().await.unwrap();
+    assert_eq!(
+        outcome.value,
+        Some(json!([
+            ["step", "running"],
+            ["step", "ok"],
+            ["rand", "ok"],
+            ["agent", "running"],
+            ["agent", "ok"]
+        ]))
+    );
+}
+
+#[tokio::test]
+async fn a_lost_deferred_write_fails_the_run_and_dispatches_nothing_after_it() {
+    let (_store, provider, engine) = flaky_engine(true);
+    let workflow = Workflow::new("lost", |ctx, _| async move {
+        ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await?;
+        // Let the background flush fail before the next call.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ctx.agent("never paid", AgentOptions::default()).await
+    });
+    let outcome = engine.run(&workflow, json!({}), RunOptions::default()).unwrap().result().await.unwrap();
+    assert_eq!(outcome.status, RunStatus::Error);
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 0, "a call was dispatched over a lost write");
+    assert!(outcome.error.unwrap().message.contains("disk full"));
+}
+
+#[tokio::test]
+async fn a_run_cannot_settle_ok_over_a_lost_write() {
+    let (store, _provider, engine) = flaky_engine(true);
+    let workflow = Workflow::new("lost_at_end", |ctx, _| async move {
+        ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await
+    });
+    let handle = engine.run(&workflow, json!({}), RunOptions::default()).unwrap();
+    let run = handle.run_id().clone();
+    let outcome = handle.result().await.unwrap();
+    assert_eq!(outcome.status, RunStatus::Error);
+    assert_eq!(outcome.value, None);
+    assert_ne!(store.get_meta(&run).unwrap().unwrap().status, RunStatus::Ok);
+}

@@ -137,7 +137,8 @@ impl JournalStore for KillingStore {
 /// Where the first process dies: after the journal holds the entry these needles pick.
 fn kill_point(point: &str) -> (Vec<&'static str>, usize) {
     match point {
-        // The dispatch of call "two" is durable; its provider call has not happened.
+        // The dispatch of call "two" is durable; its provider call may or may not have
+        // happened (a dispatch does not wait for its `running` entry to be written).
         "after-running" => (vec![r#""kind":"agent""#, r#""status":"running""#], 2),
         // Call "two" completed and its ok entry is durable; nothing else was dispatched.
         "after-ok" => (vec![r#""kind":"agent""#, r#""status":"ok""#], 2),
@@ -338,9 +339,10 @@ fn killed_after_a_running_entry_repays_only_the_in_flight_call() {
     let (calls, value) = crash_and_resume("after-running");
     assert_eq!(value, uninterrupted_value());
     assert_eq!(count(&calls, "one"), 1, "{calls:?}");
-    // The process died between the dispatch entry and the provider call: the resume pays
-    // for "two" once, and at most once more than the dead process did.
-    assert_eq!(count(&calls, "two"), 1, "{calls:?}");
+    // The process died with "two" in flight: the resume pays for it once more at most (the
+    // dead process may or may not have reached the provider before it died).
+    let two = count(&calls, "two");
+    assert!((1..=2).contains(&two), "{calls:?}");
     for prompt in ["fast branch", "slow branch", "three"] {
         assert_eq!(count(&calls, prompt), 1, "{prompt}: {calls:?}");
     }
