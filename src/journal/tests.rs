@@ -409,3 +409,61 @@ fn repeated_names_decode_to_one_shared_copy() {
     .unwrap();
     assert_eq!(decode_all(&[explicit_null]).unwrap()[0].phase, None);
 }
+
+/// Any JSON value: keys and strings from ASCII, the BMP (including U+E000..U+FFFF, which
+/// UTF-16 sorts after surrogates) and beyond; integers of every size; floats.
+fn any_json() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value;
+    let text = prop_oneof![
+        "[a-z_]{0,6}",
+        "[a-zA-Z\\u{0}-\\u{1f}\"\\\\/\\u{7f}]{0,6}",
+        "[a\\u{e9}\\u{20ac}\\u{e000}\\u{ffff}\\u{10000}\\u{1f600}]{0,4}",
+    ];
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (-(1i64 << 53)..=(1i64 << 53)).prop_map(Value::from),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+        text.clone().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(text.clone(), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn the_content_key_fast_path_equals_the_canonicalizer(value in any_json()) {
+        let canonical = crate::journal::canonical_json(&value).unwrap();
+        prop_assert_eq!(
+            crate::journal::content_key(&value).unwrap(),
+            crate::journal::content_key_of_canonical(&canonical)
+        );
+    }
+}
+
+#[test]
+fn the_content_key_fast_path_is_taken_only_where_it_is_exact() {
+    use serde_json::json;
+    // Spot checks where the serde_json form and the canonical form differ: the key must
+    // still be the canonical one.
+    for value in [
+        json!({"n": 1.0}),
+        json!({"n": 9_007_199_254_740_993u64}),
+        json!({"\u{e000}": 1, "\u{1f600}": 2}),
+        json!([1e21, -0.0, 0.1]),
+    ] {
+        let canonical = crate::journal::canonical_json(&value).unwrap();
+        assert_eq!(
+            crate::journal::content_key(&value).unwrap(),
+            crate::journal::content_key_of_canonical(&canonical),
+            "{value}"
+        );
+    }
+}
