@@ -282,36 +282,28 @@ impl ProviderConfig {
             })
         };
         let idle = self.idle_timeout_ms.map(Duration::from_millis);
+        // The endpoint settings a table may override, applied alike to every keyed adapter.
+        macro_rules! with_overrides {
+            ($provider:expr) => {{
+                let mut p = $provider;
+                if let Some(url) = &self.base_url {
+                    p = p.with_base_url(url.clone());
+                }
+                if let Some(idle) = idle {
+                    p = p.with_idle_timeout(idle);
+                }
+                Arc::new(p)
+            }};
+        }
         let provider: Arc<dyn Provider> = match self.kind.as_str() {
             "anthropic" => {
-                let mut p = AnthropicProvider::new(need_key("ANTHROPIC_API_KEY")?)?.with_name(name);
-                if let Some(url) = &self.base_url {
-                    p = p.with_base_url(url.clone());
-                }
-                if let Some(idle) = idle {
-                    p = p.with_idle_timeout(idle);
-                }
-                Arc::new(p)
+                with_overrides!(AnthropicProvider::new(need_key("ANTHROPIC_API_KEY")?)?.with_name(name))
             }
             "openai" => {
-                let mut p = OpenAiChatProvider::new(need_key("OPENAI_API_KEY")?)?.with_name(name);
-                if let Some(url) = &self.base_url {
-                    p = p.with_base_url(url.clone());
-                }
-                if let Some(idle) = idle {
-                    p = p.with_idle_timeout(idle);
-                }
-                Arc::new(p)
+                with_overrides!(OpenAiChatProvider::new(need_key("OPENAI_API_KEY")?)?.with_name(name))
             }
             "openai-responses" => {
-                let mut p = OpenAiResponsesProvider::new(need_key("OPENAI_API_KEY")?)?.with_name(name);
-                if let Some(url) = &self.base_url {
-                    p = p.with_base_url(url.clone());
-                }
-                if let Some(idle) = idle {
-                    p = p.with_idle_timeout(idle);
-                }
-                Arc::new(p)
+                with_overrides!(OpenAiResponsesProvider::new(need_key("OPENAI_API_KEY")?)?.with_name(name))
             }
             "openai-compatible" => {
                 let url = self.base_url.as_deref().ok_or_else(|| {

@@ -14,13 +14,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
 
 use futures::stream::BoxStream;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::http::{self, ApiKey, ErrorContext, classify_stream_error};
+use super::http::{self, ApiKey, Endpoint, ErrorContext, classify_stream_error, endpoint_builders};
 use super::sse::SseEvent;
 use super::stream::{StreamDecoder, WireCall, drive, truncated};
 use super::{Capabilities, ChatEvent, ChatRequest, FinishReason, Part, Provider, Role, ToolChoice};
@@ -32,11 +31,8 @@ pub const FAMILY: &str = "anthropic";
 /// The adapter for Anthropic's Messages API.
 #[derive(Clone)]
 pub struct AnthropicProvider {
-    name: String,
-    base_url: String,
+    endpoint: Endpoint,
     api_key: ApiKey,
-    client: reqwest::Client,
-    idle_timeout: Duration,
     default_max_tokens: u32,
 }
 
@@ -54,11 +50,8 @@ impl AnthropicProvider {
     /// `internal` if the HTTP client cannot be built.
     pub fn new(api_key: ApiKey) -> Result<AnthropicProvider, Error> {
         Ok(AnthropicProvider {
-            name: FAMILY.to_owned(),
-            base_url: AnthropicProvider::DEFAULT_BASE_URL.to_owned(),
+            endpoint: Endpoint::new(FAMILY, AnthropicProvider::DEFAULT_BASE_URL)?,
             api_key,
-            client: http::default_client()?,
-            idle_timeout: http::DEFAULT_IDLE_TIMEOUT,
             default_max_tokens: AnthropicProvider::DEFAULT_MAX_TOKENS,
         })
     }
@@ -69,35 +62,16 @@ impl AnthropicProvider {
     /// `config` when the key is missing.
     pub fn from_env() -> Result<AnthropicProvider, Error> {
         let provider = AnthropicProvider::new(ApiKey::from_env("ANTHROPIC_API_KEY")?)?;
-        Ok(match std::env::var("ANTHROPIC_BASE_URL") {
-            Ok(url) if !url.trim().is_empty() => provider.with_base_url(url),
-            _ => provider,
+        Ok(match http::base_url_from_env("ANTHROPIC_BASE_URL") {
+            Some(url) => provider.with_base_url(url),
+            None => provider,
         })
     }
 
-    /// Sends requests to `base_url` (without the `/v1/messages` path) instead.
-    pub fn with_base_url(mut self, base_url: impl Into<String>) -> AnthropicProvider {
-        self.base_url = base_url.into().trim_end_matches('/').to_owned();
-        self
-    }
-
-    /// Registers the adapter under another name (the model-ref prefix).
-    pub fn with_name(mut self, name: impl Into<String>) -> AnthropicProvider {
-        self.name = name.into();
-        self
-    }
-
-    /// Sets how long a stream may stay silent before it fails as a retryable `transport` error.
-    pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> AnthropicProvider {
-        self.idle_timeout = idle_timeout;
-        self
-    }
-
-    /// Uses `client` for HTTP (proxies, custom roots).
-    pub fn with_client(mut self, client: reqwest::Client) -> AnthropicProvider {
-        self.client = client;
-        self
-    }
+    endpoint_builders!(
+        AnthropicProvider,
+        "Sends requests to `base_url` (without the `/v1/messages` path) instead."
+    );
 
     /// Sets the output cap sent when a request sets none.
     pub fn with_default_max_tokens(mut self, max_tokens: u32) -> AnthropicProvider {
@@ -113,28 +87,25 @@ impl AnthropicProvider {
 
     /// A fresh decoder for one response stream.
     pub fn decoder(&self) -> AnthropicDecoder {
-        AnthropicDecoder::new(&self.name)
+        AnthropicDecoder::new(&self.endpoint.name)
     }
 
     fn error_context(&self) -> ErrorContext {
-        ErrorContext { provider: self.name.clone(), secret: Some(self.api_key.clone()) }
+        ErrorContext { provider: self.endpoint.name.clone(), secret: Some(self.api_key.clone()) }
     }
 }
 
 impl fmt::Debug for AnthropicProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnthropicProvider")
-            .field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key)
-            .field("idle_timeout", &self.idle_timeout)
-            .finish_non_exhaustive()
+        let mut s = f.debug_struct("AnthropicProvider");
+        self.endpoint.debug_fields(&mut s, &self.api_key);
+        s.finish_non_exhaustive()
     }
 }
 
 impl Provider for AnthropicProvider {
     fn name(&self) -> &str {
-        &self.name
+        &self.endpoint.name
     }
 
     fn capabilities(&self, model: &str) -> Capabilities {
@@ -144,8 +115,9 @@ impl Provider for AnthropicProvider {
     fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
         let body = self.compile(&request);
         let http_request = self
+            .endpoint
             .client
-            .post(format!("{}/v1/messages", self.base_url))
+            .post(format!("{}/v1/messages", self.endpoint.base_url))
             .header("x-api-key", self.api_key.expose())
             .header("anthropic-version", AnthropicProvider::API_VERSION)
             .header(reqwest::header::ACCEPT, "text/event-stream")
@@ -154,7 +126,7 @@ impl Provider for AnthropicProvider {
             WireCall {
                 request: http_request,
                 decoder: Box::new(self.decoder()),
-                idle_timeout: self.idle_timeout,
+                idle_timeout: self.endpoint.idle_timeout,
                 context: self.error_context(),
             },
             cancel,

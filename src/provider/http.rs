@@ -49,6 +49,78 @@ impl fmt::Debug for ApiKey {
     }
 }
 
+/// What every HTTP adapter carries besides its credential: the name it is registered under,
+/// where it sends requests, the client, and how long a stream may stay silent.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) name: String,
+    pub(crate) base_url: String,
+    pub(crate) client: reqwest::Client,
+    pub(crate) idle_timeout: Duration,
+}
+
+impl Endpoint {
+    /// `name` at `base_url`, with the default client and idle timeout.
+    pub(crate) fn new(name: &str, base_url: &str) -> Result<Endpoint, Error> {
+        Ok(Endpoint {
+            name: name.to_owned(),
+            base_url: trim_base_url(base_url),
+            client: default_client()?,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        })
+    }
+
+    /// Adds the endpoint's fields (and the redacted key) to an adapter's `Debug`.
+    pub(crate) fn debug_fields(&self, f: &mut fmt::DebugStruct<'_, '_>, api_key: &dyn fmt::Debug) {
+        f.field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("api_key", api_key)
+            .field("idle_timeout", &self.idle_timeout);
+    }
+}
+
+/// A base URL as adapters join paths to it: without a trailing slash.
+pub(crate) fn trim_base_url(base_url: &str) -> String {
+    base_url.trim_end_matches('/').to_owned()
+}
+
+/// The base URL the environment variable `var` names, when it is set and not blank.
+pub(crate) fn base_url_from_env(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|url| !url.trim().is_empty())
+}
+
+/// The builder methods every HTTP adapter offers over its [`Endpoint`] (a field named
+/// `endpoint`): one definition instead of one copy per adapter. `$base_url_doc` says what
+/// part of the URL the adapter expects.
+macro_rules! endpoint_builders {
+    ($adapter:ty, $base_url_doc:literal) => {
+        #[doc = $base_url_doc]
+        pub fn with_base_url(mut self, base_url: impl Into<String>) -> $adapter {
+            self.endpoint.base_url = $crate::provider::http::trim_base_url(&base_url.into());
+            self
+        }
+
+        /// Registers the adapter under another name (the model-ref prefix).
+        pub fn with_name(mut self, name: impl Into<String>) -> $adapter {
+            self.endpoint.name = name.into();
+            self
+        }
+
+        /// Sets how long a stream may stay silent before it fails as a retryable `transport` error.
+        pub fn with_idle_timeout(mut self, idle_timeout: std::time::Duration) -> $adapter {
+            self.endpoint.idle_timeout = idle_timeout;
+            self
+        }
+
+        /// Uses `client` for HTTP (proxies, custom roots).
+        pub fn with_client(mut self, client: reqwest::Client) -> $adapter {
+            self.endpoint.client = client;
+            self
+        }
+    };
+}
+pub(crate) use endpoint_builders;
+
 /// Builds the HTTP client the adapters use by default: rustls, a bounded connect time, and
 /// no overall timeout (a stream may legitimately run for minutes; the idle timeout bounds it).
 pub(crate) fn default_client() -> Result<reqwest::Client, Error> {

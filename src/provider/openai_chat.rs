@@ -13,7 +13,6 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
 
 use futures::stream::BoxStream;
 use serde::Deserialize;
@@ -22,7 +21,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::estimate;
-use super::http::{self, ApiKey, ErrorContext, classify_stream_error};
+use super::http::{self, ApiKey, Endpoint, ErrorContext, classify_stream_error, endpoint_builders};
 use super::sse::SseEvent;
 use super::stream::{StreamDecoder, WireCall, drive, truncated};
 use super::{Capabilities, ChatEvent, ChatRequest, FinishReason, Message, Part, Provider, Role, ToolChoice};
@@ -31,11 +30,8 @@ use crate::{Error, Usage};
 /// The adapter for OpenAI's Chat Completions API.
 #[derive(Clone)]
 pub struct OpenAiChatProvider {
-    name: String,
-    base_url: String,
+    endpoint: Endpoint,
     api_key: Option<ApiKey>,
-    client: reqwest::Client,
-    idle_timeout: Duration,
     dialect: Dialect,
     capabilities: Option<Capabilities>,
 }
@@ -86,9 +82,9 @@ impl OpenAiChatProvider {
     /// `config` when the key is missing.
     pub fn from_env() -> Result<OpenAiChatProvider, Error> {
         let provider = OpenAiChatProvider::new(ApiKey::from_env("OPENAI_API_KEY")?)?;
-        Ok(match std::env::var("OPENAI_BASE_URL") {
-            Ok(url) if !url.trim().is_empty() => provider.with_base_url(url),
-            _ => provider,
+        Ok(match http::base_url_from_env("OPENAI_BASE_URL") {
+            Some(url) => provider.with_base_url(url),
+            None => provider,
         })
     }
 
@@ -99,39 +95,17 @@ impl OpenAiChatProvider {
         dialect: Dialect,
     ) -> Result<OpenAiChatProvider, Error> {
         Ok(OpenAiChatProvider {
-            name: name.to_owned(),
-            base_url: base_url.trim_end_matches('/').to_owned(),
+            endpoint: Endpoint::new(name, base_url)?,
             api_key,
-            client: http::default_client()?,
-            idle_timeout: http::DEFAULT_IDLE_TIMEOUT,
             dialect,
             capabilities: None,
         })
     }
 
-    /// Sends requests to `base_url` (up to and including `/v1`) instead.
-    pub fn with_base_url(mut self, base_url: impl Into<String>) -> OpenAiChatProvider {
-        self.base_url = base_url.into().trim_end_matches('/').to_owned();
-        self
-    }
-
-    /// Registers the adapter under another name (the model-ref prefix).
-    pub fn with_name(mut self, name: impl Into<String>) -> OpenAiChatProvider {
-        self.name = name.into();
-        self
-    }
-
-    /// Sets how long a stream may stay silent before it fails as a retryable `transport` error.
-    pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> OpenAiChatProvider {
-        self.idle_timeout = idle_timeout;
-        self
-    }
-
-    /// Uses `client` for HTTP (proxies, custom roots).
-    pub fn with_client(mut self, client: reqwest::Client) -> OpenAiChatProvider {
-        self.client = client;
-        self
-    }
+    endpoint_builders!(
+        OpenAiChatProvider,
+        "Sends requests to `base_url` (up to and including `/v1`) instead."
+    );
 
     /// Declares the capabilities of every model behind this adapter, instead of the built-in table.
     pub fn with_capabilities(mut self, capabilities: Capabilities) -> OpenAiChatProvider {
@@ -157,7 +131,7 @@ impl OpenAiChatProvider {
     /// A fresh decoder for one response stream; `input_estimate` is the prompt-token estimate
     /// used only if the server reports no usage.
     pub fn decoder(&self, input_estimate: u64) -> ChatDecoder {
-        ChatDecoder::new(&self.name, input_estimate)
+        ChatDecoder::new(&self.endpoint.name, input_estimate)
     }
 
     fn model_capabilities(&self, model: &str) -> Capabilities {
@@ -165,10 +139,7 @@ impl OpenAiChatProvider {
     }
 
     pub(crate) fn debug_fields(&self, f: &mut fmt::DebugStruct<'_, '_>) {
-        f.field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key)
-            .field("idle_timeout", &self.idle_timeout);
+        self.endpoint.debug_fields(f, &self.api_key);
     }
 }
 
@@ -182,7 +153,7 @@ impl fmt::Debug for OpenAiChatProvider {
 
 impl Provider for OpenAiChatProvider {
     fn name(&self) -> &str {
-        &self.name
+        &self.endpoint.name
     }
 
     fn capabilities(&self, model: &str) -> Capabilities {
@@ -192,8 +163,9 @@ impl Provider for OpenAiChatProvider {
     fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
         let body = self.compile(&request);
         let mut http_request = self
+            .endpoint
             .client
-            .post(format!("{}/chat/completions", self.base_url))
+            .post(format!("{}/chat/completions", self.endpoint.base_url))
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body);
         if let Some(key) = &self.api_key {
@@ -203,8 +175,8 @@ impl Provider for OpenAiChatProvider {
             WireCall {
                 request: http_request,
                 decoder: Box::new(self.decoder(estimate::request_tokens(&request))),
-                idle_timeout: self.idle_timeout,
-                context: ErrorContext { provider: self.name.clone(), secret: self.api_key.clone() },
+                idle_timeout: self.endpoint.idle_timeout,
+                context: ErrorContext { provider: self.endpoint.name.clone(), secret: self.api_key.clone() },
             },
             cancel,
         )

@@ -9,14 +9,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::time::Duration;
 
 use futures::stream::BoxStream;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::estimate;
-use super::http::{self, ApiKey, ErrorContext, classify_stream_error};
+use super::http::{self, ApiKey, Endpoint, ErrorContext, classify_stream_error, endpoint_builders};
 use super::openai_chat::{openai_capabilities, strict_compatible};
 use super::sse::SseEvent;
 use super::stream::{StreamDecoder, WireCall, drive, truncated};
@@ -29,11 +28,8 @@ pub const FAMILY: &str = "openai";
 /// The adapter for OpenAI's Responses API.
 #[derive(Clone)]
 pub struct OpenAiResponsesProvider {
-    name: String,
-    base_url: String,
+    endpoint: Endpoint,
     api_key: ApiKey,
-    client: reqwest::Client,
-    idle_timeout: Duration,
 }
 
 impl OpenAiResponsesProvider {
@@ -46,11 +42,8 @@ impl OpenAiResponsesProvider {
     /// `internal` if the HTTP client cannot be built.
     pub fn new(api_key: ApiKey) -> Result<OpenAiResponsesProvider, Error> {
         Ok(OpenAiResponsesProvider {
-            name: FAMILY.to_owned(),
-            base_url: OpenAiResponsesProvider::DEFAULT_BASE_URL.to_owned(),
+            endpoint: Endpoint::new(FAMILY, OpenAiResponsesProvider::DEFAULT_BASE_URL)?,
             api_key,
-            client: http::default_client()?,
-            idle_timeout: http::DEFAULT_IDLE_TIMEOUT,
         })
     }
 
@@ -60,35 +53,16 @@ impl OpenAiResponsesProvider {
     /// `config` when the key is missing.
     pub fn from_env() -> Result<OpenAiResponsesProvider, Error> {
         let provider = OpenAiResponsesProvider::new(ApiKey::from_env("OPENAI_API_KEY")?)?;
-        Ok(match std::env::var("OPENAI_BASE_URL") {
-            Ok(url) if !url.trim().is_empty() => provider.with_base_url(url),
-            _ => provider,
+        Ok(match http::base_url_from_env("OPENAI_BASE_URL") {
+            Some(url) => provider.with_base_url(url),
+            None => provider,
         })
     }
 
-    /// Sends requests to `base_url` (up to and including `/v1`) instead.
-    pub fn with_base_url(mut self, base_url: impl Into<String>) -> OpenAiResponsesProvider {
-        self.base_url = base_url.into().trim_end_matches('/').to_owned();
-        self
-    }
-
-    /// Registers the adapter under another name (the model-ref prefix).
-    pub fn with_name(mut self, name: impl Into<String>) -> OpenAiResponsesProvider {
-        self.name = name.into();
-        self
-    }
-
-    /// Sets how long a stream may stay silent before it fails as a retryable `transport` error.
-    pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> OpenAiResponsesProvider {
-        self.idle_timeout = idle_timeout;
-        self
-    }
-
-    /// Uses `client` for HTTP.
-    pub fn with_client(mut self, client: reqwest::Client) -> OpenAiResponsesProvider {
-        self.client = client;
-        self
-    }
+    endpoint_builders!(
+        OpenAiResponsesProvider,
+        "Sends requests to `base_url` (up to and including `/v1`) instead."
+    );
 
     /// The request body for `request`: a pure function of it.
     pub fn compile(&self, request: &ChatRequest) -> Value {
@@ -98,24 +72,21 @@ impl OpenAiResponsesProvider {
     /// A fresh decoder for one response stream; `input_estimate` stands in for prompt tokens
     /// only if the completed response carries no usage.
     pub fn decoder(&self, input_estimate: u64) -> ResponsesDecoder {
-        ResponsesDecoder::new(&self.name, input_estimate)
+        ResponsesDecoder::new(&self.endpoint.name, input_estimate)
     }
 }
 
 impl fmt::Debug for OpenAiResponsesProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiResponsesProvider")
-            .field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key)
-            .field("idle_timeout", &self.idle_timeout)
-            .finish_non_exhaustive()
+        let mut s = f.debug_struct("OpenAiResponsesProvider");
+        self.endpoint.debug_fields(&mut s, &self.api_key);
+        s.finish_non_exhaustive()
     }
 }
 
 impl Provider for OpenAiResponsesProvider {
     fn name(&self) -> &str {
-        &self.name
+        &self.endpoint.name
     }
 
     fn capabilities(&self, model: &str) -> Capabilities {
@@ -125,8 +96,9 @@ impl Provider for OpenAiResponsesProvider {
     fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
         let body = self.compile(&request);
         let http_request = self
+            .endpoint
             .client
-            .post(format!("{}/responses", self.base_url))
+            .post(format!("{}/responses", self.endpoint.base_url))
             .bearer_auth(self.api_key.expose())
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body);
@@ -134,8 +106,11 @@ impl Provider for OpenAiResponsesProvider {
             WireCall {
                 request: http_request,
                 decoder: Box::new(self.decoder(estimate::request_tokens(&request))),
-                idle_timeout: self.idle_timeout,
-                context: ErrorContext { provider: self.name.clone(), secret: Some(self.api_key.clone()) },
+                idle_timeout: self.endpoint.idle_timeout,
+                context: ErrorContext {
+                    provider: self.endpoint.name.clone(),
+                    secret: Some(self.api_key.clone()),
+                },
             },
             cancel,
         )
