@@ -33,11 +33,12 @@ pub(crate) struct RunState {
     pub(crate) events: Arc<EventLog>,
     journal: Mutex<JournalState>,
     group: Mutex<Group>,
+    /// Signalled after every write, for threads blocked in [`RunState::append`].
+    written: std::sync::Condvar,
     /// This state, for the background flushes it spawns.
     me: std::sync::Weak<RunState>,
     /// Where background flushes run.
     runtime: tokio::runtime::Handle,
-    group_done: std::sync::Condvar,
     pub(crate) budget: Arc<Budget>,
     /// Concurrent model calls of this run.
     pub(crate) model_slots: Arc<Semaphore>,
@@ -68,17 +69,15 @@ enum Stop {
     Suspended,
 }
 
-/// Batches waiting for the group commit, and the outcomes of written ones.
+/// The journal's write queue: batches waiting for the group commit.
 #[derive(Debug, Default)]
 struct Group {
     queue: Vec<Queued>,
-    /// Someone is writing a batch taken from the queue.
+    /// Someone is writing a batch taken from the queue. Whoever it is writes or hands off
+    /// what queued meanwhile (see [`RunState::hand_off`]), so nobody else needs to wait for it.
     flushing: bool,
-    /// A delayed background flush is spawned and has not yet found the queue empty.
+    /// A delayed background flush is pending.
     flush_scheduled: bool,
-    next_ticket: u64,
-    /// Outcomes for blocking appenders, by ticket.
-    done: HashMap<u64, Result<(), Error>>,
     /// The first failed write of this segment. Latched: every later append fails with it,
     /// and the run cannot settle `ok` over a journal with a hole in it.
     lost: Option<Error>,
@@ -87,18 +86,18 @@ struct Group {
 #[derive(Debug)]
 struct Queued {
     raw: Vec<RawEntry>,
-    reply: Reply,
+    /// Whoever awaits this batch; `None` for a deferred one.
+    waiter: Option<oneshot::Sender<Result<(), Error>>>,
+    /// A deferred batch that may wait for the delayed flush.
+    lazy: bool,
 }
 
-/// Who waits for a queued batch, and how they hear of its fate.
-#[derive(Debug)]
-enum Reply {
-    /// Nobody: a deferred batch (lazily flushed when `true`).
-    Nobody(bool),
-    /// A thread blocked on the group's condition variable.
-    Blocking(u64),
-    /// A task awaiting a channel.
-    Async(oneshot::Sender<Result<(), Error>>),
+/// Where an awaited batch's outcome arrives.
+type Written = oneshot::Receiver<Result<(), Error>>;
+
+/// A writer dropped an awaited batch unanswered (it panicked mid-write).
+fn dropped_append() -> Error {
+    Error::internal("the journal writer dropped an append")
 }
 
 /// How long a deferred entry may wait for an awaited append to carry it before a background
@@ -154,11 +153,11 @@ impl RunState {
     ///
     /// The journal is one ordered queue: entries are written in seq order, and an
     /// [`Durability::Awaited`] append returns only once it and everything queued before it is
-    /// durable. [`Durability::Deferred`] appends return at once; they are for entries whose
-    /// loss in a crash costs no money (a `running` entry, a step's result): a crash before
-    /// they are written reruns the work they record, which is what an unfinished two-phase
-    /// call does anyway. Every paid result is awaited, so a crash never loses a paid result
-    /// nor, with it, anything queued before it.
+    /// durable. [`Durability::Deferred`] and [`Durability::Lazy`] appends return at once;
+    /// they are for entries whose loss in a crash costs no money (a `running` entry, a step's
+    /// result): a crash before they are written reruns the work they record, which is what an
+    /// unfinished two-phase call does anyway. Every paid result is awaited, so a crash never
+    /// loses a paid result nor, with it, anything queued before it.
     ///
     /// Blocks the calling thread while an awaited batch is written; async callers with many
     /// concurrent branches use [`RunState::append_async`].
@@ -171,16 +170,10 @@ impl RunState {
         entries: Vec<Entry>,
         durability: Durability,
     ) -> Result<Vec<Arc<Entry>>, Error> {
-        match durability {
-            Durability::Deferred => Ok(self.enqueue(entries, |_| Reply::Nobody(false))?.0),
-            Durability::Lazy => Ok(self.enqueue(entries, |_| Reply::Nobody(true))?.0),
-            Durability::Awaited => {
-                let (shared, ticket) = self.enqueue(entries, Reply::Blocking)?;
-                match ticket {
-                    Some(ticket) => self.write_until(ticket).map(|()| shared),
-                    None => Err(Error::internal("a blocking append was queued without a ticket")),
-                }
-            }
+        let (shared, written) = self.enqueue(entries, durability)?;
+        match written {
+            Some(written) => self.wait_written(written).map(|()| shared),
+            None => Ok(shared),
         }
     }
 
@@ -190,21 +183,13 @@ impl RunState {
     /// # Errors
     /// As [`RunState::append`].
     pub(crate) async fn append_async(&self, entries: Vec<Entry>) -> Result<Vec<Arc<Entry>>, Error> {
-        let (tx, rx) = oneshot::channel();
-        let (shared, _) = self.enqueue(entries, move |_| Reply::Async(tx))?;
-        {
-            let group = self.lock_group();
-            if !group.flushing {
-                // Nobody is writing: write now, on this thread (the quickest path for a call
-                // made alone), and hand what queued meanwhile to a background flush.
-                let group = self.write_batch(group);
-                self.hand_off(group);
-            }
-        }
-        match rx.await {
-            Ok(outcome) => outcome.map(|()| shared),
-            Err(_) => Err(Error::internal("the journal writer dropped an append")),
-        }
+        let (shared, written) = self.enqueue(entries, Durability::Awaited)?;
+        let written = written.ok_or_else(|| Error::internal("an awaited append has no waiter"))?;
+        // Sibling branches polled by the same task (a fan-out's) get to queue their results
+        // first, and share this write instead of each waiting for one of their own.
+        tokio::task::yield_now().await;
+        self.write_if_idle();
+        written.await.unwrap_or_else(|_| Err(dropped_append())).map(|()| shared)
     }
 
     /// Blocks until every entry queued so far is durable.
@@ -218,13 +203,13 @@ impl RunState {
         self.append(Vec::new(), Durability::Awaited).map(drop)
     }
 
-    /// Assigns seqs and timestamps, encodes, and queues a batch; returns its entries and the
-    /// reply it was queued with.
+    /// Assigns seqs and timestamps, encodes, and queues a batch; returns its entries and,
+    /// for an awaited batch, where its outcome arrives.
     fn enqueue(
         &self,
         mut entries: Vec<Entry>,
-        reply: impl FnOnce(u64) -> Reply,
-    ) -> Result<(Vec<Arc<Entry>>, Option<u64>), Error> {
+        durability: Durability,
+    ) -> Result<(Vec<Arc<Entry>>, Option<Written>), Error> {
         if self.dry_run {
             return Err(Error::new(
                 ErrorCode::JournalMiss,
@@ -248,33 +233,29 @@ impl RunState {
         }
         journal.next_seq += shared.len() as u64;
         journal.all.extend(shared.iter().cloned());
-        let ticket = group.next_ticket;
-        group.next_ticket += 1;
-        let reply = reply(ticket);
-        // What the caller keeps to know its batch: the ticket of a blocking reply.
-        let kept = match &reply {
-            Reply::Blocking(ticket) => Some(*ticket),
-            _ => None,
+        let (waiter, written) = match durability {
+            Durability::Awaited => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            Durability::Deferred | Durability::Lazy => (None, None),
         };
-        let flush = match reply {
-            Reply::Nobody(lazy) => Some(lazy),
-            _ => None,
-        };
-        group.queue.push(Queued { raw, reply });
-        if let Some(lazy) = flush {
+        let lazy = durability == Durability::Lazy;
+        group.queue.push(Queued { raw, waiter, lazy });
+        if written.is_none() {
             self.schedule_flush(&mut group, lazy);
         }
-        Ok((shared, kept))
+        Ok((shared, written))
     }
 
     fn lock_group(&self) -> MutexGuard<'_, Group> {
         self.group.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Spawns a background flush of the queue, unless a writer is active (it leaves one
-    /// behind when it stops with work queued). A delayed flush waits a moment first, so a
-    /// quick call's terminal (awaited) can carry its `running` entry in the same write: one
-    /// commit per call instead of two; at most one delayed flush is pending at a time.
+    /// Spawns a background flush of the queue, unless a writer is active (it hands off what
+    /// is queued when it stops). A delayed flush waits a moment first, so a quick call's
+    /// terminal (awaited) can carry its `running` entry in the same write: one commit per
+    /// call instead of two; at most one delayed flush is pending at a time.
     fn schedule_flush(&self, group: &mut Group, delayed: bool) {
         if group.flushing || (delayed && group.flush_scheduled) {
             return;
@@ -291,47 +272,53 @@ impl RunState {
         }
     }
 
+    /// Writes the queue on this thread when nobody is writing (the quickest path for a call
+    /// made alone); otherwise the active writer will.
+    fn write_if_idle(&self) {
+        let group = self.lock_group();
+        if !group.flushing {
+            let group = self.write_batch(group);
+            self.hand_off(group);
+        }
+    }
+
+    /// Blocks until an awaited batch is written, writing the queue itself whenever nobody
+    /// else is (so a blocked thread never depends on a background flush being spawned).
+    fn wait_written(&self, mut written: Written) -> Result<(), Error> {
+        let mut group = self.lock_group();
+        loop {
+            match written.try_recv() {
+                Ok(outcome) => return outcome,
+                Err(oneshot::error::TryRecvError::Closed) => return Err(dropped_append()),
+                Err(oneshot::error::TryRecvError::Empty) => {}
+            }
+            group = if group.flushing {
+                self.written.wait(group).unwrap_or_else(|p| p.into_inner())
+            } else {
+                self.hand_off(self.write_batch(group));
+                self.lock_group()
+            };
+        }
+    }
+
     /// After writing on a caller's thread: whatever queued meanwhile goes to a background
-    /// flush, at once if someone waits for it.
+    /// flush, at once unless every queued batch may wait for the delayed one.
     fn hand_off(&self, mut group: MutexGuard<'_, Group>) {
         if !group.queue.is_empty() {
-            let lazy = group.queue.iter().all(|q| matches!(q.reply, Reply::Nobody(true)));
+            let lazy = group.queue.iter().all(|q| q.lazy);
             self.schedule_flush(&mut group, lazy);
         }
     }
 
-    /// Blocks until the batch with `ticket` is written, writing batches itself whenever
-    /// nobody else is.
-    fn write_until(&self, ticket: u64) -> Result<(), Error> {
-        let mut group = self.lock_group();
-        loop {
-            if let Some(outcome) = group.done.remove(&ticket) {
-                self.hand_off(group);
-                return outcome;
-            }
-            group = if group.flushing {
-                self.group_done.wait(group).unwrap_or_else(|p| p.into_inner())
-            } else {
-                self.write_batch(group)
-            };
-        }
-    }
-
-    /// The background flush: writes until the queue is empty.
+    /// The background flush: writes until the queue is empty, or leaves it to a writer that
+    /// is already active.
     fn drain(&self, delayed: bool) {
         let mut group = self.lock_group();
-        loop {
-            if group.queue.is_empty() && !group.flushing {
-                if delayed {
-                    group.flush_scheduled = false;
-                }
-                return;
-            }
-            group = if group.flushing {
-                self.group_done.wait(group).unwrap_or_else(|p| p.into_inner())
-            } else {
-                self.write_batch(group)
-            };
+        if delayed {
+            group.flush_scheduled = false;
+        }
+        while !group.queue.is_empty() && !group.flushing {
+            group = self.write_batch(group);
         }
     }
 
@@ -360,19 +347,11 @@ impl RunState {
         if let Err(e) = &written {
             group.lost.get_or_insert_with(|| e.clone());
         }
-        for queued in batch {
-            match queued.reply {
-                Reply::Nobody(_) => {}
-                Reply::Blocking(ticket) => {
-                    group.done.insert(ticket, written.clone());
-                }
-                Reply::Async(tx) => {
-                    let _ = tx.send(written.clone());
-                }
-            }
-        }
         group.flushing = false;
-        self.group_done.notify_all();
+        for waiter in batch.into_iter().filter_map(|q| q.waiter) {
+            let _ = waiter.send(written.clone());
+        }
+        self.written.notify_all();
         group
     }
 
@@ -649,7 +628,7 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
         run_id,
         journal: Mutex::new(JournalState { replay: segment.replay, next_seq, all: segment.entries }),
         group: Mutex::new(Group::default()),
-        group_done: std::sync::Condvar::new(),
+        written: std::sync::Condvar::new(),
         budget: Budget::new(segment.ceiling, segment.spent),
         model_slots: Arc::new(Semaphore::new(engine.max_concurrency)),
         provider_slots,
