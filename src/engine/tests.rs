@@ -279,22 +279,30 @@ async fn strict_parallel_failure_cancels_siblings_which_rerun_on_resume() {
     assert_eq!(outcome.preview.reruns, 2);
 }
 
+/// A `parallel_map` of agent calls over `["a", "FAIL", "c"]` (the middle one fails).
+fn agents_over_a_fail_c(name: &str, opts: ParallelOptions) -> Workflow {
+    Workflow::new(name, move |ctx, _| {
+        let opts = opts.clone();
+        async move {
+            let items = vec![json!("a"), json!("FAIL"), json!("c")];
+            let out = ctx
+                .parallel_map(
+                    items,
+                    |ctx, item| async move {
+                        ctx.agent(item.as_str().unwrap_or_default(), AgentOptions::default()).await
+                    },
+                    opts,
+                )
+                .await?;
+            Ok(json!(out))
+        }
+    })
+}
+
 #[tokio::test]
 async fn settle_mode_returns_every_branch_outcome_in_source_order() {
     let (_store, _provider, engine) = setup();
-    let wf = Workflow::new("settle", |ctx, _| async move {
-        let items = vec![json!("a"), json!("FAIL"), json!("c")];
-        let out = ctx
-            .parallel_map(
-                items,
-                |ctx, item| async move {
-                    ctx.agent(item.as_str().unwrap_or_default(), AgentOptions::default()).await
-                },
-                ParallelOptions { settle: true, ..Default::default() },
-            )
-            .await?;
-        Ok(json!(out))
-    });
+    let wf = agents_over_a_fail_c("settle", ParallelOptions { settle: true, ..Default::default() });
     let outcome = engine.run(&wf, json!({}), RunOptions::default()).unwrap().result().await.unwrap();
     let value = outcome.value.unwrap();
     assert_eq!(value[0], json!({"status": "ok", "value": "re: a"}));
@@ -740,19 +748,10 @@ async fn bounded_fanout_suspends_only_when_every_started_branch_waits() {
 #[tokio::test]
 async fn parallel_on_error_null_keeps_siblings_and_itemizes_the_loss() {
     let (_store, _provider, engine) = setup();
-    let wf = Workflow::new("nulls", |ctx, _| async move {
-        let items = vec![json!("a"), json!("FAIL"), json!("c")];
-        let out = ctx
-            .parallel_map(
-                items,
-                |ctx, item| async move {
-                    ctx.agent(item.as_str().unwrap_or_default(), AgentOptions::default()).await
-                },
-                ParallelOptions { on_error: Some(OnError::Null), ..Default::default() },
-            )
-            .await?;
-        Ok(json!(out))
-    });
+    let wf = agents_over_a_fail_c(
+        "nulls",
+        ParallelOptions { on_error: Some(OnError::Null), ..Default::default() },
+    );
     let outcome = engine.run(&wf, json!({}), RunOptions::default()).unwrap().result().await.unwrap();
     assert_eq!(outcome.value, Some(json!(["re: a", null, "re: c"])));
     assert_eq!(outcome.dropped.len(), 1);
@@ -989,14 +988,28 @@ async fn the_replay_strict_helper_fails_on_the_first_live_call() {
     assert_eq!(provider.calls.load(Ordering::SeqCst), 3);
 }
 
-/// A memory store that can refuse appends holding a step's entries, as a full disk would.
+/// A memory store that counts its appends, can make each one slow, and can refuse appends
+/// holding a step's entries, as a full disk would.
 #[derive(Debug)]
-struct FlakyStore {
+struct ProbeStore {
     inner: Arc<MemoryStore>,
     fail_steps: bool,
+    write_delay: Duration,
+    appends: AtomicUsize,
 }
 
-impl JournalStore for FlakyStore {
+impl Default for ProbeStore {
+    fn default() -> ProbeStore {
+        ProbeStore {
+            inner: Arc::new(MemoryStore::new()),
+            fail_steps: false,
+            write_delay: Duration::ZERO,
+            appends: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl JournalStore for ProbeStore {
     fn append(
         &self,
         run: &RunId,
@@ -1006,6 +1019,8 @@ impl JournalStore for FlakyStore {
         if self.fail_steps && entries.iter().any(|e| e.json().contains(r#""kind":"step""#)) {
             return Err(crate::store::Error::Io(std::io::Error::other("disk full")));
         }
+        self.appends.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.write_delay);
         self.inner.append(run, entries, lease)
     }
     fn load(&self, run: &RunId) -> crate::store::Result<Vec<crate::store::RawEntry>> {
@@ -1033,16 +1048,25 @@ impl JournalStore for FlakyStore {
 }
 
 fn flaky_engine(fail_steps: bool) -> (Arc<MemoryStore>, Arc<Counting>, Engine) {
-    let store = Arc::new(MemoryStore::new());
-    let provider = Arc::new(Counting::default());
-    let journal = Arc::new(FlakyStore { inner: store.clone(), fail_steps });
-    let engine = Engine::builder(journal, store.clone())
+    let (store, provider, _, engine) = probe_engine(ProbeStore { fail_steps, ..ProbeStore::default() }, 0);
+    (store, provider, engine)
+}
+
+fn probe_engine(
+    probe: ProbeStore,
+    latency_ms: u64,
+) -> (Arc<MemoryStore>, Arc<Counting>, Arc<ProbeStore>, Engine) {
+    let store = probe.inner.clone();
+    let provider = Arc::new(Counting { latency_ms, ..Counting::default() });
+    let journal = Arc::new(probe);
+    let engine = Engine::builder(journal.clone(), store.clone())
         .provider(Arc::new(provider.clone()))
         .default_model(ModelRef::parse("test:m").unwrap())
         .retries(0, Duration::from_millis(1))
+        .max_concurrency(64)
         .build()
         .unwrap();
-    (store, provider, engine)
+    (store, provider, journal, engine)
 }
 
 fn kinds(store: &MemoryStore, run: &RunId) -> Vec<(String, String)> {
@@ -1129,4 +1153,34 @@ async fn a_run_cannot_settle_ok_over_a_lost_write() {
     assert_eq!(outcome.status, RunStatus::Error);
     assert_eq!(outcome.value, None);
     assert_ne!(store.get_meta(&run).unwrap().unwrap().status, RunStatus::Ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_paid_results_share_group_commits() {
+    // Each write takes 5 ms; twenty calls finish together: their terminals must share writes
+    // rather than queue for one each.
+    let probe = ProbeStore { write_delay: Duration::from_millis(5), ..ProbeStore::default() };
+    let (store, provider, probe, engine) = probe_engine(probe, 50);
+    let workflow = Workflow::new("fan", |ctx, _| async move {
+        let items = (0..20).map(|i| json!(format!("p{i}"))).collect();
+        let out = ctx
+            .parallel_map(
+                items,
+                |ctx, item| async move {
+                    ctx.agent(item.as_str().unwrap_or_default(), AgentOptions::default()).await
+                },
+                ParallelOptions::default(),
+            )
+            .await?;
+        Ok(json!(out.len()))
+    });
+    let handle = engine.run(&workflow, json!({}), RunOptions::default()).unwrap();
+    let run = handle.run_id().clone();
+    let outcome = handle.result().await.unwrap();
+    assert_eq!(outcome.status, RunStatus::Ok);
+    assert_eq!(provider.calls.load(Ordering::SeqCst), 20);
+    // 20 running + 20 ok + the settlement, all written, in far fewer writes than entries.
+    assert_eq!(entries(&store, &run).len(), 41);
+    let appends = probe.appends.load(Ordering::SeqCst);
+    assert!(appends <= 12, "{appends} writes for 41 entries");
 }

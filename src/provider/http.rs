@@ -205,15 +205,7 @@ pub(crate) fn classify_http(
         (500..=599, _) => (ErrorCode::ProviderUnavailable, true),
         _ => (ErrorCode::Validation, false),
     };
-    let mut message = format!("{} returned http {code}", ctx.provider);
-    if let Some(kind) = kind {
-        message.push_str(": ");
-        message.push_str(kind);
-    }
-    if let Some(text) = &detail.message {
-        message.push_str(": ");
-        message.push_str(&truncate(text, 500));
-    }
+    let message = detail.describe(format!("{} returned http {code}", ctx.provider));
     let mut error = Error::new(error_code, ctx.scrub(&message));
     error.retryable = retryable;
     if matches!(error_code, ErrorCode::ProviderRateLimit | ErrorCode::ProviderUnavailable)
@@ -233,15 +225,7 @@ pub(crate) fn classify_stream_error(ctx: &ErrorContext, value: &Value) -> Error 
         // An error the server did not name is a server-side fault mid-stream.
         None => (ErrorCode::ProviderUnavailable, true),
     };
-    let mut message = format!("{} stream error", ctx.provider);
-    if let Some(kind) = kind {
-        message.push_str(": ");
-        message.push_str(kind);
-    }
-    if let Some(text) = &detail.message {
-        message.push_str(": ");
-        message.push_str(&truncate(text, 500));
-    }
+    let message = detail.describe(format!("{} stream error", ctx.provider));
     let mut error = Error::new(code, ctx.scrub(&message));
     error.retryable = retryable;
     error
@@ -306,6 +290,19 @@ impl ErrorDetail {
     }
 
     /// The most specific name: the code where there is one, else the type.
+    /// `head`, then the error's type or code and its (truncated) message where given.
+    fn describe(&self, mut head: String) -> String {
+        if let Some(kind) = self.kind() {
+            head.push_str(": ");
+            head.push_str(kind);
+        }
+        if let Some(text) = &self.message {
+            head.push_str(": ");
+            head.push_str(&truncate(text, 500));
+        }
+        head
+    }
+
     fn kind(&self) -> Option<&str> {
         self.code.as_deref().filter(|c| !c.is_empty()).or(self.kind.as_deref())
     }
