@@ -76,8 +76,9 @@ struct Group {
     /// Someone is writing a batch taken from the queue. Whoever it is writes or hands off
     /// what queued meanwhile (see [`RunState::hand_off`]), so nobody else needs to wait for it.
     flushing: bool,
-    /// A delayed background flush is pending.
-    flush_scheduled: bool,
+    /// A background flush is spawned and has not started: at once, or delayed.
+    flush_pending: bool,
+    lazy_flush_pending: bool,
     /// The first failed write of this segment. Latched: every later append fails with it,
     /// and the run cannot settle `ok` over a journal with a hole in it.
     lost: Option<Error>,
@@ -257,17 +258,19 @@ impl RunState {
     /// terminal (awaited) can carry its `running` entry in the same write: one commit per
     /// call instead of two; at most one delayed flush is pending at a time.
     fn schedule_flush(&self, group: &mut Group, delayed: bool) {
-        if group.flushing || (delayed && group.flush_scheduled) {
+        // A pending flush will write whatever is queued when it starts.
+        if group.flushing || group.flush_pending || (delayed && group.lazy_flush_pending) {
             return;
         }
         let Some(state) = self.me.upgrade() else { return };
         if delayed {
-            group.flush_scheduled = true;
+            group.lazy_flush_pending = true;
             self.runtime.spawn(async move {
                 tokio::time::sleep(DEFERRED_FLUSH_DELAY).await;
                 let _ = tokio::task::spawn_blocking(move || state.drain(true)).await;
             });
         } else {
+            group.flush_pending = true;
             self.runtime.spawn_blocking(move || state.drain(false));
         }
     }
@@ -315,7 +318,9 @@ impl RunState {
     fn drain(&self, delayed: bool) {
         let mut group = self.lock_group();
         if delayed {
-            group.flush_scheduled = false;
+            group.lazy_flush_pending = false;
+        } else {
+            group.flush_pending = false;
         }
         while !group.queue.is_empty() && !group.flushing {
             group = self.write_batch(group);
@@ -327,7 +332,7 @@ impl RunState {
     /// for one each.
     fn write_batch<'g>(&'g self, mut group: MutexGuard<'g, Group>) -> MutexGuard<'g, Group> {
         group.flushing = true;
-        let batch = std::mem::take(&mut group.queue);
+        let mut batch = std::mem::take(&mut group.queue);
         // Batches queued before an earlier one failed are never written after it: the
         // journal would have a hole.
         let lost = group.lost.clone();
@@ -335,7 +340,7 @@ impl RunState {
         let written = match lost {
             Some(lost) => Err(lost),
             None => {
-                let raw: Vec<RawEntry> = batch.iter().flat_map(|q| q.raw.iter().cloned()).collect();
+                let raw: Vec<RawEntry> = batch.iter_mut().flat_map(|q| std::mem::take(&mut q.raw)).collect();
                 if raw.is_empty() {
                     Ok(())
                 } else {
