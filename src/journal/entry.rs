@@ -139,8 +139,33 @@ impl ContentKey {
 
     /// Parses the 64-digit hex form.
     pub fn from_hex(text: &str) -> Option<ContentKey> {
+        // By table rather than through the `hex` crate: every entry of a journal being loaded
+        // carries a key, and the generic decoder was a tenth of the load.
+        const INVALID: u8 = 0xff;
+        const DIGITS: [u8; 256] = {
+            let mut table = [INVALID; 256];
+            let mut i = 0;
+            while i < 10 {
+                table[b'0' as usize + i] = i as u8;
+                i += 1;
+            }
+            let mut i = 0;
+            while i < 6 {
+                table[b'a' as usize + i] = 10 + i as u8;
+                table[b'A' as usize + i] = 10 + i as u8;
+                i += 1;
+            }
+            table
+        };
+        let digits: &[u8; 64] = text.as_bytes().try_into().ok()?;
         let mut bytes = [0u8; 32];
-        hex::decode_to_slice(text, &mut bytes).ok()?;
+        for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+            let (high, low) = (DIGITS[usize::from(pair[0])], DIGITS[usize::from(pair[1])]);
+            if high == INVALID || low == INVALID {
+                return None;
+            }
+            *byte = high << 4 | low;
+        }
         Some(ContentKey(bytes))
     }
 }
@@ -168,9 +193,19 @@ impl Serialize for ContentKey {
 
 impl<'de> Deserialize<'de> for ContentKey {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ContentKey, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        ContentKey::from_hex(&text)
-            .ok_or_else(|| serde::de::Error::custom("content key is not 64 hex digits"))
+        // A visitor rather than `Cow<str>`: serde's `Cow` always allocates, and every entry
+        // of a journal being loaded carries a key.
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ContentKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("64 hex digits")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ContentKey, E> {
+                ContentKey::from_hex(text).ok_or_else(|| E::custom("content key is not 64 hex digits"))
+            }
+        }
+        d.deserialize_str(Visitor)
     }
 }
 
@@ -322,7 +357,7 @@ impl Serialize for ScopePath {
 thread_local! {
     /// Scope paths already validated on this thread: a journal repeats a few scopes many
     /// times, so each distinct one is parsed (and allocated) once.
-    static SCOPES: std::cell::RefCell<std::collections::HashSet<Arc<str>>> = std::cell::RefCell::default();
+    static SCOPES: std::cell::RefCell<foldhash::HashSet<Arc<str>>> = std::cell::RefCell::default();
 }
 
 impl<'de> Deserialize<'de> for ScopePath {
@@ -360,7 +395,7 @@ pub type Name = Arc<str>;
 const MAX_INTERNED: usize = 4096;
 
 thread_local! {
-    static NAMES: std::cell::RefCell<std::collections::HashSet<Name>> = std::cell::RefCell::default();
+    static NAMES: std::cell::RefCell<foldhash::HashSet<Name>> = std::cell::RefCell::default();
 }
 
 /// The shared copy of `text`.

@@ -90,17 +90,7 @@ pub fn encode(entry: &Entry) -> Result<RawEntry, Error> {
 /// [`Error::Decode`] for an undecodable entry (or one whose text disagrees with its stored
 /// seq), [`Error::UnsupportedHashVersion`] for one outside the window.
 pub fn decode_all(raw: &[RawEntry]) -> Result<Vec<Entry>, Error> {
-    let mut entries = Vec::with_capacity(raw.len());
-    for item in raw {
-        let entry: Entry = serde_json::from_str(item.json())
-            .map_err(|e| Error::Decode { seq: item.seq(), detail: e.to_string() })?;
-        if entry.seq.0 != item.seq() {
-            return Err(Error::Decode { seq: item.seq(), detail: format!("text says seq {}", entry.seq.0) });
-        }
-        check_hash_version(&entry)?;
-        entries.push(entry);
-    }
-    Ok(entries)
+    raw.iter().map(decode_one).collect()
 }
 
 /// Like [`decode_all`], consuming the stored entries so each one's text is freed as soon as it

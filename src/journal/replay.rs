@@ -12,7 +12,10 @@
 //! nothing. So inserting a call costs exactly one live call and every neighbour still
 //! replays; a deleted call's record is never consumed and is reported as orphaned.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+// Fast hashing: these indexes are built for every entry of a journal at every resume.
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;

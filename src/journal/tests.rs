@@ -467,3 +467,28 @@ fn the_content_key_fast_path_is_taken_only_where_it_is_exact() {
         );
     }
 }
+
+proptest! {
+    #[test]
+    fn content_keys_round_trip_through_hex(bytes in any::<[u8; 32]>()) {
+        let key = ContentKey::from_bytes(bytes);
+        prop_assert_eq!(ContentKey::from_hex(&key.to_hex()), Some(key));
+        prop_assert_eq!(ContentKey::from_hex(&key.to_hex().to_uppercase()), Some(key));
+    }
+}
+
+#[test]
+fn malformed_hex_keys_are_refused() {
+    let good = "0123456789abcdef".repeat(4);
+    assert!(ContentKey::from_hex(&good).is_some());
+    for bad in [
+        String::new(),
+        good[..63].to_owned(),
+        format!("{good}0"),
+        format!("g{}", &good[1..]),
+        format!("{} ", &good[..63]),
+        format!("é{}", &good[2..]),
+    ] {
+        assert_eq!(ContentKey::from_hex(&bad), None, "{bad:?}");
+    }
+}

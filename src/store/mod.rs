@@ -136,7 +136,7 @@ impl RawEntry {
         if json.is_empty() {
             return Err(InvalidRawEntry::Empty { seq });
         }
-        if json.bytes().any(|b| b == b'\n' || b == b'\r') {
+        if memchr::memchr2(b'\n', b'\r', json.as_bytes()).is_some() {
             return Err(InvalidRawEntry::MultiLine { seq });
         }
         Ok(RawEntry { seq, json })
