@@ -329,3 +329,126 @@ fn sqlite_concurrent_boots_and_appends_share_one_file() {
         assert_eq!(store.load(&run(&format!("w{writer}"))).unwrap().len(), 20);
     }
 }
+
+/// The version-1 schema (journal rows keyed by `(run_id, seq)`), as cairn wrote it before the
+/// numbered journal.
+const SQLITE_SCHEMA_V1: &str = "
+CREATE TABLE entries (run_id TEXT NOT NULL, seq INTEGER NOT NULL, json TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+CREATE TABLE runs (run_id TEXT PRIMARY KEY, status TEXT NOT NULL, name TEXT,
+    created_at_ms INTEGER NOT NULL, meta_json TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE run_tags (tag TEXT NOT NULL, run_id TEXT NOT NULL, PRIMARY KEY (tag, run_id)) WITHOUT ROWID;
+CREATE TABLE leases (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, epoch INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE epochs (run_id TEXT PRIMARY KEY, high_water INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE blobs (ref TEXT PRIMARY KEY, run_id TEXT NOT NULL, data BLOB NOT NULL);
+PRAGMA user_version = 1;
+";
+
+fn version_1_database(path: &Path, rows: &[(&str, i64)]) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+    conn.execute_batch(SQLITE_SCHEMA_V1).unwrap();
+    for (run, seq) in rows {
+        conn.execute(
+            "INSERT INTO entries (run_id, seq, json) VALUES (?1, ?2, ?3)",
+            rusqlite::params![run, seq, format!(r#"{{"seq":{seq},"run":"{run}"}}"#)],
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn sqlite_migrates_a_version_1_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    version_1_database(&path, &[("b", 1), ("a", 1), ("a", 2), ("b", 2), ("a", 3)]);
+    let store = sqlite(&path, None, Durability::Normal, true);
+    let a = store.load(&run("a")).unwrap();
+    assert_eq!(seqs(&a), [1, 2, 3]);
+    assert_eq!(a[2].json(), r#"{"seq":3,"run":"a"}"#, "entry text is kept byte for byte");
+    assert_eq!(seqs(&store.load(&run("b")).unwrap()), [1, 2]);
+    // The migrated runs take appends at their tails, and new runs get numbers of their own.
+    store.append(&run("a"), &[entry(4)], None).unwrap();
+    assert!(matches!(store.append(&run("b"), &[entry(2)], None), Err(Error::OrderViolation { .. })));
+    store.append(&run("c"), &[entry(1)], None).unwrap();
+    assert_eq!(seqs(&store.load(&run("a")).unwrap()), [1, 2, 3, 4]);
+    assert_eq!(seqs(&store.load(&run("c")).unwrap()), [1]);
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
+    let old_tables: i64 = conn
+        .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'entries'", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!((version, old_tables), (2, 0));
+}
+
+#[test]
+fn sqlite_refuses_to_migrate_a_journal_it_cannot_key_and_leaves_it_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    version_1_database(&path, &[("a", 1), ("a", 1 << 32)]);
+    let err = SqliteStore::open(&path, SqliteOptions::new()).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
+    let rows: i64 = conn.query_row("SELECT COUNT(*) FROM entries", [], |row| row.get(0)).unwrap();
+    assert_eq!((version, rows), (1, 2));
+}
+
+#[test]
+fn sqlite_refuses_a_seq_beyond_its_key_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite(&dir.path().join("cairn.db"), None, Durability::Normal, true);
+    let err = store.append(&run("big"), &[entry(1 << 32)], None).unwrap_err();
+    assert!(matches!(&err, Error::Config(message) if message.contains("limit")), "{err:?}");
+    assert!(store.load(&run("big")).unwrap().is_empty());
+}
+
+/// A writer that never pauses still gets its log checkpointed and started over: the WAL file
+/// stays near the inline cap (four times the threshold) instead of growing with every commit.
+#[test]
+fn sqlite_keeps_its_wal_bounded_under_steady_appends() {
+    const THRESHOLD: u32 = 64;
+    const COMMITS: u64 = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    let options = SqliteOptions { checkpoint_pages: THRESHOLD, ..SqliteOptions::new() };
+    let store = SqliteStore::open(&path, options).unwrap();
+    let r = run("steady");
+    let padding = "x".repeat(400);
+    for seq in 1..=COMMITS {
+        let text = format!(r#"{{"seq":{seq},"pad":"{padding}"}}"#);
+        store.append(&r, &[RawEntry::new(seq, text).unwrap()], None).unwrap();
+    }
+    let wal = fs::metadata(dir.path().join("cairn.db-wal")).unwrap().len();
+    let frame = 4096 + 24;
+    // Unbounded, the log would hold at least one frame per commit.
+    assert!(wal < 2 * 4 * u64::from(THRESHOLD) * frame, "WAL grew to {wal} bytes");
+    assert!(wal < COMMITS * frame / 4, "WAL grew to {wal} bytes");
+    assert_eq!(seqs(&store.load(&r).unwrap()), (1..=COMMITS).collect::<Vec<_>>());
+}
+
+/// While a reader pins old frames no checkpoint can finish, and appends go on regardless.
+#[test]
+fn sqlite_appends_while_a_reader_pins_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    let options = SqliteOptions { checkpoint_pages: 16, ..SqliteOptions::new() };
+    let store = SqliteStore::open(&path, options).unwrap();
+    let r = run("pinned");
+    store.append(&r, &[entry(1)], None).unwrap();
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let seen: i64 = reader.query_row("SELECT COUNT(*) FROM journal", [], |row| row.get(0)).unwrap();
+    for seq in 2..=400 {
+        store.append(&r, &[entry(seq)], None).unwrap();
+    }
+    let still: i64 = reader.query_row("SELECT COUNT(*) FROM journal", [], |row| row.get(0)).unwrap();
+    assert_eq!((seen, still), (1, 1), "the reader keeps its snapshot");
+    reader.execute_batch("COMMIT").unwrap();
+    for seq in 401..=800 {
+        store.append(&r, &[entry(seq)], None).unwrap();
+    }
+    assert_eq!(store.load(&r).unwrap().len(), 800);
+}

@@ -14,7 +14,14 @@
 //! `synchronous=FULL` this turns one fsync per append into one per group.
 //!
 //! Reads (`load`, `get_meta`, `list_runs`, blob reads) use a small pool of separate
-//! connections, which WAL lets run beside the writer.
+//! connections, which WAL lets run beside the writer; WAL checkpoints run on a thread of
+//! their own (see `checkpoint`).
+//!
+//! Journal rows are keyed by one integer, the run's number (assigned on its first append, and
+//! never reused) in the high 32 bits and the seq in the low 32. An append then lands at the
+//! right edge of one rowid b-tree, which SQLite extends with a single page write; a composite
+//! `(run_id, seq)` key keeps the whole row in every interior page and made each commit
+//! rewrite three pages on average.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,6 +33,9 @@ use std::time::{Duration, Instant};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
+mod checkpoint;
+
+use self::checkpoint::Checkpointer;
 use super::common::{self, HeldLease};
 use super::{
     Durability, Error, JournalStore, LeasableStore, Lease, RawEntry, Result, RunFilter, RunId, RunMeta,
@@ -37,8 +47,16 @@ use crate::clock::{Clock, SharedClock, SystemClock};
 /// directory.
 pub const DEFAULT_SQLITE_PATH: &str = ".cairn/cairn.db";
 
-/// The schema this build writes; a database stamped higher was made by a newer cairn.
-const SCHEMA_VERSION: i64 = 1;
+/// The schema this build writes; a database stamped higher was made by a newer cairn, one
+/// stamped lower is migrated on open.
+const SCHEMA_VERSION: i64 = 2;
+
+/// The low bits of a journal row's key that hold the seq; the run's number is above them.
+const SEQ_BITS: u32 = 32;
+
+/// The most runs one database can number: run numbers stay below 2^31, so every key is a
+/// positive 64-bit integer.
+const MAX_RUN_NUMBER: i64 = (1 << 31) - 1;
 
 /// How long opening keeps retrying a schema bootstrap that collides with another process
 /// opening the same fresh file.
@@ -58,6 +76,10 @@ pub struct SqliteOptions {
     /// Whether concurrent appends share a transaction. On by default; off measures (and
     /// tests) the one-transaction-per-append path.
     pub group_commit: bool,
+    /// WAL pages after which a background thread checkpoints the log into the database
+    /// (SQLite's own default threshold is 1,000). At four times this, a commit checkpoints
+    /// inline, so the log stays bounded however fast the writer appends.
+    pub checkpoint_pages: u32,
 }
 
 impl SqliteOptions {
@@ -69,6 +91,7 @@ impl SqliteOptions {
             clock: Arc::new(SystemClock),
             busy_timeout: Duration::from_secs(5),
             group_commit: true,
+            checkpoint_pages: 1_000,
         }
     }
 }
@@ -85,6 +108,24 @@ pub struct SqliteStore {
     group: Mutex<Group>,
     /// Wakes appenders when a group's outcomes are in.
     group_done: Condvar,
+    /// Run numbers seen committed; a number, once assigned, never changes.
+    numbers: RunNumbers,
+    /// Dropped after the writer's last use: it holds the WAL hook's other end.
+    _checkpointer: Checkpointer,
+}
+
+/// Each run's number, the high half of its journal rows' keys.
+#[derive(Default)]
+struct RunNumbers(Mutex<HashMap<RunId, i64>>);
+
+impl RunNumbers {
+    fn get(&self, run: &RunId) -> Option<i64> {
+        lock(&self.0).get(run).copied()
+    }
+
+    fn remember(&self, run: &RunId, number: i64) {
+        lock(&self.0).entry(run.clone()).or_insert(number);
+    }
 }
 
 #[derive(Default)]
@@ -109,12 +150,14 @@ struct Pending {
 }
 
 const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS entries (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    json TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)
+CREATE TABLE IF NOT EXISTS run_numbers (
+    run_id TEXT PRIMARY KEY,
+    number INTEGER NOT NULL UNIQUE
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS journal (
+    key INTEGER PRIMARY KEY,
+    json TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     status TEXT NOT NULL,
@@ -168,7 +211,7 @@ impl SqliteStore {
             std::fs::create_dir_all(parent)?;
         }
         let started = Instant::now();
-        let writer = loop {
+        let mut writer = loop {
             match open_writer(path, &options) {
                 Err(Error::Sqlite(err)) if is_busy(&err) && started.elapsed() < BOOT_RETRY_FOR => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -176,6 +219,7 @@ impl SqliteStore {
                 other => break other?,
             }
         };
+        let checkpointer = Checkpointer::start(&mut writer, path, &options)?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
             options,
@@ -183,6 +227,8 @@ impl SqliteStore {
             readers: Mutex::new(Vec::new()),
             group: Mutex::new(Group::default()),
             group_done: Condvar::new(),
+            numbers: RunNumbers::default(),
+            _checkpointer: checkpointer,
         })
     }
 
@@ -247,7 +293,8 @@ impl SqliteStore {
             let batch = std::mem::take(&mut group.queue);
             drop(group);
             let mut leader = Leader { store: self, batch: &batch, outcomes: None };
-            leader.outcomes = Some(commit_group(&lock(&self.writer), &*self.options.clock, &batch));
+            leader.outcomes =
+                Some(commit_group(&lock(&self.writer), &*self.options.clock, &self.numbers, &batch));
             drop(leader);
             group = lock(&self.group);
         }
@@ -286,7 +333,12 @@ impl Drop for Leader<'_> {
 
 /// Commits a group of appends in one transaction, each batch under its own savepoint.
 /// Returns one outcome per batch, in order.
-fn commit_group(conn: &Connection, clock: &dyn Clock, batch: &[Pending]) -> Vec<Result<()>> {
+fn commit_group(
+    conn: &Connection,
+    clock: &dyn Clock,
+    numbers: &RunNumbers,
+    batch: &[Pending],
+) -> Vec<Result<()>> {
     let tx = match Immediate::begin(conn) {
         Ok(tx) => tx,
         Err(err) => return batch.iter().map(|_| Err(duplicate(&err))).collect(),
@@ -295,10 +347,10 @@ fn commit_group(conn: &Connection, clock: &dyn Clock, batch: &[Pending]) -> Vec<
     let mut outcomes = Vec::with_capacity(batch.len());
     if let [single] = batch {
         // One batch needs no savepoint: the transaction is the unit.
-        outcomes.push(append_in(conn, single, now_ms));
+        outcomes.push(append_in(conn, numbers, single, now_ms));
     } else {
         for pending in batch {
-            match in_savepoint(conn, || append_in(conn, pending, now_ms)) {
+            match in_savepoint(conn, || append_in(conn, numbers, pending, now_ms)) {
                 Ok(outcome) => outcomes.push(outcome),
                 // A savepoint that cannot be taken, released or rolled back may leave part of
                 // a failed batch in the transaction: give the whole group up.
@@ -307,24 +359,29 @@ fn commit_group(conn: &Connection, clock: &dyn Clock, batch: &[Pending]) -> Vec<
         }
     }
     if outcomes.iter().all(Result::is_err) {
-        return outcomes; // Nothing to commit; dropping the transaction rolls it back.
+        // Nothing to commit; dropping the transaction rolls it back.
+        return outcomes.into_iter().map(|outcome| outcome.map(drop)).collect();
     }
-    if let Err(err) = tx.commit() {
-        for outcome in &mut outcomes {
-            if outcome.is_ok() {
-                *outcome = Err(duplicate(&err));
+    match tx.commit() {
+        Ok(()) => {
+            // Only now are numbers assigned in this transaction settled.
+            for (pending, outcome) in batch.iter().zip(&outcomes) {
+                if let Ok(number) = outcome {
+                    numbers.remember(&pending.run, *number);
+                }
             }
+            outcomes.into_iter().map(|outcome| outcome.map(drop)).collect()
         }
+        Err(err) => outcomes.into_iter().map(|outcome| outcome.and(Err(duplicate(&err)))).collect(),
     }
-    outcomes
 }
 
 /// Runs `f` under a savepoint, rolled back (and released) when `f` fails. The outer error
 /// is the savepoint's own failure; the inner result is `f`'s.
-fn in_savepoint(conn: &Connection, f: impl FnOnce() -> Result<()>) -> Result<Result<()>> {
+fn in_savepoint<T>(conn: &Connection, f: impl FnOnce() -> Result<T>) -> Result<Result<T>> {
     run_cached(conn, "SAVEPOINT batch")?;
     match f() {
-        Ok(()) => run_cached(conn, "RELEASE batch").map(Ok),
+        Ok(value) => run_cached(conn, "RELEASE batch").map(|()| Ok(value)),
         Err(err) => {
             run_cached(conn, "ROLLBACK TO batch")?;
             run_cached(conn, "RELEASE batch")?;
@@ -372,19 +429,79 @@ impl Drop for Immediate<'_> {
 }
 
 /// One batch's fence check, order check and inserts, inside the caller's transaction.
-fn append_in(conn: &Connection, pending: &Pending, now_ms: i64) -> Result<()> {
+/// Returns the run's number (assigned here if this is the run's first append).
+fn append_in(conn: &Connection, numbers: &RunNumbers, pending: &Pending, now_ms: i64) -> Result<i64> {
     let run = &pending.run;
     fence(conn, run, pending.lease.as_ref(), now_ms)?;
+    let number = match numbers.get(run) {
+        Some(number) => number,
+        None => assign_number(conn, run)?,
+    };
+    let keys = key_range(number);
     let tail: Option<i64> = conn
-        .prepare_cached("SELECT seq FROM entries WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1")?
-        .query_row([run.as_str()], |row| row.get(0))
+        .prepare_cached("SELECT key FROM journal WHERE key >= ?1 AND key < ?2 ORDER BY key DESC LIMIT 1")?
+        .query_row([keys.start, keys.end], |row| row.get(0))
         .optional()?;
-    common::check_tail(run, tail.map(stored_seq).transpose()?, &pending.entries)?;
-    let mut insert = conn.prepare_cached("INSERT INTO entries (run_id, seq, json) VALUES (?1, ?2, ?3)")?;
+    common::check_tail(run, tail.map(seq_of).transpose()?, &pending.entries)?;
+    let mut insert = conn.prepare_cached("INSERT INTO journal (key, json) VALUES (?1, ?2)")?;
     for entry in &pending.entries {
-        insert.execute(params![run.as_str(), sql_seq(run, entry.seq())?, entry.json()])?;
+        insert.execute(params![row_key(run, number, entry.seq())?, entry.json()])?;
     }
-    Ok(())
+    Ok(number)
+}
+
+/// The run's number, if it has one (in the caller's snapshot).
+fn find_number(conn: &Connection, run: &RunId) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT number FROM run_numbers WHERE run_id = ?1")?
+        .query_row([run.as_str()], |row| row.get(0))
+        .optional()?)
+}
+
+/// The run's number, assigned (one above the highest so far) inside the caller's write
+/// transaction when the run has none.
+fn assign_number(conn: &Connection, run: &RunId) -> Result<i64> {
+    if let Some(number) = find_number(conn, run)? {
+        return Ok(number);
+    }
+    let highest: i64 = conn
+        .prepare_cached("SELECT COALESCE(MAX(number), 0) FROM run_numbers")?
+        .query_row([], |row| row.get(0))?;
+    if highest >= MAX_RUN_NUMBER {
+        return Err(Error::Config(format!(
+            "the sqlite store holds its limit of {MAX_RUN_NUMBER} runs; start a new database"
+        )));
+    }
+    conn.prepare_cached("INSERT INTO run_numbers (run_id, number) VALUES (?1, ?2)")?
+        .execute(params![run.as_str(), highest + 1])?;
+    Ok(highest + 1)
+}
+
+/// The keys of a run's journal rows.
+fn key_range(number: i64) -> std::ops::Range<i64> {
+    (number << SEQ_BITS)..((number + 1) << SEQ_BITS)
+}
+
+/// The key of one journal row.
+fn row_key(run: &RunId, number: i64, seq: u64) -> Result<i64> {
+    if seq >= 1 << SEQ_BITS {
+        return Err(Error::Config(format!(
+            "seq {seq} of run {run} exceeds the sqlite store's limit of {}",
+            (1u64 << SEQ_BITS) - 1
+        )));
+    }
+    Ok((number << SEQ_BITS) | seq as i64)
+}
+
+/// The seq a stored key holds; a key outside every run's range means a damaged database.
+fn seq_of(key: i64) -> Result<u64> {
+    if key < 0 {
+        return Err(Error::Corrupt {
+            what: "sqlite store".into(),
+            detail: format!("negative journal key {key}"),
+        });
+    }
+    Ok((key & ((1 << SEQ_BITS) - 1)) as u64)
 }
 
 /// Checks a given lease against the run's lease row, inside the caller's transaction.
@@ -400,22 +517,17 @@ fn held_lease(conn: &Connection, run: &RunId) -> Result<Option<HeldLease>> {
         .prepare_cached("SELECT owner, epoch, expires_at_ms FROM leases WHERE run_id = ?1")?
         .query_row([run.as_str()], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?, row.get(2)?)))
         .optional()?;
-    row.map(|(owner, epoch, expires_at_ms)| Ok(HeldLease { owner, epoch: stored_seq(epoch)?, expires_at_ms }))
-        .transpose()
-}
-
-/// A seq as SQLite stores it (a signed 64-bit integer).
-fn sql_seq(run: &RunId, seq: u64) -> Result<i64> {
-    i64::try_from(seq).map_err(|_| {
-        Error::Config(format!("seq {seq} of run {run} exceeds the sqlite store's limit of {}", i64::MAX))
+    row.map(|(owner, epoch, expires_at_ms)| {
+        Ok(HeldLease { owner, epoch: stored_epoch(epoch)?, expires_at_ms })
     })
+    .transpose()
 }
 
-/// A stored seq or epoch read back; negative only in a damaged database.
-fn stored_seq(value: i64) -> Result<u64> {
+/// A stored epoch read back; negative only in a damaged database.
+fn stored_epoch(value: i64) -> Result<u64> {
     u64::try_from(value).map_err(|_| Error::Corrupt {
         what: "sqlite store".into(),
-        detail: format!("negative seq or epoch {value}"),
+        detail: format!("negative lease epoch {value}"),
     })
 }
 
@@ -461,10 +573,38 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection> {
     }
     if version < SCHEMA_VERSION {
         tx.execute_batch(SCHEMA)?;
+        if version == 1 {
+            migrate_v1(&tx)?;
+        }
         tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     }
     tx.commit()?;
     Ok(conn)
+}
+
+/// Moves a version-1 journal (rows keyed by `(run_id, seq)`) into the numbered `journal`
+/// table, inside the opening transaction: a crash mid-way leaves the version-1 database as it
+/// was.
+fn migrate_v1(tx: &Connection) -> Result<()> {
+    let out_of_range: i64 =
+        tx.query_row("SELECT COUNT(*) FROM entries WHERE seq < 1 OR seq >= ?1", [1i64 << SEQ_BITS], |row| {
+            row.get(0)
+        })?;
+    if out_of_range > 0 {
+        return Err(Error::Corrupt {
+            what: "sqlite store".into(),
+            detail: format!("{out_of_range} journal entries have a seq outside 1..2^{SEQ_BITS}"),
+        });
+    }
+    tx.execute_batch(&format!(
+        "INSERT INTO run_numbers (run_id, number)
+             SELECT run_id, ROW_NUMBER() OVER (ORDER BY run_id) FROM (SELECT DISTINCT run_id FROM entries);
+         INSERT INTO journal (key, json)
+             SELECT (numbers.number << {SEQ_BITS}) | entries.seq, entries.json
+             FROM entries JOIN run_numbers AS numbers USING (run_id) ORDER BY numbers.number, entries.seq;
+         DROP TABLE entries;"
+    ))?;
+    Ok(())
 }
 
 fn open_reader(path: &Path, options: &SqliteOptions) -> Result<Connection> {
@@ -516,24 +656,37 @@ impl JournalStore for SqliteStore {
         }
         common::check_batch(run, entries)?;
         if let Some(last) = entries.last() {
-            sql_seq(run, last.seq())?;
+            row_key(run, 0, last.seq())?;
         }
         if self.options.group_commit {
             return self.append_grouped(run, entries, lease);
         }
         let pending =
             Pending { ticket: 0, run: run.clone(), entries: entries.to_vec(), lease: lease.cloned() };
-        self.write(|conn, now_ms| append_in(conn, &pending, now_ms))
+        let number = self.write(|conn, now_ms| append_in(conn, &self.numbers, &pending, now_ms))?;
+        self.numbers.remember(run, number);
+        Ok(())
     }
 
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {
         self.read(|conn| {
-            let mut select =
-                conn.prepare_cached("SELECT seq, json FROM entries WHERE run_id = ?1 ORDER BY seq")?;
-            let mut rows = select.query([run.as_str()])?;
+            let number = match self.numbers.get(run) {
+                Some(number) => number,
+                None => match find_number(conn, run)? {
+                    Some(number) => {
+                        self.numbers.remember(run, number);
+                        number
+                    }
+                    None => return Ok(Vec::new()),
+                },
+            };
+            let keys = key_range(number);
+            let mut select = conn
+                .prepare_cached("SELECT key, json FROM journal WHERE key >= ?1 AND key < ?2 ORDER BY key")?;
+            let mut rows = select.query([keys.start, keys.end])?;
             let mut entries = Vec::new();
             while let Some(row) = rows.next()? {
-                let seq = stored_seq(row.get(0)?)?;
+                let seq = seq_of(row.get(0)?)?;
                 let json = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
                 let entry = RawEntry::new(seq, json).map_err(|err| Error::Corrupt {
                     what: format!("journal of run {run}"),
@@ -619,9 +772,14 @@ impl JournalStore for SqliteStore {
         self.write(|conn, now_ms| {
             fence(conn, run, lease, now_ms)?;
             // The epochs row stays: it is the tombstone that keeps a recreated run's
-            // epochs above every lease of this incarnation.
+            // epochs above every lease of this incarnation. The run's number stays too: other
+            // connections may hold it, and a recreated run reuses it.
+            if let Some(number) = find_number(conn, run)? {
+                let keys = key_range(number);
+                conn.prepare_cached("DELETE FROM journal WHERE key >= ?1 AND key < ?2")?
+                    .execute([keys.start, keys.end])?;
+            }
             for sql in [
-                "DELETE FROM entries WHERE run_id = ?1",
                 "DELETE FROM runs WHERE run_id = ?1",
                 "DELETE FROM run_tags WHERE run_id = ?1",
                 "DELETE FROM leases WHERE run_id = ?1",
@@ -658,7 +816,7 @@ impl LeasableStore for SqliteStore {
                  expires_at_ms = excluded.expires_at_ms",
             )?
             .execute(params![run.as_str(), owner, epoch, common::expiry(now_ms, ttl)])?;
-            Ok(Lease { run_id: run.clone(), owner: owner.to_owned(), epoch: stored_seq(epoch)? })
+            Ok(Lease { run_id: run.clone(), owner: owner.to_owned(), epoch: stored_epoch(epoch)? })
         })
     }
 
@@ -749,7 +907,7 @@ mod tests {
             pending(3, "a", &[3], Some(stale)),
             pending(4, "a", &[3], None),
         ];
-        let outcomes = commit_group(&lock(&store.writer), &clock, &group);
+        let outcomes = commit_group(&lock(&store.writer), &clock, &store.numbers, &group);
         assert!(outcomes[0].is_ok() && outcomes[2].is_ok() && outcomes[4].is_ok(), "{outcomes:?}");
         assert!(matches!(outcomes[1], Err(Error::OrderViolation { seq: 2, tail: 2, .. })));
         assert!(matches!(outcomes[3], Err(Error::LeaseHeld { .. })));
