@@ -68,24 +68,37 @@ impl CostReport {
             if entry.cost.is_none() && entry.usage.is_none() {
                 continue;
             }
-            let model = entry
-                .served_by
-                .as_deref()
-                .or(entry.model.as_deref())
-                .map_or_else(|| "-".to_owned(), str::to_owned);
+            let model = entry.served_by.as_deref().or(entry.model.as_deref()).unwrap_or("-");
             report.total.add(entry);
-            report.by_model.entry(model.clone()).or_default().add(entry);
-            let slice = |value: &Option<crate::journal::Name>| value.as_deref().unwrap_or("-").to_owned();
-            report.by_phase.entry(slice(&entry.phase)).or_default().add(entry);
-            report.by_agent_type.entry(slice(&entry.agent_type)).or_default().add(entry);
-            report.by_role.entry(slice(&entry.role)).or_default().add(entry);
+            for (lines, key) in [
+                (&mut report.by_model, model),
+                (&mut report.by_phase, slice(&entry.phase)),
+                (&mut report.by_agent_type, slice(&entry.agent_type)),
+                (&mut report.by_role, slice(&entry.role)),
+            ] {
+                line(lines, key).add(entry);
+            }
             if let Some(usage) = entry.usage {
                 report.approximate |= usage.approximate;
                 if entry.cost.is_none() {
-                    report.unpriced.push(UnpricedUsage { seq: entry.seq, model, usage });
+                    report.unpriced.push(UnpricedUsage { seq: entry.seq, model: model.to_owned(), usage });
                 }
             }
         }
         report
     }
+}
+
+/// A slice key: the name, or `-` when the entry has none.
+fn slice(value: &Option<crate::journal::Name>) -> &str {
+    value.as_deref().unwrap_or("-")
+}
+
+/// The line for `key`, made on first use (a journal repeats few keys, so a lookup by `&str`
+/// first spares an allocation per entry).
+fn line<'m>(lines: &'m mut BTreeMap<String, CostLine>, key: &str) -> &'m mut CostLine {
+    if !lines.contains_key(key) {
+        lines.insert(key.to_owned(), CostLine::default());
+    }
+    lines.get_mut(key).expect("inserted above")
 }

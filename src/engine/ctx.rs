@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::budget::AccountId;
 use super::events::EventKind;
+use super::identity::{AgentIdentity, CallIdentity, ExternalIdentity, ModelIdentity, StepIdentity};
 use super::run::Durability;
 use super::{Dropped, ErrorPolicy, RunState};
 use crate::agent::{self, AgentEnd, BudgetHooks};
@@ -388,47 +389,44 @@ impl Ctx {
             Ok(hash) => hash,
             Err(e) => return self.fail(opts.on_error, "agent", label, Error::validation(e.to_string())),
         };
-        let mut identity = json!({
-            "kind": "agent",
-            "agent_type": opts.profile,
-            "model": { "spec": model.to_string(), "effort": opts.effort },
-            "schema_hash": schema_hash,
-            "toolset_hash": crate::agent::toolset_hash(&tools),
-        });
-        match &opts.key {
-            Some(key) => identity["key"] = json!(key),
-            None => identity["prompt"] = json!(prompt),
-        }
-        let key = key_of(&identity)?;
+        // The model's `provider:name` text, spelled once: the identity, the price lookup, the
+        // journal and the events all use it.
+        let model_name = model.to_string();
+        let toolset_hash = crate::agent::toolset_hash(&tools);
+        let mut identity = AgentIdentity::new(
+            prompt,
+            opts.key.as_deref(),
+            ModelIdentity { effort: opts.effort.as_deref(), spec: &model_name },
+        );
+        identity.agent_type = opts.profile.as_deref();
+        identity.schema_hash = schema_hash.as_deref();
+        identity.toolset_hash = toolset_hash.as_deref();
+        let key = identity.key()?;
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, key);
-        let start_event = EventKind::AgentStart {
+        let start_event = || EventKind::AgentStart {
             label: label.clone(),
             agent_type: opts.profile.clone(),
-            model: model.to_string(),
+            model: model_name.clone(),
             scope: self.scope.to_string(),
         };
         let mut matched_previous_terminal = false;
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start_event);
-                self.run.emit(self.span_pair(span), true, agent_end_event(&entry));
+                self.run.emit(self.span_pair(span), true, || agent_end_event(&entry));
                 let value = self.replayed(&entry, opts.on_error, "agent", label)?;
                 return Ok(if opts.full { full_result(&entry, value, true) } else { value });
             }
             Outcome::Skip => {
                 self.run.emit(self.span_pair(span), true, start_event);
-                self.run.emit(
-                    self.span_pair(span),
-                    true,
-                    EventKind::AgentEnd {
-                        status: "skipped".into(),
-                        usage: Usage::default(),
-                        cost: None,
-                        served_by: None,
-                        error: None,
-                    },
-                );
+                self.run.emit(self.span_pair(span), true, || EventKind::AgentEnd {
+                    status: "skipped".into(),
+                    usage: Usage::default(),
+                    cost: None,
+                    served_by: None,
+                    error: None,
+                });
                 return Ok(Value::Null);
             }
             Outcome::Wait(_) => return Err(Error::internal("an agent entry is journaled as suspended")),
@@ -449,7 +447,8 @@ impl Ctx {
         // Admission: the spawn cap, then a reserve on this context's account.
         let spawned = self.run.spawns.fetch_add(1, Ordering::SeqCst) + 1;
         if spawned > engine.max_spawns {
-            self.run.emit(self.span_pair(span), false, EventKind::BudgetExhausted { what: "spawn".into() });
+            self.run
+                .emit(self.span_pair(span), false, || EventKind::BudgetExhausted { what: "spawn".into() });
             let error = Error::new(
                 ErrorCode::BudgetExhausted,
                 format!("the run reached its lifetime cap of {} agent spawns", engine.max_spawns),
@@ -473,7 +472,7 @@ impl Ctx {
             effort: opts.effort.clone(),
             meta: CallMeta { label: label.clone(), agent_type: opts.profile.clone() },
         };
-        let price = engine.prices.price(&model.to_string()).copied();
+        let price = engine.prices.price(&model_name).copied();
         let reserve = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost)).unwrap_or_else(|| {
             match (price, max_output_tokens) {
                 (Some(price), Some(cap)) => price.cost(&Usage {
@@ -488,11 +487,9 @@ impl Ctx {
             Ok(reservation) => reservation,
             Err(denied) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
-                self.run.emit(
-                    self.span_pair(span),
-                    false,
-                    EventKind::BudgetExhausted { what: "agent".into() },
-                );
+                self.run.emit(self.span_pair(span), false, || EventKind::BudgetExhausted {
+                    what: "agent".into(),
+                });
                 let error = Error::new(
                     ErrorCode::BudgetExhausted,
                     format!(
@@ -530,7 +527,7 @@ impl Ctx {
         running.label = label.clone();
         running.agent_type = opts.profile.as_deref().map(journal::intern);
         running.role = Some(journal::intern(role.as_str()));
-        running.model = Some(journal::intern(&model.to_string()));
+        running.model = Some(journal::intern(&model_name));
         // Deferred: a crash before it is written reruns the call, as it would anyway.
         let running = match self.run.append_one(running, Durability::Lazy) {
             Ok(entry) => entry,
@@ -560,7 +557,7 @@ impl Ctx {
         };
         let spec = agent::AgentSpec {
             provider,
-            served_by: model.to_string(),
+            served_by: model_name,
             request,
             schema: opts.schema.clone(),
             max_turns: opts.max_turns.or_else(|| profile.and_then(|p| p.max_turns)).unwrap_or(32),
@@ -582,7 +579,7 @@ impl Ctx {
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
         let on_delta = move |text: &str| {
-            events_run.emit(delta_span, false, EventKind::AgentDelta { text: text.to_owned() })
+            events_run.emit(delta_span, false, || EventKind::AgentDelta { text: text.to_owned() })
         };
         let served = spec.served_by.clone();
         let outcome = match opts.timeout {
@@ -629,7 +626,7 @@ impl Ctx {
         let written = self.run.append_one_async(terminal).await;
         self.run.budget.settle(reservation, cost);
         let terminal = written?;
-        self.run.emit(self.span_pair(span), false, agent_end_event(&terminal));
+        self.run.emit(self.span_pair(span), false, || agent_end_event(&terminal));
         self.run.emit_budget(self.span_pair(span));
         match (value, error) {
             (Some(value), _) => Ok(if opts.full { full_result(&terminal, value, false) } else { value }),
@@ -658,8 +655,8 @@ impl Ctx {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Value, Error>>,
     {
-        let identity = Ctx::step_identity(label, &opts);
-        self.two_phase(Kind::Step, "step", label, identity, opts.on_error, body).await
+        let key = Ctx::step_key(label, &opts)?;
+        self.two_phase(Kind::Step, "step", label, key, opts.on_error, body).await
     }
 
     /// Calls a registered host function with JSON arguments, journaled like a step.
@@ -675,12 +672,8 @@ impl Ctx {
             let error = Error::config(format!("unknown host function {name:?}"));
             return self.fail(opts.on_error, "call", Some(name.to_owned()), error);
         };
-        let mut identity = json!({ "kind": "call", "name": name });
-        match &opts.key {
-            Some(key) => identity["key"] = json!(key),
-            None => identity["args"] = args.clone(),
-        }
-        self.two_phase(Kind::Call, "call", name, identity, opts.on_error, move || function(args)).await
+        let key = CallIdentity::new("call", name, opts.key.as_deref(), &args).key()?;
+        self.two_phase(Kind::Call, "call", name, key, opts.on_error, move || function(args)).await
     }
 
     async fn two_phase<F, Fut>(
@@ -688,7 +681,7 @@ impl Ctx {
         kind: Kind,
         kind_name: &str,
         label: &str,
-        identity: Value,
+        key: ContentKey,
         on_error: Option<OnError>,
         body: F,
     ) -> Result<Value, Error>
@@ -696,7 +689,7 @@ impl Ctx {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Value, Error>>,
     {
-        let live = match self.begin_two_phase(kind, kind_name, label, identity, on_error)? {
+        let live = match self.begin_two_phase(kind, kind_name, label, key, on_error)? {
             Begun::Done(result) => return result,
             Begun::Live(live) => live,
         };
@@ -715,14 +708,13 @@ impl Ctx {
         kind: Kind,
         kind_name: &str,
         label: &str,
-        identity: Value,
+        key: ContentKey,
         on_error: Option<OnError>,
     ) -> Result<Begun, Error> {
         self.check_stopped()?;
-        let key = key_of(&identity)?;
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, key);
-        let start = EventKind::StepStart { kind: kind_name.into(), label: label.into() };
+        let start = || EventKind::StepStart { kind: kind_name.into(), label: label.into() };
         let end = |status: &str| EventKind::StepEnd {
             kind: kind_name.into(),
             label: label.into(),
@@ -731,11 +723,11 @@ impl Ctx {
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start);
-                self.run.emit(self.span_pair(span), true, end(entry.status.as_str()));
+                self.run.emit(self.span_pair(span), true, || end(entry.status.as_str()));
                 return Ok(Begun::Done(self.replayed(&entry, on_error, kind_name, Some(label.to_owned()))));
             }
             Outcome::Skip => {
-                self.run.emit(self.span_pair(span), true, end("skipped"));
+                self.run.emit(self.span_pair(span), true, || end("skipped"));
                 return Ok(Begun::Done(Ok(Value::Null)));
             }
             Outcome::Wait(_) => return Err(Error::internal("a step entry is journaled as suspended")),
@@ -767,15 +759,11 @@ impl Ctx {
         // Deferred: nothing paid hangs on it (a child's paid calls were awaited inside it);
         // a crash before the write reruns the body, the at-least-once every step has.
         self.run.append_one(terminal, Durability::Deferred)?;
-        self.run.emit(
-            self.span_pair(live.span),
-            false,
-            EventKind::StepEnd {
-                kind: live.kind_name.clone(),
-                label: label.clone(),
-                status: status.as_str().into(),
-            },
-        );
+        self.run.emit(self.span_pair(live.span), false, || EventKind::StepEnd {
+            kind: live.kind_name.clone(),
+            label: label.clone(),
+            status: status.as_str().into(),
+        });
         match (value, error) {
             (Some(value), _) => Ok(value),
             (None, Some(error)) if error.code == ErrorCode::Cancelled => Err(error),
@@ -785,13 +773,8 @@ impl Ctx {
     }
 
     /// The identity of a step, as [`Ctx::step`] derives it.
-    pub(crate) fn step_identity(label: &str, opts: &StepOptions) -> Value {
-        let mut identity = json!({ "kind": "step", "deps": opts.deps });
-        match &opts.key {
-            Some(key) => identity["key"] = json!(key),
-            None => identity["label"] = json!(label),
-        }
-        identity
+    pub(crate) fn step_key(label: &str, opts: &StepOptions) -> Result<ContentKey, Error> {
+        StepIdentity::new(label, opts.key.as_deref(), &opts.deps).key()
     }
 
     // ---- child workflows ------------------------------------------------------------------
@@ -824,11 +807,7 @@ impl Ctx {
             *slot += 1;
             index
         };
-        let mut identity = json!({ "kind": "child", "name": name });
-        match &opts.key {
-            Some(key) => identity["key"] = json!(key),
-            None => identity["args"] = args.clone(),
-        }
+        let key = CallIdentity::new("child", name, opts.key.as_deref(), &args).key()?;
         let account = engine_share(self, &opts);
         let mut child_ctx = self.nested(
             &Segment::Wf { name: name.to_owned(), call: call_index },
@@ -837,8 +816,7 @@ impl Ctx {
         );
         child_ctx.depth = self.depth + 1;
         let body = child.body.clone();
-        self.two_phase(Kind::Child, "child", name, identity, opts.on_error, move || body(child_ctx, args))
-            .await
+        self.two_phase(Kind::Child, "child", name, key, opts.on_error, move || body(child_ctx, args)).await
     }
 
     // ---- external input --------------------------------------------------------------------
@@ -856,16 +834,15 @@ impl Ctx {
     pub async fn await_external(&self, key: &str, opts: ExternalOptions) -> Result<Value, Error> {
         let prompt = opts.prompt.as_deref();
         self.check_stopped()?;
-        let content = key_of(&json!({ "kind": "external", "key": key }))?;
+        let content = ExternalIdentity { key, kind: "external" }.key()?;
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, content);
         let seq = match matched.outcome {
             Outcome::Replay(entry) => {
-                self.run.emit(
-                    self.span_pair(span),
-                    true,
-                    EventKind::ExternalResolved { key: key.into(), applied: true },
-                );
+                self.run.emit(self.span_pair(span), true, || EventKind::ExternalResolved {
+                    key: key.into(),
+                    applied: true,
+                });
                 return Ok(entry.value().unwrap_or(Value::Null));
             }
             Outcome::Skip => return Ok(Value::Null),
@@ -879,11 +856,10 @@ impl Ctx {
                 self.run.append_one(entry, Durability::Awaited)?.seq
             }
         };
-        self.run.emit(
-            self.span_pair(span),
-            false,
-            EventKind::ExternalWaiting { key: key.into(), prompt: prompt.map(str::to_owned) },
-        );
+        self.run.emit(self.span_pair(span), false, || EventKind::ExternalWaiting {
+            key: key.into(),
+            prompt: prompt.map(str::to_owned),
+        });
         let receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
         let result = tokio::select! {
             value = receiver => value.map_err(|_| self.run.stopped_error()),
@@ -901,14 +877,14 @@ impl Ctx {
         inner.phase = Some(Arc::from(name));
         inner.span = self.run.new_span();
         inner.parent_span = Some(self.span);
-        self.run.emit((inner.span, Some(self.span)), false, EventKind::PhaseStart { name: name.into() });
+        self.run.emit((inner.span, Some(self.span)), false, || EventKind::PhaseStart { name: name.into() });
         inner
     }
 
     /// Emits the end of the phase `inner` was begun for.
     pub(crate) fn end_phase(&self, inner: &Ctx) {
         let name = inner.phase.as_deref().unwrap_or_default().to_owned();
-        self.run.emit((inner.span, Some(self.span)), false, EventKind::PhaseEnd { name });
+        self.run.emit((inner.span, Some(self.span)), false, || EventKind::PhaseEnd { name });
     }
 
     /// Runs `body` inside a named phase: events and cost are grouped under it; identity is
@@ -929,11 +905,11 @@ impl Ctx {
 
     /// Emits a log event (not journaled).
     pub fn log(&self, level: &str, message: &str, data: Option<Value>) {
-        self.run.emit(
-            (self.span, self.parent_span),
-            false,
-            EventKind::Log { level: level.into(), message: message.into(), data },
-        );
+        self.run.emit((self.span, self.parent_span), false, || EventKind::Log {
+            level: level.into(),
+            message: message.into(),
+            data,
+        });
     }
 
     /// What this context's account has spent (the whole run's, at the root).

@@ -1,7 +1,10 @@
 //! Run events: one typed enum in one envelope, kept in a per-run log so every subscriber
-//! sees the whole sequence from the handle's creation, without gaps.
+//! sees the whole sequence from the handle's creation, without gaps, and released once no
+//! observer can read them.
 
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -171,24 +174,88 @@ pub enum EventKind {
 }
 
 /// The event log of one run segment.
+///
+/// It buffers what an observer may still read, and nothing else. Observers are the run's
+/// handle (which may subscribe at any time, so while it lives every event is kept: the
+/// stream is gapless from the handle's creation) and each open [`EventStream`] (which needs
+/// the events it has not read yet). Once the handle is gone (dropped, or consumed by
+/// [`RunHandle::result`](crate::RunHandle::result)), events every stream has read are
+/// released; with no observer left, nobody can ever read an event, so none is built.
 #[derive(Debug)]
 pub(crate) struct EventLog {
     run_id: RunId,
-    events: Mutex<Vec<Arc<Event>>>,
-    /// The number of events (and whether the log is closed), for waking subscribers.
-    count: watch::Sender<(usize, bool)>,
+    buffer: Mutex<Buffer>,
+    /// Handle claims plus open streams, readable without the lock: the emit fast path.
+    observers: AtomicUsize,
+    /// The next seq (and whether the log is closed), for waking subscribers.
+    count: watch::Sender<(u64, bool)>,
+}
+
+#[derive(Debug)]
+struct Buffer {
+    /// Events some observer may still read; the first has seq `first`.
+    events: VecDeque<Arc<Event>>,
+    first: u64,
+    /// The seq the next event gets.
+    next: u64,
+    /// Live handle claims: while any, nothing is released.
+    claims: usize,
+    /// The next seq each open stream reads, by stream id.
+    cursors: Vec<(u64, u64)>,
+    next_stream: u64,
+}
+
+impl Buffer {
+    /// Releases events no observer can read any more.
+    fn release(&mut self) {
+        if self.claims > 0 {
+            return;
+        }
+        let keep_from = self.cursors.iter().map(|&(_, cursor)| cursor).min().unwrap_or(self.next);
+        while self.first < keep_from && self.events.pop_front().is_some() {
+            self.first += 1;
+        }
+    }
 }
 
 impl EventLog {
+    /// A log with one claim already held, for the handle the run is about to return.
     pub(crate) fn new(run_id: RunId) -> Arc<EventLog> {
-        Arc::new(EventLog { run_id, events: Mutex::new(Vec::new()), count: watch::channel((0, false)).0 })
+        let buffer = Buffer {
+            events: VecDeque::new(),
+            first: 1,
+            next: 1,
+            claims: 1,
+            cursors: Vec::new(),
+            next_stream: 0,
+        };
+        Arc::new(EventLog {
+            run_id,
+            buffer: Mutex::new(buffer),
+            observers: AtomicUsize::new(1),
+            count: watch::channel((1, false)).0,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Buffer> {
+        self.buffer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether anyone can still read an event; when not, emitting is a no-op, so callers
+    /// skip building the event.
+    pub(crate) fn observed(&self) -> bool {
+        self.observers.load(Ordering::Acquire) > 0
     }
 
     /// Appends one event, assigning its seq.
     pub(crate) fn emit(&self, ts: i64, span: (u64, Option<u64>), replayed: bool, kind: EventKind) {
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        let seq = events.len() as u64 + 1;
-        events.push(Arc::new(Event {
+        if !self.observed() {
+            return;
+        }
+        let mut buffer = self.lock();
+        let seq = buffer.next;
+        buffer.next += 1;
+        buffer.events.push_back(Arc::new(Event {
             run_id: self.run_id.clone(),
             seq,
             ts,
@@ -197,22 +264,38 @@ impl EventLog {
             replayed,
             kind,
         }));
-        let len = events.len();
-        drop(events);
-        // Nobody to wake: skip the notification (a later subscriber reads the log itself).
+        let next = buffer.next;
+        drop(buffer);
+        // Nobody to wake: skip the notification (a later subscriber reads the buffer itself).
         if self.count.receiver_count() > 0 {
-            self.count.send_replace((len, false));
+            self.count.send_replace((next, false));
         }
     }
 
     /// Marks the log complete: subscribers end after the last event.
     pub(crate) fn close(&self) {
-        let len = self.events.lock().unwrap_or_else(|p| p.into_inner()).len();
-        self.count.send_replace((len, true));
+        let next = self.lock().next;
+        self.count.send_replace((next, true));
     }
 
+    /// Gives up the handle's claim (the handle is dropped or consumed).
+    pub(crate) fn release_claim(&self) {
+        let mut buffer = self.lock();
+        buffer.claims = buffer.claims.saturating_sub(1);
+        self.observers.fetch_sub(1, Ordering::AcqRel);
+        buffer.release();
+    }
+
+    /// A stream from the first event (the handle's claim kept every one of them).
     pub(crate) fn subscribe(self: &Arc<Self>) -> EventStream {
-        EventStream { log: self.clone(), next: 0, watch: self.count.subscribe() }
+        let mut buffer = self.lock();
+        let id = buffer.next_stream;
+        buffer.next_stream += 1;
+        let from = buffer.first;
+        buffer.cursors.push((id, from));
+        self.observers.fetch_add(1, Ordering::AcqRel);
+        drop(buffer);
+        EventStream { log: self.clone(), id, watch: self.count.subscribe() }
     }
 }
 
@@ -220,27 +303,37 @@ impl EventLog {
 #[derive(Debug)]
 pub struct EventStream {
     log: Arc<EventLog>,
-    next: usize,
-    watch: watch::Receiver<(usize, bool)>,
+    id: u64,
+    watch: watch::Receiver<(u64, bool)>,
 }
 
 impl EventStream {
+    /// Reads up to `limit` unread events, advancing this stream's cursor.
+    fn read(&self, limit: usize) -> Vec<Arc<Event>> {
+        let mut buffer = self.log.lock();
+        let Buffer { events, first, next, cursors, .. } = &mut *buffer;
+        let Some(cursor) = cursors.iter_mut().find(|(id, _)| *id == self.id).map(|(_, cursor)| cursor) else {
+            return Vec::new();
+        };
+        let start = (*cursor - *first) as usize;
+        let end = (*next - *first).min(start as u64 + limit as u64) as usize;
+        let out: Vec<Arc<Event>> = events.range(start..end).cloned().collect();
+        *cursor += out.len() as u64;
+        buffer.release();
+        out
+    }
+
     /// The next event, or `None` once the run has settled and every event was seen.
     ///
     /// # Cancel safety
     /// Cancel-safe: a cancelled call consumes nothing.
     pub async fn next(&mut self) -> Option<Arc<Event>> {
         loop {
-            // Mark the current notification seen first, then read the log itself: an event
-            // appended after this point bumps the notification and wakes `changed`.
+            // Mark the current notification seen first, then read the buffer itself: an
+            // event appended after this point bumps the notification and wakes `changed`.
             let (_, closed) = *self.watch.borrow_and_update();
-            {
-                let events = self.log.events.lock().unwrap_or_else(|p| p.into_inner());
-                if self.next < events.len() {
-                    let event = events[self.next].clone();
-                    self.next += 1;
-                    return Some(event);
-                }
+            if let Some(event) = self.read(1).pop() {
+                return Some(event);
             }
             if closed {
                 return None;
@@ -251,11 +344,102 @@ impl EventStream {
         }
     }
 
-    /// Every event already emitted, without waiting.
+    /// Every event already emitted and not yet read, without waiting.
     pub fn drain_now(&mut self) -> Vec<Arc<Event>> {
-        let events = self.log.events.lock().unwrap_or_else(|p| p.into_inner());
-        let out = events[self.next.min(events.len())..].to_vec();
-        self.next = events.len();
-        out
+        self.read(usize::MAX)
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        let mut buffer = self.log.lock();
+        buffer.cursors.retain(|(id, _)| *id != self.id);
+        self.log.observers.fetch_sub(1, Ordering::AcqRel);
+        buffer.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log() -> Arc<EventLog> {
+        EventLog::new(RunId::parse("events").unwrap())
+    }
+
+    fn emit(log: &EventLog, message: &str) {
+        log.emit(
+            0,
+            (0, None),
+            false,
+            EventKind::Log { level: "info".into(), message: message.into(), data: None },
+        );
+    }
+
+    fn buffered(log: &EventLog) -> usize {
+        log.lock().events.len()
+    }
+
+    fn seqs(events: &[Arc<Event>]) -> Vec<u64> {
+        events.iter().map(|event| event.seq).collect()
+    }
+
+    #[test]
+    fn the_handle_claim_keeps_every_event_for_a_late_subscriber() {
+        let log = log();
+        for message in ["a", "b", "c"] {
+            emit(&log, message);
+        }
+        let mut late = log.subscribe();
+        assert_eq!(seqs(&late.drain_now()), [1, 2, 3]);
+        // The claim still holds them: a second late subscriber sees them too.
+        assert_eq!(buffered(&log), 3);
+        assert_eq!(seqs(&log.subscribe().drain_now()), [1, 2, 3]);
+    }
+
+    #[test]
+    fn without_the_claim_a_stream_keeps_only_what_it_has_not_read() {
+        let log = log();
+        let mut stream = log.subscribe();
+        emit(&log, "a");
+        emit(&log, "b");
+        log.release_claim();
+        assert_eq!(buffered(&log), 2, "the stream has read nothing yet");
+        assert_eq!(seqs(&stream.drain_now()), [1, 2]);
+        assert_eq!(buffered(&log), 0);
+        emit(&log, "c");
+        assert_eq!(buffered(&log), 1);
+        assert_eq!(seqs(&stream.drain_now()), [3]);
+        assert_eq!(buffered(&log), 0);
+    }
+
+    #[test]
+    fn the_slowest_stream_bounds_what_is_kept() {
+        let log = log();
+        let mut fast = log.subscribe();
+        let mut slow = log.subscribe();
+        log.release_claim();
+        for message in ["a", "b", "c", "d"] {
+            emit(&log, message);
+        }
+        assert_eq!(fast.drain_now().len(), 4);
+        assert_eq!(buffered(&log), 4);
+        assert_eq!(slow.read(1).len(), 1);
+        assert_eq!(buffered(&log), 3);
+        drop(slow);
+        assert_eq!(buffered(&log), 0);
+    }
+
+    #[test]
+    fn with_no_observer_left_nothing_is_built_or_kept() {
+        let log = log();
+        let stream = log.subscribe();
+        drop(stream);
+        emit(&log, "kept for the claim");
+        log.release_claim();
+        assert!(!log.observed());
+        assert_eq!(buffered(&log), 0);
+        emit(&log, "nobody can read this");
+        assert_eq!(buffered(&log), 0);
     }
 }

@@ -10,6 +10,7 @@ mod cost;
 mod ctx;
 mod events;
 mod fanout;
+mod identity;
 mod run;
 #[cfg(test)]
 mod tests;
@@ -287,6 +288,26 @@ pub struct RunHandle {
     run_id: RunId,
     state: Arc<RunState>,
     done: tokio::sync::watch::Receiver<Option<Result<RunOutcome, Error>>>,
+    /// Keeps every event buffered for a later [`RunHandle::events`]; released when the
+    /// handle is dropped or consumed by [`RunHandle::result`].
+    claim: Option<EventsClaim>,
+}
+
+/// A handle's claim on its run's event buffer.
+#[derive(Debug)]
+pub(crate) struct EventsClaim(Arc<events::EventLog>);
+
+impl EventsClaim {
+    /// Takes over the claim the log was created with.
+    pub(crate) fn new(log: Arc<events::EventLog>) -> EventsClaim {
+        EventsClaim(log)
+    }
+}
+
+impl Drop for EventsClaim {
+    fn drop(&mut self) {
+        self.0.release_claim();
+    }
 }
 
 impl RunHandle {
@@ -296,6 +317,10 @@ impl RunHandle {
     }
 
     /// The run's events, from the first (gapless from the handle's creation).
+    ///
+    /// The run buffers its events for this while the handle lives; open streams keep only
+    /// what they have not read yet. Read the stream, or drop the handle (or call
+    /// [`RunHandle::result`], which consumes it), to let the run release them.
     pub fn events(&self) -> EventStream {
         self.state.events.subscribe()
     }
@@ -315,11 +340,13 @@ impl RunHandle {
         self.state.resolve_external(key, value)
     }
 
-    /// Waits for the run to settle.
+    /// Waits for the run to settle. Consuming the handle releases its claim on the run's
+    /// events: streams opened before keep theirs, and no event is buffered for anyone else.
     ///
     /// # Errors
     /// `internal` when the run's task panicked (a bug).
-    pub async fn result(self) -> Result<RunOutcome, Error> {
+    pub async fn result(mut self) -> Result<RunOutcome, Error> {
+        self.claim = None;
         self.wait().await
     }
 

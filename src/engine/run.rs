@@ -79,6 +79,8 @@ struct Group {
     /// A background flush is spawned and has not started: at once, or delayed.
     flush_pending: bool,
     lazy_flush_pending: bool,
+    /// Threads blocked on `written` (a notification is a syscall even when nobody waits).
+    blocked: usize,
     /// The first failed write of this segment. Latched: every later append fails with it,
     /// and the run cannot settle `ok` over a journal with a hole in it.
     lost: Option<Error>,
@@ -187,8 +189,12 @@ impl RunState {
         let (shared, written) = self.enqueue(entries, Durability::Awaited)?;
         let written = written.ok_or_else(|| Error::internal("an awaited append has no waiter"))?;
         // Sibling branches polled by the same task (a fan-out's) get to queue their results
-        // first, and share this write instead of each waiting for one of their own.
-        tokio::task::yield_now().await;
+        // first, and share this write instead of each waiting for one of their own. A run
+        // with one live thread of control has nobody to wait for, and a yield costs a trip
+        // through the scheduler.
+        if self.live_branches() > 1 {
+            tokio::task::yield_now().await;
+        }
         self.write_if_idle();
         written.await.unwrap_or_else(|_| Err(dropped_append())).map(|()| shared)
     }
@@ -296,7 +302,10 @@ impl RunState {
                 Err(oneshot::error::TryRecvError::Empty) => {}
             }
             group = if group.flushing {
-                self.written.wait(group).unwrap_or_else(|p| p.into_inner())
+                group.blocked += 1;
+                let mut woken = self.written.wait(group).unwrap_or_else(|p| p.into_inner());
+                woken.blocked -= 1;
+                woken
             } else {
                 self.hand_off(self.write_batch(group));
                 self.lock_group()
@@ -356,7 +365,9 @@ impl RunState {
         for waiter in batch.into_iter().filter_map(|q| q.waiter) {
             let _ = waiter.send(written.clone());
         }
-        self.written.notify_all();
+        if group.blocked > 0 {
+            self.written.notify_all();
+        }
         group
     }
 
@@ -380,20 +391,19 @@ impl RunState {
         self.engine.clock.now_ms()
     }
 
-    pub(crate) fn emit(&self, span: (u64, Option<u64>), replayed: bool, kind: EventKind) {
-        self.events.emit(self.now_ms(), span, replayed, kind);
+    /// Emits an event, built only when someone can read it.
+    pub(crate) fn emit(&self, span: (u64, Option<u64>), replayed: bool, kind: impl FnOnce() -> EventKind) {
+        if self.events.observed() {
+            self.events.emit(self.now_ms(), span, replayed, kind());
+        }
     }
 
     pub(crate) fn emit_budget(&self, span: (u64, Option<u64>)) {
         let root = self.budget.root();
-        self.emit(
-            span,
-            false,
-            EventKind::BudgetUpdate {
-                spent: self.budget.spent(root),
-                remaining: self.budget.remaining(root),
-            },
-        );
+        self.emit(span, false, || EventKind::BudgetUpdate {
+            spent: self.budget.spent(root),
+            remaining: self.budget.remaining(root),
+        });
     }
 
     pub(crate) fn record_dropped(&self, dropped: Dropped) {
@@ -459,6 +469,11 @@ impl RunState {
         self.with_liveness(|l| l.active = l.active.saturating_sub(1));
     }
 
+    /// Threads of control that can make progress now.
+    fn live_branches(&self) -> usize {
+        self.liveness.lock().unwrap_or_else(|p| p.into_inner()).active
+    }
+
     /// One branch of a fan-out finished.
     pub(crate) fn branch_done(&self) {
         self.with_liveness(|l| l.active = l.active.saturating_sub(1));
@@ -522,7 +537,7 @@ impl RunState {
                 let _ = wake.send(value);
             }
         }
-        self.emit((0, None), false, EventKind::ExternalResolved { key: key.to_owned(), applied });
+        self.emit((0, None), false, || EventKind::ExternalResolved { key: key.to_owned(), applied });
         Ok(applied)
     }
 
@@ -832,15 +847,11 @@ fn launch(
     let resumed = segment.resumed;
     let state = new_state(engine, run_id.clone(), segment);
     let ctx = Ctx::root(state.clone());
-    state.emit(
-        (0, None),
-        false,
-        EventKind::RunStart {
-            name: workflow.name.clone(),
-            resumed,
-            ceiling: state.budget.ceiling(state.budget.root()),
-        },
-    );
+    state.emit((0, None), false, || EventKind::RunStart {
+        name: workflow.name.clone(),
+        resumed,
+        ceiling: state.budget.ceiling(state.budget.root()),
+    });
     if let Some(deadline) = deadline_ms {
         let timer_state = Arc::downgrade(&state);
         let wait_ms = (deadline - state.now_ms()).max(0) as u64;
@@ -867,7 +878,8 @@ fn launch(
         let outcome = task.await.map_err(|e| Error::internal(format!("the run's task failed: {e}")));
         let _ = done_tx.send(Some(outcome));
     });
-    RunHandle { run_id, state, done }
+    let claim = Some(super::EventsClaim::new(state.events.clone()));
+    RunHandle { run_id, state, done, claim }
 }
 
 /// Decides the outcome, journals the settlement and updates run meta.
@@ -926,7 +938,7 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         // The refusal that ended the run is itself dropped work.
         dropped.push(Dropped { scope: String::new(), kind: "run".into(), label: None, error: e.clone() });
     }
-    state.emit((0, None), false, EventKind::RunEnd { status, preview });
+    state.emit((0, None), false, || EventKind::RunEnd { status, preview });
     state.events.close();
     RunOutcome {
         run_id: state.run_id.clone(),

@@ -45,6 +45,31 @@ pub fn content_key(identity: &Value) -> Result<ContentKey, CanonError> {
     Ok(content_key_of_canonical(&canonical_json(identity)?))
 }
 
+/// The content key of an identity struct, hashed straight from its serialization: no
+/// `Value` is built on the way.
+///
+/// For structs whose fields are declared in byte order and hold only strings, nulls, nested
+/// such structs and the JSON values listed in `embedded`: their serialization is canonical
+/// exactly when every embedded value's is, which this checks. When one is not (a float, say),
+/// the struct goes through [`content_key`] instead. Property tests hold the engine's identity
+/// structs equal to the `Value` path.
+///
+/// # Errors
+/// [`CanonError`] as for [`canonical_json`].
+pub fn content_key_of<T: serde::Serialize>(
+    identity: &T,
+    embedded: &[&Value],
+) -> Result<ContentKey, CanonError> {
+    if embedded.iter().all(|value| is_canonical_as_serialized(value)) {
+        let mut hasher = HashWriter(Sha256::new());
+        if serde_json::to_writer(&mut hasher, identity).is_ok() {
+            return Ok(ContentKey::from_bytes(hasher.0.finalize().into()));
+        }
+    }
+    let value = serde_json::to_value(identity).map_err(|e| CanonError(e.to_string()))?;
+    content_key(&value)
+}
+
 /// Whether serde_json's compact serialization of `value` is its RFC 8785 form: integers
 /// within ±2^53 print the same as the doubles they denote, strings escape the same way, and
 /// object keys whose characters are all below U+10000 sort the same by UTF-8 bytes (how

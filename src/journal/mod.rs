@@ -14,7 +14,9 @@ mod replay;
 #[cfg(test)]
 mod tests;
 
-pub use canon::{CanonError, canonical_json, content_key, content_key_of_canonical, schema_hash};
+pub use canon::{
+    CanonError, canonical_json, content_key, content_key_of, content_key_of_canonical, schema_hash,
+};
 pub use disposition::{Disposition, DispositionInput, Effective, disposition};
 pub use entry::{
     ContentKey, Entry, InvalidScopePath, Kind, Name, Payload, ScopePath, Segment, Seq, Status, intern,

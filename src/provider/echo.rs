@@ -80,10 +80,8 @@ impl Provider for EchoProvider {
             ..Usage::default()
         };
         let events = async move {
-            // Like any real provider, answer no sooner than the next scheduling point, so a
-            // fan-out admits all of its branches before the first one completes and budget
-            // behaviour does not depend on the order tasks happen to be polled in.
-            tokio::task::yield_now().await;
+            // Without a latency the answer is ready at once: the engine, not the provider,
+            // decides where a fan-out's branches interleave.
             if let Some(latency) = latency {
                 tokio::select! {
                     biased;
@@ -105,12 +103,20 @@ impl Provider for EchoProvider {
 
 /// Splits `text` into at most `pieces` non-empty pieces on character boundaries.
 pub(crate) fn split_deltas(text: &str, pieces: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    if chars.is_empty() {
+    let chars = text.chars().count();
+    if chars == 0 {
         return Vec::new();
     }
-    let size = chars.len().div_ceil(pieces.max(1));
-    chars.chunks(size).map(|chunk| chunk.iter().collect()).collect()
+    let size = chars.div_ceil(pieces.max(1));
+    let mut deltas = Vec::with_capacity(chars.div_ceil(size));
+    let mut rest = text;
+    while !rest.is_empty() {
+        let cut = rest.char_indices().nth(size).map_or(rest.len(), |(at, _)| at);
+        let (piece, tail) = rest.split_at(cut);
+        deltas.push(piece.to_owned());
+        rest = tail;
+    }
+    deltas
 }
 
 /// A JSON value satisfying `schema`, generated deterministically.

@@ -29,6 +29,7 @@ pub use url::{OpenedStore, open};
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -38,10 +39,11 @@ use crate::money::Money;
 /// An identifier of one run.
 ///
 /// Run ids name files in the JSONL store and rows in SQLite, so they are restricted to
-/// `[A-Za-z0-9._-]`, 1 to 128 characters, not starting with `.`. Fresh ids are ULIDs.
+/// `[A-Za-z0-9._-]`, 1 to 128 characters, not starting with `.`. Fresh ids are ULIDs. Cheap
+/// to clone: every event and store call of a run carries one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct RunId(String);
+pub struct RunId(Arc<str>);
 
 /// Why a string is not a valid [`RunId`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,7 +53,7 @@ pub struct InvalidRunId(pub String);
 impl RunId {
     /// A fresh, time-ordered run id (a ULID).
     pub fn generate() -> RunId {
-        RunId(ulid::Ulid::generate().to_string())
+        RunId(ulid::Ulid::generate().to_string().into())
     }
 
     /// Validates `id` as a run id.
@@ -63,7 +65,7 @@ impl RunId {
             && id.len() <= 128
             && !id.starts_with('.')
             && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if ok { Ok(RunId(id.to_owned())) } else { Err(InvalidRunId(id.to_owned())) }
+        if ok { Ok(RunId(id.into())) } else { Err(InvalidRunId(id.to_owned())) }
     }
 
     /// The id as a string.
@@ -94,7 +96,7 @@ impl TryFrom<String> for RunId {
 
 impl From<RunId> for String {
     fn from(id: RunId) -> String {
-        id.0
+        id.0.to_string()
     }
 }
 

@@ -743,8 +743,8 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
         let opts = options("step", opts).map_err(to_rhai)?;
         let deps = opts.get("deps").and_then(Value::as_array).cloned().unwrap_or_default();
         let step_opts = StepOptions { key: str_opt(&opts, "key"), deps, on_error: None };
-        let identity = Ctx::step_identity(label, &step_opts);
-        let live = match ctx.begin_two_phase(Kind::Step, "step", label, identity, None).map_err(to_rhai)? {
+        let key = Ctx::step_key(label, &step_opts).map_err(to_rhai)?;
+        let live = match ctx.begin_two_phase(Kind::Step, "step", label, key, None).map_err(to_rhai)? {
             crate::engine::Begun::Done(result) => return result.map(|v| to_dynamic(&v)).map_err(to_rhai),
             crate::engine::Begun::Live(live) => live,
         };
