@@ -417,7 +417,7 @@ mod tests {
     fn the_slowest_stream_bounds_what_is_kept() {
         let log = log();
         let mut fast = log.subscribe();
-        let mut slow = log.subscribe();
+        let slow = log.subscribe();
         log.release_claim();
         for message in ["a", "b", "c", "d"] {
             emit(&log, message);
