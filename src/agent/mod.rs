@@ -101,8 +101,8 @@ pub(crate) struct AgentSpec {
     pub(crate) fallbacks: Vec<Fallback>,
     pub(crate) tools: Vec<Arc<dyn Tool>>,
     pub(crate) permissions: Permissions,
-    /// A prefix that makes approval keys unique to this call.
-    pub(crate) approval_prefix: String,
+    /// The call's content key, whose first 12 hex digits make approval keys unique to it.
+    pub(crate) call_key: crate::journal::ContentKey,
     /// Where a previous attempt stopped, to continue from.
     pub(crate) resume_from: Option<Checkpoint>,
 }
@@ -375,7 +375,7 @@ async fn answer_tool_call(
         Permission::Deny(reason) => return Ok((format!("error: denied: {reason}"), true)),
         Permission::Ask => {
             let request = ApprovalRequest {
-                key: format!("{}:{}", spec.approval_prefix, call.id),
+                key: format!("approve:{}:{}", &spec.call_key.to_hex()[..12], call.id),
                 tool: call.name.clone(),
                 arguments: call.arguments.clone(),
             };

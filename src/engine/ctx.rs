@@ -568,14 +568,10 @@ impl Ctx {
             fallbacks: declared_fallbacks(&engine, profile, &model),
             tools,
             permissions: engine.permissions.clone(),
-            approval_prefix: format!("approve:{}", &key.to_hex()[..12]),
+            call_key: key,
             resume_from,
         };
-        let hooks = AccountHooks {
-            ctx: self,
-            checkpoint_ref: checkpoint_ref.clone(),
-            wrote_checkpoint: Default::default(),
-        };
+        let hooks = AccountHooks { ctx: self, checkpoint_ref, wrote_checkpoint: Default::default() };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
         let on_delta = move |text: &str| {
@@ -619,7 +615,7 @@ impl Ctx {
         terminal.cost = outcome.cost;
         terminal.served_by = Some(journal::intern(&outcome.served_by));
         if wrote_checkpoint {
-            terminal.transcript_ref = Some(checkpoint_ref);
+            terminal.transcript_ref = Some(hooks.checkpoint_ref);
         }
         let cost = outcome.cost.unwrap_or(Money::ZERO);
         // Awaited: a paid result is durable before it reaches the workflow.
