@@ -200,6 +200,8 @@ struct Buffer {
     next: u64,
     /// Live handle claims: while any, nothing is released.
     claims: usize,
+    /// The run settled; an event emitted after (a late resolution) does not reopen the log.
+    closed: bool,
     /// The next seq each open stream reads, by stream id.
     cursors: Vec<(u64, u64)>,
     next_stream: u64,
@@ -226,6 +228,7 @@ impl EventLog {
             first: 1,
             next: 1,
             claims: 1,
+            closed: false,
             cursors: Vec::new(),
             next_stream: 0,
         };
@@ -264,17 +267,20 @@ impl EventLog {
             replayed,
             kind,
         }));
-        let next = buffer.next;
+        let (next, closed) = (buffer.next, buffer.closed);
         drop(buffer);
         // Nobody to wake: skip the notification (a later subscriber reads the buffer itself).
         if self.count.receiver_count() > 0 {
-            self.count.send_replace((next, false));
+            self.count.send_replace((next, closed));
         }
     }
 
     /// Marks the log complete: subscribers end after the last event.
     pub(crate) fn close(&self) {
-        let next = self.lock().next;
+        let mut buffer = self.lock();
+        buffer.closed = true;
+        let next = buffer.next;
+        drop(buffer);
         self.count.send_replace((next, true));
     }
 
@@ -316,8 +322,8 @@ impl EventStream {
             return Vec::new();
         };
         let start = (*cursor - *first) as usize;
-        let end = (*next - *first).min(start as u64 + limit as u64) as usize;
-        let out: Vec<Arc<Event>> = events.range(start..end).cloned().collect();
+        let unread = usize::try_from(*next - *cursor).unwrap_or(usize::MAX);
+        let out: Vec<Arc<Event>> = events.range(start..start + unread.min(limit)).cloned().collect();
         *cursor += out.len() as u64;
         buffer.release();
         out
@@ -428,6 +434,32 @@ mod tests {
         assert_eq!(buffered(&log), 3);
         drop(slow);
         assert_eq!(buffered(&log), 0);
+    }
+
+    #[test]
+    fn a_stream_drains_after_reading_while_the_claim_holds() {
+        let log = log();
+        let mut stream = log.subscribe();
+        for message in ["a", "b", "c"] {
+            emit(&log, message);
+        }
+        assert_eq!(seqs(&stream.read(1)), [1]);
+        assert_eq!(seqs(&stream.drain_now()), [2, 3]);
+        assert!(stream.drain_now().is_empty());
+        emit(&log, "d");
+        assert_eq!(seqs(&stream.drain_now()), [4]);
+    }
+
+    #[tokio::test]
+    async fn a_late_event_does_not_reopen_a_closed_log() {
+        let log = log();
+        let mut stream = log.subscribe();
+        emit(&log, "a");
+        log.close();
+        emit(&log, "after settling");
+        assert_eq!(stream.next().await.map(|e| e.seq), Some(1));
+        assert_eq!(stream.next().await.map(|e| e.seq), Some(2));
+        assert!(stream.next().await.is_none(), "the stream ends instead of waiting");
     }
 
     #[test]

@@ -353,7 +353,14 @@ impl RunState {
                 if raw.is_empty() {
                     Ok(())
                 } else {
-                    self.engine.journal.append(&self.run_id, &raw, None).map_err(Error::from)
+                    // A store is the embedder's code: one that panics fails this write (and,
+                    // latched, the run) instead of leaving `flushing` set and its waiters
+                    // blocked for good.
+                    let append = || self.engine.journal.append(&self.run_id, &raw, None);
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(append)) {
+                        Ok(result) => result.map_err(Error::from),
+                        Err(_) => Err(Error::internal("the journal store panicked during an append")),
+                    }
                 }
             }
         };
@@ -874,8 +881,12 @@ fn launch(
         let value = body.await;
         settle(&task_state, meta, value)
     });
+    let events = state.events.clone();
     tokio::spawn(async move {
         let outcome = task.await.map_err(|e| Error::internal(format!("the run's task failed: {e}")));
+        // Settling closes the log; a task that panicked never settled, and its streams
+        // must end all the same.
+        events.close();
         let _ = done_tx.send(Some(outcome));
     });
     let claim = Some(super::EventsClaim::new(state.events.clone()));

@@ -994,6 +994,8 @@ async fn the_replay_strict_helper_fails_on_the_first_live_call() {
 struct ProbeStore {
     inner: Arc<MemoryStore>,
     fail_steps: bool,
+    /// Panics (instead of failing) on the first append holding a step entry.
+    panic_steps: bool,
     write_delay: Duration,
     appends: AtomicUsize,
 }
@@ -1003,6 +1005,7 @@ impl Default for ProbeStore {
         ProbeStore {
             inner: Arc::new(MemoryStore::new()),
             fail_steps: false,
+            panic_steps: false,
             write_delay: Duration::ZERO,
             appends: AtomicUsize::new(0),
         }
@@ -1016,8 +1019,12 @@ impl JournalStore for ProbeStore {
         entries: &[crate::store::RawEntry],
         lease: Option<&crate::store::Lease>,
     ) -> crate::store::Result<()> {
-        if self.fail_steps && entries.iter().any(|e| e.json().contains(r#""kind":"step""#)) {
+        let has_step = entries.iter().any(|e| e.json().contains(r#""kind":"step""#));
+        if self.fail_steps && has_step {
             return Err(crate::store::Error::Io(std::io::Error::other("disk full")));
+        }
+        if self.panic_steps && has_step {
+            panic!("the store broke");
         }
         self.appends.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.write_delay);
@@ -1139,6 +1146,26 @@ async fn a_lost_deferred_write_fails_the_run_and_dispatches_nothing_after_it() {
     assert_eq!(outcome.status, RunStatus::Error);
     assert_eq!(provider.calls.load(Ordering::SeqCst), 0, "a call was dispatched over a lost write");
     assert!(outcome.error.unwrap().message.contains("disk full"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_panics_fails_the_run_instead_of_hanging_it() {
+    let (_store, _provider, _, engine) =
+        probe_engine(ProbeStore { panic_steps: true, ..ProbeStore::default() }, 0);
+    let workflow = Workflow::new("panicking_store", |ctx, _| async move {
+        ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await?;
+        // An awaited write (a paid result) after the panic must not wait for ever either.
+        ctx.agent("after the panic", AgentOptions::default()).await
+    });
+    let handle = engine.run(&workflow, json!({}), RunOptions::default()).unwrap();
+    let mut events = handle.events();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), handle.result()).await.unwrap().unwrap();
+    assert_eq!(outcome.status, RunStatus::Error);
+    let message = outcome.error.unwrap().message;
+    assert!(message.contains("panicked"), "{message}");
+    let drained =
+        tokio::time::timeout(Duration::from_secs(5), async { while events.next().await.is_some() {} });
+    assert!(drained.await.is_ok(), "the event stream ends");
 }
 
 #[tokio::test]

@@ -75,7 +75,9 @@ impl Checkpointer {
             if pages < requested_at {
                 requested_at = 0; // The log started over.
             }
-            if pages >= cap || hook.caught_up.swap(false, Ordering::AcqRel) {
+            // Clear a finished pass whenever the log is checkpointed, by either path.
+            let caught_up = hook.caught_up.swap(false, Ordering::AcqRel);
+            if caught_up || pages >= cap {
                 // A failure here (another process checkpointing, say) leaves the log to a
                 // later commit's hook; the commit itself has happened either way.
                 let _ = wal.checkpoint_v2(CheckpointMode::PASSIVE);
@@ -114,6 +116,7 @@ impl Drop for Checkpointer {
 /// The thread: waits for a request, checkpoints, repeats until the store is dropped.
 fn run(shared: &Shared, path: &Path, options: &SqliteOptions) {
     let mut conn: Option<Connection> = None;
+    let mut warned = false;
     loop {
         {
             let mut stop = shared.stop.lock().unwrap_or_else(PoisonError::into_inner);
@@ -128,8 +131,14 @@ fn run(shared: &Shared, path: &Path, options: &SqliteOptions) {
             match open(path, options) {
                 Ok(opened) => conn = Some(opened),
                 Err(err) => {
-                    tracing::warn!(%err, "the sqlite checkpoint thread cannot open the database; the writer checkpoints itself");
-                    return;
+                    // The next request tries again; meanwhile the writer's inline cap keeps
+                    // the log bounded.
+                    if !warned {
+                        tracing::warn!(%err, "the sqlite checkpoint thread cannot open the database; the writer checkpoints itself");
+                        warned = true;
+                    }
+                    shared.requested.store(false, Ordering::Release);
+                    continue;
                 }
             }
         }

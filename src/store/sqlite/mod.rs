@@ -54,9 +54,9 @@ const SCHEMA_VERSION: i64 = 2;
 /// The low bits of a journal row's key that hold the seq; the run's number is above them.
 const SEQ_BITS: u32 = 32;
 
-/// The most runs one database can number: run numbers stay below 2^31, so every key is a
-/// positive 64-bit integer.
-const MAX_RUN_NUMBER: i64 = (1 << 31) - 1;
+/// The most runs one database can number: the key range of the highest run, up to
+/// `(number + 1) << 32`, must stay a positive 64-bit integer.
+const MAX_RUN_NUMBER: i64 = (1 << 31) - 2;
 
 /// How long opening keeps retrying a schema bootstrap that collides with another process
 /// opening the same fresh file.
@@ -479,6 +479,7 @@ fn assign_number(conn: &Connection, run: &RunId) -> Result<i64> {
 
 /// The keys of a run's journal rows.
 fn key_range(number: i64) -> std::ops::Range<i64> {
+    debug_assert!((1..=MAX_RUN_NUMBER).contains(&number));
     (number << SEQ_BITS)..((number + 1) << SEQ_BITS)
 }
 
@@ -587,13 +588,13 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection> {
 /// was.
 fn migrate_v1(tx: &Connection) -> Result<()> {
     let out_of_range: i64 =
-        tx.query_row("SELECT COUNT(*) FROM entries WHERE seq < 1 OR seq >= ?1", [1i64 << SEQ_BITS], |row| {
+        tx.query_row("SELECT COUNT(*) FROM entries WHERE seq < 0 OR seq >= ?1", [1i64 << SEQ_BITS], |row| {
             row.get(0)
         })?;
     if out_of_range > 0 {
         return Err(Error::Corrupt {
             what: "sqlite store".into(),
-            detail: format!("{out_of_range} journal entries have a seq outside 1..2^{SEQ_BITS}"),
+            detail: format!("{out_of_range} journal entries have a seq outside 0..2^{SEQ_BITS}"),
         });
     }
     tx.execute_batch(&format!(
@@ -889,6 +890,15 @@ mod tests {
         let entries =
             seqs.iter().map(|seq| RawEntry::new(*seq, format!(r#"{{"seq":{seq}}}"#)).unwrap()).collect();
         Pending { ticket, run: RunId::parse(run).unwrap(), entries, lease }
+    }
+
+    #[test]
+    fn the_highest_run_number_has_a_whole_key_range() {
+        let keys = key_range(MAX_RUN_NUMBER);
+        assert!(keys.start > 0 && keys.end > keys.start);
+        assert_eq!(keys.end - keys.start, 1 << SEQ_BITS);
+        let run = RunId::parse("last").unwrap();
+        assert_eq!(row_key(&run, MAX_RUN_NUMBER, (1 << SEQ_BITS) - 1).unwrap(), keys.end - 1);
     }
 
     #[test]
