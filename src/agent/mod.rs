@@ -490,14 +490,18 @@ async fn one_turn(
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     let mut live = Usage::default();
+    // One registration for the whole turn, not one per event.
+    let cancelled = cancel.cancelled();
+    tokio::pin!(cancelled);
     loop {
         let event = tokio::select! {
-            event = stream.next() => event,
-            _ = cancel.cancelled() => {
+            biased;
+            _ = &mut cancelled => {
                 stream_cancel.cancel();
                 let partial = estimate_partial(&spec.request, &text, live);
                 return Err((AgentEnd::Cancelled(Error::new(ErrorCode::Cancelled, "the call was cancelled")), partial));
             }
+            event = stream.next() => event,
         };
         let Some(event) = event else {
             let error = Error::new(ErrorCode::Transport, "the stream ended without a terminal event");

@@ -253,6 +253,18 @@ impl Ctx {
         if self.cancel.is_cancelled() { Err(self.run.stopped_error()) } else { Ok(()) }
     }
 
+    /// A permit from `slots`, or `None` once this context is cancelled. A free slot is
+    /// taken at once, without setting up the wait.
+    async fn slot(&self, slots: &Arc<tokio::sync::Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Ok(permit) = slots.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        tokio::select! {
+            permit = slots.clone().acquire_owned() => permit.ok(),
+            _ = self.cancel.cancelled() => None,
+        }
+    }
+
     fn span_pair(&self, span: u64) -> (u64, Option<u64>) {
         (span, Some(self.span))
     }
@@ -502,16 +514,10 @@ impl Ctx {
         };
 
         // The scheduler: a run-wide slot, then a per-provider slot where limited.
-        let permits = tokio::select! {
-            permit = self.run.model_slots.clone().acquire_owned() => permit.ok(),
-            _ = self.cancel.cancelled() => None,
-        };
+        let permits = self.slot(&self.run.model_slots).await;
         let provider_permit = match engine.provider_limits.get(model.provider()) {
             Some(_) => match self.run.provider_slots.get(model.provider()) {
-                Some(slots) => tokio::select! {
-                    permit = slots.clone().acquire_owned() => permit.ok(),
-                    _ = self.cancel.cancelled() => None,
-                },
+                Some(slots) => self.slot(slots).await,
                 None => None,
             },
             None => None,
