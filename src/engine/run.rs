@@ -273,6 +273,15 @@ impl RunState {
             group.lazy_flush_pending = true;
             self.runtime.spawn(async move {
                 tokio::time::sleep(DEFERRED_FLUSH_DELAY).await;
+                {
+                    // Usually an awaited write has carried the entries meanwhile: then there
+                    // is nothing to hand a blocking thread.
+                    let mut group = state.lock_group();
+                    if group.queue.is_empty() {
+                        group.lazy_flush_pending = false;
+                        return;
+                    }
+                }
                 let _ = tokio::task::spawn_blocking(move || state.drain(true)).await;
             });
         } else {
