@@ -203,6 +203,7 @@ fn key_of(identity: &Value) -> Result<ContentKey, Error> {
 
 impl Ctx {
     pub(crate) fn root(run: Arc<RunState>) -> Ctx {
+        let span = run.root_span();
         let account = run.budget.root();
         let cancel = run.cancel.child_token();
         Ctx {
@@ -211,7 +212,7 @@ impl Ctx {
             counters: Arc::default(),
             phase: None,
             account,
-            span: 0,
+            span,
             parent_span: None,
             cancel,
             depth: 0,

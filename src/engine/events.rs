@@ -221,12 +221,13 @@ impl Buffer {
 }
 
 impl EventLog {
-    /// A log with one claim already held, for the handle the run is about to return.
-    pub(crate) fn new(run_id: RunId) -> Arc<EventLog> {
+    /// A log with one claim already held, for the handle the run is about to return. Its
+    /// seqs start just above `base` (the segment's, so seqs increase across segments).
+    pub(crate) fn new(run_id: RunId, base: u64) -> Arc<EventLog> {
         let buffer = Buffer {
             events: VecDeque::new(),
-            first: 1,
-            next: 1,
+            first: base + 1,
+            next: base + 1,
             claims: 1,
             closed: false,
             cursors: Vec::new(),
@@ -236,7 +237,7 @@ impl EventLog {
             run_id,
             buffer: Mutex::new(buffer),
             observers: AtomicUsize::new(1),
-            count: watch::channel((1, false)).0,
+            count: watch::channel((base + 1, false)).0,
         })
     }
 
@@ -370,7 +371,7 @@ mod tests {
     use super::*;
 
     fn log() -> Arc<EventLog> {
-        EventLog::new(RunId::parse("events").unwrap())
+        EventLog::new(RunId::parse("events").unwrap(), 0)
     }
 
     fn emit(log: &EventLog, message: &str) {

@@ -59,6 +59,9 @@ pub(crate) struct RunState {
     externals: Mutex<HashMap<String, Waiting>>,
     rng: Mutex<ChaCha8Rng>,
     next_span: AtomicU64,
+    /// This segment's base for event seqs and span ids: segment `k` counts from `k << 32`, so
+    /// both stay unique and increasing across the run's segments.
+    span_base: u64,
     pub(crate) policy: ErrorPolicy,
 }
 
@@ -399,6 +402,11 @@ impl RunState {
         written.pop().ok_or_else(|| Error::internal("append returned nothing"))
     }
 
+    /// The span of the run itself in this segment (the root context's).
+    pub(crate) fn root_span(&self) -> u64 {
+        self.span_base
+    }
+
     pub(crate) fn new_span(&self) -> u64 {
         self.next_span.fetch_add(1, Ordering::Relaxed)
     }
@@ -553,7 +561,10 @@ impl RunState {
                 let _ = wake.send(value);
             }
         }
-        self.emit((0, None), false, || EventKind::ExternalResolved { key: key.to_owned(), applied });
+        self.emit((self.span_base, None), false, || EventKind::ExternalResolved {
+            key: key.to_owned(),
+            applied,
+        });
         Ok(applied)
     }
 
@@ -647,6 +658,13 @@ struct Segment {
     policy: ErrorPolicy,
     deadline_ms: Option<i64>,
     resumed: bool,
+    /// How many segments ran before this one.
+    index: u32,
+}
+
+/// Where segment `index`'s event seqs and span ids start.
+fn segment_base(index: u32) -> u64 {
+    u64::from(index) << 32
 }
 
 fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<RunState> {
@@ -660,7 +678,7 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
     Arc::new_cyclic(|me| RunState {
         me: me.clone(),
         runtime: tokio::runtime::Handle::current(),
-        events: EventLog::new(run_id.clone()),
+        events: EventLog::new(run_id.clone(), segment_base(segment.index)),
         run_id,
         journal: Mutex::new(JournalState { replay: segment.replay, next_seq, all: segment.entries }),
         group: Mutex::new(Group::default()),
@@ -677,7 +695,8 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
         liveness: Mutex::new(Liveness { active: 1, blocked: 0 }),
         externals: Mutex::new(HashMap::new()),
         rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),
-        next_span: AtomicU64::new(1),
+        next_span: AtomicU64::new(segment_base(segment.index) + 1),
+        span_base: segment_base(segment.index),
         policy: segment.policy,
         engine,
     })
@@ -746,6 +765,7 @@ pub(super) fn start(
         policy: options.policy,
         deadline_ms: options.deadline_ms,
         resumed: false,
+        index: 0,
     };
     Ok(launch(engine, run_id, workflow, args, meta, segment))
 }
@@ -826,6 +846,8 @@ pub(super) fn resume(
     let replay_options = ReplayOptions { invalidate: options.invalidate.iter().map(|&s| Seq(s)).collect() };
     let replay = Replay::from_shared(entries.clone(), &replay_options);
     let mut meta = meta;
+    // Segments that ran before this one (a dry run counts as the next, and writes nothing).
+    let index = meta.segments;
     if !options.dry_run {
         meta.segments += 1;
         meta.status = RunStatus::Running;
@@ -847,6 +869,7 @@ pub(super) fn resume(
         policy,
         deadline_ms: options.deadline_ms,
         resumed: true,
+        index,
     };
     Ok(launch(engine, run_id.clone(), workflow, args, meta, segment))
 }
@@ -863,7 +886,7 @@ fn launch(
     let resumed = segment.resumed;
     let state = new_state(engine, run_id.clone(), segment);
     let ctx = Ctx::root(state.clone());
-    state.emit((0, None), false, || EventKind::RunStart {
+    state.emit((state.span_base, None), false, || EventKind::RunStart {
         name: workflow.name.clone(),
         resumed,
         ceiling: state.budget.ceiling(state.budget.root()),
@@ -958,7 +981,7 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         // The refusal that ended the run is itself dropped work.
         dropped.push(Dropped { scope: String::new(), kind: "run".into(), label: None, error: e.clone() });
     }
-    state.emit((0, None), false, || EventKind::RunEnd { status, preview });
+    state.emit((state.span_base, None), false, || EventKind::RunEnd { status, preview });
     state.events.close();
     RunOutcome {
         run_id: state.run_id.clone(),

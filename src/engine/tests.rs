@@ -625,25 +625,35 @@ async fn events_are_gapless_and_replays_are_marked() {
     handle.result().await.unwrap();
     let mut seqs = Vec::new();
     let mut types = Vec::new();
+    let mut spans = std::collections::HashSet::new();
     while let Some(event) = events.next().await {
         seqs.push(event.seq);
+        spans.insert(event.span_id);
         types.push(serde_json::to_value(&*event).unwrap()["type"].as_str().unwrap().to_owned());
     }
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
     assert_eq!(types.first().map(String::as_str), Some("run:start"));
     assert_eq!(types.last().map(String::as_str), Some("run:end"));
     assert_eq!(types.iter().filter(|t| *t == "agent:start").count(), 3);
+    let last_seq = *seqs.last().unwrap();
     let resumed = engine.resume(&run, ResumeOptions::default()).unwrap();
     let mut events = resumed.events();
     resumed.result().await.unwrap();
     let mut replayed = 0;
+    let mut resumed_seqs = Vec::new();
     while let Some(event) = events.next().await {
+        resumed_seqs.push(event.seq);
+        // Span ids stay unique across segments: the resumed segment's start above the first's.
+        assert!(!spans.contains(&event.span_id), "span {} reused across segments", event.span_id);
         if matches!(event.kind, EventKind::AgentEnd { .. }) {
             assert!(event.replayed);
             replayed += 1;
         }
     }
     assert_eq!(replayed, 3);
+    // Seqs keep increasing across segments, from the resumed segment's own base.
+    assert!(resumed_seqs[0] > last_seq, "{} after {last_seq}", resumed_seqs[0]);
+    assert!(resumed_seqs.windows(2).all(|pair| pair[0] < pair[1]));
 }
 
 #[tokio::test]
