@@ -8,6 +8,8 @@
 //!
 //! Workloads, all on the SQLite store (synchronous=NORMAL) with the echo provider:
 //! - `agent_seq`: 2,000 sequential agent calls (per call);
+//! - `agent_seq_long`: 20,000 of them, a writer that never pauses long enough for the
+//!   store's checkpoint thread, so its log reaches the inline cap (per call);
 //! - `agent_replay`: resuming that run, every call served from the journal (per call);
 //! - `step_seq`: 10,000 sequential steps (per step);
 //! - `parallel_500`: 500 parallel agent calls of 50 ms each at concurrency 500 (total);
@@ -27,6 +29,7 @@ use cairn::{
 use serde_json::json;
 
 const AGENT_CALLS: usize = 2_000;
+const LONG_AGENT_CALLS: usize = 20_000;
 const STEPS: usize = 10_000;
 const PARALLEL: usize = 500;
 
@@ -56,11 +59,15 @@ fn engine(dir: &Path, latency: Option<Duration>, concurrency: usize) -> Engine {
 }
 
 fn agent_seq() -> Workflow {
-    Workflow::new("agent_seq", |ctx, _| async move {
-        for i in 0..AGENT_CALLS {
+    agent_calls("agent_seq", AGENT_CALLS)
+}
+
+fn agent_calls(name: &str, calls: usize) -> Workflow {
+    Workflow::new(name, move |ctx, _| async move {
+        for i in 0..calls {
             ctx.agent(&format!("summarize item {i}"), AgentOptions::default()).await?;
         }
-        Ok(json!(AGENT_CALLS))
+        Ok(json!(calls))
     })
 }
 
@@ -96,6 +103,13 @@ async fn run_once(name: &str) -> (Duration, usize) {
             let start = Instant::now();
             settle_ok(engine.run(&agent_seq(), json!({}), RunOptions::default()).expect("run")).await;
             (start.elapsed(), AGENT_CALLS)
+        }
+        "agent_seq_long" => {
+            let engine = engine(dir.path(), None, 12);
+            let start = Instant::now();
+            let workflow = agent_calls("agent_seq_long", LONG_AGENT_CALLS);
+            settle_ok(engine.run(&workflow, json!({}), RunOptions::default()).expect("run")).await;
+            (start.elapsed(), LONG_AGENT_CALLS)
         }
         "agent_replay" => {
             let engine = engine(dir.path(), None, 12);
@@ -174,8 +188,9 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-const WORKLOADS: [&str; 7] = [
+const WORKLOADS: [&str; 8] = [
     "agent_seq",
+    "agent_seq_long",
     "agent_replay",
     "step_seq",
     "parallel_500",

@@ -452,3 +452,30 @@ fn sqlite_appends_while_a_reader_pins_the_log() {
     }
     assert_eq!(store.load(&r).unwrap().len(), 800);
 }
+
+/// Once the writer pauses, the store's checkpoint thread copies the log back into the
+/// database file without any further commit (below the inline cap, only the thread can).
+#[test]
+fn sqlite_checkpoints_in_the_writers_pause() {
+    const THRESHOLD: u32 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    let options = SqliteOptions { checkpoint_pages: THRESHOLD, ..SqliteOptions::new() };
+    let store = SqliteStore::open(&path, options).unwrap();
+    let r = run("pausing");
+    let padding = "x".repeat(2_000);
+    // About two pages a commit: past the threshold, well short of the inline cap.
+    for seq in 1..=60u64 {
+        let text = format!(r#"{{"seq":{seq},"pad":"{padding}"}}"#);
+        store.append(&r, &[RawEntry::new(seq, text).unwrap()], None).unwrap();
+    }
+    let before = fs::metadata(&path).unwrap().len();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut after = before;
+    while after < before + 60 * 2_000 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        after = fs::metadata(&path).unwrap().len();
+    }
+    assert!(after >= before + 60 * 2_000, "the database file stayed at {after} bytes (was {before})");
+    assert_eq!(store.load(&r).unwrap().len(), 60);
+}
