@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::budget::AccountId;
 use super::events::EventKind;
-use super::identity::{AgentIdentity, CallIdentity, ExternalIdentity, ModelIdentity, StepIdentity};
+use super::identity::{
+    AgentIdentity, CallIdentity, ExternalIdentity, ModelIdentity, StepIdentity, value_key,
+};
 use super::run::Durability;
 use super::{Dropped, ErrorPolicy, RunState};
 use crate::agent::{self, AgentEnd, BudgetHooks};
@@ -195,10 +197,6 @@ impl std::fmt::Debug for Ctx {
             .field("scope", &self.scope)
             .finish_non_exhaustive()
     }
-}
-
-fn key_of(identity: &Value) -> Result<ContentKey, Error> {
-    journal::content_key(identity).map_err(|e| Error::validation(e.to_string()))
 }
 
 impl Ctx {
@@ -933,7 +931,7 @@ impl Ctx {
         make: impl FnOnce(&RunState) -> Value,
     ) -> Result<Value, Error> {
         self.check_stopped()?;
-        let key = key_of(&identity)?;
+        let key = value_key(&identity)?;
         let matched = self.run.lookup(&self.scope, key);
         match matched.outcome {
             Outcome::Replay(entry) => Ok(entry.value().unwrap_or(Value::Null)),

@@ -50,7 +50,7 @@ impl<'a> AgentIdentity<'a> {
     }
 
     pub(crate) fn key(&self) -> Result<ContentKey, Error> {
-        key_of(self, &[])
+        key_of(self, [])
     }
 }
 
@@ -71,8 +71,7 @@ impl<'a> StepIdentity<'a> {
     }
 
     pub(crate) fn key(&self) -> Result<ContentKey, Error> {
-        let embedded: Vec<&Value> = self.deps.iter().collect();
-        key_of(self, &embedded)
+        key_of(self, self.deps)
     }
 }
 
@@ -94,7 +93,7 @@ impl<'a> CallIdentity<'a> {
     }
 
     pub(crate) fn key(&self) -> Result<ContentKey, Error> {
-        key_of(self, self.args.as_slice())
+        key_of(self, self.args)
     }
 }
 
@@ -107,11 +106,19 @@ pub(crate) struct ExternalIdentity<'a> {
 
 impl ExternalIdentity<'_> {
     pub(crate) fn key(&self) -> Result<ContentKey, Error> {
-        key_of(self, &[])
+        key_of(self, [])
     }
 }
 
-fn key_of<T: Serialize>(identity: &T, embedded: &[&Value]) -> Result<ContentKey, Error> {
+/// The key of an identity built as a JSON value (the journaled `now`/`random`/`uuid` facts).
+pub(crate) fn value_key(identity: &Value) -> Result<ContentKey, Error> {
+    key_of(identity, [identity])
+}
+
+fn key_of<'v, T: Serialize>(
+    identity: &T,
+    embedded: impl IntoIterator<Item = &'v Value>,
+) -> Result<ContentKey, Error> {
     journal::content_key_of(identity, embedded).map_err(|e| Error::validation(e.to_string()))
 }
 

@@ -56,11 +56,11 @@ pub fn content_key(identity: &Value) -> Result<ContentKey, CanonError> {
 ///
 /// # Errors
 /// [`CanonError`] as for [`canonical_json`].
-pub fn content_key_of<T: serde::Serialize>(
+pub fn content_key_of<'v, T: serde::Serialize>(
     identity: &T,
-    embedded: &[&Value],
+    embedded: impl IntoIterator<Item = &'v Value>,
 ) -> Result<ContentKey, CanonError> {
-    if embedded.iter().all(|value| is_canonical_as_serialized(value)) {
+    if embedded.into_iter().all(is_canonical_as_serialized) {
         let mut hasher = HashWriter(Sha256::new());
         if serde_json::to_writer(&mut hasher, identity).is_ok() {
             return Ok(ContentKey::from_bytes(hasher.0.finalize().into()));

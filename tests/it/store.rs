@@ -405,6 +405,16 @@ fn sqlite_refuses_a_seq_beyond_its_key_space() {
     assert!(store.load(&run("big")).unwrap().is_empty());
 }
 
+/// A store that checkpoints after `pages` WAL pages (and inline at four times that).
+fn checkpointing(path: &Path, pages: u32) -> SqliteStore {
+    SqliteStore::open(path, SqliteOptions { checkpoint_pages: pages, ..SqliteOptions::new() }).unwrap()
+}
+
+/// An entry padded with `pad` bytes, to fill WAL pages quickly.
+fn padded(seq: u64, pad: usize) -> RawEntry {
+    RawEntry::new(seq, format!(r#"{{"seq":{seq},"pad":"{}"}}"#, "x".repeat(pad))).unwrap()
+}
+
 /// A writer that never pauses still gets its log checkpointed and started over: the WAL file
 /// stays near the inline cap (four times the threshold) instead of growing with every commit.
 #[test]
@@ -413,13 +423,10 @@ fn sqlite_keeps_its_wal_bounded_under_steady_appends() {
     const COMMITS: u64 = 3_000;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cairn.db");
-    let options = SqliteOptions { checkpoint_pages: THRESHOLD, ..SqliteOptions::new() };
-    let store = SqliteStore::open(&path, options).unwrap();
+    let store = checkpointing(&path, THRESHOLD);
     let r = run("steady");
-    let padding = "x".repeat(400);
     for seq in 1..=COMMITS {
-        let text = format!(r#"{{"seq":{seq},"pad":"{padding}"}}"#);
-        store.append(&r, &[RawEntry::new(seq, text).unwrap()], None).unwrap();
+        store.append(&r, &[padded(seq, 400)], None).unwrap();
     }
     let wal = fs::metadata(dir.path().join("cairn.db-wal")).unwrap().len();
     let frame = 4096 + 24;
@@ -434,8 +441,7 @@ fn sqlite_keeps_its_wal_bounded_under_steady_appends() {
 fn sqlite_appends_while_a_reader_pins_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cairn.db");
-    let options = SqliteOptions { checkpoint_pages: 16, ..SqliteOptions::new() };
-    let store = SqliteStore::open(&path, options).unwrap();
+    let store = checkpointing(&path, 16);
     let r = run("pinned");
     store.append(&r, &[entry(1)], None).unwrap();
     let reader = rusqlite::Connection::open(&path).unwrap();
@@ -460,14 +466,11 @@ fn sqlite_checkpoints_in_the_writers_pause() {
     const THRESHOLD: u32 = 64;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cairn.db");
-    let options = SqliteOptions { checkpoint_pages: THRESHOLD, ..SqliteOptions::new() };
-    let store = SqliteStore::open(&path, options).unwrap();
+    let store = checkpointing(&path, THRESHOLD);
     let r = run("pausing");
-    let padding = "x".repeat(2_000);
     // About two pages a commit: past the threshold, well short of the inline cap.
     for seq in 1..=60u64 {
-        let text = format!(r#"{{"seq":{seq},"pad":"{padding}"}}"#);
-        store.append(&r, &[RawEntry::new(seq, text).unwrap()], None).unwrap();
+        store.append(&r, &[padded(seq, 2_000)], None).unwrap();
     }
     let before = fs::metadata(&path).unwrap().len();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -76,9 +76,10 @@ pub struct SqliteOptions {
     /// Whether concurrent appends share a transaction. On by default; off measures (and
     /// tests) the one-transaction-per-append path.
     pub group_commit: bool,
-    /// WAL pages after which a background thread checkpoints the log into the database
-    /// (SQLite's own default threshold is 1,000). At four times this, a commit checkpoints
-    /// inline, so the log stays bounded however fast the writer appends.
+    /// WAL pages after which the store's checkpoint thread copies the log back into the
+    /// database at the writer's next pause (SQLite's own default threshold is 1,000). At four
+    /// times this, a commit checkpoints inline, so the log stays bounded however fast the
+    /// writer appends.
     pub checkpoint_pages: u32,
 }
 
@@ -114,9 +115,14 @@ pub struct SqliteStore {
     _checkpointer: Checkpointer,
 }
 
-/// Each run's number, the high half of its journal rows' keys.
+/// Each run's number, the high half of its journal rows' keys: a cache of the
+/// `run_numbers` table, which never changes a number once assigned.
 #[derive(Default)]
 struct RunNumbers(Mutex<HashMap<RunId, i64>>);
+
+/// How many run numbers a store remembers before it starts over (a long-lived process
+/// touches ever more runs; a forgotten number costs one indexed read).
+const REMEMBERED_RUNS: usize = 4_096;
 
 impl RunNumbers {
     fn get(&self, run: &RunId) -> Option<i64> {
@@ -124,7 +130,11 @@ impl RunNumbers {
     }
 
     fn remember(&self, run: &RunId, number: i64) {
-        lock(&self.0).entry(run.clone()).or_insert(number);
+        let mut numbers = lock(&self.0);
+        if numbers.len() >= REMEMBERED_RUNS && !numbers.contains_key(run) {
+            numbers.clear();
+        }
+        numbers.entry(run.clone()).or_insert(number);
     }
 }
 
@@ -890,6 +900,17 @@ mod tests {
         let entries =
             seqs.iter().map(|seq| RawEntry::new(*seq, format!(r#"{{"seq":{seq}}}"#)).unwrap()).collect();
         Pending { ticket, run: RunId::parse(run).unwrap(), entries, lease }
+    }
+
+    #[test]
+    fn the_run_number_cache_stays_bounded() {
+        let numbers = RunNumbers::default();
+        for n in 0..(REMEMBERED_RUNS as i64 + 10) {
+            numbers.remember(&RunId::parse(&format!("r{n}")).unwrap(), n + 1);
+        }
+        assert!(lock(&numbers.0).len() <= REMEMBERED_RUNS);
+        let last = RunId::parse(&format!("r{}", REMEMBERED_RUNS + 9)).unwrap();
+        assert_eq!(numbers.get(&last), Some(REMEMBERED_RUNS as i64 + 10));
     }
 
     #[test]
