@@ -10,6 +10,7 @@
 mod lint;
 mod runner;
 pub mod sandbox;
+mod text;
 
 pub use runner::RhaiDialect;
 #[cfg(test)]

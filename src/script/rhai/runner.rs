@@ -241,6 +241,7 @@ fn build_engine(shared: &Arc<Shared>) -> Rhai {
         }
         None
     });
+    super::text::register_closure_text(&mut engine);
     register_agent(&mut engine, shared);
     register_fanout(&mut engine, shared);
     register_effects(&mut engine, shared);
@@ -349,11 +350,13 @@ fn from_rhai(err: EvalAltResult) -> Error {
             Error::new(ErrorCode::SandboxLimit, format!("the script was terminated{}", at(pos)))
         }),
         EvalAltResult::ErrorRuntime(value, pos) => error_from_token(&value).unwrap_or_else(|| {
-            Error::new(ErrorCode::ScriptError, format!("the script threw {value}{}", at(pos)))
+            let thrown = super::text::scrub(&value.to_string()).into_owned();
+            Error::new(ErrorCode::ScriptError, format!("the script threw {thrown}{}", at(pos)))
         }),
         EvalAltResult::ErrorInFunctionCall(name, _, inner, _) => {
             let mut error = from_rhai(*inner);
-            if error.code == ErrorCode::ScriptError {
+            // A closure's internal name is process text, never shown (see `text`).
+            if error.code == ErrorCode::ScriptError && !super::text::is_closure_name(&name) {
                 error.message = format!("in {name}: {}", error.message);
             }
             error
@@ -362,8 +365,10 @@ fn from_rhai(err: EvalAltResult) -> Error {
         | EvalAltResult::ErrorTooManyVariables(..)
         | EvalAltResult::ErrorTooManyModules(..)
         | EvalAltResult::ErrorStackOverflow(..)
-        | EvalAltResult::ErrorDataTooLarge(..)) => Error::new(ErrorCode::SandboxLimit, err.to_string()),
-        other => Error::new(ErrorCode::ScriptError, other.to_string()),
+        | EvalAltResult::ErrorDataTooLarge(..)) => {
+            Error::new(ErrorCode::SandboxLimit, super::text::scrub(&err.to_string()))
+        }
+        other => Error::new(ErrorCode::ScriptError, super::text::scrub(&other.to_string())),
     }
 }
 
