@@ -79,3 +79,126 @@ let p = agent(`closure ${f} ${f.name()} ${f.name} ${f.to_debug()} ${[f]} ${#{f: 
     assert!(!out1.contains("anon$"), "a closure's internal name reached the script: {out1}");
     assert!(out1.contains("closure <closure> <closure> <closure> <closure> [<closure>]"), "{out1}");
 }
+
+// ---- in-process runs -------------------------------------------------------------------------
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::script::rhai::RhaiDialect;
+use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunOutcome, RunStatus, Script};
+
+/// An engine on the memory store whose Rhai dialect skips lint when `lint` is false, so the
+/// runtime's own defences are tried on what lint would refuse.
+pub(crate) fn engine(lint: bool) -> Engine {
+    let store = Arc::new(MemoryStore::new());
+    let dialect = if lint { RhaiDialect::new() } else { RhaiDialect::new().without_lint() };
+    Engine::builder(store.clone(), store).dialect(Arc::new(dialect)).build().unwrap()
+}
+
+pub(crate) fn run_in_process(engine: &Engine, source: &str) -> RunOutcome {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let handle = engine
+            .run_script(&Script::rhai("t", source), serde_json::json!({}), RunOptions::default())
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(60), handle.result()).await.expect("the run hung").unwrap()
+    })
+}
+
+/// What a run's ending shows, for comparing runs.
+fn ending(outcome: &RunOutcome) -> (RunStatus, Option<ErrorCode>, Option<String>, Option<Value>) {
+    (
+        outcome.status,
+        outcome.error.as_ref().map(|e| e.code),
+        outcome.error.as_ref().map(|e| e.message.clone()),
+        outcome.value.clone(),
+    )
+}
+
+/// Every route by which a branch could write a value it shares with its siblings is refused
+/// at the write, the same way on every run, naming the variable and saying what to do.
+#[test]
+fn every_route_to_a_shared_write_fails_the_same_way_on_every_run() {
+    let routes: [(&str, &str, &str); 8] = [
+        (
+            "a closure stored in a variable, called in the branch",
+            "let seen = []; let note = |x| seen.push(x);
+             parallel([1, 2, 3, 4, 5, 6, 7, 8], |i| { note.call(i); agent(`item ${i}`) }); seen",
+            "'seen'",
+        ),
+        (
+            "a user method changing this, on a captured value",
+            "fn remember(x) { this.push(x) } let log = [];
+             parallel([1, 2, 3, 4, 5, 6], |i| { log.remember(i); i }); log",
+            "'log'",
+        ),
+        (
+            "for_each assigning this on a captured array",
+            "let arr = [1, 2, 3]; parallel([1, 2, 3, 4], |i| { arr.for_each(|| this = this + i); i }); arr",
+            "'arr'",
+        ),
+        (
+            "a branch function that is a map property",
+            "let seen = []; let worker = #{run: |i| { seen.push(i); i }}; parallel([1, 2, 3, 4], worker.run); seen",
+            "'seen'",
+        ),
+        (
+            "closures pushed into an array",
+            "let seen = []; let branches = [];
+             for x in [1, 2, 3, 4] { let j = x; branches.push(|| { seen.push(j); j }); }
+             parallel(branches); seen",
+            "'seen'",
+        ),
+        (
+            "parallel reached through a computed Fn name",
+            "let total = 0; let p = Fn(\"para\" + \"llel\"); p.call([1, 2, 3], |i| { total += i; i }); total",
+            "'total'",
+        ),
+        (
+            "an assignment into a captured map, in a pipeline stage",
+            "let state = #{n: 0}; pipeline([1, 2, 3], [|x| { state.n = x; x }]); state",
+            "'state'",
+        ),
+        (
+            "a write inside a step inside a branch",
+            "let seen = []; parallel([1, 2, 3], |i| step(`s${i}`, || { seen.push(i); i })); seen",
+            "'seen'",
+        ),
+    ];
+    let engine = engine(false);
+    for (route, source, variable) in routes {
+        let first = ending(&run_in_process(&engine, source));
+        assert_eq!(first.0, RunStatus::Error, "{route}: {first:?}");
+        assert_eq!(first.1, Some(ErrorCode::SandboxLimit), "{route}: {first:?}");
+        let message = first.2.clone().unwrap_or_default();
+        assert!(message.contains("sandbox violation") && message.contains(variable), "{route}: {message}");
+        assert!(message.contains("return values from the branch"), "{route}: {message}");
+        for _ in 0..4 {
+            assert_eq!(ending(&run_in_process(&engine, source)), first, "{route}");
+        }
+    }
+}
+
+/// Branches that only read what they captured never meet a data race, however many run at
+/// once; a branch may change its own copy (a local, an argument).
+#[test]
+fn branches_read_captured_values_without_races() {
+    let source = "
+        let base = []; for i in 0..64 { base.push(i); }
+        let table = #{k: base};
+        let items = []; for i in 0..128 { items.push(i); }
+        let out = parallel(items, |i| {
+            let n = 0;
+            for r in 0..200 { n += base.len() + table.k[r % 64]; }
+            let mine = base; mine.push(i);
+            i.to_string() + \":\" + n + \":\" + mine.len()
+        });
+        #{out: out.len(), first: out[0], base: base.len()}";
+    let engine = engine(true);
+    let first = ending(&run_in_process(&engine, source));
+    assert_eq!(first.0, RunStatus::Ok, "{first:?}");
+    for _ in 0..2 {
+        assert_eq!(ending(&run_in_process(&engine, source)), first);
+    }
+}

@@ -18,7 +18,7 @@ enum Expect {
     SandboxLimit,
 }
 
-const CORPUS: [(&str, Expect); 15] = [
+const CORPUS: [(&str, Expect); 19] = [
     ("fork_bomb", Expect::SandboxLimit),
     ("parallel_memory_bomb", Expect::SandboxLimit),
     ("infinite_loop", Expect::SandboxLimit),
@@ -30,6 +30,10 @@ const CORPUS: [(&str, Expect); 15] = [
     ("deep_recursion", Expect::SandboxLimit),
     ("catch_own_limit", Expect::SandboxLimit),
     ("recursion_in_branch", Expect::SandboxLimit),
+    ("memory_many_strings", Expect::SandboxLimit),
+    ("memory_copies_in_variables", Expect::SandboxLimit),
+    ("memory_in_branches", Expect::SandboxLimit),
+    ("memory_recursion_holding_strings", Expect::SandboxLimit),
     ("forbidden_eval", Expect::Rejected("forbidden")),
     ("forbidden_time", Expect::Rejected("forbidden")),
     ("forbidden_print", Expect::Rejected("forbidden")),

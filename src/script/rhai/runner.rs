@@ -10,7 +10,7 @@
 //! `validation` error.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -91,17 +91,25 @@ fn bounded(value: Value, limit: usize, what: &str) -> Result<Value, Error> {
 #[derive(Debug, Clone, Copy)]
 pub struct RhaiDialect {
     limits: SandboxLimits,
+    lint: bool,
 }
 
 impl RhaiDialect {
     /// The dialect with [`SandboxLimits::STANDARD`].
     pub const fn new() -> RhaiDialect {
-        RhaiDialect { limits: SandboxLimits::STANDARD }
+        RhaiDialect { limits: SandboxLimits::STANDARD, lint: true }
     }
 
     /// The dialect with other limits (register it with `EngineBuilder::dialect`).
     pub const fn with_limits(limits: SandboxLimits) -> RhaiDialect {
-        RhaiDialect { limits }
+        RhaiDialect { limits, lint: true }
+    }
+
+    /// The dialect without the lint gate: scripts are only parsed before they run. For tests
+    /// of the sandbox's own defences against what lint would have refused; never for real runs.
+    #[doc(hidden)]
+    pub const fn without_lint(self) -> RhaiDialect {
+        RhaiDialect { lint: false, ..self }
     }
 }
 
@@ -125,7 +133,9 @@ impl ScriptDialect for RhaiDialect {
             child_workflows: registered.workflows.into_iter().collect(),
             models: None,
         };
-        let compiled = super::compile(source, &lint_context).map_err(|diagnostics| {
+        let compiled =
+            if self.lint { super::compile(source, &lint_context) } else { super::parse_only(source) };
+        let compiled = compiled.map_err(|diagnostics| {
             let errors: Vec<_> = diagnostics.into_iter().filter(|d| d.is_error()).collect();
             Error::validation(format!(
                 "script rejected: {}",
@@ -160,11 +170,13 @@ async fn run_on_thread(ast: Arc<AST>, ctx: Ctx, args: Value, limits: SandboxLimi
 /// What every thread of one script run shares.
 struct Shared {
     handle: Handle,
-    cancel: CancellationToken,
-    operations: AtomicU64,
     limits: SandboxLimits,
+    /// Operations, memory, wall-clock time, cancellation and the run's sandbox-error latch.
+    guard: super::guard::RunGuard,
     /// Branch threads alive across the whole run (nested fan-outs included).
     threads: std::sync::atomic::AtomicUsize,
+    /// The script's closures' parameters, to name what a branch captured.
+    closure_params: super::isolate::ClosureParams,
 }
 
 /// The most branch threads one run may have alive at once, nested fan-outs included; a
@@ -201,16 +213,21 @@ fn execute(
 ) -> Result<Value, Error> {
     let shared = Arc::new(Shared {
         handle,
-        cancel,
-        operations: AtomicU64::new(0),
+        guard: super::guard::RunGuard::new(&limits, cancel),
         limits,
         threads: std::sync::atomic::AtomicUsize::new(0),
+        closure_params: super::isolate::ClosureParams::of(ast),
     });
+    let _charged = shared.guard.enter();
     let engine = build_engine(&shared);
     let mut scope = Scope::new();
     scope.push_constant("args", to_dynamic(&args));
     scope.push_constant("budget", BudgetView);
     let result = with_ctx(ctx, || engine.eval_ast_with_scope::<Dynamic>(&mut scope, ast));
+    // A sandbox error in a branch whose errors were dropped (a pipeline) still ends the run.
+    if let Some(error) = shared.guard.tripped() {
+        return Err(error);
+    }
     match result {
         Ok(value) => {
             to_json(&value).map_err(|e| Error::new(e.code, format!("the script's result: {}", e.message)))
@@ -228,19 +245,7 @@ fn build_engine(shared: &Arc<Shared>) -> Rhai {
     // The per-evaluation limit is a backstop; the shared counter is the run's budget.
     engine.set_max_operations(0);
     let progress = shared.clone();
-    engine.on_progress(move |_| {
-        let n = progress.operations.fetch_add(1, Ordering::Relaxed) + 1;
-        if n > progress.limits.max_operations {
-            return Some(error_token(&Error::new(
-                ErrorCode::SandboxLimit,
-                format!("the script exceeded its budget of {} operations", progress.limits.max_operations),
-            )));
-        }
-        if n.is_multiple_of(256) && progress.cancel.is_cancelled() {
-            return Some(error_token(&Error::new(ErrorCode::Cancelled, "the run was stopped")));
-        }
-        None
-    });
+    engine.on_progress(move |_| progress.guard.operation().map(|error| error_token(&error)));
     super::text::register_closure_text(&mut engine);
     register_agent(&mut engine, shared);
     register_fanout(&mut engine, shared);
@@ -345,6 +350,9 @@ fn at(pos: Position) -> String {
 
 /// A script error as a cairn error, keeping the code of a cairn error that crossed it.
 fn from_rhai(err: EvalAltResult) -> Error {
+    if let Some(violation) = super::isolate::violation(&err) {
+        return violation;
+    }
     match err {
         EvalAltResult::ErrorTerminated(token, pos) => error_from_token(&token).unwrap_or_else(|| {
             Error::new(ErrorCode::SandboxLimit, format!("the script was terminated{}", at(pos)))
@@ -373,6 +381,8 @@ fn from_rhai(err: EvalAltResult) -> Error {
 }
 
 fn block<T>(shared: &Shared, future: impl std::future::Future<Output = Result<T, Error>>) -> RhaiResult<T> {
+    // The engine's work for the script is not the script's memory.
+    let _engine_work = crate::alloc::MemoryAccount::suspend();
     shared.handle.block_on(future).map_err(to_rhai)
 }
 
@@ -521,18 +531,21 @@ fn with_workers<R>(
     }
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
+    let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
     let outcome = std::thread::scope(|scope| {
         let mut started = 0;
         for _ in 0..granted {
             let rx = &rx;
+            let isolation = &isolation;
             let spawned =
                 std::thread::Builder::new().stack_size(SCRIPT_STACK).spawn_scoped(scope, move || {
+                    let _charged = shared.guard.enter();
                     loop {
                         let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                         let Ok(job) = job else { break };
                         let result = with_ctx(job.ctx, || {
-                            fns[job.index]
-                                .call_within_context::<Dynamic>(context, job.args)
+                            isolation
+                                .call_branch(&fns[job.index], context, job.args)
                                 .map_err(|e| from_rhai(*e))
                                 .and_then(|v| to_json(&v))
                                 .and_then(|v| bounded(v, MAX_BRANCH_RESULT, "a branch's result"))

@@ -48,6 +48,13 @@ pub struct SandboxLimits {
     /// Longest script source, in bytes, that compile and lint will parse; a bound on the time
     /// either can take.
     pub max_source_size: usize,
+    /// The most memory, in bytes, a run's script threads may hold at once, all branches
+    /// together. Measured by [`crate::CountingAlloc`] when it is the global allocator;
+    /// without it only the per-value limits above hold.
+    pub max_memory: u64,
+    /// The longest a script may run, wall-clock time from its start (waits for model calls
+    /// included), besides the operation budget: a script of expensive operations still ends.
+    pub max_wall_time: std::time::Duration,
 }
 
 impl SandboxLimits {
@@ -63,6 +70,8 @@ impl SandboxLimits {
         max_variables: 2_048,
         max_functions: 1_024,
         max_source_size: 1 << 20,
+        max_memory: 256 << 20,
+        max_wall_time: std::time::Duration::from_secs(300),
     };
 }
 
