@@ -16,6 +16,38 @@ use crate::error::{Error, ErrorCode};
 /// How many operations pass between reads of the clock and the cancellation token.
 const SLOW_CHECK_EVERY: u64 = 64;
 
+thread_local! {
+    /// The guard of the run this thread executes a script for, or null.
+    static CURRENT: std::cell::Cell<*const RunGuard> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// The current thread's run, entered; restores the previous one when dropped.
+#[derive(Debug)]
+pub(crate) struct Entered<'g> {
+    _account: crate::alloc::AccountGuard<'g>,
+    previous: *const RunGuard,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        let previous = self.previous;
+        CURRENT.with(|slot| slot.set(previous));
+    }
+}
+
+/// Checks the bounds of the run the current thread works for (memory, the clock,
+/// cancellation, the latch); `None` on a thread that runs no script.
+pub(crate) fn check_current() -> Option<Error> {
+    let guard = CURRENT.with(std::cell::Cell::get);
+    if guard.is_null() {
+        return None;
+    }
+    // SAFETY: set only by `RunGuard::enter`, whose `Entered` borrows the guard and clears the
+    // pointer when dropped.
+    let guard = unsafe { &*guard };
+    guard.memory_check().or_else(|| guard.slow_check())
+}
+
 /// What every thread of one run checks.
 #[derive(Debug)]
 pub(crate) struct RunGuard {
@@ -46,9 +78,11 @@ impl RunGuard {
         }
     }
 
-    /// Charges this thread's allocations to the run until the guard is dropped.
-    pub(crate) fn enter(&self) -> crate::alloc::AccountGuard<'_> {
-        self.memory.enter()
+    /// Makes this the current thread's run until the returned guard is dropped: its
+    /// allocations are charged to the run, and [`check_current`] checks this guard.
+    pub(crate) fn enter(&self) -> Entered<'_> {
+        let previous = CURRENT.with(|slot| slot.replace(self as *const RunGuard));
+        Entered { _account: self.memory.enter(), previous }
     }
 
     /// One operation: counts it and returns the error that ends the run, if any bound is

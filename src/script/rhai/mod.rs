@@ -9,6 +9,7 @@
 
 mod guard;
 mod isolate;
+mod json;
 mod lint;
 mod runner;
 pub mod sandbox;

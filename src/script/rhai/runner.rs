@@ -271,44 +271,9 @@ fn to_dynamic(value: &Value) -> Dynamic {
     }
 }
 
-/// A script value as JSON; closures and other non-JSON values are refused.
+/// A script value as JSON; closures and other non-JSON values are refused (see `json`).
 fn to_json(value: &Dynamic) -> Result<Value, Error> {
-    let value = value.flatten_clone();
-    if value.is_unit() {
-        return Ok(Value::Null);
-    }
-    if let Some(b) = value.clone().try_cast::<bool>() {
-        return Ok(Value::Bool(b));
-    }
-    if let Some(i) = value.clone().try_cast::<i64>() {
-        return Ok(json!(i));
-    }
-    if let Some(f) = value.clone().try_cast::<f64>() {
-        return serde_json::Number::from_f64(f)
-            .map(Value::Number)
-            .ok_or_else(|| Error::validation(format!("{f} is not a JSON number")));
-    }
-    if value.is_string() || value.is_char() {
-        return Ok(Value::String(value.to_string()));
-    }
-    if value.is_array() {
-        let items = value.cast::<Array>();
-        return items.iter().map(to_json).collect::<Result<Vec<_>, _>>().map(Value::Array);
-    }
-    if value.is_map() {
-        let map = value.cast::<Map>();
-        let mut out = serde_json::Map::with_capacity(map.len());
-        for (k, v) in &map {
-            out.insert(k.to_string(), to_json(v)?);
-        }
-        return Ok(Value::Object(out));
-    }
-    if value.is_fnptr() {
-        return Err(Error::validation(
-            "a closure is not a JSON value; closures go only where a global runs them",
-        ));
-    }
-    Err(Error::validation(format!("a value of type {} is not JSON", value.type_name())))
+    super::json::to_json(value)
 }
 
 fn error_token(error: &Error) -> Dynamic {
