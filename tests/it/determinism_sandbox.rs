@@ -93,7 +93,7 @@ use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunOutcome, RunStatus, S
 pub(crate) fn engine(lint: bool) -> Engine {
     let store = Arc::new(MemoryStore::new());
     let dialect = if lint { RhaiDialect::new() } else { RhaiDialect::new().without_lint() };
-    Engine::builder(store.clone(), store).dialect(Arc::new(dialect)).build().unwrap()
+    Engine::builder(store.clone(), store).dialect(Arc::new(dialect)).max_spawns(10_000).build().unwrap()
 }
 
 pub(crate) fn run_in_process(engine: &Engine, source: &str) -> RunOutcome {
@@ -200,5 +200,33 @@ fn branches_read_captured_values_without_races() {
     assert_eq!(first.0, RunStatus::Ok, "{first:?}");
     for _ in 0..2 {
         assert_eq!(ending(&run_in_process(&engine, source)), first);
+    }
+}
+
+/// Whether nested fan-outs fit the run's branch threads depends on the script alone: the same
+/// script ends the same way on every run, whichever branches happen to overlap.
+#[test]
+fn nested_fan_outs_near_the_thread_cap_end_the_same_way_every_run() {
+    // 8 branches each fanning out 200 agent calls: more than 1,024 threads if every fan-out
+    // got all it wants at once; each inner fan-out gets its share and queues the rest.
+    let fits = "
+        let outer = []; for i in 0..8 { outer.push(i); }
+        let inner = []; for j in 0..200 { inner.push(j); }
+        let out = parallel(outer, |i| parallel(inner, |j| agent(`${i}/${j}`)).len());
+        out";
+    // Three levels of 256: the third level's threads hold no share, on every run.
+    let too_deep = "
+        let xs = []; for i in 0..256 { xs.push(i); }
+        parallel(xs, |i| parallel(xs, |j| parallel([1, 2], |k| agent(`${i}/${j}/${k}`)).len()).len())";
+    let engine = engine(true);
+    for (source, expect_ok) in [(fits, true), (too_deep, false)] {
+        let first = ending(&run_in_process(&engine, source));
+        assert_eq!(first.0 == RunStatus::Ok, expect_ok, "{first:?}");
+        if !expect_ok {
+            assert_eq!(first.1, Some(ErrorCode::SandboxLimit), "{first:?}");
+        }
+        for _ in 0..4 {
+            assert_eq!(ending(&run_in_process(&engine, source)), first);
+        }
     }
 }

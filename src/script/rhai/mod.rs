@@ -14,6 +14,7 @@ mod lint;
 mod runner;
 pub mod sandbox;
 mod text;
+mod threads;
 
 pub use runner::RhaiDialect;
 #[cfg(test)]

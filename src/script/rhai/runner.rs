@@ -10,7 +10,6 @@
 //! `validation` error.
 
 use std::cell::RefCell;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -173,14 +172,13 @@ struct Shared {
     limits: SandboxLimits,
     /// Operations, memory, wall-clock time, cancellation and the run's sandbox-error latch.
     guard: super::guard::RunGuard,
-    /// Branch threads alive across the whole run (nested fan-outs included).
-    threads: std::sync::atomic::AtomicUsize,
     /// The script's closures' parameters, to name what a branch captured.
     closure_params: super::isolate::ClosureParams,
 }
 
-/// The most branch threads one run may have alive at once, nested fan-outs included; a
-/// fan-out that would need more waits for none: it fails with `sandbox_limit`.
+/// The most branch threads one run may have alive at once, nested fan-outs included, divided
+/// among nested fan-outs by structure (see `threads`), so whether a script fits never depends
+/// on timing.
 const MAX_RUN_THREADS: usize = 1024;
 
 thread_local! {
@@ -215,7 +213,6 @@ fn execute(
         handle,
         guard: super::guard::RunGuard::new(&limits, cancel),
         limits,
-        threads: std::sync::atomic::AtomicUsize::new(0),
         closure_params: super::isolate::ClosureParams::of(ast),
     });
     let _charged = shared.guard.enter();
@@ -480,20 +477,9 @@ fn with_workers<R>(
     workers: usize,
     body: impl FnOnce(mpsc::Sender<Job>, usize) -> R,
 ) -> Result<R, Error> {
-    let wanted = workers.max(1);
-    let granted = shared
-        .threads
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |alive| {
-            (alive < MAX_RUN_THREADS).then(|| alive + wanted.min(MAX_RUN_THREADS - alive))
-        })
-        .map(|alive| wanted.min(MAX_RUN_THREADS - alive))
-        .unwrap_or(0);
-    if granted == 0 {
-        return Err(Error::new(
-            ErrorCode::SandboxLimit,
-            format!("the run already has {MAX_RUN_THREADS} branch threads; nest fewer fan-outs"),
-        ));
-    }
+    // The grant depends on the script's fan-outs only, never on which are alive (see `threads`).
+    let grant = super::threads::grant(workers, MAX_RUN_THREADS)?;
+    let granted = grant.workers;
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
     let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
@@ -505,6 +491,7 @@ fn with_workers<R>(
             let spawned =
                 std::thread::Builder::new().stack_size(SCRIPT_STACK).spawn_scoped(scope, move || {
                     let _charged = shared.guard.enter();
+                    super::threads::hold(grant.nested_budget);
                     loop {
                         let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                         let Ok(job) = job else { break };
@@ -529,7 +516,6 @@ fn with_workers<R>(
         }
         Ok(body(tx, started))
     });
-    shared.threads.fetch_sub(granted, Ordering::SeqCst);
     outcome
 }
 
