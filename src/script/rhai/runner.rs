@@ -483,7 +483,7 @@ fn with_workers<R>(
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
     let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
-    let outcome = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let mut started = 0;
         for _ in 0..granted {
             let rx = &rx;
@@ -515,8 +515,7 @@ fn with_workers<R>(
             return Err(Error::new(ErrorCode::SandboxLimit, "no thread could be started for the branches"));
         }
         Ok(body(tx, started))
-    });
-    outcome
+    })
 }
 
 /// Submits a job and awaits its result.
