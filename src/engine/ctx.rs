@@ -645,6 +645,11 @@ impl Ctx {
 
     /// Runs `body` once and journals its JSON result; later runs replay it.
     ///
+    /// The body gets a context of its own scope (`step:KEY:n`, from the step's content key
+    /// and its ordinal among same-key steps here): effects inside it (agents, `parallel`
+    /// sites, child workflows, `now`/`random`/`uuid`) count in that scope, so whether the
+    /// step ran or replayed never shifts what comes after it.
+    ///
     /// # Replay
     /// Keyed on `{label or key, deps}` in this scope.
     ///
@@ -653,11 +658,27 @@ impl Ctx {
     /// dry run.
     pub async fn step<F, Fut>(&self, label: &str, opts: StepOptions, body: F) -> Result<Value, Error>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(Ctx) -> Fut,
         Fut: Future<Output = Result<Value, Error>>,
     {
         let key = Ctx::step_key(label, &opts)?;
-        self.two_phase(Kind::Step, "step", label, key, opts.on_error, body).await
+        let live = match self.begin_two_phase(Kind::Step, "step", label, key, opts.on_error)? {
+            Begun::Done(result) => return result,
+            Begun::Live(live) => live,
+        };
+        let inner = self.step_body(&live);
+        let result = tokio::select! {
+            result = body(inner) => result,
+            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+        };
+        self.end_two_phase(live, result)
+    }
+
+    /// The context a live step's body runs in: the scope `step:KEY:n` under this one, with
+    /// fresh counters.
+    pub(crate) fn step_body(&self, live: &LiveCall) -> Ctx {
+        let segment = step_segment(live.running.key, live.running.ordinal);
+        self.nested(&segment, self.cancel.clone(), self.account)
     }
 
     /// Calls a registered host function with JSON arguments, journaled like a step.
@@ -721,6 +742,10 @@ impl Ctx {
             label: label.into(),
             status: status.into(),
         };
+        if kind == Kind::Step && matches!(matched.outcome, Outcome::Replay(_) | Outcome::Skip) {
+            // The body will not run: what it journaled is served by the step's result.
+            self.run.cover(&self.scope.child(&step_segment(key, matched.ordinal)));
+        }
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start);
@@ -816,8 +841,21 @@ impl Ctx {
             account,
         );
         child_ctx.depth = self.depth + 1;
+        let child_scope = child_ctx.scope.clone();
+        let live = match self.begin_two_phase(Kind::Child, "child", name, key, opts.on_error)? {
+            Begun::Done(result) => {
+                // A child that replays whole never runs its body.
+                self.run.cover(&child_scope);
+                return result;
+            }
+            Begun::Live(live) => live,
+        };
         let body = child.body.clone();
-        self.two_phase(Kind::Child, "child", name, key, opts.on_error, move || body(child_ctx, args)).await
+        let result = tokio::select! {
+            result = body(child_ctx, args) => result,
+            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+        };
+        self.end_two_phase(live, result)
     }
 
     // ---- external input --------------------------------------------------------------------
@@ -913,14 +951,44 @@ impl Ctx {
         });
     }
 
-    /// What this context's account has spent (the whole run's, at the root).
-    pub fn budget_spent(&self) -> Money {
-        self.run.budget.spent(self.account)
+    /// What this context's account has spent (the whole run's, at the root), journaled like
+    /// [`Ctx::now`]: the value seen the first time is the one every replay and resume sees,
+    /// so whatever is built from it keeps its identity.
+    ///
+    /// # Errors
+    /// As for [`Ctx::now`].
+    pub async fn budget_spent(&self) -> Result<Money, Error> {
+        let account = self.account;
+        let value = self
+            .journaled_fact(json!({ "kind": "rand", "fn": "budget.spent" }), move |run| {
+                json!(run.budget.spent(account).nano_usd())
+            })
+            .await?;
+        value
+            .as_i64()
+            .map(Money::from_nano_usd)
+            .ok_or_else(|| Error::internal("journaled budget.spent() is not an integer"))
     }
 
-    /// What this context's account has left; `None` when unbounded.
-    pub fn budget_remaining(&self) -> Option<Money> {
-        self.run.budget.remaining(self.account)
+    /// What this context's account has left (`None` when unbounded), journaled like
+    /// [`Ctx::budget_spent`].
+    ///
+    /// # Errors
+    /// As for [`Ctx::now`].
+    pub async fn budget_remaining(&self) -> Result<Option<Money>, Error> {
+        let account = self.account;
+        let value = self
+            .journaled_fact(json!({ "kind": "rand", "fn": "budget.remaining" }), move |run| {
+                json!(run.budget.remaining(account).map(Money::nano_usd))
+            })
+            .await?;
+        match value {
+            Value::Null => Ok(None),
+            value => value
+                .as_i64()
+                .map(|n| Some(Money::from_nano_usd(n)))
+                .ok_or_else(|| Error::internal("journaled budget.remaining() is not an integer")),
+        }
     }
 
     // ---- journaled nondeterminism --------------------------------------------------------------
@@ -992,6 +1060,14 @@ impl Ctx {
             .await?;
         value.as_str().map(str::to_owned).ok_or_else(|| Error::internal("journaled uuid() is not a string"))
     }
+}
+
+/// The scope segment of a step's body: from its content key and its ordinal among same-key
+/// steps of its scope, never from a running counter.
+fn step_segment(key: ContentKey, ordinal: u32) -> Segment {
+    let mut hex = key.to_hex();
+    hex.truncate(16);
+    Segment::Step { key: hex, ordinal }
 }
 
 fn engine_share(ctx: &Ctx, opts: &WorkflowOptions) -> AccountId {

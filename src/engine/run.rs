@@ -155,6 +155,12 @@ impl RunState {
         self.lock_journal().replay.lookup(scope, key)
     }
 
+    /// Accounts for the journaled records under `scope` without matching them (the body of a
+    /// call that replayed whole).
+    pub(crate) fn cover(&self, scope: &ScopePath) {
+        self.lock_journal().replay.cover(scope);
+    }
+
     /// Appends entries (seqs and timestamps assigned here).
     ///
     /// The journal is one ordered queue: entries are written in seq order, and an

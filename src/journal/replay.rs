@@ -108,6 +108,9 @@ pub struct Replay {
     resolutions: Resolutions,
     abandons: Abandons,
     invalidated: HashSet<Seq>,
+    /// Scopes whose records are accounted for without being matched one by one: the body
+    /// of a step or child workflow that replayed whole (its body never ran).
+    covered: HashSet<Box<str>>,
     run_settled_ok: bool,
     tail: Seq,
     preview: Preview,
@@ -131,6 +134,7 @@ impl Replay {
             resolutions,
             abandons,
             invalidated: options.invalidate.iter().copied().collect(),
+            covered: HashSet::default(),
             run_settled_ok,
             tail,
             preview: Preview::default(),
@@ -273,15 +277,41 @@ impl Replay {
         Match { ordinal, outcome }
     }
 
-    /// The preview so far, with `orphaned` counting every record not yet consumed.
+    /// Accounts for every record in `scope` and below without matching them: the body of a
+    /// call that replayed whole (a step, a child workflow) never runs, so its records are
+    /// served by the call's own result, not orphaned.
+    pub fn cover(&mut self, scope: &ScopePath) {
+        if !scope.is_root() && !self.covered.contains(scope.as_str()) {
+            self.covered.insert(Box::from(scope.as_str()));
+        }
+    }
+
+    /// Whether a record in `scope` lies in a covered scope.
+    fn is_covered(&self, scope: &ScopePath) -> bool {
+        if self.covered.is_empty() {
+            return false;
+        }
+        let text = scope.as_str();
+        text.match_indices('/')
+            .map(|(at, _)| &text[..at])
+            .chain(std::iter::once(text))
+            .any(|prefix| self.covered.contains(prefix))
+    }
+
+    fn is_orphan(&self, record: &Record) -> bool {
+        !record.consumed && !self.is_covered(&record.first.scope)
+    }
+
+    /// The preview so far, with `orphaned` counting every record not yet consumed (nor
+    /// covered by a call that replayed whole).
     pub fn preview(&self) -> Preview {
-        let orphaned = self.records.iter().filter(|r| !r.consumed).count() as u64;
+        let orphaned = self.records.iter().filter(|r| self.is_orphan(r)).count() as u64;
         Preview { orphaned, ..self.preview }
     }
 
     /// The first entries of the records no live call consumed, in journal order.
     pub fn orphans(&self) -> Vec<Arc<Entry>> {
-        self.records.iter().filter(|r| !r.consumed).map(|r| r.first.clone()).collect()
+        self.records.iter().filter(|r| self.is_orphan(r)).map(|r| r.first.clone()).collect()
     }
 }
 

@@ -748,9 +748,10 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             crate::engine::Begun::Done(result) => return result.map(|v| to_dynamic(&v)).map_err(to_rhai),
             crate::engine::Begun::Live(live) => live,
         };
-        // The body runs here, on the script thread, between the two journal entries.
-        let result = body
-            .call_within_context::<Dynamic>(context, ())
+        // The body runs here, on the script thread, between the two journal entries, in the
+        // step's own scope (so its effects never shift what follows the step).
+        let inner = ctx.step_body(&live);
+        let result = with_ctx(inner, || body.call_within_context::<Dynamic>(context, ()))
             .map_err(|e| from_rhai(*e))
             .and_then(|v| to_json(&v));
         ctx.end_two_phase(live, result).map(|v| to_dynamic(&v)).map_err(to_rhai)
@@ -839,10 +840,13 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     engine.register_fn("uuid", move || -> RhaiResult<String> { block(&s, current()?.uuid()) });
 
     engine.register_type_with_name::<BudgetView>("Budget");
-    engine.register_fn("spent", |_: &mut BudgetView| -> RhaiResult<f64> {
-        Ok(current()?.budget_spent().as_usd())
+    let s = shared.clone();
+    engine.register_fn("spent", move |_: &mut BudgetView| -> RhaiResult<f64> {
+        block(&s, current()?.budget_spent()).map(Money::as_usd)
     });
-    engine.register_fn("remaining", |_: &mut BudgetView| -> RhaiResult<Dynamic> {
-        Ok(current()?.budget_remaining().map_or(Dynamic::UNIT, |m| Dynamic::from(m.as_usd())))
+    let s = shared.clone();
+    engine.register_fn("remaining", move |_: &mut BudgetView| -> RhaiResult<Dynamic> {
+        let remaining = block(&s, current()?.budget_remaining())?;
+        Ok(remaining.map_or(Dynamic::UNIT, |m| Dynamic::from(m.as_usd())))
     });
 }
