@@ -715,11 +715,19 @@ impl Ctx {
             Begun::Done(result) => return result,
             Begun::Live(live) => live,
         };
+        // A host call acts outside the run: everything queued before it (its own dispatch
+        // included) is durable first, so a crash cannot remake a value it was given.
+        if let Err(e) = self.run.flush_async().await {
+            return self.end_two_phase(live, Err(e));
+        }
         let result = tokio::select! {
             result = body() => result,
             _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
         };
-        self.end_two_phase(live, result)
+        let result = self.end_two_phase(live, result);
+        // Its result is awaited like a paid one: a side effect is not repeated on resume.
+        self.run.flush_async().await?;
+        result
     }
 
     /// The first half of a two-phase call: match it, and either serve it from the journal or
@@ -850,6 +858,10 @@ impl Ctx {
             }
             Begun::Live(live) => live,
         };
+        // What the parent recorded before the child is durable before the child acts on it.
+        if let Err(e) = self.run.flush_async().await {
+            return self.end_two_phase(live, Err(e));
+        }
         let body = child.body.clone();
         let result = tokio::select! {
             result = body(child_ctx, args) => result,

@@ -219,6 +219,19 @@ impl RunState {
         self.append(Vec::new(), Durability::Awaited).map(drop)
     }
 
+    /// Waits, without holding a thread, until every entry queued so far is durable: what an
+    /// unpaid effect recorded (a `uuid()`, a step's result) must not be lost once an effect
+    /// outside the run (a host call, a child workflow) may have acted on it.
+    ///
+    /// # Errors
+    /// The segment's first failed write, if any.
+    pub(crate) async fn flush_async(&self) -> Result<(), Error> {
+        if self.dry_run {
+            return Ok(());
+        }
+        self.append_async(Vec::new()).await.map(drop)
+    }
+
     /// Assigns seqs and timestamps, encodes, and queues a batch; returns its entries and,
     /// for an awaited batch, where its outcome arrives.
     fn enqueue(

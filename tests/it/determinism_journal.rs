@@ -139,3 +139,137 @@ fn a_prompt_built_from_budget_spent_replays_after_a_resume() {
     let (code, text) = replay(dir.path(), "r1");
     assert_eq!(code, 0, "{text}");
 }
+
+// ---- 4. unpaid effects are durable before a host call is dispatched ----------------------------
+
+mod host_crash {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use cairn::store::{SqliteOptions, SqliteStore};
+    use cairn::{
+        CallOptions, Engine, JournalStore, Lease, RawEntry, ResumeOptions, RunFilter, RunId, RunMeta,
+        RunOptions, RunStatus, Workflow,
+    };
+    use serde_json::{Value, json};
+
+    const CHILD_ENV: &str = "CAIRN_HOST_CRASH_CHILD";
+
+    /// A store whose appends take a while (a slow disk): a write queued just before a crash
+    /// is not durable unless someone waited for it.
+    #[derive(Debug)]
+    struct SlowStore(Arc<SqliteStore>);
+
+    impl JournalStore for SlowStore {
+        fn append(
+            &self,
+            run: &RunId,
+            entries: &[RawEntry],
+            lease: Option<&Lease>,
+        ) -> cairn::store::Result<()> {
+            std::thread::sleep(Duration::from_millis(30));
+            self.0.append(run, entries, lease)
+        }
+        fn load(&self, run: &RunId) -> cairn::store::Result<Vec<RawEntry>> {
+            self.0.load(run)
+        }
+        fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> cairn::store::Result<()> {
+            self.0.put_meta(meta, lease)
+        }
+        fn get_meta(&self, run: &RunId) -> cairn::store::Result<Option<RunMeta>> {
+            self.0.get_meta(run)
+        }
+        fn list_runs(&self, filter: &RunFilter) -> cairn::store::Result<Vec<RunMeta>> {
+            self.0.list_runs(filter)
+        }
+        fn delete(&self, run: &RunId, lease: Option<&Lease>) -> cairn::store::Result<()> {
+            self.0.delete(run, lease)
+        }
+    }
+
+    fn workflow() -> Workflow {
+        Workflow::new("sidey", |ctx, _| async move {
+            let id = ctx.uuid().await?;
+            let side = ctx.call("side", json!(id), CallOptions::default()).await?;
+            let die = ctx.call("die", json!(1), CallOptions::default()).await?;
+            Ok(json!([id, side, die]))
+        })
+    }
+
+    fn engine(dir: &Path) -> Engine {
+        let store = Arc::new(SqliteStore::open(&dir.join("cairn.db"), SqliteOptions::new()).unwrap());
+        let side_log = dir.join("side.log");
+        let marker = dir.join("died");
+        Engine::builder(Arc::new(SlowStore(store.clone())), store)
+            .host_function("side", move |args: Value| {
+                // The side effect: one line per execution, fsynced (it survives the kill).
+                use std::io::Write;
+                let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&side_log).unwrap();
+                writeln!(file, "{}", args.as_str().unwrap_or_default()).unwrap();
+                file.sync_all().unwrap();
+                async { Ok(json!("done")) }
+            })
+            .host_function("die", move |_| {
+                if !marker.exists() {
+                    std::fs::write(&marker, "").unwrap();
+                    let pid = std::process::id().to_string();
+                    let _ = Command::new("kill").args(["-9", &pid]).status();
+                    std::process::abort();
+                }
+                async { Ok(json!("alive")) }
+            })
+            .workflow(workflow())
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn host_crash_child() {
+        let Ok(mode) = std::env::var(CHILD_ENV) else { return };
+        let dir = PathBuf::from(std::env::var("CAIRN_HOST_CRASH_DIR").unwrap());
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        runtime.block_on(async {
+            let engine = engine(&dir);
+            let run_id = RunId::parse("host-crash").unwrap();
+            let handle = if mode == "run" {
+                engine.run(&workflow(), json!({}), RunOptions { run_id: Some(run_id), ..Default::default() })
+            } else {
+                engine.resume(&run_id, ResumeOptions::default())
+            };
+            let outcome = handle.unwrap().result().await.unwrap();
+            std::fs::write(dir.join(format!("{mode}.json")), serde_json::to_vec(&outcome).unwrap()).unwrap();
+        });
+    }
+
+    fn spawn(dir: &Path, mode: &str) -> std::process::ExitStatus {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "determinism_journal::host_crash::host_crash_child", "--nocapture"])
+            .env(CHILD_ENV, mode)
+            .env("CAIRN_HOST_CRASH_DIR", dir)
+            .status()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_crash_right_after_a_host_call_neither_remakes_the_uuid_nor_repeats_the_side_effect() {
+        let dir = tempfile::tempdir().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        let status = spawn(dir.path(), "run");
+        assert_eq!(status.signal(), Some(9), "the run was not killed: {status:?}");
+        let status = spawn(dir.path(), "resume");
+        assert!(status.success(), "{status:?}");
+        let outcome: Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("resume.json")).unwrap()).unwrap();
+        assert_eq!(outcome["status"], json!(RunStatus::Ok), "{outcome}");
+        let side = std::fs::read_to_string(dir.path().join("side.log")).unwrap();
+        let lines: Vec<&str> = side.lines().collect();
+        assert_eq!(lines.len(), 1, "the side effect ran again: {lines:?}");
+        // The id the side effect saw is the one the resumed run holds.
+        assert_eq!(outcome["value"][0], json!(lines[0]), "a new uuid was made: {outcome}");
+        assert_eq!(outcome["value"][1], "done");
+        assert_eq!(outcome["value"][2], "alive");
+    }
+}
