@@ -155,6 +155,12 @@ impl RunState {
         self.lock_journal().replay.lookup(scope, key)
     }
 
+    /// The journaled decision at a site, if it still holds (see [`Replay::decision`]), and
+    /// the ordinal a new one takes.
+    pub(crate) fn decision(&self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
+        self.lock_journal().replay.decision(scope, key)
+    }
+
     /// Accounts for the journaled records under `scope` without matching them (the body of a
     /// call that replayed whole).
     pub(crate) fn cover(&self, scope: &ScopePath) {

@@ -111,6 +111,9 @@ pub struct Replay {
     /// Scopes whose records are accounted for without being matched one by one: the body
     /// of a step or child workflow that replayed whole (its body never ran).
     covered: HashSet<Box<str>>,
+    /// Every settlement decision: its seq and whether it ended the segment in failure
+    /// (`error` or `cancelled`), after which a resume retries what failed.
+    settlements: Vec<(Seq, bool)>,
     run_settled_ok: bool,
     tail: Seq,
     preview: Preview,
@@ -135,13 +138,21 @@ impl Replay {
             abandons,
             invalidated: options.invalidate.iter().copied().collect(),
             covered: HashSet::default(),
+            settlements: Vec::new(),
             run_settled_ok,
             tail,
             preview: Preview::default(),
         };
         let mut by_seq: HashMap<Seq, usize> = HashMap::new();
         for entry in entries {
-            if entry.kind.is_ref_entry() || is_settlement(&entry) {
+            if is_settlement(&entry) {
+                let status =
+                    entry.value().and_then(|v| v.get("status").and_then(|s| s.as_str().map(str::to_owned)));
+                let failed = matches!(status.as_deref(), Some("error" | "cancelled"));
+                replay.settlements.push((entry.seq, failed));
+                continue;
+            }
+            if entry.kind.is_ref_entry() {
                 continue;
             }
             match (entry.status, entry.target) {
@@ -275,6 +286,32 @@ impl Replay {
             }
         };
         Match { ordinal, outcome }
+    }
+
+    /// The decision the engine journaled at a site (identified by `key` in `scope`), if it
+    /// still holds, and the ordinal a new decision there takes.
+    ///
+    /// Decisions record choices whose outcome timing made (which branch of a fail-fast
+    /// fan-out failed first and which siblings it cancelled, an admission refused). Every
+    /// journaled decision with the key is accounted for (never orphaned) and never counts
+    /// as a call. The latest holds unless it was invalidated at resume or a segment after it
+    /// settled `error` or `cancelled` (a resume then retries what failed, and a new decision
+    /// is journaled if it fails again).
+    pub fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
+        let Some(state) = self.scopes.get(scope) else { return (0, None) };
+        let Some(positions) = state.by_key.get(&key) else { return (0, None) };
+        let indices: Vec<usize> = positions.iter().map(|&p| state.records[p]).collect();
+        let mut latest = None;
+        for &index in &indices {
+            self.records[index].consumed = true;
+            latest = Some(self.records[index].latest.clone());
+        }
+        let ordinal = indices.len() as u32;
+        let holds = latest.filter(|entry| {
+            !self.invalidated.contains(&entry.seq)
+                && !self.settlements.iter().any(|&(seq, failed)| failed && seq > entry.seq)
+        });
+        (ordinal, holds)
     }
 
     /// Accounts for every record in `scope` and below without matching them: the body of a

@@ -273,3 +273,46 @@ mod host_crash {
         assert_eq!(outcome["value"][2], "alive");
     }
 }
+
+// ---- 6a. a fail-fast parallel journals which branch failed and which it cancelled --------------
+
+const SLOW_ECHO: &str = r#"
+[routing]
+default = "echo:default"
+[providers.echo]
+kind = "echo"
+latency_ms = 300
+"#;
+
+#[test]
+fn a_caught_fail_fast_error_replays_with_nothing_live() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "cairn.toml", SLOW_ECHO);
+    write(
+        dir.path(),
+        "s.rhai",
+        r#"
+        let caught = "";
+        try {
+            parallel([|| agent("a"), || agent("b"), || { throw "boom"; }, || agent("c"), || agent("d")]);
+        } catch (e) {
+            caught = "caught";
+        }
+        let after = agent("after");
+        [caught, after]
+        "#,
+    );
+    let (code, first) = run_json(dir.path(), &["run", "s.rhai", "--run-id", "r1"]);
+    assert_eq!(code, 0, "{first}");
+    assert_eq!(first["value"], json!(["caught", "echo: after"]));
+    let (code, text) = replay(dir.path(), "r1");
+    assert_eq!(code, 0, "the cancelled siblings went live on replay: {text}");
+    // A resume of the finished run pays for nothing: the cancelled siblings are served as
+    // cancelled, the failure as journaled.
+    let (code, resumed) = run_json(dir.path(), &["resume", "r1"]);
+    assert_eq!(code, 0, "{resumed}");
+    assert_eq!(resumed["value"], first["value"]);
+    assert_eq!(resumed["preview"]["misses"], 0, "{resumed}");
+    assert_eq!(resumed["preview"]["reruns"], 0, "{resumed}");
+    assert_eq!(resumed["preview"]["orphaned"], 0, "{resumed}");
+}
