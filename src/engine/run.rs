@@ -971,7 +971,14 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
         let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
         let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, ScopePath::root(), key, 0);
-        entry.set_value(Some(&journal::settle_value(status)));
+        let mut settled = journal::settle_value(status);
+        // The value's key, so a strict replay can tell a different outcome from the same one.
+        if let (Some(v), Some(map)) = (&value, settled.as_object_mut())
+            && let Ok(key) = journal::content_key(v)
+        {
+            map.insert("value_key".into(), Value::from(key.to_hex()));
+        }
+        entry.set_value(Some(&settled));
         let written = state.append_one(entry, Durability::Awaited);
         meta.status = status;
         meta.updated_at_ms = state.now_ms();
@@ -994,9 +1001,11 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
             }
         }
     }
-    let (cost, preview) = {
+    let (cost, preview, orphans) = {
         let journal = state.lock_journal();
-        (CostReport::fold(journal.all.iter().map(|e| &**e)), journal.replay.preview())
+        let preview = journal.replay.preview();
+        let orphans = if preview.orphaned > 0 { journal.replay.first_orphans(20) } else { Vec::new() };
+        (CostReport::fold(journal.all.iter().map(|e| &**e)), preview, orphans)
     };
     let pending = if status == RunStatus::Suspended { state.pending() } else { Vec::new() };
     let mut dropped = std::mem::take(&mut *state.dropped.lock().unwrap_or_else(|p| p.into_inner()));
@@ -1018,6 +1027,7 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         usage: cost.total.usage,
         cost,
         preview,
+        orphans,
     }
 }
 

@@ -40,6 +40,55 @@ pub struct Preview {
     pub orphaned: u64,
 }
 
+/// A journaled call no live call consumed: what a strict replay names when it fails.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Orphan {
+    /// The seq of its first entry.
+    pub seq: Seq,
+    /// What kind of call it was.
+    pub kind: super::Kind,
+    /// Where it sat.
+    pub scope: ScopePath,
+    /// Its content key.
+    pub key: ContentKey,
+    /// Its label or name, if it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+impl Orphan {
+    fn of(entry: &Entry) -> Orphan {
+        Orphan {
+            seq: entry.seq,
+            kind: entry.kind,
+            scope: entry.scope.clone(),
+            key: entry.key,
+            label: entry.label.clone().or_else(|| entry.name.clone()),
+        }
+    }
+}
+
+impl std::fmt::Display for Orphan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scope = if self.scope.is_root() {
+            "the root scope".to_owned()
+        } else {
+            format!("scope '{}'", self.scope)
+        };
+        write!(
+            f,
+            "the {} at seq {} in {scope} (key {})",
+            self.kind.as_str(),
+            self.seq,
+            &self.key.to_hex()[..16]
+        )?;
+        if let Some(label) = &self.label {
+            write!(f, ", {label:?}")?;
+        }
+        Ok(())
+    }
+}
+
 /// The result of matching one live call.
 #[derive(Debug, Clone)]
 pub struct Match {
@@ -349,6 +398,11 @@ impl Replay {
     /// The first entries of the records no live call consumed, in journal order.
     pub fn orphans(&self) -> Vec<Arc<Entry>> {
         self.records.iter().filter(|r| self.is_orphan(r)).map(|r| r.first.clone()).collect()
+    }
+
+    /// The first `limit` orphans, in journal order, as a report names them.
+    pub fn first_orphans(&self, limit: usize) -> Vec<Orphan> {
+        self.records.iter().filter(|r| self.is_orphan(r)).take(limit).map(|r| Orphan::of(&r.first)).collect()
     }
 }
 

@@ -316,3 +316,53 @@ fn a_caught_fail_fast_error_replays_with_nothing_live() {
     assert_eq!(resumed["preview"]["reruns"], 0, "{resumed}");
     assert_eq!(resumed["preview"]["orphaned"], 0, "{resumed}");
 }
+
+// ---- 7. `cairn replay` is a strict gate ---------------------------------------------------------
+
+/// Replaces the stored source of run `run` in a JSONL store (and its hash in the run's meta),
+/// as an edit of the script would.
+fn edit_stored_source(runs: &Path, run: &str, source: &str) {
+    std::fs::write(runs.join(format!("{run}.blobs/source")), source).unwrap();
+    let meta_path = runs.join(format!("{run}.meta.json"));
+    let mut meta: Value = serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    meta["source_hash"] = json!(cairn::journal::content_key_of_canonical(source).to_hex());
+    std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+}
+
+#[test]
+fn replay_fails_on_an_orphaned_call_and_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--store", "jsonl:runs"];
+    write(dir.path(), "s.rhai", r#"let a = agent("first"); let b = agent("second", #{label: "second"}); [a, b]"#);
+    let (code, first) = run_json(dir.path(), &[&store[..], &["run", "s.rhai", "--run-id", "r1"]].concat());
+    assert_eq!(code, 0, "{first}");
+    let out = cairn_in(dir.path()).args(store).args(["replay", "r1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // The edit drops the second call (its value is written in by hand): its journaled entry
+    // is reached by nothing.
+    edit_stored_source(&dir.path().join("runs"), "r1", r#"let a = agent("first"); [a, "echo: second"]"#);
+    let out = cairn_in(dir.path()).args(store).args(["replay", "r1"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "an orphaned call passed the gate: {stderr}");
+    assert!(stderr.contains("1 journaled calls were not reached"), "{stderr}");
+    assert!(stderr.contains("the agent at seq 3") && stderr.contains("\"second\""), "{stderr}");
+}
+
+#[test]
+fn replay_fails_on_a_different_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--store", "jsonl:runs"];
+    write(dir.path(), "s.rhai", r#"let a = agent("first"); [a, 1]"#);
+    let (code, first) = run_json(dir.path(), &[&store[..], &["run", "s.rhai", "--run-id", "r1"]].concat());
+    assert_eq!(code, 0, "{first}");
+    edit_stored_source(&dir.path().join("runs"), "r1", r#"let a = agent("first"); [a, 2]"#);
+    let out = cairn_in(dir.path()).args(store).args(["replay", "r1"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "a different value passed the gate: {stderr}");
+    assert!(stderr.contains("different value"), "{stderr}");
+    edit_stored_source(&dir.path().join("runs"), "r1", r#"let a = agent("first"); throw "late""#);
+    let out = cairn_in(dir.path()).args(store).args(["replay", "r1"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "a different status passed the gate: {stderr}");
+    assert!(stderr.contains("the run settled ok, its replay settles error"), "{stderr}");
+}
