@@ -108,6 +108,10 @@ pub struct WorkflowOptions {
     pub budget: Option<Money>,
     /// What a failure does.
     pub on_error: Option<OnError>,
+    /// Pins the call's scope to the label (`at:LABEL:n/wf:name:0`) instead of the count of
+    /// earlier calls of the same workflow here, so inserting another call before it does not
+    /// re-key the child's calls. No `/` or `:`, at most 64 characters.
+    pub label: Option<String>,
 }
 
 /// Options of [`Ctx::await_external`].
@@ -140,6 +144,10 @@ pub struct ParallelOptions {
     /// `Null`: a failed branch leaves null in its slot (itemized in `dropped`) instead of
     /// aborting its siblings. Ignored with `settle`.
     pub on_error: Option<OnError>,
+    /// Pins the site to the label (`at:LABEL:n/par:0:i`) instead of the count of `parallel`
+    /// sites before it, so inserting another `parallel` before it does not re-key its calls.
+    /// No `/` or `:`, at most 64 characters.
+    pub label: Option<String>,
 }
 
 /// Options of [`Ctx::pipeline`].
@@ -149,6 +157,9 @@ pub struct PipelineOptions {
     pub on_item_error: super::OnItemError,
     /// At most this many items in flight (all by default).
     pub concurrency: Option<usize>,
+    /// Pins the site to the label (`at:LABEL:n/pipe:s:i`) instead of its position. No `/` or
+    /// `:`, at most 64 characters.
+    pub label: Option<String>,
 }
 
 /// How [`Ctx::begin_two_phase`] left a call.
@@ -173,6 +184,8 @@ pub(crate) struct LiveCall {
 pub(crate) struct ScopeCounters {
     parallel_sites: AtomicU32,
     children: Mutex<HashMap<String, u32>>,
+    /// Uses of each site label in this scope.
+    labels: Mutex<HashMap<String, u32>>,
 }
 
 /// The workflow's view of its run: one scope of it, with its phase, budget account and
@@ -235,6 +248,33 @@ impl Ctx {
     /// The next `parallel` site index of this scope.
     pub(crate) fn next_parallel_site(&self) -> u32 {
         self.counters.parallel_sites.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The context a labelled site runs in: scope `at:LABEL:n` (the `n`-th use of the label
+    /// here) with fresh counters, so the site's identity depends on its label, not on how
+    /// many unlabelled sites came before it. `None` without a label.
+    ///
+    /// # Errors
+    /// `config` for a label with `/` or `:`, empty, or longer than 64 characters.
+    pub(crate) fn labelled_site(&self, label: Option<&str>) -> Result<Option<Ctx>, Error> {
+        let Some(label) = label else { return Ok(None) };
+        if !Segment::valid_label(label) {
+            return Err(Error::config(format!(
+                "site label {label:?} must be 1 to 64 characters without '/' or ':'"
+            )));
+        }
+        let index = {
+            let mut labels = self.counters.labels.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = labels.entry(label.to_owned()).or_insert(0);
+            let index = *slot;
+            *slot += 1;
+            index
+        };
+        let segment = Segment::Site { label: label.to_owned(), index };
+        let mut site = self.nested(&segment, self.cancel.clone(), self.account);
+        site.span = self.span;
+        site.parent_span = self.parent_span;
+        Ok(Some(site))
     }
 
     /// The run's id.
@@ -824,6 +864,15 @@ impl Ctx {
     /// # Errors
     /// `config` for an unknown workflow or when the depth limit is reached; the child's error.
     pub async fn workflow(&self, name: &str, args: Value, opts: WorkflowOptions) -> Result<Value, Error> {
+        let site = match self.labelled_site(opts.label.as_deref()) {
+            Ok(site) => site,
+            Err(error) => return self.fail(opts.on_error, "child", Some(name.to_owned()), error),
+        };
+        let this = site.as_ref().unwrap_or(self);
+        this.workflow_here(name, args, opts).await
+    }
+
+    async fn workflow_here(&self, name: &str, args: Value, opts: WorkflowOptions) -> Result<Value, Error> {
         let engine = self.run.engine.clone();
         let Some(child) = engine.workflows.get(name).cloned() else {
             let error = Error::config(format!("unknown child workflow {name:?}"));

@@ -208,6 +208,11 @@ impl Ctx {
     /// The first branch failure (strict), or `cancelled` when the run stops.
     pub async fn parallel(&self, branches: Vec<Branch>, opts: ParallelOptions) -> Result<Vec<Value>, Error> {
         self.check_stopped()?;
+        let site = self.labelled_site(opts.label.as_deref())?;
+        site.as_ref().unwrap_or(self).parallel_here(branches, opts).await
+    }
+
+    async fn parallel_here(&self, branches: Vec<Branch>, opts: ParallelOptions) -> Result<Vec<Value>, Error> {
         let site = self.next_parallel_site();
         if branches.is_empty() {
             return Ok(Vec::new());
@@ -342,6 +347,16 @@ impl Ctx {
         opts: PipelineOptions,
     ) -> Result<Vec<Value>, Error> {
         self.check_stopped()?;
+        let site = self.labelled_site(opts.label.as_deref())?;
+        site.as_ref().unwrap_or(self).pipeline_here(items, stages, opts).await
+    }
+
+    async fn pipeline_here(
+        &self,
+        items: Vec<Value>,
+        stages: Vec<Stage>,
+        opts: PipelineOptions,
+    ) -> Result<Vec<Value>, Error> {
         if stages.is_empty() || stages.len() > MAX_STAGES {
             return Err(Error::config(format!(
                 "a pipeline takes 1 to {MAX_STAGES} stages, not {}",

@@ -334,14 +334,22 @@ async fn pipeline_items_flow_through_stages_with_per_item_scopes() {
             .pipeline(
                 items.clone(),
                 stages.clone(),
-                PipelineOptions { on_item_error: OnItemError::Drop, concurrency: Some(2) },
+                PipelineOptions {
+                    on_item_error: OnItemError::Drop,
+                    concurrency: Some(2),
+                    ..Default::default()
+                },
             )
             .await?;
         let collected = ctx
             .pipeline(
                 items,
                 stages,
-                PipelineOptions { on_item_error: OnItemError::Collect, concurrency: None },
+                PipelineOptions {
+                    on_item_error: OnItemError::Collect,
+                    concurrency: None,
+                    ..Default::default()
+                },
             )
             .await?;
         Ok(json!({ "dropped": dropped, "collected": collected }))

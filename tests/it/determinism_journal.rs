@@ -333,7 +333,11 @@ fn edit_stored_source(runs: &Path, run: &str, source: &str) {
 fn replay_fails_on_an_orphaned_call_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = ["--store", "jsonl:runs"];
-    write(dir.path(), "s.rhai", r#"let a = agent("first"); let b = agent("second", #{label: "second"}); [a, b]"#);
+    write(
+        dir.path(),
+        "s.rhai",
+        r#"let a = agent("first"); let b = agent("second", #{label: "second"}); [a, b]"#,
+    );
     let (code, first) = run_json(dir.path(), &[&store[..], &["run", "s.rhai", "--run-id", "r1"]].concat());
     assert_eq!(code, 0, "{first}");
     let out = cairn_in(dir.path()).args(store).args(["replay", "r1"]).output().unwrap();
@@ -365,4 +369,51 @@ fn replay_fails_on_a_different_outcome() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(7), "a different status passed the gate: {stderr}");
     assert!(stderr.contains("the run settled ok, its replay settles error"), "{stderr}");
+}
+
+// ---- 3. a label pins a parallel's site ----------------------------------------------------------
+
+#[test]
+fn inserting_a_parallel_before_a_labelled_one_does_not_rekey_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--store", "jsonl:runs"];
+    write(
+        dir.path(),
+        "s.rhai",
+        r#"
+        let x = parallel([|| agent("x1"), || agent("x2")], #{label: "fixed"});
+        let p = pipeline([1, 2], [|n| agent(`p${n}`)], #{label: "pipe"});
+        [x, p]
+        "#,
+    );
+    let (code, first) = run_json(dir.path(), &[&store[..], &["run", "s.rhai", "--run-id", "r1"]].concat());
+    assert_eq!(code, 0, "{first}");
+    edit_stored_source(
+        &dir.path().join("runs"),
+        "r1",
+        r#"
+        let inserted = parallel([|| agent("new")]);
+        let x = parallel([|| agent("x1"), || agent("x2")], #{label: "fixed"});
+        let q = pipeline([1], [|n| agent(`p${n}`)]);
+        let p = pipeline([1, 2], [|n| agent(`p${n}`)], #{label: "pipe"});
+        [x, p]
+        "#,
+    );
+    let (code, resumed) = run_json(dir.path(), &[&store[..], &["resume", "r1"]].concat());
+    assert_eq!(code, 0, "{resumed}");
+    assert_eq!(resumed["value"], first["value"]);
+    // Only the inserted calls run live; every labelled call replays.
+    assert_eq!(resumed["preview"]["misses"], 2, "{resumed}");
+    assert_eq!(resumed["preview"]["hits"], 4, "{resumed}");
+    assert_eq!(resumed["preview"]["orphaned"], 0, "{resumed}");
+}
+
+#[test]
+fn a_label_with_a_separator_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.rhai", r#"parallel([|| 1], #{label: "a/b"})"#);
+    let out = cairn_in(dir.path()).args(["run", "s.rhai", "-q"]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("label"), "{stderr}");
 }

@@ -579,6 +579,7 @@ fn parallel_options(opts: &Value) -> ParallelOptions {
         settle: opts.get("settle").and_then(Value::as_bool).unwrap_or(false),
         concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n as usize),
         on_error: on_error(opts),
+        label: str_opt(opts, "label"),
     }
 }
 
@@ -653,7 +654,7 @@ fn pipeline(
         let outcome = shared.handle.block_on(ctx.pipeline(
             items,
             stages,
-            PipelineOptions { on_item_error: engine_mode, concurrency },
+            PipelineOptions { on_item_error: engine_mode, concurrency, label: str_opt(&opts, "label") },
         ));
         drop(jobs);
         outcome
@@ -808,6 +809,7 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             key: str_opt(&opts, "key"),
             budget: usd(&opts, "budget").map_err(to_rhai)?,
             on_error: on_error(&opts),
+            label: str_opt(&opts, "label"),
         };
         block(shared, ctx.workflow(name, args, wopts)).map(|v| to_dynamic(&v))
     }
