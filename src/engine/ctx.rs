@@ -122,6 +122,11 @@ pub struct ExternalOptions {
     /// A JSON Schema the resolution must satisfy; an invalid resolution is refused and the
     /// wait stays open.
     pub schema: Option<Value>,
+    /// Give up after this long (from when the wait was first journaled): the wait then
+    /// returns `{"timed_out": true, "key", "deadline_ms"}`, journaled as its resolution so
+    /// every replay returns it. A run that suspended on the wait delivers it on the first
+    /// resume after the deadline.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// Retries of retryable provider faults for one agent call.
@@ -937,7 +942,7 @@ impl Ctx {
         let content = ExternalIdentity { key, kind: "external" }.key()?;
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, content);
-        let seq = match matched.outcome {
+        let (seq, deadline_ms) = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, || EventKind::ExternalResolved {
                     key: key.into(),
@@ -946,24 +951,53 @@ impl Ctx {
                 return Ok(entry.value().unwrap_or(Value::Null));
             }
             Outcome::Skip => return Ok(Value::Null),
-            Outcome::Wait(entry) => entry.seq,
+            // The deadline is the one journaled when the wait began.
+            Outcome::Wait(entry) => {
+                (entry.seq, entry.value().and_then(|v| v.get("deadline_ms").and_then(Value::as_i64)))
+            }
             Outcome::Live | Outcome::Rerun { .. } => {
+                let deadline_ms = opts.timeout.map(|t| {
+                    self.run.now_ms().saturating_add(i64::try_from(t.as_millis()).unwrap_or(i64::MAX))
+                });
                 let mut entry = self.entry(Kind::External, Status::Suspended, content, matched.ordinal);
                 entry.name = Some(key.to_owned());
-                if prompt.is_some() || opts.schema.is_some() {
-                    entry.set_value(Some(&json!({ "prompt": prompt, "schema": opts.schema })));
+                if prompt.is_some() || opts.schema.is_some() || deadline_ms.is_some() {
+                    let mut value = json!({ "prompt": prompt, "schema": opts.schema });
+                    if let Some(deadline) = deadline_ms {
+                        value["deadline_ms"] = json!(deadline);
+                    }
+                    entry.set_value(Some(&value));
                 }
-                self.run.append_one(entry, Durability::Awaited)?.seq
+                (self.run.append_one(entry, Durability::Awaited)?.seq, deadline_ms)
             }
         };
+        if let Some(deadline) = deadline_ms
+            && self.run.now_ms() >= deadline
+        {
+            // Past its deadline: the timeout is the wait's resolution, unless one came first.
+            return self.run.time_out_external(key, seq, deadline);
+        }
         self.run.emit(self.span_pair(span), false, || EventKind::ExternalWaiting {
             key: key.into(),
             prompt: prompt.map(str::to_owned),
         });
-        let receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
+        let mut receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
+        let timer = async {
+            match deadline_ms {
+                Some(deadline) => {
+                    let wait = u64::try_from(deadline.saturating_sub(self.run.now_ms())).unwrap_or(0);
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         let result = tokio::select! {
-            value = receiver => value.map_err(|_| self.run.stopped_error()),
+            value = &mut receiver => value.map_err(|_| self.run.stopped_error()),
             _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+            () = timer => match deadline_ms {
+                Some(deadline) => self.run.time_out_external(key, seq, deadline),
+                None => Err(Error::internal("a wait without a deadline timed out")),
+            },
         };
         self.run.end_wait(key, result.is_ok());
         result
@@ -1214,6 +1248,7 @@ impl BudgetHooks for AccountHooks<'_> {
                     "required": ["approved"],
                     "properties": { "approved": { "type": "boolean" } }
                 })),
+                timeout: None,
             };
             let answer = self.ctx.await_external(&request.key, opts).await?;
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))

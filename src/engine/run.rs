@@ -593,6 +593,31 @@ impl RunState {
         Ok(applied)
     }
 
+    /// Resolves the wait on `key` (journaled at `seq`) with its timeout value, unless a
+    /// resolution closed it first: returns the value the wait delivers either way. The
+    /// timeout is journaled like any resolution (bypassing the wait's schema), so every
+    /// replay delivers it too.
+    pub(crate) fn time_out_external(&self, key: &str, seq: Seq, deadline_ms: i64) -> Result<Value, Error> {
+        if let Some(value) = self.lock_journal().replay.resolutions().value_for(seq).cloned() {
+            return Ok(value);
+        }
+        let value = serde_json::json!({ "timed_out": true, "key": key, "deadline_ms": deadline_ms });
+        let written = self.append_one(resolution_entry(seq, key, value.clone()), Durability::Awaited)?;
+        let mut journal = self.lock_journal();
+        let applied = journal.replay.resolve(seq, written.seq, value.clone());
+        let delivered = if applied {
+            value
+        } else {
+            journal.replay.resolutions().value_for(seq).cloned().unwrap_or(value)
+        };
+        drop(journal);
+        self.emit((self.span_base, None), false, || EventKind::ExternalResolved {
+            key: key.to_owned(),
+            applied,
+        });
+        Ok(delivered)
+    }
+
     fn pending(&self) -> Vec<Pending> {
         let externals = self.externals.lock().unwrap_or_else(|p| p.into_inner());
         let mut pending: Vec<Pending> = externals

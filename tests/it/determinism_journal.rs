@@ -417,3 +417,45 @@ fn a_label_with_a_separator_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("label"), "{stderr}");
 }
+
+// ---- 5. await_external takes a timeout ----------------------------------------------------------
+
+#[test]
+fn a_wait_past_its_timeout_resumes_with_a_journaled_timeout_value() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "s.rhai",
+        r#"
+        let v = await_external("go", #{timeout_ms: 50, schema: #{type: "integer"}});
+        let after = if type_of(v) == "map" && v.timed_out { agent("timed out") } else { agent("answered") };
+        [v, after]
+        "#,
+    );
+    let (_, first) = run_json(dir.path(), &["run", "s.rhai", "--run-id", "r1"]);
+    assert_eq!(first["status"], "suspended", "{first}");
+    std::thread::sleep(std::time::Duration::from_millis(80));
+    let (code, resumed) = run_json(dir.path(), &["resume", "r1"]);
+    assert_eq!(code, 0, "{resumed}");
+    assert_eq!(resumed["value"][0]["timed_out"], true, "{resumed}");
+    assert_eq!(resumed["value"][0]["key"], "go");
+    assert_eq!(resumed["value"][1], "echo: timed out");
+    // The timeout is the wait's resolution: a late answer is recorded and not applied, and
+    // every replay takes the same path.
+    let out = cairn_in(dir.path()).args(["resolve", "r1", "go", "7"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already resolved"), "{out:?}");
+    let (code, text) = replay(dir.path(), "r1");
+    assert_eq!(code, 0, "{text}");
+}
+
+#[test]
+fn a_wait_answered_before_its_timeout_gets_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.rhai", r#"await_external("go", #{timeout_ms: 600000})"#);
+    let (_, first) = run_json(dir.path(), &["run", "s.rhai", "--run-id", "r1"]);
+    assert_eq!(first["status"], "suspended", "{first}");
+    resolve(dir.path(), "r1", "go", "5");
+    let (code, resumed) = run_json(dir.path(), &["resume", "r1"]);
+    assert_eq!(code, 0, "{resumed}");
+    assert_eq!(resumed["value"], 5);
+}

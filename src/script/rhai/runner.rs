@@ -821,7 +821,11 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     fn wait(shared: &Shared, key: &str, opts: &Map) -> RhaiResult<Dynamic> {
         let ctx = current()?;
         let opts = options("await_external", opts).map_err(to_rhai)?;
-        let eopts = ExternalOptions { prompt: str_opt(&opts, "prompt"), schema: opts.get("schema").cloned() };
+        let eopts = ExternalOptions {
+            prompt: str_opt(&opts, "prompt"),
+            schema: opts.get("schema").cloned(),
+            timeout: opts.get("timeout_ms").and_then(Value::as_u64).map(Duration::from_millis),
+        };
         block(shared, ctx.await_external(key, eopts)).map(|v| to_dynamic(&v))
     }
     let s = shared.clone();
