@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use super::config::Config;
 use super::{Exit, fail, progress};
-use crate::engine::{CostReport, Engine, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script};
+use crate::engine::{
+    CostReport, Engine, Resolution, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script,
+};
 use crate::error::{Error, ErrorCode};
 use crate::journal;
 use crate::script::{Diagnostic, LintContext};
@@ -79,6 +81,9 @@ pub(super) struct ResumeArgs {
     /// Rerun the call journaled at this seq (repeatable).
     #[arg(long)]
     invalidate: Vec<u64>,
+    /// When another process is driving the run, wait for it to let go instead of failing.
+    #[arg(long)]
+    wait: bool,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -203,8 +208,50 @@ fn setup_with(
             Ok(Arc::new(replay) as Arc<dyn crate::provider::Provider>)
         })?;
     }
+    if let Some(ttl) = lease_ttl_from_env()? {
+        builder = builder.lease_ttl(ttl);
+    }
     let engine = builder.build()?;
     Ok(Setup { engine, config, uses_echo })
+}
+
+/// The run lease's ttl from `CAIRN_LEASE_TTL_MS`, when set (tests shorten it).
+fn lease_ttl_from_env() -> Result<Option<std::time::Duration>, Error> {
+    match std::env::var("CAIRN_LEASE_TTL_MS") {
+        Err(_) => Ok(None),
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Some(std::time::Duration::from_millis(ms))),
+            _ => Err(Error::config(format!("CAIRN_LEASE_TTL_MS must be a positive integer, not {text:?}"))),
+        },
+    }
+}
+
+/// Resumes, waiting while another process drives the run when asked to.
+async fn resume_waiting(
+    engine: &Engine,
+    run_id: &RunId,
+    options: &ResumeOptions,
+    wait: bool,
+    quiet: bool,
+) -> Result<RunHandle, Error> {
+    let mut told = false;
+    loop {
+        match engine.resume(run_id, options.clone()) {
+            Err(e) if wait && e.code == ErrorCode::RunBusy => {
+                if !told && !quiet {
+                    eprintln!("cairn: run {run_id} is being driven by another process; waiting for it");
+                    told = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+                    _ = tokio::signal::ctrl_c() => {
+                        return Err(Error::new(ErrorCode::Cancelled, "interrupted while waiting for the run"));
+                    }
+                }
+            }
+            other => return other,
+        }
+    }
 }
 
 fn lint_context(setup: &Setup) -> LintContext {
@@ -358,8 +405,9 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
     };
     let options =
         ResumeOptions { dry_run: args.dry_run, invalidate: args.invalidate.clone(), ..Default::default() };
-    let handle = match setup.engine.resume(&run_id, options) {
+    let handle = match resume_waiting(&setup.engine, &run_id, &options, args.wait, args.live.quiet).await {
         Ok(handle) => handle,
+        Err(e) if e.code == ErrorCode::Cancelled => return fail(Exit::Cancelled, e),
         Err(e) => return fail(exit_of(&e), e),
     };
     match follow(handle, args.live.quiet).await {
@@ -425,12 +473,20 @@ pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
-    match setup.engine.resolve_external(&run_id, &args.key, value) {
-        Ok(true) => {
+    match setup.engine.resolve(&run_id, &args.key, value) {
+        Ok(Resolution::Applied) => {
             println!("resolved {} of run {run_id}; continue it with: cairn resume {run_id}", args.key);
             Exit::Ok
         }
-        Ok(false) => {
+        Ok(Resolution::Queued) => {
+            println!(
+                "run {run_id} is being driven by another process; {} was handed to it (the driver applies it, \
+                 or the next `cairn resume {run_id}` does)",
+                args.key
+            );
+            Exit::Ok
+        }
+        Ok(Resolution::AlreadyResolved) => {
             println!(
                 "{} of run {run_id} was already resolved; this attempt was recorded and not applied",
                 args.key

@@ -23,7 +23,7 @@ use crate::journal::{
     self, ContentKey, Entry, Kind, Ledger, Match, Replay, ReplayOptions, Resolutions, ScopePath, Seq, Status,
 };
 use crate::money::Money;
-use crate::store::{RawEntry, RunId, RunMeta, RunStatus};
+use crate::store::{Lease, RawEntry, RunId, RunMeta, RunStatus};
 
 /// The state one run shares across every `Ctx` of it.
 #[derive(Debug)]
@@ -63,6 +63,11 @@ pub(crate) struct RunState {
     /// both stay unique and increasing across the run's segments.
     span_base: u64,
     pub(crate) policy: ErrorPolicy,
+    /// The run's lease, when the store grants leases: every write of this segment is fenced
+    /// with it.
+    lease: Option<Lease>,
+    /// Stops the task that renews the lease and drains the inbox.
+    keeper: CancellationToken,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -368,7 +373,7 @@ impl RunState {
                     // A store is the embedder's code: one that panics fails this write (and,
                     // latched, the run) instead of leaving `flushing` set and its waiters
                     // blocked for good.
-                    let append = || self.engine.journal.append(&self.run_id, &raw, None);
+                    let append = || self.engine.journal.append(&self.run_id, &raw, self.lease.as_ref());
                     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(append)) {
                         Ok(result) => result.map_err(Error::from),
                         Err(_) => Err(Error::internal("the journal store panicked during an append")),
@@ -568,6 +573,25 @@ impl RunState {
         Ok(applied)
     }
 
+    /// Whether some wait of this run is open (its inbox is worth draining).
+    pub(crate) fn has_waits(&self) -> bool {
+        !self.externals.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
+    /// The run's lease is gone (it expired and another driver may hold the run): nothing this
+    /// segment writes from now on can land, so every later append fails with why.
+    pub(crate) fn lease_lost(&self, error: Error) {
+        let error = Error::new(
+            ErrorCode::RunBusy,
+            format!(
+                "run {} lost its lease, so this process stopped driving it: {}",
+                self.run_id, error.message
+            ),
+        );
+        self.lock_group().lost.get_or_insert(error);
+        self.cancel.cancel();
+    }
+
     fn pending(&self) -> Vec<Pending> {
         let externals = self.externals.lock().unwrap_or_else(|p| p.into_inner());
         let mut pending: Vec<Pending> = externals
@@ -660,6 +684,8 @@ struct Segment {
     resumed: bool,
     /// How many segments ran before this one.
     index: u32,
+    /// The run's lease, held for this segment.
+    lease: Option<Lease>,
 }
 
 /// Where segment `index`'s event seqs and span ids start.
@@ -698,6 +724,8 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
         next_span: AtomicU64::new(segment_base(segment.index) + 1),
         span_base: segment_base(segment.index),
         policy: segment.policy,
+        lease: segment.lease,
+        keeper: CancellationToken::new(),
         engine,
     })
 }
@@ -729,7 +757,57 @@ pub(super) fn start(
     if engine.journal.get_meta(&run_id)?.is_some() {
         return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
     }
-    let args_canonical = journal::canonical_json(&args).map_err(|e| Error::validation(e.to_string()))?;
+    let lease = super::lease::acquire(&engine, &run_id)?;
+    let fresh =
+        Fresh { name: &workflow.name, args: &args, options: &options, script: script.as_ref(), ceiling, now };
+    match begin_fresh(&engine, &run_id, &fresh, lease.as_ref()) {
+        Ok(meta) => {
+            let segment = Segment {
+                entries: Vec::new(),
+                replay: Replay::empty(),
+                ceiling,
+                spent: Money::ZERO,
+                spawns: 0,
+                dry_run: false,
+                policy: options.policy,
+                deadline_ms: options.deadline_ms,
+                resumed: false,
+                index: 0,
+                lease,
+            };
+            Ok(launch(engine, run_id, workflow, args, meta, segment))
+        }
+        Err(e) => {
+            super::lease::release(&engine, lease.as_ref());
+            Err(e)
+        }
+    }
+}
+
+/// What a fresh run starts with.
+struct Fresh<'a> {
+    name: &'a str,
+    args: &'a Value,
+    options: &'a RunOptions,
+    script: Option<&'a ScriptSource>,
+    ceiling: Option<Money>,
+    now: i64,
+}
+
+/// Writes a fresh run's stored inputs and meta, under its lease.
+fn begin_fresh(
+    engine: &EngineInner,
+    run_id: &RunId,
+    fresh: &Fresh<'_>,
+    lease: Option<&Lease>,
+) -> Result<RunMeta, Error> {
+    let Fresh { name, args, options, script, ceiling, now } = *fresh;
+    // Under the lease: nobody created the run between the check above and the lease.
+    if engine.journal.get_meta(run_id)?.is_some() {
+        return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
+    }
+    let run_id = run_id.clone();
+    let args_canonical = journal::canonical_json(args).map_err(|e| Error::validation(e.to_string()))?;
     engine.transcripts.put(&args_ref(&run_id), args_canonical.as_bytes())?;
     if let Some(script) = &script {
         engine.transcripts.put(&source_ref(&run_id), script.source.as_bytes())?;
@@ -741,7 +819,7 @@ pub(super) fn start(
     let meta = RunMeta {
         run_id: run_id.clone(),
         status: RunStatus::Running,
-        name: Some(workflow.name.clone()),
+        name: Some(name.to_owned()),
         tags: options.tags.clone(),
         created_at_ms: now,
         updated_at_ms: now,
@@ -754,20 +832,8 @@ pub(super) fn start(
         segments: 1,
         extra,
     };
-    engine.journal.put_meta(&meta, None)?;
-    let segment = Segment {
-        entries: Vec::new(),
-        replay: Replay::empty(),
-        ceiling,
-        spent: Money::ZERO,
-        spawns: 0,
-        dry_run: false,
-        policy: options.policy,
-        deadline_ms: options.deadline_ms,
-        resumed: false,
-        index: 0,
-    };
-    Ok(launch(engine, run_id, workflow, args, meta, segment))
+    engine.journal.put_meta(&meta, lease)?;
+    Ok(meta)
 }
 
 /// Resumes a run from its journal.
@@ -830,6 +896,36 @@ pub(super) fn resume(
         engine.journal.get_meta(run_id)?.ok_or_else(|| Error::config(format!("unknown run {run_id}")))?;
     validate_deadline(options.deadline_ms, engine.clock.now_ms())?;
     let workflow = resume_workflow(handle, &meta, &options)?;
+    // A dry run writes nothing, so it needs no lease.
+    let lease = if options.dry_run { None } else { super::lease::acquire(&engine, run_id)? };
+    match resume_leased(handle, run_id, meta, options, workflow, lease.clone()) {
+        Ok(handle) => Ok(handle),
+        Err(e) => {
+            super::lease::release(&engine, lease.as_ref());
+            Err(e)
+        }
+    }
+}
+
+/// The rest of a resume, under the run's lease.
+fn resume_leased(
+    handle: &super::Engine,
+    run_id: &RunId,
+    meta: RunMeta,
+    options: ResumeOptions,
+    workflow: Workflow,
+    lease: Option<Lease>,
+) -> Result<RunHandle, Error> {
+    let engine = handle.inner.clone();
+    // Resolutions left for the previous driver join the journal before it is read.
+    if lease.is_some() {
+        super::lease::drain_stored(&engine, run_id, lease.as_ref())?;
+    }
+    let meta = match lease {
+        // Re-read under the lease: the previous driver may have settled meanwhile.
+        Some(_) => engine.journal.get_meta(run_id)?.unwrap_or(meta),
+        None => meta,
+    };
     let args = match options.args.clone() {
         Some(args) => args,
         None => match engine.transcripts.get(&args_ref(run_id))? {
@@ -852,7 +948,7 @@ pub(super) fn resume(
         meta.segments += 1;
         meta.status = RunStatus::Running;
         meta.updated_at_ms = engine.clock.now_ms();
-        engine.journal.put_meta(&meta, None)?;
+        engine.journal.put_meta(&meta, lease.as_ref())?;
     }
     let policy = if meta.extra.get("policy").and_then(Value::as_str) == Some("lenient") {
         ErrorPolicy::Lenient
@@ -870,6 +966,7 @@ pub(super) fn resume(
         deadline_ms: options.deadline_ms,
         resumed: true,
         index,
+        lease,
     };
     Ok(launch(engine, run_id.clone(), workflow, args, meta, segment))
 }
@@ -885,6 +982,9 @@ fn launch(
     let deadline_ms = segment.deadline_ms;
     let resumed = segment.resumed;
     let state = new_state(engine, run_id.clone(), segment);
+    if state.lease.is_some() {
+        super::lease::spawn_keeper(&state, state.lease.clone(), state.keeper.clone());
+    }
     let ctx = Ctx::root(state.clone());
     state.emit((state.span_base, None), false, || EventKind::RunStart {
         name: workflow.name.clone(),
@@ -954,7 +1054,7 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
             // The journal holds the settlement (and, before it, everything this segment
             // queued): the meta row may follow.
             Ok(_) => {
-                if let Err(e) = state.engine.journal.put_meta(&meta, None) {
+                if let Err(e) = state.engine.journal.put_meta(&meta, state.lease.as_ref()) {
                     error.get_or_insert(e.into());
                 }
             }
@@ -969,6 +1069,9 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
             }
         }
     }
+    // Settled: the run is free for the next driver.
+    state.keeper.cancel();
+    super::lease::release(&state.engine, state.lease.as_ref());
     let (cost, preview) = {
         let journal = state.lock_journal();
         (CostReport::fold(journal.all.iter().map(|e| &**e)), journal.replay.preview())
@@ -996,13 +1099,43 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
     }
 }
 
-/// Appends a resolution to a run that is not live here.
+/// Appends a resolution to a run that is not live here (under its lease, when given).
 pub(super) fn resolve_stored(
     engine: &EngineInner,
     run_id: &RunId,
     key: &str,
     value: Value,
+    lease: Option<&Lease>,
 ) -> Result<bool, Error> {
+    let (entries, target) = stored_wait(engine, run_id, key, &value)?;
+    let applied = !Resolutions::fold(entries.iter()).is_closed(target);
+    let mut entry = resolution_entry(target, key, value);
+    entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
+    entry.ts = Some(engine.clock.now_ms());
+    engine.journal.append(run_id, &[journal::encode(&entry)?], lease)?;
+    Ok(applied)
+}
+
+/// Checks that a stored run waits on `key` and that `value` satisfies the wait.
+///
+/// # Errors
+/// `config` for an unknown run; `validation` for no such wait or a value its schema refuses.
+pub(super) fn check_stored_resolution(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    value: &Value,
+) -> Result<(), Error> {
+    stored_wait(engine, run_id, key, value).map(drop)
+}
+
+/// The stored journal and the seq of the wait on `key` a resolution with `value` targets.
+fn stored_wait(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    value: &Value,
+) -> Result<(Vec<Entry>, Seq), Error> {
     if engine.journal.get_meta(run_id)?.is_none() {
         return Err(Error::config(format!("unknown run {run_id}")));
     }
@@ -1010,11 +1143,6 @@ pub(super) fn resolve_stored(
     let entries = journal::decode_all(&raw)?;
     let target = find_suspension(entries.iter(), key)
         .ok_or_else(|| Error::validation(format!("run {run_id} has no wait on key {key:?}")))?;
-    check_resolution(entries.iter().find(|e| e.seq == target), key, &value)?;
-    let applied = !Resolutions::fold(entries.iter()).is_closed(target);
-    let mut entry = resolution_entry(target, key, value);
-    entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
-    entry.ts = Some(engine.clock.now_ms());
-    engine.journal.append(run_id, &[journal::encode(&entry)?], None)?;
-    Ok(applied)
+    check_resolution(entries.iter().find(|e| e.seq == target), key, value)?;
+    Ok((entries, target))
 }

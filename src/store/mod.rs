@@ -328,6 +328,7 @@ impl From<Error> for crate::error::Error {
     fn from(err: Error) -> crate::error::Error {
         let code = match err {
             Error::Config(_) => crate::error::ErrorCode::Config,
+            Error::LeaseHeld { .. } => crate::error::ErrorCode::RunBusy,
             _ => crate::error::ErrorCode::Internal,
         };
         crate::error::Error::new(code, err.to_string())
@@ -381,6 +382,13 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
     /// recreated run's leases still fence the deleted incarnation's. Fenced when given a
     /// lease. Deleting an unknown run is a no-op. Transcript blobs are not touched.
     fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()>;
+
+    /// The store's lease capability, when it grants leases. The engine drives a run only
+    /// while it holds the run's lease here, and fences every write with it; a store that
+    /// grants none (the default) leaves single-driver to its user.
+    fn leases(&self) -> Option<&dyn LeasableStore> {
+        None
+    }
 }
 
 /// A journal store that can grant one owner at a time the right to write a run.

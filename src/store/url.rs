@@ -15,7 +15,7 @@ use super::{
 pub struct OpenedStore {
     /// The journal and run meta.
     pub journal: Arc<dyn JournalStore>,
-    /// The lease capability, when the store has one (`sqlite`, `memory`; not `jsonl`).
+    /// The lease capability (every shipped store has one; `jsonl`'s are OS file locks).
     pub leases: Option<Arc<dyn LeasableStore>>,
     /// The blob store.
     pub transcripts: Arc<dyn TranscriptStore>,
@@ -52,7 +52,7 @@ pub fn open(url: &str) -> Result<OpenedStore> {
                 return Err(bad_url(url, "write jsonl:DIR with no '//' (e.g. jsonl:./runs)"));
             }
             let store = Arc::new(JsonlStore::open(Path::new(dir), Durability::Normal)?);
-            Ok(OpenedStore { journal: store.clone(), leases: None, transcripts: store })
+            Ok(OpenedStore { journal: store.clone(), leases: Some(store.clone()), transcripts: store })
         }
         ("jsonl", _) => Err(bad_url(url, "a jsonl store needs a directory: jsonl:DIR")),
         _ => Err(bad_url(url, "expected sqlite:PATH, sqlite, jsonl:DIR or memory")),
@@ -84,6 +84,6 @@ mod tests {
         let sqlite = open(&format!("sqlite:{}", db.display())).unwrap();
         assert!(sqlite.leases.is_some() && db.exists());
         let jsonl = open(&format!("jsonl:{}", dir.path().join("runs").display())).unwrap();
-        assert!(jsonl.leases.is_none() && dir.path().join("runs").is_dir());
+        assert!(jsonl.leases.is_some() && dir.path().join("runs").is_dir());
     }
 }

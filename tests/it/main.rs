@@ -6,6 +6,7 @@ mod concurrency;
 mod crash;
 mod hostile;
 mod jcs;
+mod lease;
 mod lint;
 mod live_model;
 mod provider;

@@ -779,6 +779,10 @@ impl JournalStore for SqliteStore {
         })
     }
 
+    fn leases(&self) -> Option<&dyn LeasableStore> {
+        Some(self)
+    }
+
     fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()> {
         self.write(|conn, now_ms| {
             fence(conn, run, lease, now_ms)?;
