@@ -403,8 +403,16 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let options =
-        ResumeOptions { dry_run: args.dry_run, invalidate: args.invalidate.clone(), ..Default::default() };
+    let model = match args.live.model.as_deref().map(crate::model::ModelRef::parse).transpose() {
+        Ok(model) => model,
+        Err(e) => return fail(Exit::Usage, format!("invalid --model: {e}")),
+    };
+    let options = ResumeOptions {
+        dry_run: args.dry_run,
+        invalidate: args.invalidate.clone(),
+        model,
+        ..Default::default()
+    };
     let handle = match resume_waiting(&setup.engine, &run_id, &options, args.wait, args.live.quiet).await {
         Ok(handle) => handle,
         Err(e) if e.code == ErrorCode::Cancelled => return fail(Exit::Cancelled, e),

@@ -13,6 +13,7 @@ mod fanout;
 mod identity;
 mod lease;
 mod run;
+mod started;
 #[cfg(test)]
 mod tests;
 
@@ -232,6 +233,10 @@ pub struct ResumeOptions {
     pub args: Option<Value>,
     /// An absolute deadline in ms since the epoch.
     pub deadline_ms: Option<i64>,
+    /// The default model for calls that name none. By default a resume routes calls as the
+    /// run started (the default and per-role models stored with the run), whatever the
+    /// engine's own defaults are now.
+    pub model: Option<ModelRef>,
 }
 
 /// Work a run did not complete, itemized.

@@ -816,7 +816,7 @@ fn begin_fresh(
     if options.policy == ErrorPolicy::Lenient {
         extra.insert("policy".into(), Value::from("lenient"));
     }
-    let meta = RunMeta {
+    let mut meta = RunMeta {
         run_id: run_id.clone(),
         status: RunStatus::Running,
         name: Some(name.to_owned()),
@@ -832,6 +832,8 @@ fn begin_fresh(
         segments: 1,
         extra,
     };
+    // How calls are routed is part of their identity: a resume reuses it.
+    super::started::Routing::of(engine).store(&mut meta);
     engine.journal.put_meta(&meta, lease)?;
     Ok(meta)
 }
@@ -896,9 +898,11 @@ pub(super) fn resume(
         engine.journal.get_meta(run_id)?.ok_or_else(|| Error::config(format!("unknown run {run_id}")))?;
     validate_deadline(options.deadline_ms, engine.clock.now_ms())?;
     let workflow = resume_workflow(handle, &meta, &options)?;
+    // The run's calls are keyed as it started them, unless the resume overrides the model.
+    let engine = super::started::resume_engine(&engine, &meta, options.model.as_ref())?.unwrap_or(engine);
     // A dry run writes nothing, so it needs no lease.
     let lease = if options.dry_run { None } else { super::lease::acquire(&engine, run_id)? };
-    match resume_leased(handle, run_id, meta, options, workflow, lease.clone()) {
+    match resume_leased(engine.clone(), run_id, meta, options, workflow, lease.clone()) {
         Ok(handle) => Ok(handle),
         Err(e) => {
             super::lease::release(&engine, lease.as_ref());
@@ -909,14 +913,13 @@ pub(super) fn resume(
 
 /// The rest of a resume, under the run's lease.
 fn resume_leased(
-    handle: &super::Engine,
+    engine: Arc<EngineInner>,
     run_id: &RunId,
     meta: RunMeta,
     options: ResumeOptions,
     workflow: Workflow,
     lease: Option<Lease>,
 ) -> Result<RunHandle, Error> {
-    let engine = handle.inner.clone();
     // Resolutions left for the previous driver join the journal before it is read.
     if lease.is_some() {
         super::lease::drain_stored(&engine, run_id, lease.as_ref())?;

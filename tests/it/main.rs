@@ -10,6 +10,7 @@ mod lease;
 mod lint;
 mod live_model;
 mod provider;
+mod resume_explain;
 mod samples;
 mod script;
 mod store;
