@@ -84,6 +84,10 @@ pub(super) struct ResumeArgs {
     /// When another process is driving the run, wait for it to let go instead of failing.
     #[arg(long)]
     wait: bool,
+    /// Run again (paying anew) completed calls whose identity changed since they were paid;
+    /// without it such a resume lists them, and what changed, and stops before paying.
+    #[arg(long)]
+    accept_rekey: bool,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -411,6 +415,7 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         dry_run: args.dry_run,
         invalidate: args.invalidate.clone(),
         model,
+        accept_rekey: args.accept_rekey,
         ..Default::default()
     };
     let handle = match resume_waiting(&setup.engine, &run_id, &options, args.wait, args.live.quiet).await {

@@ -9,6 +9,7 @@ mod budget;
 mod cost;
 mod ctx;
 mod events;
+mod explain;
 mod fanout;
 mod identity;
 mod lease;
@@ -237,6 +238,10 @@ pub struct ResumeOptions {
     /// run started (the default and per-role models stored with the run), whatever the
     /// engine's own defaults are now.
     pub model: Option<ModelRef>,
+    /// Let calls whose identity changed since they were paid (model, prompt, tools, schema,
+    /// options) run again, paid anew. Without it such a resume stops before dispatching any
+    /// of them and reports each, and which identity field changed, as `rekey_refused`.
+    pub accept_rekey: bool,
 }
 
 /// Work a run did not complete, itemized.

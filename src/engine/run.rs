@@ -68,11 +68,15 @@ pub(crate) struct RunState {
     lease: Option<Lease>,
     /// Stops the task that renews the lease and drains the inbox.
     keeper: CancellationToken,
+    /// Whether re-keyed calls may run, and the ones refused.
+    pub(crate) rekeys: super::explain::Rekeys,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
     Cancelled,
+    /// A resume refused to re-key a completed call.
+    Refused,
     Deadline,
     Suspended,
 }
@@ -471,6 +475,10 @@ impl RunState {
         match self.stop_reason() {
             Some(Stop::Deadline) => Error::new(ErrorCode::Cancelled, "the run's deadline passed"),
             Some(Stop::Suspended) => Error::new(ErrorCode::Cancelled, "the run suspended on external input"),
+            Some(Stop::Refused) => Error::new(
+                ErrorCode::Cancelled,
+                "the resume stopped: a call's identity changed since it was paid",
+            ),
             _ => Error::new(ErrorCode::Cancelled, "the run was cancelled"),
         }
     }
@@ -571,6 +579,16 @@ impl RunState {
             applied,
         });
         Ok(applied)
+    }
+
+    /// The journaled calls of `scope` from its cursor on that no live call has consumed.
+    pub(crate) fn unconsumed_at_cursor(&self, scope: &ScopePath) -> Vec<(Arc<Entry>, Option<Arc<Entry>>)> {
+        self.lock_journal().replay.unconsumed_at_cursor(scope)
+    }
+
+    /// Stops the run because a resume refused to re-key a completed call.
+    pub(crate) fn refuse_rekey(&self) {
+        self.stop_with(Stop::Refused);
     }
 
     /// Whether some wait of this run is open (its inbox is worth draining).
@@ -686,6 +704,8 @@ struct Segment {
     index: u32,
     /// The run's lease, held for this segment.
     lease: Option<Lease>,
+    /// Re-keyed calls run live without asking.
+    accept_rekey: bool,
 }
 
 /// Where segment `index`'s event seqs and span ids start.
@@ -726,6 +746,7 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
         policy: segment.policy,
         lease: segment.lease,
         keeper: CancellationToken::new(),
+        rekeys: super::explain::Rekeys::new(segment.accept_rekey),
         engine,
     })
 }
@@ -774,6 +795,7 @@ pub(super) fn start(
                 resumed: false,
                 index: 0,
                 lease,
+                accept_rekey: false,
             };
             Ok(launch(engine, run_id, workflow, args, meta, segment))
         }
@@ -970,6 +992,7 @@ fn resume_leased(
         resumed: true,
         index,
         lease,
+        accept_rekey: options.accept_rekey,
     };
     Ok(launch(engine, run_id.clone(), workflow, args, meta, segment))
 }
@@ -1045,6 +1068,9 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         (_, Err(e)) => (RunStatus::Error, None, Some(e)),
     };
     let (mut status, mut value, mut error) = (status, value, error);
+    if let Some(refusal) = state.rekeys.refusal() {
+        (status, value, error) = (RunStatus::Error, None, Some(refusal));
+    }
     if !state.dry_run {
         let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
         let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));

@@ -95,3 +95,36 @@ fn a_suspended_run_keeps_its_model_across_resolve_and_resume() {
         (Some(2), Some(0))
     );
 }
+
+/// A finished run of two calls on `model`.
+fn finished_on(dir: &Path, store: &str, model: &str, id: &str) {
+    let out = run(dir, store, &["run", "flow.rhai", "--model", model, "--run-id", id, "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_resume_that_would_rekey_paid_calls_explains_and_stops() {
+    let dir = setup(0, "let a = agent(\"first question\"); let b = agent(\"second\"); [a, b]");
+    let store = sqlite(dir.path());
+    finished_on(dir.path(), &store, "echo:a", "rk");
+    let before = entries(dir.path(), &store, "rk").len();
+
+    let out = run(dir.path(), &store, &["resume", "rk", "--model", "echo:b", "-q"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("rekey_refused"), "{stderr}");
+    assert!(stderr.contains("model: echo:a → echo:b"), "{stderr}");
+    assert!(stderr.contains("--accept-rekey"), "{stderr}");
+    // Nothing was dispatched: no agent entry was written.
+    let after = entries(dir.path(), &store, "rk");
+    assert_eq!(after.iter().skip(before).filter(|e| e["kind"] == "agent").count(), 0, "{after:#?}");
+
+    let dry = run(dir.path(), &store, &["resume", "rk", "--model", "echo:b", "--dry-run", "-q"]);
+    assert_eq!(dry.status.code(), Some(7), "{}", text(&dry.stderr));
+    assert!(text(&dry.stderr).contains("model: echo:a → echo:b"), "{}", text(&dry.stderr));
+
+    let out =
+        run(dir.path(), &store, &["resume", "rk", "--model", "echo:b", "--accept-rekey", "--json", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(outcome(&out)["preview"]["misses"], 2);
+}
