@@ -88,6 +88,10 @@ pub(super) struct ResumeArgs {
     /// without it such a resume lists them, and what changed, and stops before paying.
     #[arg(long)]
     accept_rekey: bool,
+    /// An edited script: it replaces the run's stored source (kept as an earlier version);
+    /// unchanged calls replay, and re-keyed paid calls are explained first.
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -411,11 +415,19 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(model) => model,
         Err(e) => return fail(Exit::Usage, format!("invalid --model: {e}")),
     };
+    let script = match &args.script {
+        Some(file) => match read_script(file) {
+            Ok((name, source)) => Some(Script::rhai(&name, &source)),
+            Err(exit) => return exit,
+        },
+        None => None,
+    };
     let options = ResumeOptions {
         dry_run: args.dry_run,
         invalidate: args.invalidate.clone(),
         model,
         accept_rekey: args.accept_rekey,
+        script,
         ..Default::default()
     };
     let handle = match resume_waiting(&setup.engine, &run_id, &options, args.wait, args.live.quiet).await {

@@ -1,13 +1,14 @@
 //! Explaining a resume before paying for it: when a resumed run's agent call misses the
-//! journal while a completed, paid call waits at the same place (the same scope, the next
-//! journaled call there no live call has taken), the call was re-keyed: its model, prompt,
-//! tools, schema or options changed. Unless the resume accepts re-keying, the engine refuses
-//! to dispatch it, names the call and each identity field that changed (old value against
-//! new), stops the run and reports every such call it met as one `rekey_refused` error.
+//! journal while a completed, paid agent call that is recognizably the same call waits ahead
+//! in the same scope (not yet taken by a live call, and sharing the live call's label, its
+//! caller key or its prompt), the call was re-keyed: its model, prompt, tools, schema or
+//! options changed. Unless the resume accepts re-keying, the engine refuses to dispatch it,
+//! names the call and each identity field that changed (old value against new), stops the
+//! run and reports every such call it met as one `rekey_refused` error.
 //!
-//! Pairing is by position, so inserting a new agent call just before a journaled one is
-//! reported as a re-key of that call too: read the listing, and pass `--accept-rekey` when
-//! the new call is what you meant.
+//! A call whose prompt changed and that has no label (or key) to pin it is indistinguishable
+//! from a newly inserted call: it runs live, and the journaled call it replaced is counted as
+//! orphaned in the preview. Label calls whose prompts you edit to have those explained too.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -82,9 +83,9 @@ pub(crate) fn check(
     let candidates = state.unconsumed_at_cursor(scope);
     let line = {
         let mut claimed = rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((first, terminal)) =
-            candidates.iter().find(|(first, _)| first.kind == Kind::Agent && !claimed.contains(&first.seq))
-        else {
+        let Some((first, terminal)) = candidates.iter().find(|(first, _)| {
+            first.kind == Kind::Agent && !claimed.contains(&first.seq) && same_call(first, live)
+        }) else {
             return Ok(None);
         };
         let Some(terminal) = terminal.as_ref().filter(|t| t.status == Status::Ok) else {
@@ -100,6 +101,21 @@ pub(crate) fn check(
     rekeys.refused.lock().unwrap_or_else(|p| p.into_inner()).push(line);
     state.refuse_rekey();
     Err(Error::new(ErrorCode::RekeyRefused, "the call's identity changed since it was paid"))
+}
+
+/// Whether a journaled agent call is recognizably the live one: the same label, the same
+/// caller key, or the same prompt.
+fn same_call(old: &Entry, live: &LiveAgent<'_>) -> bool {
+    if old.label.is_some() && old.label.as_deref() == live.label {
+        return true;
+    }
+    let Some(was) = old.identity.as_deref() else { return false };
+    let now = live.summary;
+    match (&was.key, &now.key) {
+        (Some(a), Some(b)) => a == b,
+        (None, None) => was.prompt_hash.is_some() && was.prompt_hash == now.prompt_hash,
+        _ => false,
+    }
 }
 
 /// `agent call seq 3 (label x): model: echo:a → echo:b; prompt: "…" → "…"`.

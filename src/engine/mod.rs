@@ -228,7 +228,10 @@ pub struct ResumeOptions {
     /// The workflow to resume with; by default the script stored with the run, or the
     /// registered workflow named in run meta.
     pub workflow: Option<Workflow>,
-    /// A script to resume with; refused unless its source hash equals the stored one.
+    /// A script to resume with: an edit of the run's script. Unless it is the stored source,
+    /// it replaces it (stored as the run's new source, the old one kept), its unchanged calls
+    /// replay, and re-keyed ones are explained (see `accept_rekey`). Must be of the run's
+    /// dialect.
     pub script: Option<Script>,
     /// The arguments; by default the arguments stored with the run.
     pub args: Option<Value>,

@@ -879,12 +879,15 @@ fn resume_workflow(
             Error::config(format!("run {run_id} is a {dialect} script, a dialect this engine lacks"))
         })?;
         if let Some(script) = &options.script {
-            if Some(script.source_hash()) != meta.source_hash {
+            if script.dialect() != dialect.name() {
                 return Err(Error::config(format!(
-                    "the script differs from the one run {run_id} started with (source hash mismatch); \
-                     resume without a file to use the stored source"
+                    "run {run_id} is a {} script; an edit must be one too, not {}",
+                    dialect.name(),
+                    script.dialect()
                 )));
             }
+            // A different source is an edit: it replaces the stored one when the resume
+            // starts (see `store_edit`); unchanged calls replay.
             return dialect.prepare(handle, &name, script.source());
         }
         let bytes = engine
@@ -906,6 +909,32 @@ fn resume_workflow(
         }),
         None => Err(Error::config(format!("run {run_id} names no workflow; pass one to resume"))),
     }
+}
+
+/// Stores an edited script as the run's source from now on (a new blob, its ref and hash in
+/// meta), keeping the earlier source and listing it in meta's `previous_sources`.
+fn store_edit(
+    engine: &EngineInner,
+    meta: &mut RunMeta,
+    script: &super::Script,
+    index: u32,
+) -> Result<(), Error> {
+    let hash = script.source_hash();
+    if meta.source_hash.as_deref() == Some(hash.as_str()) {
+        return Ok(());
+    }
+    let new_ref = format!("{}.{index}", source_ref(&meta.run_id));
+    engine.transcripts.put(&new_ref, script.source().as_bytes())?;
+    let previous = serde_json::json!({ "source_ref": meta.source_ref, "source_hash": meta.source_hash });
+    match meta.extra.get_mut("previous_sources").and_then(Value::as_array_mut) {
+        Some(list) => list.push(previous),
+        None => {
+            meta.extra.insert("previous_sources".into(), Value::Array(vec![previous]));
+        }
+    }
+    meta.source_ref = Some(new_ref);
+    meta.source_hash = Some(hash);
+    Ok(())
 }
 
 /// Resumes a run from its journal.
@@ -970,6 +999,9 @@ fn resume_leased(
     // Segments that ran before this one (a dry run counts as the next, and writes nothing).
     let index = meta.segments;
     if !options.dry_run {
+        if let Some(script) = &options.script {
+            store_edit(&engine, &mut meta, script, index)?;
+        }
         meta.segments += 1;
         meta.status = RunStatus::Running;
         meta.updated_at_ms = engine.clock.now_ms();

@@ -128,3 +128,48 @@ fn a_resume_that_would_rekey_paid_calls_explains_and_stops() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(outcome(&out)["preview"]["misses"], 2);
 }
+
+#[test]
+fn an_edited_script_replaces_the_stored_one_and_replays_what_did_not_change() {
+    let dir = setup(0, "let a = agent(\"one\"); let b = agent(\"two\", #{label: \"second\"}); [a, b]");
+    let store = sqlite(dir.path());
+    let out = run(dir.path(), &store, &["run", "flow.rhai", "--run-id", "ed", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let edited = "let a = agent(\"one\"); let n = agent(\"inserted\"); \
+                  let b = agent(\"two, edited\", #{label: \"second\"}); [a, n, b]";
+    std::fs::write(dir.path().join("edited.rhai"), edited).unwrap();
+
+    // The edit re-keys the labelled call: explained, not paid.
+    let out = run(dir.path(), &store, &["resume", "ed", "--script", "edited.rhai", "-q"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("agent call 'second'"), "{stderr}");
+    assert!(stderr.contains("prompt: \"two\" → \"two, edited\""), "{stderr}");
+    let journal = entries(dir.path(), &store, "ed");
+    assert!(!journal.iter().any(|e| e["kind"] == "agent" && e["ident"]["prompt_head"] == "two, edited"));
+
+    // Accepted: the unchanged call replays, the edited one is paid anew.
+    let out = run(
+        dir.path(),
+        &store,
+        &["resume", "ed", "--script", "edited.rhai", "--accept-rekey", "--json", "-q"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let done = outcome(&out);
+    assert_eq!(done["value"][2], "echo: two, edited", "{done:#}");
+    assert_eq!(
+        (done["preview"]["hits"].as_u64(), done["preview"]["misses"].as_u64()),
+        (Some(2), Some(1)),
+        "{done:#}"
+    );
+
+    // The edit is the run's source now; the original is kept.
+    let report: Value =
+        serde_json::from_slice(&run(dir.path(), &store, &["inspect", "ed", "--json"]).stdout).unwrap();
+    let meta = &report["meta"];
+    assert_ne!(meta["source_ref"], "ed/source");
+    assert_eq!(meta["previous_sources"][0]["source_ref"], "ed/source");
+    let out = run(dir.path(), &store, &["resume", "ed", "--json", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(outcome(&out)["preview"]["misses"], 0, "a plain resume runs the stored edit");
+}
