@@ -179,6 +179,16 @@ fn open_store(globals: &Globals, config: &Config) -> Result<OpenedStore, Error> 
     })
 }
 
+/// Opens the store for reading only (`runs`, `inspect`, `replay`): nothing is created or
+/// changed. `None` when nothing exists at the store's location yet.
+fn open_store_read_only(globals: &Globals, config: &Config) -> Result<Option<OpenedStore>, Error> {
+    let url = globals.store.clone().or_else(|| config.store.clone()).unwrap_or_else(|| "sqlite".into());
+    store::open_read_only(&url).map_err(|e| match e {
+        store::Error::Config(message) => Error::config(message),
+        other => Error::from(other),
+    })
+}
+
 struct Setup {
     engine: Engine,
     config: Config,
@@ -189,6 +199,15 @@ fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
     setup_with(globals, model, None)
 }
 
+/// An engine over the store opened read-only; `None` when there is no store yet.
+fn setup_read_only(globals: &Globals) -> Result<Option<Setup>, Error> {
+    let config = load_config(globals)?;
+    match open_store_read_only(globals, &config)? {
+        Some(opened) => setup_over(globals, config, opened, None, None).map(Some),
+        None => Ok(None),
+    }
+}
+
 fn setup_with(
     globals: &Globals,
     model: Option<&str>,
@@ -196,6 +215,16 @@ fn setup_with(
 ) -> Result<Setup, Error> {
     let config = load_config(globals)?;
     let opened = open_store(globals, &config)?;
+    setup_over(globals, config, opened, model, cassette)
+}
+
+fn setup_over(
+    _globals: &Globals,
+    config: Config,
+    opened: OpenedStore,
+    model: Option<&str>,
+    cassette: Option<&CassetteArgs>,
+) -> Result<Setup, Error> {
     let builder = Engine::builder(opened.journal, opened.transcripts);
     let builder = match config.default_budget()? {
         Some(ceiling) => builder.default_budget(ceiling),
@@ -452,8 +481,9 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
         Ok(id) => id,
         Err(exit) => return exit,
     };
-    let setup = match setup(globals, None) {
-        Ok(setup) => setup,
+    let setup = match setup_read_only(globals) {
+        Ok(Some(setup)) => setup,
+        Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(exit_of(&e), e),
     };
     let options = ResumeOptions { dry_run: true, ..Default::default() };
@@ -541,8 +571,16 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let opened = match open_store(globals, &config) {
-        Ok(opened) => opened,
+    let opened = match open_store_read_only(globals, &config) {
+        Ok(Some(opened)) => opened,
+        Ok(None) => {
+            if args.json {
+                println!("[]");
+            } else {
+                eprintln!("no runs");
+            }
+            return Exit::Ok;
+        }
         Err(e) => return fail(exit_of(&e), e),
     };
     let filter = RunFilter { statuses, limit: args.limit, ..RunFilter::default() };
@@ -579,8 +617,9 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let opened = match open_store(globals, &config) {
-        Ok(opened) => opened,
+    let opened = match open_store_read_only(globals, &config) {
+        Ok(Some(opened)) => opened,
+        Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(exit_of(&e), e),
     };
     let meta = match opened.journal.get_meta(&run_id) {
@@ -652,7 +691,12 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         Ok(found) => found,
         Err(exit) => return exit,
     };
-    let context = match setup(globals, None) {
+    // Linting needs the configured names, not the store: nothing is opened or created.
+    let in_memory = load_config(globals).and_then(|config| {
+        let opened = store::open("memory").map_err(Error::from)?;
+        setup_over(globals, config, opened, None, None)
+    });
+    let context = match in_memory {
         Ok(setup) => lint_context(&setup),
         Err(e) => return fail(exit_of(&e), e),
     };

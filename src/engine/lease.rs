@@ -82,12 +82,23 @@ fn busy(run: &RunId, detail: &str, ttl: Duration) -> Error {
 /// `run_busy` while another driver holds it; the store's failure otherwise.
 pub(crate) fn acquire(engine: &EngineInner, run: &RunId) -> Result<Option<Lease>, Error> {
     let Some(leases) = engine.journal.leases() else { return Ok(None) };
-    match leases.acquire(run, &owner(), engine.lease_ttl) {
-        Ok(lease) => Ok(Some(lease)),
-        Err(store::Error::LeaseHeld { detail, .. }) => Err(busy(run, &detail, engine.lease_ttl)),
-        Err(other) => Err(other.into()),
+    let owner = owner();
+    let started = Instant::now();
+    loop {
+        match leases.acquire(run, &owner, engine.lease_ttl) {
+            Ok(lease) => return Ok(Some(lease)),
+            // A `cairn resolve` holds the lease for a moment: give it that moment.
+            Err(store::Error::LeaseHeld { .. }) if started.elapsed() < BRIEF_HOLD => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(store::Error::LeaseHeld { detail, .. }) => return Err(busy(run, &detail, engine.lease_ttl)),
+            Err(other) => return Err(other.into()),
+        }
     }
 }
+
+/// How long a driver waits for a lease held briefly (by a resolver) before giving up.
+const BRIEF_HOLD: Duration = Duration::from_millis(250);
 
 /// Gives the lease up (best effort: an expired lease frees the run anyway).
 pub(crate) fn release(engine: &EngineInner, lease: Option<&Lease>) {
@@ -198,6 +209,11 @@ pub(crate) fn resolve(
     let Some(leases) = engine.journal.leases() else {
         return super::run::resolve_stored(engine, run, key, value, None).map(of);
     };
+    // An unknown run is refused before any lease is taken: a lease on a run about to start
+    // would keep its driver out.
+    if engine.journal.get_meta(run)?.is_none() {
+        return Err(Error::config(format!("unknown run {run}")));
+    }
     match leases.acquire(run, &owner(), engine.lease_ttl) {
         Ok(lease) => {
             let outcome = super::run::resolve_stored(engine, run, key, value, Some(&lease));

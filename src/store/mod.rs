@@ -25,7 +25,7 @@ mod url;
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
 pub use sqlite::{DEFAULT_SQLITE_PATH, SqliteOptions, SqliteStore};
-pub use url::{OpenedStore, open};
+pub use url::{OpenedStore, open, open_read_only};
 
 use std::fmt;
 use std::str::FromStr;

@@ -59,6 +59,37 @@ pub fn open(url: &str) -> Result<OpenedStore> {
     }
 }
 
+/// Opens the store a URL names for reading only, as `cairn runs`, `inspect` and `replay` do:
+/// nothing is created, migrated or changed, so a read never alters the store's files (a
+/// SQLite file that is not a cairn store is refused and left as it was). `Ok(None)` when
+/// nothing exists at the URL's location yet.
+///
+/// # Errors
+/// As [`open`]; [`Error::Config`] for a file that is not a cairn store.
+pub fn open_read_only(url: &str) -> Result<Option<OpenedStore>> {
+    let (scheme, rest) = match url.split_once(':') {
+        Some((scheme, rest)) => (scheme, Some(rest)),
+        None => (url, None),
+    };
+    match (scheme, rest) {
+        ("sqlite", rest) => {
+            let path = rest.filter(|path| !path.is_empty()).unwrap_or(DEFAULT_SQLITE_PATH);
+            if path.starts_with("//") {
+                return Err(bad_url(url, "write sqlite:PATH with no '//' (e.g. sqlite:/var/lib/cairn.db)"));
+            }
+            let Some(store) = SqliteStore::open_read_only(Path::new(path), SqliteOptions::new())? else {
+                return Ok(None);
+            };
+            let store = Arc::new(store);
+            Ok(Some(OpenedStore { journal: store.clone(), leases: None, transcripts: store }))
+        }
+        ("jsonl", Some(dir)) if !dir.is_empty() && !dir.starts_with("//") && !Path::new(dir).is_dir() => {
+            Ok(None)
+        }
+        _ => open(url).map(Some),
+    }
+}
+
 fn bad_url(url: &str, hint: &str) -> Error {
     Error::Config(format!("unsupported store url {url:?}: {hint}"))
 }

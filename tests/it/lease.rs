@@ -225,3 +225,72 @@ fn resolve_reaches_a_run_another_process_is_driving() {
         assert_eq!(count(&journal, "resolution", "ok"), 1, "{journal:#?}");
     }
 }
+
+/// A file's bytes and modification time.
+fn snapshot(path: &Path) -> (Vec<u8>, std::time::SystemTime) {
+    (std::fs::read(path).unwrap(), std::fs::metadata(path).unwrap().modified().unwrap())
+}
+
+#[test]
+fn inspect_leaves_a_torn_jsonl_tail_to_its_writer() {
+    let dir = setup(0, "agent(\"one\")");
+    let store = format!("jsonl:{}", dir.path().join("runs").display());
+    let out = run(dir.path(), &store, &["run", "flow.rhai", "--run-id", "torn", "-q"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Another process's append in progress, as a reader sees it.
+    let journal = dir.path().join("runs/torn.jsonl");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&journal).unwrap();
+    std::io::Write::write_all(&mut file, b"{\"seq\":99,\"kind\":\"ag").unwrap();
+    drop(file);
+    let before = snapshot(&journal);
+    for args in [&["inspect", "torn"][..], &["inspect", "torn", "--json"], &["runs"], &["replay", "torn"]] {
+        let out = run(dir.path(), &store, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    assert_eq!(snapshot(&journal), before, "a reader changed the journal");
+}
+
+#[test]
+fn read_commands_refuse_a_foreign_sqlite_file_and_leave_it_unchanged() {
+    let dir = setup(0, "agent(\"one\")");
+    let path = dir.path().join("other.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('ada');").unwrap();
+    drop(conn);
+    std::thread::sleep(Duration::from_millis(20));
+    let before = snapshot(&path);
+    let store = format!("sqlite:{}", path.display());
+    for args in [&["runs"][..], &["inspect", "x"], &["replay", "x"], &["run", "flow.rhai"], &["resume", "x"]]
+    {
+        let out = run(dir.path(), &store, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("is not a cairn store"), "{args:?}: {}", text(&out.stderr));
+    }
+    assert_eq!(snapshot(&path), before, "the foreign database changed");
+    assert!(!dir.path().join("other.db-wal").exists());
+}
+
+#[test]
+fn read_commands_read_a_read_only_cairn_store_without_writing() {
+    let dir = setup(0, "agent(\"one\")");
+    let path = dir.path().join("c.db");
+    let store = format!("sqlite:{}", path.display());
+    let out = run(dir.path(), &store, &["run", "flow.rhai", "--run-id", "ro", "-q"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::thread::sleep(Duration::from_millis(20));
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&path, perms).unwrap();
+    let before = snapshot(&path);
+    for args in [&["runs"][..], &["inspect", "ro", "--json"], &["replay", "ro"]] {
+        let out = run(dir.path(), &store, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    assert_eq!(snapshot(&path), before, "a read command changed the store");
+    // Nor does a read create a store where there is none.
+    let missing = format!("sqlite:{}", dir.path().join("nothing/here.db").display());
+    assert!(run(dir.path(), &missing, &["runs"]).status.success());
+    assert_eq!(run(dir.path(), &missing, &["inspect", "ro"]).status.code(), Some(2));
+    assert_eq!(run(dir.path(), &missing, &["replay", "ro"]).status.code(), Some(2));
+    assert!(!dir.path().join("nothing").exists(), "a read command created a store");
+}
