@@ -372,6 +372,12 @@ fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
         }
         if let Some(error) = &outcome.error {
             eprintln!("cairn: run {} {}: {error}", outcome.run_id, outcome.status);
+            if error.code == ErrorCode::StoreIo {
+                eprintln!(
+                    "nothing acknowledged was lost; once the store can be written again, continue with: cairn resume {} --wait",
+                    outcome.run_id
+                );
+            }
         }
         for pending in &outcome.pending {
             eprintln!(

@@ -326,13 +326,57 @@ pub enum Error {
 
 impl From<Error> for crate::error::Error {
     fn from(err: Error) -> crate::error::Error {
+        use crate::error::ErrorCode;
+        if let Some(cause) = io_cause(&err) {
+            return crate::error::Error::new(
+                ErrorCode::StoreIo,
+                format!("the store cannot be written: {cause} ({err})"),
+            );
+        }
         let code = match err {
-            Error::Config(_) => crate::error::ErrorCode::Config,
-            Error::LeaseHeld { .. } => crate::error::ErrorCode::RunBusy,
-            _ => crate::error::ErrorCode::Internal,
+            Error::Config(_) => ErrorCode::Config,
+            Error::LeaseHeld { .. } => ErrorCode::RunBusy,
+            _ => ErrorCode::Internal,
         };
         crate::error::Error::new(code, err.to_string())
     }
+}
+
+/// What a failure of the machine under a store was, in words a person acts on: no space, a
+/// file-size limit, a read-only file or file system, an I/O error. `None` for every other
+/// failure (order, lease, corruption, configuration).
+fn io_cause(err: &Error) -> Option<String> {
+    use std::io::ErrorKind;
+    match err {
+        Error::Io(io) => Some(match io.kind() {
+            ErrorKind::StorageFull | ErrorKind::QuotaExceeded => "no space left on the device".into(),
+            ErrorKind::FileTooLarge => file_size_limit().unwrap_or_else(|| "a file grew too large".into()),
+            ErrorKind::ReadOnlyFilesystem => "the file system is read-only".into(),
+            ErrorKind::PermissionDenied => "the store's files are not writable (permission denied)".into(),
+            _ => format!("an I/O error: {io}"),
+        }),
+        Error::Sqlite(rusqlite::Error::SqliteFailure(failure, _)) => match failure.code {
+            rusqlite::ErrorCode::DiskFull => Some("no space left on the device".into()),
+            rusqlite::ErrorCode::ReadOnly => Some("the database file or its directory is read-only".into()),
+            rusqlite::ErrorCode::CannotOpen => Some("the database file cannot be opened".into()),
+            rusqlite::ErrorCode::SystemIoFailure => Some(
+                file_size_limit()
+                    .unwrap_or_else(|| "a disk I/O error (the disk may be full or failing)".into()),
+            ),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The process's file-size limit (`ulimit -f`), when one is set: the likeliest cause of a
+/// write that fails with "file too large" or a bare I/O error while space is left.
+fn file_size_limit() -> Option<String> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max file size"))?;
+    let soft = line.split_whitespace().nth(3)?;
+    let bytes: u64 = soft.parse().ok()?;
+    Some(format!("file too large: the process's file-size limit (ulimit -f) of {bytes} bytes was reached"))
 }
 
 /// How hard a store works before it acknowledges a write.

@@ -294,3 +294,43 @@ fn read_commands_read_a_read_only_cairn_store_without_writing() {
     assert_eq!(run(dir.path(), &missing, &["replay", "ro"]).status.code(), Some(2));
     assert!(!dir.path().join("nothing").exists(), "a read command created a store");
 }
+
+#[test]
+fn a_file_size_limit_ends_the_run_with_a_typed_store_error_and_a_resume_finishes_it() {
+    for jsonl in [false, true] {
+        let dir = setup(0, "let out = []; for i in 0..300 { out.push(agent(\"call \" + i)); } out.len()");
+        let store = if jsonl {
+            format!("jsonl:{}", dir.path().join("runs").display())
+        } else {
+            format!("sqlite:{}", dir.path().join("c.db").display())
+        };
+        // SIGXFSZ ignored, so a write past the limit fails with EFBIG instead of killing.
+        let script = format!(
+            "trap '' XFSZ; ulimit -f {}; exec {} --store {store} run flow.rhai --run-id full -q",
+            if jsonl { 48 } else { 256 },
+            bin().display()
+        );
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .current_dir(dir.path())
+            .env("CAIRN_LEASE_TTL_MS", "300")
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "jsonl={jsonl}: {stderr}");
+        assert!(stderr.contains("store_io"), "jsonl={jsonl}: {stderr}");
+        assert!(stderr.contains("file-size limit"), "jsonl={jsonl}: {stderr}");
+        assert!(stderr.contains("cairn resume full"), "jsonl={jsonl}: {stderr}");
+        let out = cairn(dir.path(), &store)
+            .args(["resume", "full", "--wait", "--json", "-q"])
+            .env("CAIRN_LEASE_TTL_MS", "300")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "jsonl={jsonl}: {}", text(&out.stderr));
+        let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(outcome["value"], 300);
+        assert!(outcome["preview"]["hits"].as_u64().unwrap() > 0, "earlier calls replay: {outcome:#}");
+        assert_eq!(outcome["preview"]["orphaned"], 0, "{outcome:#}");
+    }
+}
