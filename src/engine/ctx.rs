@@ -467,6 +467,7 @@ impl Ctx {
             scope: self.scope.to_string(),
         };
         let mut matched_previous_terminal = false;
+        let live_miss = matches!(matched.outcome, Outcome::Live);
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start_event);
@@ -492,10 +493,30 @@ impl Ctx {
                 Some(supersedes)
             }
         };
+        // What the call is keyed on, compactly, so a resume can explain a re-key.
+        let summary = journal::IdentitySummary::of_agent(
+            prompt,
+            opts.key.as_deref(),
+            opts.effort.as_deref(),
+            schema_hash.as_deref(),
+            toolset_hash.as_deref(),
+        );
+        let rekeyed = if live_miss {
+            let live = super::explain::LiveAgent {
+                model: &model_name,
+                agent_type: opts.profile.as_deref(),
+                summary: &summary,
+                label: label.as_deref(),
+            };
+            super::explain::check(&self.run, &self.scope, &live)?
+        } else {
+            None
+        };
         if self.run.dry_run {
+            let rekeyed = rekeyed.map(|line| format!("; it re-keys {line}")).unwrap_or_default();
             let error = Error::new(
                 ErrorCode::JournalMiss,
-                format!("dry run reached a live agent call in scope '{}'", self.scope),
+                format!("dry run reached a live agent call in scope '{}'{rekeyed}", self.scope),
             );
             return Err(error);
         }
@@ -578,6 +599,7 @@ impl Ctx {
         running.agent_type = opts.profile.as_deref().map(journal::intern);
         running.role = Some(journal::intern(role.as_str()));
         running.model = Some(journal::intern(&model_name));
+        running.identity = Some(Box::new(summary));
         // Deferred: a crash before it is written reruns the call, as it would anyway.
         let running = match self.run.append_one(running, Durability::Lazy) {
             Ok(entry) => entry,
