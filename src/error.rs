@@ -52,6 +52,8 @@ pub enum ErrorCode {
     ScriptError,
     /// A bug or an unexpected state inside cairn, or a storage failure.
     Internal,
+    /// A model with no price was asked for under a finite budget ceiling.
+    UnpricedModel,
 }
 
 /// Whether a failure says something about the task or only about the path to it.
@@ -68,7 +70,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -87,6 +89,7 @@ impl ErrorCode {
         ErrorCode::SandboxLimit,
         ErrorCode::ScriptError,
         ErrorCode::Internal,
+        ErrorCode::UnpricedModel,
     ];
 
     /// The snake_case name, as persisted.
@@ -110,6 +113,7 @@ impl ErrorCode {
             ErrorCode::SandboxLimit => "sandbox_limit",
             ErrorCode::ScriptError => "script_error",
             ErrorCode::Internal => "internal",
+            ErrorCode::UnpricedModel => "unpriced_model",
         }
     }
 
@@ -138,7 +142,8 @@ impl ErrorCode {
             | ErrorCode::ContextOverflow
             | ErrorCode::ContentFilter
             | ErrorCode::SandboxLimit
-            | ErrorCode::ScriptError => ErrorClass::Task,
+            | ErrorCode::ScriptError
+            | ErrorCode::UnpricedModel => ErrorClass::Task,
         }
     }
 }

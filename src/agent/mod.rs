@@ -7,6 +7,7 @@
 //! The runtime knows nothing about journals: it returns what happened, and the engine
 //! journals it.
 
+pub(crate) mod cost;
 mod fs_read;
 mod tools;
 
@@ -39,8 +40,14 @@ const TOOL_CORRECTIONS: u32 = 3;
 pub(crate) trait BudgetHooks: Send + Sync {
     /// The turn guard: may another model turn start?
     fn can_start_turn(&self) -> bool;
-    /// The stream cut: would spending `cost` on this call cross a ceiling?
+    /// The stream cut: records that this call has consumed `cost` so far (in flight, seen by
+    /// its siblings at once) and says whether settled plus in-flight spend crosses a ceiling.
     fn would_cross(&self, cost: Money) -> bool;
+    /// The turn guard of a priced call: records `used` so far and grants the next turn up to
+    /// `want`; `Ok(None)` when unbounded, `Err(available)` when less than `floor` is left.
+    fn grant_turn(&self, _used: Money, _want: Money, _floor: Money) -> Result<Option<Money>, Money> {
+        Ok(None)
+    }
     /// Persists the loop's state at a turn boundary, so a rerun continues from here.
     fn checkpoint(&self, _state: &Checkpoint) {}
     /// Asks a person to approve a tool call (the permission chain said `ask`). Resolves to
@@ -485,8 +492,12 @@ async fn one_turn(
     cancel: &CancellationToken,
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<Turn, (AgentEnd, Usage)> {
+    let request = match cost::turn_request(spec, spent_before, budget) {
+        Ok(request) => request,
+        Err(error) => return Err((AgentEnd::Limit(error), Usage::default())),
+    };
     let stream_cancel = cancel.child_token();
-    let mut stream = spec.provider.stream(spec.request.clone(), stream_cancel.clone());
+    let mut stream = spec.provider.stream(request, stream_cancel.clone());
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     let mut live = Usage::default();

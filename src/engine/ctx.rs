@@ -484,17 +484,25 @@ impl Ctx {
             meta: CallMeta { label: label.clone(), agent_type: opts.profile.clone() },
         };
         let price = engine.prices.price(&model_name).copied();
-        let reserve = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost)).unwrap_or_else(|| {
-            match (price, max_output_tokens) {
-                (Some(price), Some(cap)) => price.cost(&Usage {
-                    input_tokens: agent::estimate_request_tokens(&request),
-                    output_tokens: u64::from(cap),
-                    ..Usage::default()
-                }),
-                _ => Money::from_nano_usd(500_000_000),
+        let est_cost = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost));
+        let bounded = self.run.budget.is_bounded(self.account);
+        let unpriced_ok = engine.prices.unpriced_allowed();
+        let reserve = match super::admit::reserve_for(
+            &model_name,
+            price.as_ref(),
+            &request,
+            &tools,
+            est_cost,
+            bounded,
+            unpriced_ok,
+        ) {
+            Ok(reserve) => reserve,
+            Err(error) => {
+                self.run.spawns.fetch_sub(1, Ordering::SeqCst);
+                return self.fail(opts.on_error, "agent", label, error);
             }
-        });
-        let reservation = match self.run.budget.reserve(self.account, reserve) {
+        };
+        let reservation = match self.run.budget.reserve(self.account, reserve.amount) {
             Ok(reservation) => reservation,
             Err(denied) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
@@ -504,8 +512,8 @@ impl Ctx {
                 let error = Error::new(
                     ErrorCode::BudgetExhausted,
                     format!(
-                        "admission refused: the call reserves {} but {} is left",
-                        denied.requested, denied.available
+                        "admission refused: the call reserves {} ({}) but {} is left",
+                        denied.requested, reserve.derivation, denied.available
                     ),
                 );
                 return self.fail(opts.on_error, "agent", label, error);
@@ -576,7 +584,12 @@ impl Ctx {
             call_key: key,
             resume_from,
         };
-        let hooks = AccountHooks { ctx: self, checkpoint_ref, wrote_checkpoint: Default::default() };
+        let hooks = AccountHooks {
+            ctx: self,
+            checkpoint_ref,
+            wrote_checkpoint: Default::default(),
+            reservation: reservation.id(),
+        };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
         let on_delta = move |text: &str| {
@@ -1025,6 +1038,8 @@ struct AccountHooks<'a> {
     ctx: &'a Ctx,
     checkpoint_ref: String,
     wrote_checkpoint: std::sync::atomic::AtomicBool,
+    /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
+    reservation: super::budget::ReservationId,
 }
 
 impl BudgetHooks for AccountHooks<'_> {
@@ -1037,11 +1052,19 @@ impl BudgetHooks for AccountHooks<'_> {
     }
 
     fn would_cross(&self, cost: Money) -> bool {
-        let crossing = self.ctx.run.budget.would_cross(self.ctx.account, cost);
+        let crossing = self.ctx.run.budget.record_in_flight(self.reservation, cost);
         if crossing {
             self.ctx.run.mark_exhausted();
         }
         crossing
+    }
+
+    fn grant_turn(&self, used: Money, want: Money, floor: Money) -> Result<Option<Money>, Money> {
+        let granted = self.ctx.run.budget.grant_turn(self.reservation, used, want, floor);
+        if granted.is_err() {
+            self.ctx.run.mark_exhausted();
+        }
+        granted.map_err(|denied| denied.available)
     }
 
     fn checkpoint(&self, state: &agent::Checkpoint) {

@@ -5,6 +5,7 @@
 //!
 //! Nothing here is global: two engines in one process share nothing.
 
+mod admit;
 mod budget;
 mod cost;
 mod ctx;

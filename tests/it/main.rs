@@ -8,6 +8,7 @@ mod hostile;
 mod jcs;
 mod lint;
 mod live_model;
+mod money;
 mod provider;
 mod samples;
 mod script;

@@ -1,0 +1,153 @@
+//! Money: spend never exceeds the run's ceiling, and every turn is charged as the provider
+//! bills it, exactly once. Against a scripted provider that streams exactly chosen usage.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::model::{Price, PriceTable};
+use cairn::provider::FinishReason;
+use cairn::testing::{FakeProvider, FakeReply, FakeScript, FakeTurn};
+use cairn::{
+    AgentOptions, ChatEvent, ChatRequest, Engine, ErrorCode, MemoryStore, Money, ParallelOptions, RunOptions,
+    Usage, Workflow, branch,
+};
+use serde_json::json;
+
+fn usd(x: f64) -> Money {
+    Money::from_usd(x).unwrap()
+}
+
+/// $0 input, $10 per million output tokens: 1,000 output tokens cost $0.01.
+fn ten_per_million() -> Price {
+    Price::flat(Money::ZERO, usd(10.0))
+}
+
+fn engine(fake: &FakeProvider, prices: PriceTable) -> Engine {
+    let store = Arc::new(MemoryStore::new());
+    Engine::builder(store.clone(), store)
+        .provider(Arc::new(fake.clone()))
+        .prices(prices)
+        .retries(0, Duration::from_millis(1))
+        .build()
+        .unwrap()
+}
+
+fn priced(model: &str, price: Price) -> PriceTable {
+    let mut prices = PriceTable::shipped();
+    prices.set(model, price);
+    prices
+}
+
+/// A turn that streams `tokens` output tokens as deltas of 1,000 tokens (4,000 characters)
+/// and reports them in its final usage; with `honour_cap`, no more than the request's cap.
+fn streaming(tokens: u64, honour_cap: bool) -> FakeScript {
+    FakeScript::respond_with(move |request: &ChatRequest| {
+        let cap = request.max_output_tokens.map_or(u64::MAX, u64::from);
+        let tokens = if honour_cap { tokens.min(cap) } else { tokens };
+        let mut events = Vec::new();
+        let mut left = tokens;
+        while left > 0 {
+            let chunk = left.min(1000);
+            events.push(ChatEvent::TextDelta("x".repeat(chunk as usize * 4)));
+            left -= chunk;
+        }
+        let usage = Usage { input_tokens: 10, output_tokens: tokens, ..Usage::default() };
+        events.push(ChatEvent::Finish { reason: FinishReason::Length, usage });
+        FakeTurn::new(FakeReply::Events(events))
+    })
+}
+
+fn ten_cheap_estimates() -> Workflow {
+    Workflow::new("ten", |ctx, _args| async move {
+        let branches = (0..10)
+            .map(|i| {
+                branch(move |ctx| async move {
+                    let opts = AgentOptions {
+                        model: Some("fake:m".into()),
+                        est_cost: Some(usd(0.01)),
+                        label: Some(format!("agent {i}")),
+                        on_error: Some(cairn::OnError::Null),
+                        ..AgentOptions::default()
+                    };
+                    ctx.agent(&format!("write a lot, {i}"), opts).await
+                })
+            })
+            .collect();
+        let values = ctx
+            .parallel(
+                branches,
+                ParallelOptions { on_error: Some(cairn::OnError::Null), ..Default::default() },
+            )
+            .await?;
+        Ok(json!(values))
+    })
+}
+
+/// #10 §2.1–2.2: ten agents whose author estimated $0.01 each, against a model that would
+/// stream $0.83 each, under a $1.00 ceiling: each reserves its worst turn and is sent with
+/// that output cap, so the run spends at most the ceiling (it spent $8.30).
+#[tokio::test]
+async fn ten_parallel_cheap_estimates_stay_under_the_ceiling() {
+    let fake = FakeProvider::named("fake").on_any(streaming(83_000, true));
+    let engine = engine(&fake, priced("fake:m", ten_per_million()));
+    let options = RunOptions { budget_usd: Some(1.0), ..RunOptions::default() };
+    let outcome = engine.run(&ten_cheap_estimates(), json!({}), options).unwrap().result().await.unwrap();
+    let total = outcome.cost.total.cost;
+    assert!(total <= usd(1.0), "spent {total} under a $1.00 ceiling: {outcome:?}");
+    assert!(total > Money::ZERO);
+    // Every dispatched turn carried the output cap its reservation was computed for.
+    for call in fake.calls() {
+        assert!(call.request.max_output_tokens.is_some_and(|cap| cap <= 8192), "{call:?}");
+    }
+}
+
+/// #10 §2.1: siblings see each other. A provider that ignores the output cap runs past its
+/// hold; its in-flight spend is committed on the shared account as it streams, so the
+/// stream that crosses the ceiling is cut: the run overshoots by at most one streamed delta
+/// per concurrent call ($0.01 here), not by nine calls.
+#[tokio::test]
+async fn in_flight_spend_is_shared_so_overrunning_siblings_are_cut() {
+    let fake = FakeProvider::named("fake").on_any(streaming(83_000, false));
+    let engine = engine(&fake, priced("fake:m", ten_per_million()));
+    let options = RunOptions { budget_usd: Some(1.0), ..RunOptions::default() };
+    let outcome = engine.run(&ten_cheap_estimates(), json!({}), options).unwrap().result().await.unwrap();
+    let total = outcome.cost.total.cost;
+    assert!(total <= usd(1.0 + 10.0 * 0.01), "spent {total} under a $1.00 ceiling");
+    assert_eq!(outcome.status, cairn::RunStatus::Exhausted, "{outcome:?}");
+}
+
+/// #10 §2.2: a call whose worst turn cannot fit is not dispatched, whatever its estimate,
+/// and the refusal shows the arithmetic.
+#[tokio::test]
+async fn a_call_whose_worst_turn_cannot_fit_is_not_dispatched() {
+    let fake = FakeProvider::named("fake").on_any(streaming(100, true));
+    let engine = engine(&fake, priced("fake:m", ten_per_million()));
+    let workflow = Workflow::new("one", |ctx, _args| async move {
+        let opts = AgentOptions {
+            model: Some("fake:m".into()),
+            est_cost: Some(usd(0.001)),
+            ..AgentOptions::default()
+        };
+        ctx.agent("hello", opts).await
+    });
+    // The worst turn: 8192 output tokens at $10/M = $0.08192 (plus the prompt at $0).
+    let options = RunOptions { budget_usd: Some(0.05), ..RunOptions::default() };
+    let outcome = engine.run(&workflow, json!({}), options).unwrap().result().await.unwrap();
+    assert_eq!(fake.call_count(), 0);
+    let error = outcome.error.expect("refused");
+    assert_eq!(error.code, ErrorCode::BudgetExhausted);
+    assert!(error.message.contains("8192 output tokens"), "{}", error.message);
+    assert!(error.message.contains("$0.08192"), "{}", error.message);
+    // With a smaller output cap the same call fits.
+    let small = Workflow::new("small", |ctx, _args| async move {
+        let opts = AgentOptions {
+            model: Some("fake:m".into()),
+            max_output_tokens: Some(1000),
+            ..AgentOptions::default()
+        };
+        ctx.agent("hello", opts).await
+    });
+    let options = RunOptions { budget_usd: Some(0.05), ..RunOptions::default() };
+    let outcome = engine.run(&small, json!({}), options).unwrap().result().await.unwrap();
+    assert_eq!(outcome.status, cairn::RunStatus::Ok, "{outcome:?}");
+}
