@@ -151,3 +151,67 @@ async fn a_call_whose_worst_turn_cannot_fit_is_not_dispatched() {
     let outcome = engine.run(&small, json!({}), options).unwrap().result().await.unwrap();
     assert_eq!(outcome.status, cairn::RunStatus::Ok, "{outcome:?}");
 }
+
+fn cairn_in(dir: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"));
+    cmd.current_dir(dir)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("CLAUDE_TEST_KEY", "not-a-real-key")
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Runs `agent("hi")` through the binary with `config` and `args`; returns the JSON outcome.
+fn run_one(config: &str, args: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+    std::fs::write(dir.path().join("one.rhai"), r#"agent("hi", #{max_turns: 1})"#).unwrap();
+    let out = cairn_in(dir.path()).args(["run", "one.rhai", "-q", "--json"]).args(args).output().unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("no JSON outcome: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// A provider nothing listens on: a call that reaches it fails `transport`.
+const NOWHERE: &str = "http://127.0.0.1:9/v1";
+
+/// #10 §2.3: under a finite ceiling a model with no price is refused before dispatch with
+/// `unpriced_model`; `allow_unpriced = true` lets it through (here to a dead endpoint).
+#[test]
+fn an_unpriced_model_is_refused_under_a_ceiling_unless_allowed() {
+    let config = format!(
+        "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"{NOWHERE}\"\n[routing]\ndefault = \"local:m\"\n"
+    );
+    let refused = run_one(&config, &["--budget", "1"]);
+    assert_eq!(refused["error"]["code"], "unpriced_model", "{refused}");
+    // No ceiling: nothing to protect, the call is dispatched.
+    let unbounded = run_one(&config, &[]);
+    assert_eq!(unbounded["error"]["code"], "transport", "{unbounded}");
+    let allowed = run_one(&format!("{config}[budget]\nallow_unpriced = true\n"), &["--budget", "1"]);
+    assert_eq!(allowed["error"]["code"], "transport", "{allowed}");
+    // The echo model is priced (free), so it is never refused as unpriced.
+    let echo = run_one("", &["--budget", "0.01", "--model", "echo:anything"]);
+    assert_eq!(echo["status"], "ok", "{echo}");
+    // A demo price in echo's provider table makes it cost money like any priced model.
+    let demo = run_one("[providers.echo]\nkind = \"echo\"\nprice = [1000, 1000]\n", &["--budget", "0.01"]);
+    assert_eq!(demo["error"]["code"], "budget_exhausted", "{demo}");
+}
+
+/// #16 §1: prices are looked up by provider kind, and dated ids resolve to their family's
+/// row: a `[providers.claude]` table of kind anthropic serving `claude-sonnet-4-5-20250929`
+/// is priced ($15/M output), so its worst turn ($0.12) does not fit a $0.01 ceiling and is
+/// refused before dispatch; a model in no row is unpriced.
+#[test]
+fn a_dated_model_of_a_renamed_provider_is_priced_by_kind() {
+    let config = format!(
+        "[providers.claude]\nkind = \"anthropic\"\napi_key_env = \"CLAUDE_TEST_KEY\"\nbase_url = \"{NOWHERE}\"\n"
+    );
+    let dated = run_one(&config, &["--budget", "0.01", "--model", "claude:claude-sonnet-4-5-20250929"]);
+    assert_eq!(dated["error"]["code"], "budget_exhausted", "{dated}");
+    assert!(dated["error"]["message"].as_str().unwrap().contains("8192 output tokens"), "{dated}");
+    let unknown = run_one(&config, &["--budget", "0.01", "--model", "claude:claude-nonesuch"]);
+    assert_eq!(unknown["error"]["code"], "unpriced_model", "{unknown}");
+    let opus = run_one(&config, &["--budget", "10", "--model", "claude:claude-opus-4-1-20250805"]);
+    assert_eq!(opus["error"]["code"], "transport", "{opus}");
+}
