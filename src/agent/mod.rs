@@ -136,16 +136,31 @@ fn fails_over(code: ErrorCode) -> bool {
     )
 }
 
-/// Cost so far: `None` once any usage was served by an unpriced model.
+/// Cost so far (`None` once any usage was served by an unpriced model), and the usage of
+/// attempts abandoned by a failover, which the loop's own usage does not count.
 #[derive(Debug, Clone, Copy)]
-struct Spend(Option<Money>);
+struct Spend {
+    cost: Option<Money>,
+    carried: Usage,
+}
 
 impl Spend {
+    fn new() -> Spend {
+        Spend { cost: Some(Money::ZERO), carried: Usage::default() }
+    }
+
     fn add(&mut self, price: Option<Price>, usage: &Usage) {
-        self.0 = match (self.0, price) {
+        self.cost = match (self.cost, price) {
             (Some(total), Some(price)) => Some(total + price.cost(usage)),
             _ => None,
         };
+    }
+
+    /// Charges the usage of an attempt abandoned for a fallback, at the abandoned model's
+    /// price, and keeps it for the journaled usage.
+    fn carry(&mut self, price: Option<Price>, usage: &Usage) {
+        self.add(price, usage);
+        self.carried += *usage;
     }
 }
 
@@ -180,7 +195,7 @@ pub(crate) async fn run(
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> AgentRun {
     let mut usage = Usage::default();
-    let mut spend = Spend(Some(Money::ZERO));
+    let mut spend = Spend::new();
     let mut state = spec.resume_from.take().unwrap_or_default();
     if !state.messages.is_empty() {
         spec.request.messages = std::mem::take(&mut state.messages);
@@ -400,7 +415,9 @@ async fn answer_tool_call(
 }
 
 fn finish(spec: &AgentSpec, end: AgentEnd, usage: Usage, spend: Spend) -> AgentRun {
-    AgentRun { end, usage, cost: spend.0, served_by: spec.served_by.clone() }
+    let mut usage = usage;
+    usage += spend.carried;
+    AgentRun { end, usage, cost: spend.cost, served_by: spec.served_by.clone() }
 }
 
 struct Turn {
@@ -460,7 +477,7 @@ async fn turn_with_retries(
                 // Retries are spent: move to the next declared fallback. The call keeps its
                 // identity (the requested model); only `served_by` changes.
                 wasted += partial;
-                spend.add(spec.price, &wasted);
+                spend.carry(spec.price, &wasted);
                 wasted = Usage::default();
                 let next = spec.fallbacks.remove(0);
                 tracing::warn!(from = %spec.served_by, to = %next.served_by, code = %error.code, "failing over");
@@ -492,6 +509,11 @@ async fn one_turn(
     cancel: &CancellationToken,
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<Turn, (AgentEnd, Usage)> {
+    if cancel.is_cancelled() {
+        // Stopped before this turn was sent: it costs nothing.
+        let error = Error::new(ErrorCode::Cancelled, "the call was cancelled");
+        return Err((AgentEnd::Cancelled(error), Usage::default()));
+    }
     let request = match cost::turn_request(spec, spent_before, budget) {
         Ok(request) => request,
         Err(error) => return Err((AgentEnd::Limit(error), Usage::default())),

@@ -63,3 +63,29 @@ pub(crate) fn reserve_for(
         _ => Reserve { amount: floor, derivation },
     })
 }
+
+/// Runs an agent call under its wall-clock limit through the call's own cancellation: at
+/// the deadline `cancel` fires, the loop stops like a cancelled call (completed turns
+/// counted exactly, the turn in flight at its estimate, marked approximate) and the call
+/// ends `limit` with `turn_limit`, keeping that usage.
+pub(crate) async fn with_deadline(
+    timeout: Option<std::time::Duration>,
+    cancel: &tokio_util::sync::CancellationToken,
+    call: impl std::future::Future<Output = crate::agent::AgentRun>,
+) -> crate::agent::AgentRun {
+    let Some(limit) = timeout else { return call.await };
+    tokio::pin!(call);
+    tokio::select! {
+        outcome = &mut call => return outcome,
+        _ = tokio::time::sleep(limit) => {}
+    }
+    cancel.cancel();
+    let mut outcome = call.await;
+    if let crate::agent::AgentEnd::Cancelled(_) = outcome.end {
+        outcome.end = crate::agent::AgentEnd::Limit(Error::new(
+            ErrorCode::TurnLimit,
+            format!("the agent reached its timeout of {} ms", limit.as_millis()),
+        ));
+    }
+    outcome
+}

@@ -595,22 +595,14 @@ impl Ctx {
         let on_delta = move |text: &str| {
             events_run.emit(delta_span, false, || EventKind::AgentDelta { text: text.to_owned() })
         };
-        let served = spec.served_by.clone();
-        let outcome = match opts.timeout {
-            None => agent::run(spec, &hooks, &self.cancel, &on_delta).await,
-            Some(limit) => tokio::select! {
-                outcome = agent::run(spec, &hooks, &self.cancel, &on_delta) => outcome,
-                _ = tokio::time::sleep(limit) => agent::AgentRun {
-                    end: AgentEnd::Limit(Error::new(
-                        ErrorCode::TurnLimit,
-                        format!("the agent reached its timeout of {} ms", limit.as_millis()),
-                    )),
-                    usage: Usage { approximate: true, ..Usage::default() },
-                    cost: None,
-                    served_by: served,
-                },
-            },
-        };
+        // The call's own cancellation: the run's, or its deadline (which keeps the usage).
+        let call_cancel = self.cancel.child_token();
+        let outcome = super::admit::with_deadline(
+            opts.timeout,
+            &call_cancel,
+            agent::run(spec, &hooks, &call_cancel, &on_delta),
+        )
+        .await;
         drop(provider_permit);
         drop(permits);
 

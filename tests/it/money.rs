@@ -215,3 +215,100 @@ fn a_dated_model_of_a_renamed_provider_is_priced_by_kind() {
     let opus = run_one(&config, &["--budget", "10", "--model", "claude:claude-opus-4-1-20250805"]);
     assert_eq!(opus["error"]["code"], "transport", "{opus}");
 }
+
+/// An engine with the fake (priced at $1/M in, $10/M out for every `fake:` model) and the
+/// fs-read toolset over `dir`.
+fn tool_engine(fake: &FakeProvider, dir: &std::path::Path) -> (Arc<MemoryStore>, Engine) {
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder(store.clone(), store.clone())
+        .provider(Arc::new(fake.clone()))
+        .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
+        .toolset(cairn::fs_read_toolset(dir).unwrap())
+        .retries(0, Duration::from_millis(1))
+        .build()
+        .unwrap();
+    (store, engine)
+}
+
+/// A tool-using turn: lists `.`, takes 40 ms, reports 1,000 tokens in and 1,000 out ($0.011).
+fn paid_tool_turn() -> FakeTurn {
+    FakeTurn {
+        reply: FakeReply::ToolCalls(vec![cairn::testing::FakeToolCall {
+            name: "list_dir".into(),
+            arguments: json!({"path": "."}),
+        }]),
+        usage: Some(Usage { input_tokens: 1000, output_tokens: 1000, ..Usage::default() }),
+        latency: Some(Duration::from_millis(40)),
+    }
+}
+
+/// #10 §2.4, #16 §1: an agent that reaches its timeout keeps the usage of its completed
+/// turns (it reported $0 and was listed as unpriced): they are journaled and charged, the
+/// call ends `limit`, and the usage is marked approximate for the turn cut in flight.
+#[tokio::test]
+async fn a_timed_out_agent_keeps_the_usage_of_its_completed_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::named("fake").on_any(FakeScript::new(paid_tool_turn()));
+    let (_store, engine) = tool_engine(&fake, dir.path());
+    let workflow = Workflow::new("slow", |ctx, _args| async move {
+        let opts = AgentOptions {
+            model: Some("fake:m".into()),
+            tools: vec!["fs-read".into()],
+            timeout: Some(Duration::from_millis(300)),
+            on_error: Some(cairn::OnError::Null),
+            ..AgentOptions::default()
+        };
+        ctx.agent("keep listing", opts).await
+    });
+    let options = RunOptions { budget_usd: Some(10.0), ..RunOptions::default() };
+    let outcome = engine.run(&workflow, json!({}), options).unwrap().result().await.unwrap();
+    assert_eq!(outcome.dropped.len(), 1, "{outcome:?}");
+    assert_eq!(outcome.dropped[0].error.code, ErrorCode::TurnLimit);
+    let completed = (fake.call_count() - 1) as u64;
+    assert!(completed >= 3, "only {completed} turns completed in 300 ms");
+    let total = outcome.cost.total;
+    assert!(total.usage.output_tokens >= completed * 1000, "{total:?}");
+    assert!(total.cost >= usd(0.011).times(completed), "{total:?}");
+    assert!(outcome.cost.unpriced.is_empty(), "{:?}", outcome.cost.unpriced);
+    assert!(total.usage.approximate);
+}
+
+/// #16 §1: a failover's abandoned attempt is journaled in the call's usage, not only in its
+/// cost, so the journal (and a resume) holds what was billed.
+#[tokio::test]
+async fn a_failovers_abandoned_attempt_is_in_the_journaled_usage() {
+    let fake = FakeProvider::named("fake").on_any(FakeScript::respond_with(|request: &ChatRequest| {
+        if request.model == "a" {
+            // 1,000 output tokens stream, then the connection drops.
+            FakeTurn::new(FakeReply::Events(vec![
+                ChatEvent::TextDelta("y".repeat(4000)),
+                ChatEvent::Error(cairn::Error::new(ErrorCode::Transport, "connection reset")),
+            ]))
+        } else {
+            let mut turn = FakeTurn::new(FakeReply::Text("ok".into()));
+            turn.usage = Some(Usage { input_tokens: 10, output_tokens: 10, ..Usage::default() });
+            turn
+        }
+    }));
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder(store.clone(), store.clone())
+        .provider(Arc::new(fake.clone()))
+        .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
+        .fallbacks(
+            cairn::model::ModelRef::parse("fake:a").unwrap(),
+            vec![cairn::model::ModelRef::parse("fake:b").unwrap()],
+        )
+        .retries(0, Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let workflow = Workflow::new("failover", |ctx, _args| async move {
+        ctx.agent("hello", AgentOptions { model: Some("fake:a".into()), ..AgentOptions::default() }).await
+    });
+    let outcome = engine.run(&workflow, json!({}), RunOptions::default()).unwrap().result().await.unwrap();
+    assert_eq!(outcome.status, cairn::RunStatus::Ok, "{outcome:?}");
+    assert_eq!(fake.calls().len(), 2);
+    let total = outcome.cost.total;
+    // The journaled usage holds both attempts, and the cost is the usage at each one's price.
+    assert_eq!(total.usage.output_tokens, 1000 + 10, "{total:?}");
+    assert!(total.cost >= usd(0.01), "{total:?}");
+}
