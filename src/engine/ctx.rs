@@ -564,10 +564,13 @@ impl Ctx {
         };
         // Turns a crashed attempt completed were never journaled with a terminal entry: this
         // attempt carries their usage so the ledger stays whole.
-        let unjournaled = match (matched_previous_terminal, &resume_from) {
-            (false, Some(checkpoint)) => Some(checkpoint.usage),
-            _ => None,
-        };
+        let unjournaled = super::carry::unjournaled(
+            engine.transcripts.as_ref(),
+            &checkpoint_ref,
+            matched_previous_terminal,
+            resume_from.as_ref(),
+        );
+        let resumed_usage = resume_from.as_ref().map(|c| c.usage);
         let spec = agent::AgentSpec {
             provider,
             served_by: model_name,
@@ -589,6 +592,7 @@ impl Ctx {
             checkpoint_ref,
             wrote_checkpoint: Default::default(),
             reservation: reservation.id(),
+            checkpoint_usage: std::sync::Mutex::new(resumed_usage),
         };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
@@ -609,9 +613,11 @@ impl Ctx {
         let mut outcome = outcome;
         if let Some(extra) = unjournaled {
             outcome.usage += extra;
-            outcome.cost = price.map(|p| p.cost(&outcome.usage));
+            outcome.cost = outcome.cost.zip(price).map(|(cost, p)| cost + p.cost(&extra));
         }
         let wrote_checkpoint = hooks.wrote_checkpoint.load(Ordering::Relaxed);
+        let journaled_ref = hooks.checkpoint_ref.clone();
+        let covered = *hooks.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner());
         let (status, value, error) = match outcome.end {
             AgentEnd::Ok(value) => (Status::Ok, Some(value), None),
             AgentEnd::Error(e) => (Status::Error, None, Some(e)),
@@ -632,6 +638,11 @@ impl Ctx {
         let written = self.run.append_one_async(terminal).await;
         self.run.budget.settle(reservation, cost);
         let terminal = written?;
+        if let Some(covered) = covered
+            && !self.run.dry_run
+        {
+            super::carry::mark_journaled(engine.transcripts.as_ref(), &journaled_ref, &covered);
+        }
         self.run.emit(self.span_pair(span), false, || agent_end_event(&terminal));
         self.run.emit_budget(self.span_pair(span));
         match (value, error) {
@@ -1032,6 +1043,8 @@ struct AccountHooks<'a> {
     wrote_checkpoint: std::sync::atomic::AtomicBool,
     /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
     reservation: super::budget::ReservationId,
+    /// The usage the latest checkpoint of the call holds (its completed turns, all attempts).
+    checkpoint_usage: std::sync::Mutex<Option<Usage>>,
 }
 
 impl BudgetHooks for AccountHooks<'_> {
@@ -1074,6 +1087,7 @@ impl BudgetHooks for AccountHooks<'_> {
             && self.ctx.run.engine.transcripts.put(&self.checkpoint_ref, &bytes).is_ok()
         {
             self.wrote_checkpoint.store(true, Ordering::Relaxed);
+            *self.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.usage);
         }
     }
 

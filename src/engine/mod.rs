@@ -7,6 +7,7 @@
 
 mod admit;
 mod budget;
+mod carry;
 mod cost;
 mod ctx;
 mod events;

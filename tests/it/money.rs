@@ -312,3 +312,87 @@ async fn a_failovers_abandoned_attempt_is_in_the_journaled_usage() {
     assert_eq!(total.usage.output_tokens, 1000 + 10, "{total:?}");
     assert!(total.cost >= usd(0.01), "{total:?}");
 }
+
+/// #18.3: each paid turn is charged exactly once across a failure, a crash and two resumes.
+/// The agent pays two tool turns and fails on the third; a resume continues from its
+/// checkpoint and is killed mid-turn (its runtime dropped, as a crash would); a second
+/// resume finishes. The journal must hold those three completed turns once each (it held the
+/// first two twice: in the failure's entry and again in the final one).
+#[test]
+fn each_paid_turn_is_charged_once_across_a_failure_a_crash_and_resumes() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    // 0: fail the third turn; 1: hang in it; 2: answer it.
+    let phase = Arc::new(AtomicU8::new(0));
+    let script_phase = phase.clone();
+    let fake = FakeProvider::named("fake").on_any(FakeScript::respond_with(move |request: &ChatRequest| {
+        let results = request
+            .messages
+            .iter()
+            .flat_map(|m| m.parts.iter())
+            .filter(|p| matches!(p, cairn::provider::Part::ToolResult { .. }))
+            .count();
+        let paid = Some(Usage { input_tokens: 100, output_tokens: 10, ..Usage::default() });
+        if results < 2 {
+            return FakeTurn { usage: paid, ..paid_tool_turn() };
+        }
+        match script_phase.load(Ordering::SeqCst) {
+            0 => FakeTurn::new(FakeReply::Error(cairn::Error::new(
+                ErrorCode::ContentFilter,
+                "scripted failure",
+            ))),
+            1 => FakeTurn {
+                latency: Some(Duration::from_secs(30)),
+                ..FakeTurn::new(FakeReply::Text("late".into()))
+            },
+            _ => FakeTurn { usage: paid, ..FakeTurn::new(FakeReply::Text("done".into())) },
+        }
+    }));
+    let (store, engine) = tool_engine(&fake, dir.path());
+    let workflow = Workflow::new("turns", |ctx, _args| async move {
+        let opts = AgentOptions {
+            model: Some("fake:m".into()),
+            tools: vec!["fs-read".into()],
+            ..AgentOptions::default()
+        };
+        ctx.agent("list twice, then answer", opts).await
+    });
+    let run = cairn::RunId::parse("turns").unwrap();
+    let options = RunOptions { run_id: Some(run.clone()), budget_usd: Some(10.0), ..RunOptions::default() };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let failed =
+        rt.block_on(async { engine.run(&workflow, json!({}), options).unwrap().result().await.unwrap() });
+    assert_eq!(failed.status, cairn::RunStatus::Error, "{failed:?}");
+    assert_eq!(fake.call_count(), 3);
+    // Resume: the third turn is in flight when the process "dies".
+    phase.store(1, Ordering::SeqCst);
+    let crashing = tokio::runtime::Runtime::new().unwrap();
+    crashing.block_on(async {
+        let resume = cairn::ResumeOptions { workflow: Some(workflow.clone()), ..Default::default() };
+        let handle = engine.resume(&run, resume).unwrap();
+        while fake.call_count() < 4 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Never settled: the runtime is dropped under it.
+        std::mem::forget(handle);
+    });
+    crashing.shutdown_background();
+    // A new process: same store, new engine.
+    phase.store(2, Ordering::SeqCst);
+    let engine2 = Engine::builder(store.clone(), store.clone())
+        .provider(Arc::new(fake.clone()))
+        .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
+        .toolset(cairn::fs_read_toolset(dir.path()).unwrap())
+        .retries(0, Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let done = rt.block_on(async {
+        let resume = cairn::ResumeOptions { workflow: Some(workflow.clone()), ..Default::default() };
+        engine2.resume(&run, resume).unwrap().result().await.unwrap()
+    });
+    assert_eq!(done.status, cairn::RunStatus::Ok, "{done:?}");
+    assert_eq!(done.value, Some(json!("done")));
+    // Turns paid with output: two tool turns and the answer (the failed and the killed
+    // attempts produced no output).
+    assert_eq!(done.cost.total.usage.output_tokens, 3 * 10, "{:?}", done.cost.total);
+}
