@@ -122,6 +122,27 @@ pub(crate) fn turn_request(
     }
 }
 
+/// Usage of an unfinished turn (cut, cancelled or dropped), marked approximate: the
+/// provider's running figures where it sent them, and at least what was streamed (text,
+/// reasoning and tool-call arguments, about four characters a token) as output and the
+/// request's estimate as input. Cache counts stay as the provider reported them, since
+/// `input_tokens` still includes them: zeroing them priced 400k cache reads at the full
+/// input rate.
+pub(crate) fn partial_usage(request: &ChatRequest, streamed_chars: usize, live: Usage) -> Usage {
+    let streamed = crate::provider::estimate_tokens_for_chars(streamed_chars);
+    let input_tokens = if live.input_tokens > 0 {
+        live.input_tokens
+    } else {
+        crate::provider::estimate_request_tokens(request)
+    };
+    Usage {
+        input_tokens: input_tokens.max(live.cache_read_tokens.saturating_add(live.cache_write_tokens)),
+        output_tokens: live.output_tokens.max(streamed),
+        approximate: true,
+        ..live
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +166,39 @@ mod tests {
         capped.max_output_tokens = Some(1000);
         request.max_output_tokens = None;
         assert_eq!(WorstCase::of(&request, &[], &capped).output_tokens, 1000);
+    }
+
+    #[test]
+    fn one_estimator_counts_tool_definitions_and_the_response_schema() {
+        let mut request = ChatRequest::new("m", vec![Message::user("hi")]);
+        let bare = WorstCase::of(&request, &[], &price()).input_tokens;
+        assert_eq!(bare, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let toolset = crate::agent::fs_read_toolset(dir.path()).unwrap();
+        let with_tools = WorstCase::of(&request, toolset.tools(), &price()).input_tokens;
+        let specs = serde_json::to_string(&tool_specs(toolset.tools())).unwrap();
+        assert!(with_tools * 4 >= specs.len() as u64 / 2, "{with_tools} tokens for {} chars", specs.len());
+        request.response_schema = Some(serde_json::json!({ "description": "d".repeat(4000) }));
+        assert!(WorstCase::of(&request, &[], &price()).input_tokens >= 1000);
+        // The partial estimate of a cut turn uses the same count.
+        assert_eq!(
+            partial_usage(&request, 0, Usage::default()).input_tokens,
+            crate::provider::estimate_request_tokens(&request)
+        );
+    }
+
+    #[test]
+    fn a_partial_turn_keeps_cache_counts_and_counts_everything_streamed() {
+        let request = ChatRequest::new("m", vec![Message::user("hi")]);
+        let live =
+            Usage { input_tokens: 400_100, cache_read_tokens: 400_000, output_tokens: 1, ..Usage::default() };
+        let partial = partial_usage(&request, 2000, live);
+        assert_eq!(partial.cache_read_tokens, 400_000);
+        assert_eq!(partial.input_tokens, 400_100);
+        assert_eq!(partial.output_tokens, 500);
+        assert!(partial.approximate);
+        // Nothing reported yet: the request's estimate and the streamed characters.
+        let early = partial_usage(&request, 40, Usage::default());
+        assert_eq!((early.input_tokens, early.output_tokens), (1, 10));
     }
 }

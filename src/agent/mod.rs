@@ -521,6 +521,9 @@ async fn one_turn(
     let stream_cancel = cancel.child_token();
     let mut stream = spec.provider.stream(request, stream_cancel.clone());
     let mut text = String::new();
+    // Characters streamed so far of every kind the provider bills as output: text,
+    // reasoning and tool-call arguments.
+    let mut streamed = 0usize;
     let mut tool_calls = Vec::new();
     let mut live = Usage::default();
     // One registration for the whole turn, not one per event.
@@ -531,18 +534,19 @@ async fn one_turn(
             biased;
             _ = &mut cancelled => {
                 stream_cancel.cancel();
-                let partial = estimate_partial(&spec.request, &text, live);
+                let partial = estimate_partial(&spec.request, streamed, live);
                 return Err((AgentEnd::Cancelled(Error::new(ErrorCode::Cancelled, "the call was cancelled")), partial));
             }
             event = stream.next() => event,
         };
         let Some(event) = event else {
             let error = Error::new(ErrorCode::Transport, "the stream ended without a terminal event");
-            return Err((AgentEnd::Error(error), estimate_partial(&spec.request, &text, live)));
+            return Err((AgentEnd::Error(error), estimate_partial(&spec.request, streamed, live)));
         };
         match event {
             ChatEvent::TextDelta(delta) => {
                 on_delta(&delta);
+                streamed += delta.chars().count();
                 text.push_str(&delta);
             }
             ChatEvent::Usage(usage) => live = usage,
@@ -553,58 +557,37 @@ async fn one_turn(
                 return Ok(Turn { text, tool_calls, reason, usage });
             }
             ChatEvent::Error(error) => {
-                let partial = estimate_partial(&spec.request, &text, live);
+                let partial = estimate_partial(&spec.request, streamed, live);
                 return Err((AgentEnd::Error(error), partial));
             }
-            ChatEvent::ReasoningDelta(_)
-            | ChatEvent::ToolCallStart { .. }
-            | ChatEvent::ToolCallDelta { .. }
-            | ChatEvent::ProviderRaw { .. } => {}
+            ChatEvent::ReasoningDelta(delta) => streamed += delta.chars().count(),
+            ChatEvent::ToolCallDelta { arguments_delta, .. } => streamed += arguments_delta.chars().count(),
+            ChatEvent::ToolCallStart { .. } | ChatEvent::ProviderRaw { .. } => {}
         }
         // The live cut: price what this call has consumed so far and stop the stream the
         // moment it would cross the ceiling.
         if let Some(price) = spec.price {
             let mut so_far = *spent_before;
-            so_far += estimate_partial(&spec.request, &text, live);
+            so_far += estimate_partial(&spec.request, streamed, live);
             if budget.would_cross(price.cost(&so_far)) {
                 stream_cancel.cancel();
                 let error =
                     Error::new(ErrorCode::BudgetExhausted, "the stream was cut at the budget ceiling");
-                return Err((AgentEnd::Limit(error), estimate_partial(&spec.request, &text, live)));
+                return Err((AgentEnd::Limit(error), estimate_partial(&spec.request, streamed, live)));
             }
         }
     }
 }
 
-/// Usage of an unfinished turn: the provider's running figure when it sent one, else an
-/// estimate from lengths (about four characters a token), marked approximate.
-fn estimate_partial(request: &ChatRequest, text: &str, live: Usage) -> Usage {
-    if live.total_tokens() > 0 && live.output_tokens >= estimate_tokens(text) {
-        return Usage { approximate: true, ..live };
-    }
-    let input = live.input_tokens.max(estimate_request_tokens(request));
-    Usage { input_tokens: input, output_tokens: estimate_tokens(text), approximate: true, ..Usage::default() }
+/// Usage of an unfinished turn, marked approximate: see [`cost::partial_usage`].
+fn estimate_partial(request: &ChatRequest, streamed_chars: usize, live: Usage) -> Usage {
+    cost::partial_usage(request, streamed_chars, live)
 }
 
 /// About four characters a token, at least one for any text.
-pub(crate) fn estimate_tokens(text: &str) -> u64 {
-    if text.is_empty() { 0 } else { (text.chars().count() as u64).div_ceil(4) }
-}
-
-/// Estimated input tokens of a request.
-pub(crate) fn estimate_request_tokens(request: &ChatRequest) -> u64 {
-    let mut total = request.system.as_deref().map_or(0, estimate_tokens);
-    for message in &request.messages {
-        for part in &message.parts {
-            total += match part {
-                Part::Text(text) => estimate_tokens(text),
-                Part::ToolResult { content, .. } => estimate_tokens(content),
-                Part::ToolCall { arguments, .. } => estimate_tokens(&arguments.to_string()),
-                Part::ProviderRaw { .. } => 0,
-            };
-        }
-    }
-    total
+#[cfg(test)]
+fn estimate_tokens(text: &str) -> u64 {
+    crate::provider::estimate_tokens_for_chars(text.chars().count())
 }
 
 /// The JSON value in a reply: the whole text, or the first fenced block, or the span from

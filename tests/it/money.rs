@@ -396,3 +396,76 @@ fn each_paid_turn_is_charged_once_across_a_failure_a_crash_and_resumes() {
     // attempts produced no output).
     assert_eq!(done.cost.total.usage.output_tokens, 3 * 10, "{:?}", done.cost.total);
 }
+
+/// Runs one agent on `fake:m` priced `price` under `ceiling`, with `max_output_tokens`.
+async fn one_call(fake: &FakeProvider, price: Price, ceiling: f64, cap: Option<u32>) -> cairn::RunOutcome {
+    let engine = engine(fake, priced("fake:m", price));
+    let workflow = Workflow::new("one", move |ctx, _args| async move {
+        let opts =
+            AgentOptions { model: Some("fake:m".into()), max_output_tokens: cap, ..AgentOptions::default() };
+        ctx.agent("think hard", opts).await
+    });
+    let options = RunOptions { budget_usd: Some(ceiling), ..RunOptions::default() };
+    engine.run(&workflow, json!({}), options).unwrap().result().await.unwrap()
+}
+
+/// Fifty deltas of 1,000 tokens each (`make` builds one from its 4,000 characters), then a
+/// finish reporting all 50,000 as output.
+fn fifty_thousand(make: fn(String) -> ChatEvent) -> FakeProvider {
+    let mut events: Vec<ChatEvent> = (0..50).map(|_| make("z".repeat(4000))).collect();
+    events.push(ChatEvent::Finish {
+        reason: FinishReason::Stop,
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 50_000,
+            reasoning_tokens: 50_000,
+            ..Usage::default()
+        },
+    });
+    FakeProvider::named("fake").on_any(FakeScript::new(FakeTurn::new(FakeReply::Events(events))))
+}
+
+/// #16 §1: the live cut sees a model that is thinking or streaming tool-call arguments. A
+/// $0.10 ceiling let one call reach $0.75; now the stream is cut within one delta ($0.015).
+#[tokio::test]
+async fn reasoning_and_tool_argument_deltas_are_counted_by_the_cut() {
+    let sonnet = Price::flat(usd(3.0), usd(15.0));
+    for (what, make) in [
+        ("reasoning", ChatEvent::ReasoningDelta as fn(String) -> ChatEvent),
+        ("tool arguments", |text| ChatEvent::ToolCallDelta { wire_id: "w".into(), arguments_delta: text }),
+    ] {
+        let fake = fifty_thousand(make);
+        // A provider that ignores its 4,000-token cap: the hold covers $0.06 of it.
+        let outcome = one_call(&fake, sonnet, 0.10, Some(4000)).await;
+        assert_eq!(outcome.status, cairn::RunStatus::Exhausted, "{what}: {outcome:?}");
+        let total = outcome.cost.total;
+        assert!(total.cost <= usd(0.10 + 0.015), "{what}: {total:?}");
+        assert!(total.cost >= usd(0.09), "{what}: the streamed output was charged: {total:?}");
+        assert!(total.usage.approximate);
+    }
+}
+
+/// #16 §1: a cut estimate keeps cache counts consistent with input tokens: a call reading
+/// 400k tokens from the prompt cache costs $0.1278 and is not cut under a $1 ceiling (it
+/// was cut and charged $1.21, all 400k at the full input rate).
+#[tokio::test]
+async fn cache_reads_are_priced_at_their_rate_while_streaming() {
+    let sonnet = Price {
+        input_per_mtok: usd(3.0),
+        output_per_mtok: usd(15.0),
+        cache_read_per_mtok: usd(0.3),
+        cache_write_per_mtok: usd(3.75),
+        max_output_tokens: None,
+    };
+    let start =
+        Usage { input_tokens: 400_100, cache_read_tokens: 400_000, output_tokens: 1, ..Usage::default() };
+    let mut events = vec![ChatEvent::Usage(start)];
+    events.extend((0..5).map(|_| ChatEvent::TextDelta("w".repeat(400))));
+    events
+        .push(ChatEvent::Finish { reason: FinishReason::Stop, usage: Usage { output_tokens: 500, ..start } });
+    let fake = FakeProvider::named("fake").on_any(FakeScript::new(FakeTurn::new(FakeReply::Events(events))));
+    let outcome = one_call(&fake, sonnet, 1.0, None).await;
+    assert_eq!(outcome.status, cairn::RunStatus::Ok, "{outcome:?}");
+    // 100 × $3 + 400,000 × $0.30 + 500 × $15, per million.
+    assert_eq!(outcome.cost.total.cost, usd(0.0003 + 0.12 + 0.0075));
+}
