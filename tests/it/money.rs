@@ -469,3 +469,39 @@ async fn cache_reads_are_priced_at_their_rate_while_streaming() {
     // 100 × $3 + 400,000 × $0.30 + 500 × $15, per million.
     assert_eq!(outcome.cost.total.cost, usd(0.0003 + 0.12 + 0.0075));
 }
+
+/// #16 §1: a Responses stream that ends in `response.failed` carries the usage the provider
+/// bills; the turn is charged that, not an estimate from the few characters that streamed.
+#[tokio::test]
+async fn a_failed_responses_stream_is_charged_the_usage_it_carries() {
+    use cairn::provider::openai_responses::OpenAiResponsesProvider;
+    let sse = concat!(
+        "event: response.created\n",
+        "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\"}}\n\n",
+        "event: response.output_text.delta\n",
+        "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"delta\":\"Hel\"}\n\n",
+        "event: response.failed\n",
+        "data: {\"type\":\"response.failed\",\"response\":{\"id\":\"resp_1\",\"status\":\"failed\",",
+        "\"error\":{\"code\":\"server_error\",\"message\":\"The model failed.\"},",
+        "\"usage\":{\"input_tokens\":1200,\"input_tokens_details\":{\"cached_tokens\":200},",
+        "\"output_tokens\":3000,\"output_tokens_details\":{\"reasoning_tokens\":2900},\"total_tokens\":4200}}}\n\n",
+    );
+    let provider = OpenAiResponsesProvider::new(cairn::provider::ApiKey::new("sk-test")).unwrap();
+    let mut decoder = provider.decoder(5);
+    let events = cairn::provider::decode_sse(&mut decoder, sse.as_bytes());
+    let billed = Usage {
+        input_tokens: 1200,
+        cache_read_tokens: 200,
+        output_tokens: 3000,
+        reasoning_tokens: 2900,
+        ..Usage::default()
+    };
+    assert!(events.iter().any(|e| matches!(e, ChatEvent::Usage(u) if *u == billed)), "{events:?}");
+    assert!(matches!(events.last(), Some(ChatEvent::Error(_))), "{events:?}");
+    // Through the agent loop: the failed turn is journaled with the billed usage.
+    let fake = FakeProvider::named("fake").on_any(FakeScript::new(FakeTurn::new(FakeReply::Events(events))));
+    let outcome = one_call(&fake, ten_per_million(), 10.0, None).await;
+    let total = outcome.cost.total;
+    assert_eq!((total.usage.input_tokens, total.usage.output_tokens), (1200, 3000), "{total:?}");
+    assert_eq!(total.cost, usd(0.03));
+}
