@@ -533,3 +533,78 @@ async fn a_cancelled_agent_keeps_the_usage_of_its_completed_turns() {
     assert!(total.usage.output_tokens >= completed * 1000, "{completed} turns: {total:?}");
     assert!(total.cost >= usd(0.011).times(completed), "{total:?}");
 }
+
+/// #18.3: an ask-suspended attempt's paid turn is charged once, even when the approved
+/// resume is killed mid-turn and resumed again (it was counted in the suspended attempt's
+/// entry and again in the final one).
+#[test]
+fn an_ask_suspended_turn_is_charged_once_across_a_crash() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    // 1: hang in the turn after the tool; 2: answer it.
+    let phase = Arc::new(AtomicU8::new(1));
+    let script_phase = phase.clone();
+    let fake = FakeProvider::named("fake").on_any(FakeScript::respond_with(move |request: &ChatRequest| {
+        let answered = request
+            .messages
+            .iter()
+            .flat_map(|m| m.parts.iter())
+            .any(|p| matches!(p, cairn::provider::Part::ToolResult { .. }));
+        let paid = Some(Usage { input_tokens: 100, output_tokens: 10, ..Usage::default() });
+        match (answered, script_phase.load(Ordering::SeqCst)) {
+            (false, _) => FakeTurn { usage: paid, latency: None, ..paid_tool_turn() },
+            (true, 1) => FakeTurn {
+                latency: Some(Duration::from_secs(30)),
+                ..FakeTurn::new(FakeReply::Text("late".into()))
+            },
+            (true, _) => FakeTurn { usage: paid, ..FakeTurn::new(FakeReply::Text("done".into())) },
+        }
+    }));
+    let store = Arc::new(MemoryStore::new());
+    let build = || {
+        Engine::builder(store.clone(), store.clone())
+            .provider(Arc::new(fake.clone()))
+            .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
+            .toolset(cairn::fs_read_toolset(dir.path()).unwrap())
+            .permissions(cairn::Permissions {
+                ask: vec!["list_dir".into()],
+                ..cairn::Permissions::allow_all()
+            })
+            .retries(0, Duration::from_millis(1))
+            .build()
+            .unwrap()
+    };
+    let workflow = Workflow::new("ask", |ctx, _args| async move {
+        let opts = AgentOptions {
+            model: Some("fake:m".into()),
+            tools: vec!["fs-read".into()],
+            ..AgentOptions::default()
+        };
+        ctx.agent("list, then answer", opts).await
+    });
+    let run = cairn::RunId::parse("ask").unwrap();
+    let resume = || cairn::ResumeOptions { workflow: Some(workflow.clone()), ..Default::default() };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let engine = build();
+    let options = RunOptions { run_id: Some(run.clone()), ..RunOptions::default() };
+    let asked =
+        rt.block_on(async { engine.run(&workflow, json!({}), options).unwrap().result().await.unwrap() });
+    assert_eq!(asked.status, cairn::RunStatus::Suspended, "{asked:?}");
+    assert!(engine.resolve_external(&run, &asked.pending[0].key, json!({"approved": true})).unwrap());
+    let crashing = tokio::runtime::Runtime::new().unwrap();
+    crashing.block_on(async {
+        let handle = engine.resume(&run, resume()).unwrap();
+        while fake.call_count() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Never settled: the runtime is dropped under it.
+        std::mem::forget(handle);
+    });
+    crashing.shutdown_background();
+    phase.store(2, Ordering::SeqCst);
+    let engine = build();
+    let done = rt.block_on(async { engine.resume(&run, resume()).unwrap().result().await.unwrap() });
+    assert_eq!(done.status, cairn::RunStatus::Ok, "{done:?}");
+    // The asking turn and the answer, once each.
+    assert_eq!(done.cost.total.usage.output_tokens, 2 * 10, "{:?}", done.cost.total);
+}
