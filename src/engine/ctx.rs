@@ -550,17 +550,25 @@ impl Ctx {
             meta: CallMeta { label: label.clone(), agent_type: opts.profile.clone() },
         };
         let price = engine.prices.price(&model_name).copied();
-        let reserve = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost)).unwrap_or_else(|| {
-            match (price, max_output_tokens) {
-                (Some(price), Some(cap)) => price.cost(&Usage {
-                    input_tokens: agent::estimate_request_tokens(&request),
-                    output_tokens: u64::from(cap),
-                    ..Usage::default()
-                }),
-                _ => Money::from_nano_usd(500_000_000),
+        let est_cost = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost));
+        let bounded = self.run.budget.is_bounded(self.account);
+        let unpriced_ok = engine.prices.unpriced_allowed();
+        let reserve = match super::admit::reserve_for(
+            &model_name,
+            price.as_ref(),
+            &request,
+            &tools,
+            est_cost,
+            bounded,
+            unpriced_ok,
+        ) {
+            Ok(reserve) => reserve,
+            Err(error) => {
+                self.run.spawns.fetch_sub(1, Ordering::SeqCst);
+                return self.fail(opts.on_error, "agent", label, error);
             }
-        });
-        let reservation = match self.run.budget.reserve(self.account, reserve) {
+        };
+        let reservation = match self.run.budget.reserve(self.account, reserve.amount) {
             Ok(reservation) => reservation,
             Err(denied) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
@@ -570,8 +578,8 @@ impl Ctx {
                 let error = Error::new(
                     ErrorCode::BudgetExhausted,
                     format!(
-                        "admission refused: the call reserves {} but {} is left",
-                        denied.requested, denied.available
+                        "admission refused: the call reserves {} ({}) but {} is left",
+                        denied.requested, reserve.derivation, denied.available
                     ),
                 );
                 return self.fail(opts.on_error, "agent", label, error);
@@ -623,10 +631,13 @@ impl Ctx {
         };
         // Turns a crashed attempt completed were never journaled with a terminal entry: this
         // attempt carries their usage so the ledger stays whole.
-        let unjournaled = match (matched_previous_terminal, &resume_from) {
-            (false, Some(checkpoint)) => Some(checkpoint.usage),
-            _ => None,
-        };
+        let unjournaled = super::carry::unjournaled(
+            engine.transcripts.as_ref(),
+            &checkpoint_ref,
+            matched_previous_terminal,
+            resume_from.as_ref(),
+        );
+        let resumed_usage = resume_from.as_ref().map(|c| c.usage);
         let spec = agent::AgentSpec {
             provider,
             served_by: model_name,
@@ -643,37 +654,37 @@ impl Ctx {
             call_key: key,
             resume_from,
         };
-        let hooks = AccountHooks { ctx: self, checkpoint_ref, wrote_checkpoint: Default::default() };
+        let hooks = AccountHooks {
+            ctx: self,
+            checkpoint_ref,
+            wrote_checkpoint: Default::default(),
+            reservation: reservation.id(),
+            checkpoint_usage: std::sync::Mutex::new(resumed_usage),
+        };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
         let on_delta = move |text: &str| {
             events_run.emit(delta_span, false, || EventKind::AgentDelta { text: text.to_owned() })
         };
-        let served = spec.served_by.clone();
-        let outcome = match opts.timeout {
-            None => agent::run(spec, &hooks, &self.cancel, &on_delta).await,
-            Some(limit) => tokio::select! {
-                outcome = agent::run(spec, &hooks, &self.cancel, &on_delta) => outcome,
-                _ = tokio::time::sleep(limit) => agent::AgentRun {
-                    end: AgentEnd::Limit(Error::new(
-                        ErrorCode::TurnLimit,
-                        format!("the agent reached its timeout of {} ms", limit.as_millis()),
-                    )),
-                    usage: Usage { approximate: true, ..Usage::default() },
-                    cost: None,
-                    served_by: served,
-                },
-            },
-        };
+        // The call's own cancellation: the run's, or its deadline (which keeps the usage).
+        let call_cancel = self.cancel.child_token();
+        let outcome = super::admit::with_deadline(
+            opts.timeout,
+            &call_cancel,
+            agent::run(spec, &hooks, &call_cancel, &on_delta),
+        )
+        .await;
         drop(provider_permit);
         drop(permits);
 
         let mut outcome = outcome;
         if let Some(extra) = unjournaled {
             outcome.usage += extra;
-            outcome.cost = price.map(|p| p.cost(&outcome.usage));
+            outcome.cost = outcome.cost.zip(price).map(|(cost, p)| cost + p.cost(&extra));
         }
         let wrote_checkpoint = hooks.wrote_checkpoint.load(Ordering::Relaxed);
+        let journaled_ref = hooks.checkpoint_ref.clone();
+        let covered = *hooks.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner());
         let (status, value, error) = match outcome.end {
             AgentEnd::Ok(value) => (Status::Ok, Some(value), None),
             AgentEnd::Error(e) => (Status::Error, None, Some(e)),
@@ -694,6 +705,11 @@ impl Ctx {
         let written = self.run.append_one_async(terminal).await;
         self.run.budget.settle(reservation, cost);
         let terminal = written?;
+        if let Some(covered) = covered
+            && !self.run.dry_run
+        {
+            super::carry::mark_journaled(engine.transcripts.as_ref(), &journaled_ref, &covered);
+        }
         self.run.emit(self.span_pair(span), false, || agent_end_event(&terminal));
         self.run.emit_budget(self.span_pair(span));
         match (value, error) {
@@ -1218,6 +1234,10 @@ struct AccountHooks<'a> {
     ctx: &'a Ctx,
     checkpoint_ref: String,
     wrote_checkpoint: std::sync::atomic::AtomicBool,
+    /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
+    reservation: super::budget::ReservationId,
+    /// The usage the latest checkpoint of the call holds (its completed turns, all attempts).
+    checkpoint_usage: std::sync::Mutex<Option<Usage>>,
 }
 
 impl BudgetHooks for AccountHooks<'_> {
@@ -1230,11 +1250,19 @@ impl BudgetHooks for AccountHooks<'_> {
     }
 
     fn would_cross(&self, cost: Money) -> bool {
-        let crossing = self.ctx.run.budget.would_cross(self.ctx.account, cost);
+        let crossing = self.ctx.run.budget.record_in_flight(self.reservation, cost);
         if crossing {
             self.ctx.run.mark_exhausted();
         }
         crossing
+    }
+
+    fn grant_turn(&self, used: Money, want: Money, floor: Money) -> Result<Option<Money>, Money> {
+        let granted = self.ctx.run.budget.grant_turn(self.reservation, used, want, floor);
+        if granted.is_err() {
+            self.ctx.run.mark_exhausted();
+        }
+        granted.map_err(|denied| denied.available)
     }
 
     fn checkpoint(&self, state: &agent::Checkpoint) {
@@ -1252,6 +1280,7 @@ impl BudgetHooks for AccountHooks<'_> {
             && self.ctx.run.engine.transcripts.put(&self.checkpoint_ref, &bytes).is_ok()
         {
             self.wrote_checkpoint.store(true, Ordering::Relaxed);
+            *self.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.usage);
         }
     }
 

@@ -5,7 +5,9 @@
 //!
 //! Nothing here is global: two engines in one process share nothing.
 
+mod admit;
 mod budget;
+mod carry;
 mod cost;
 mod ctx;
 mod events;

@@ -10,6 +10,7 @@ mod jcs;
 mod lease;
 mod lint;
 mod live_model;
+mod money;
 mod provider;
 mod resume_explain;
 mod samples;
