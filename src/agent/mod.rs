@@ -84,6 +84,9 @@ pub(crate) struct PendingCall {
     wire_id: Option<String>,
     name: String,
     arguments: Value,
+    /// The parse error when the model's argument text was not valid JSON, with that text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    malformed: Option<String>,
 }
 
 /// Everything one agent invocation needs.
@@ -288,6 +291,7 @@ pub(crate) async fn run(
                     wire_id: Some(call.wire_id),
                     name: call.name,
                     arguments: call.arguments,
+                    malformed: call.malformed,
                 });
             }
             spec.request.messages.push(Message { role: Role::Assistant, parts });
@@ -353,12 +357,15 @@ async fn answer_tool_call(
             true,
         ));
     };
-    let problems: Vec<String> = match jsonschema::validator_for(tool.parameters()) {
-        Ok(validator) => validator
-            .iter_errors(&call.arguments)
-            .map(|e| format!("at '{}': {e}", e.instance_path()))
-            .collect(),
-        Err(e) => vec![format!("the tool's parameter schema is invalid: {e}")],
+    let problems: Vec<String> = match &call.malformed {
+        Some(parse_error) => vec![parse_error.clone()],
+        None => match jsonschema::validator_for(tool.parameters()) {
+            Ok(validator) => validator
+                .iter_errors(&call.arguments)
+                .map(|e| format!("at '{}': {e}", e.instance_path()))
+                .collect(),
+            Err(e) => vec![format!("the tool's parameter schema is invalid: {e}")],
+        },
     };
     if !problems.is_empty() {
         *invalid_calls += 1;
@@ -408,6 +415,8 @@ struct RequestedCall {
     wire_id: String,
     name: String,
     arguments: Value,
+    /// Set when the arguments were not valid JSON: the parse error and the raw text.
+    malformed: Option<String>,
 }
 
 /// One turn, retried on retryable faults with exponential backoff (or the provider's
@@ -514,7 +523,10 @@ async fn one_turn(
             }
             ChatEvent::Usage(usage) => live = usage,
             ChatEvent::ToolCallEnd { wire_id, name, arguments } => {
-                tool_calls.push(RequestedCall { wire_id, name, arguments })
+                tool_calls.push(RequestedCall { wire_id, name, arguments, malformed: None })
+            }
+            ChatEvent::ToolCallInvalid { wire_id, name, raw_arguments, error } => {
+                tool_calls.push(tools::malformed_call(wire_id, name, &raw_arguments, &error))
             }
             ChatEvent::Finish { reason, usage } => {
                 return Ok(Turn { text, tool_calls, reason, usage });

@@ -129,6 +129,9 @@ fn render(rel: &str, index: usize, events: &[ChatEvent]) -> String {
                 usage = *u;
             }
             ChatEvent::Error(error) => finish = format!("error:{}", error.code),
+            ChatEvent::ToolCallInvalid { name, raw_arguments, .. } => {
+                tools.push(format!("{name}!{raw_arguments}"))
+            }
             ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) => {}
         }
     }
