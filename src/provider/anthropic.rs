@@ -519,6 +519,10 @@ impl AnthropicDecoder {
     }
 
     fn finish(&mut self, out: &mut Vec<ChatEvent>) {
+        if self.stop_reason.is_none() {
+            out.push(ChatEvent::Error(super::stream::incomplete(&self.context.provider)));
+            return;
+        }
         let reason = match self.stop_reason.as_deref() {
             Some("end_turn" | "stop_sequence") => FinishReason::Stop,
             Some("max_tokens") => FinishReason::Length,

@@ -480,6 +480,10 @@ impl ChatDecoder {
     }
 
     fn finish(&mut self, out: &mut Vec<ChatEvent>) {
+        if self.finish_reason.is_none() {
+            out.push(ChatEvent::Error(super::stream::incomplete(&self.context.provider)));
+            return;
+        }
         let reason = self.finish_reason.clone().unwrap_or_default();
         self.end_calls(&reason, out);
         if out.last().is_some_and(ChatEvent::is_terminal) {
