@@ -8,9 +8,11 @@
 //! journals it.
 
 mod fs_read;
+mod permissions;
 mod tools;
 
 pub use fs_read::fs_read_toolset;
+pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
 pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
 
 use std::sync::Arc;
@@ -59,6 +61,8 @@ pub(crate) struct ApprovalRequest {
     pub(crate) tool: String,
     /// Its arguments.
     pub(crate) arguments: Value,
+    /// How long to wait for an answer before the call counts as denied.
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// The loop's state at a turn boundary, as checkpointed.
@@ -385,6 +389,7 @@ async fn answer_tool_call(
                 key: format!("approve:{}:{}", &spec.call_key.to_hex()[..12], call.id),
                 tool: call.name.clone(),
                 arguments: call.arguments.clone(),
+                timeout: spec.permissions.ask_timeout,
             };
             match hooks.approve(&request).await {
                 Ok(true) => {}

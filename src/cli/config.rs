@@ -48,6 +48,9 @@ pub(crate) struct Config {
     pub(crate) concurrency: Option<usize>,
     #[serde(default)]
     pub(crate) max_spawns: Option<u32>,
+    /// The permission chain of every tool call (a profile's own table replaces it).
+    #[serde(default)]
+    pub(crate) permissions: Option<crate::agent::PermissionsConfig>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -87,6 +90,8 @@ pub(crate) struct ProfileConfig {
     tools: Vec<String>,
     #[serde(default)]
     fallbacks: Vec<String>,
+    #[serde(default)]
+    permissions: Option<crate::agent::PermissionsConfig>,
 }
 
 /// A host function backed by a command: the call's JSON arguments on stdin, its JSON
@@ -225,6 +230,9 @@ impl Config {
         }
         if let Some(n) = self.max_spawns {
             builder = builder.max_spawns(n);
+        }
+        if let Some(permissions) = &self.permissions {
+            builder = builder.permissions(permissions.build("permissions")?);
         }
         Ok((builder.prices(prices), uses_echo))
     }
@@ -365,6 +373,11 @@ impl ProfileConfig {
                 .iter()
                 .map(|m| parse_model(m, &format!("profiles.{name}.fallbacks")))
                 .collect::<Result<_, _>>()?,
+            permissions: self
+                .permissions
+                .as_ref()
+                .map(|p| p.build(&format!("profiles.{name}.permissions")))
+                .transpose()?,
         })
     }
 }

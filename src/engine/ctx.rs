@@ -572,7 +572,10 @@ impl Ctx {
             price,
             fallbacks: declared_fallbacks(&engine, profile, &model),
             tools,
-            permissions: engine.permissions.clone(),
+            permissions: agent::permissions_for_call(
+                &engine.permissions,
+                profile.and_then(|p| p.permissions.as_ref()),
+            ),
             call_key: key,
             resume_from,
         };
@@ -1078,9 +1081,48 @@ impl BudgetHooks for AccountHooks<'_> {
                     "properties": { "approved": { "type": "boolean" } }
                 })),
             };
-            let answer = self.ctx.await_external(&request.key, opts).await?;
+            let answer = match request.timeout {
+                None => self.ctx.await_external(&request.key, opts).await?,
+                Some(timeout) => self.await_approval_until(request, timeout, opts).await?,
+            };
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
         })
+    }
+}
+
+impl AccountHooks<'_> {
+    /// Waits for an approval with a deadline `timeout` after the ask was first made (that
+    /// moment is journaled, so a resume measures from it). At the deadline the wait is resolved
+    /// as denied through the journal, like `cairn resolve` would (a person's earlier answer wins),
+    /// so the expiry replays.
+    async fn await_approval_until(
+        &self,
+        request: &agent::ApprovalRequest,
+        timeout: std::time::Duration,
+        opts: ExternalOptions,
+    ) -> Result<Value, Error> {
+        let identity = json!({ "kind": "rand", "fn": "approval_asked", "key": request.key });
+        let asked = self.ctx.journaled_fact(identity, |run| json!(run.now_ms())).await?;
+        let deadline_ms = asked.as_i64().unwrap_or_default().saturating_add(timeout.as_millis() as i64);
+        let expired = json!({ "approved": false, "expired": true });
+        let run = self.ctx.run.clone();
+        let key = request.key.clone();
+        // Resolving fails only when nothing waits on the key yet (the first ask): then the
+        // timer below resolves it once the wait exists.
+        if run.now_ms() >= deadline_ms {
+            let _ = run.resolve_external(&key, expired.clone());
+        }
+        let expire = async move {
+            let left = deadline_ms.saturating_sub(run.now_ms()).max(0) as u64;
+            tokio::time::sleep(std::time::Duration::from_millis(left)).await;
+            let _ = run.resolve_external(&key, expired);
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            biased;
+            answer = self.ctx.await_external(&request.key, opts) => answer,
+            () = expire => Err(Error::internal("the approval timer ended")),
+        }
     }
 }
 

@@ -186,6 +186,8 @@ pub struct AgentProfile {
     pub tools: Vec<String>,
     /// Models to fail over to, in order, when its model keeps failing retryably.
     pub fallbacks: Vec<ModelRef>,
+    /// Its permission rules, replacing the engine's (the engine's host hook still applies).
+    pub permissions: Option<crate::agent::Permissions>,
 }
 
 /// How failed calls surface in a workflow.

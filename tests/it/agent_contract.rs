@@ -2,6 +2,8 @@
 //! OpenAI-compatible model (see `scripted_server`): malformed tool calls, incomplete streams,
 //! permissions, schemas, checkpoints, full results and the context bound.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::scripted_server::{Reply, ScriptedServer, project, run, sent_text, text, tool_call};
@@ -59,4 +61,94 @@ fn an_incomplete_stream_is_retried_and_never_an_answer() {
     assert_eq!(server.requests().len(), 4, "one try and three retries");
     assert_ne!(code, 0, "never an ok answer: {stdout}");
     assert!(stderr.contains("provider_unavailable") && stderr.contains("incomplete stream"), "{stderr}");
+}
+
+/// The approval key in a suspended run's output.
+fn approve_key(output: &str) -> String {
+    let start = output.find("approve:").unwrap_or_else(|| panic!("no approve: key in {output}"));
+    output[start..].split(|c: char| c.is_whitespace() || c == '"' || c == ',').next().unwrap().to_owned()
+}
+
+fn permissions_project(server: &ScriptedServer, rules: &str, script: &str) -> tempfile::TempDir {
+    let dir = project(&server.url, &format!("{FILES}\n{rules}"), script);
+    std::fs::write(dir.path().join("notes.txt"), "the secret is 42").unwrap();
+    dir
+}
+
+const READ_NOTES: &str = "{\"path\": \"notes.txt\"}";
+
+/// #18.1: `[permissions] deny` refuses the call; the model is told, and the run goes on.
+#[test]
+fn a_denied_tool_call_goes_back_to_the_model_as_denied() {
+    let server =
+        ScriptedServer::start(vec![tool_call("c1", "read_file", READ_NOTES, 10, 5), text("ok", 20, 2)]);
+    let dir = permissions_project(
+        &server,
+        "[permissions]\ndeny = [\"read_*\"]\n",
+        "agent(\"go\", #{tools: [\"files\"]})",
+    );
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(value_of(&stdout), json!("ok"));
+    let second = sent_text(&server.requests()[1]);
+    assert!(second.contains("denied") && !second.contains("secret is 42"), "{second}");
+
+    // A profile's own rules replace the top-level ones.
+    let server =
+        ScriptedServer::start(vec![tool_call("c1", "read_file", READ_NOTES, 10, 5), text("ok", 20, 2)]);
+    let rules = "[profiles.careful]\ntools = [\"files\"]\n[profiles.careful.permissions]\ndeny = [\"*\"]\n";
+    let dir = permissions_project(&server, rules, "agent(\"go\", #{profile: \"careful\"})");
+    let (code, _, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 0, "{stderr}");
+    let second = sent_text(&server.requests()[1]);
+    assert!(second.contains("denied") && !second.contains("secret is 42"), "{second}");
+}
+
+/// #18.1: `ask` suspends (exit 4) with an `approve:` key; an approval runs the call on resume
+/// without asking the model again for the completed turn; a refusal reaches the model as denied.
+#[test]
+fn an_ask_suspends_and_resolve_then_resume_runs_or_refuses_the_call() {
+    for (answer, expect_read) in [(json!({"approved": true}), true), (json!({"approved": false}), false)] {
+        let server =
+            ScriptedServer::start(vec![tool_call("c1", "read_file", READ_NOTES, 10, 5), text("ok", 20, 2)]);
+        let dir = permissions_project(
+            &server,
+            "[permissions]\nask = [\"read_*\"]\n",
+            "agent(\"go\", #{tools: [\"files\"]})",
+        );
+        let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+        assert_eq!(code, 4, "{stdout}{stderr}");
+        let key = approve_key(&format!("{stdout}{stderr}"));
+        let id = crate::scripted_server::run_id(&stderr);
+        let (code, _, resolved) = run(dir.path(), &["resolve", &id, &key, &answer.to_string()]);
+        assert_eq!(code, 0, "{resolved}");
+        let (code, stdout, stderr) = run(dir.path(), &["resume", &id]);
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        assert_eq!(value_of(&stdout), json!("ok"));
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2, "the completed turn is not asked again");
+        let second = sent_text(&requests[1]);
+        assert_eq!(second.contains("secret is 42"), expect_read, "{second}");
+        assert_eq!(second.contains("denied"), !expect_read, "{second}");
+    }
+}
+
+/// #18.1: an approval with a deadline (`ask_timeout_ms`) that nobody answers counts as denied.
+#[test]
+fn an_unanswered_ask_past_its_deadline_is_denied() {
+    let server =
+        ScriptedServer::start(vec![tool_call("c1", "read_file", READ_NOTES, 10, 5), text("ok", 20, 2)]);
+    let rules = "[permissions]\nask = [\"read_*\"]\nask_timeout_ms = 300\n";
+    let dir = permissions_project(&server, rules, "agent(\"go\", #{tools: [\"files\"]})");
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 4, "{stdout}{stderr}");
+    let id = crate::scripted_server::run_id(&stderr);
+    std::thread::sleep(Duration::from_millis(400));
+    let (code, stdout, stderr) = run(dir.path(), &["resume", &id]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let second = sent_text(&server.requests()[1]);
+    assert!(second.contains("denied") && !second.contains("secret is 42"), "{second}");
+    // The expiry is journaled: a strict replay needs nothing live.
+    let (code, _, stderr) = run(dir.path(), &["replay", &id]);
+    assert_eq!(code, 0, "{stderr}");
 }
