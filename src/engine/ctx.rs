@@ -426,6 +426,13 @@ impl Ctx {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start_event);
                 self.run.emit(self.span_pair(span), true, || agent_end_event(&entry));
+                if opts.full && entry.status != Status::Ok {
+                    let error = entry
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
+                    return self.agent_failed(&opts, label, error, Some((&entry, true)));
+                }
                 let value = self.replayed(&entry, opts.on_error, "agent", label)?;
                 return Ok(if opts.full { full_result(&entry, value, true) } else { value });
             }
@@ -508,7 +515,7 @@ impl Ctx {
                         denied.requested, denied.available
                     ),
                 );
-                return self.fail(opts.on_error, "agent", label, error);
+                return self.agent_failed(&opts, label, error, None);
             }
         };
 
@@ -638,7 +645,7 @@ impl Ctx {
                 if status == Status::Cancelled && self.cancel.is_cancelled() {
                     return Err(self.run.stopped_error());
                 }
-                self.fail(opts.on_error, "agent", label, error)
+                self.agent_failed(&opts, label, error, Some((&terminal, false)))
             }
             (None, None) => Err(Error::internal("agent ended with neither value nor error")),
         }
@@ -1008,6 +1015,39 @@ fn agent_end_event(entry: &Entry) -> EventKind {
         cost: entry.cost,
         served_by: entry.served_by.as_deref().map(str::to_owned),
         error: entry.error.as_ref().map(|e| e.code),
+    }
+}
+
+impl Ctx {
+    /// A failed agent call: with `result: "full"` its record (status, typed error, usage and
+    /// cost of what it consumed) for the workflow to branch on; otherwise the error policy.
+    /// A stopped run (cancellation, a dry run's miss) always raises.
+    fn agent_failed(
+        &self,
+        opts: &AgentOptions,
+        label: Option<String>,
+        error: Error,
+        entry: Option<(&Entry, bool)>,
+    ) -> Result<Value, Error> {
+        if !opts.full || matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss) {
+            return self.fail(opts.on_error, "agent", label, error);
+        }
+        if error.code == ErrorCode::BudgetExhausted {
+            self.run.mark_exhausted();
+        }
+        let mut record = match entry {
+            Some((entry, replayed)) => full_result(entry, Value::Null, replayed),
+            None => json!({
+                "value": null,
+                "status": "limit",
+                "usage": Usage::default(),
+                "cost_nano_usd": 0,
+                "served_by": null,
+                "replayed": false,
+            }),
+        };
+        record["error"] = json!({ "code": error.code, "message": error.message });
+        Ok(record)
     }
 }
 

@@ -152,3 +152,40 @@ fn an_unanswered_ask_past_its_deadline_is_denied() {
     let (code, _, stderr) = run(dir.path(), &["replay", &id]);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// #18.6: with `result: "full"` a failed agent returns its record (status, typed error, usage,
+/// cost) and the script branches on it, for a turn limit and for a provider error.
+#[test]
+fn a_full_result_reports_a_failure_with_its_usage_and_cost() {
+    let server = ScriptedServer::start(vec![tool_call("c1", "read_file", READ_NOTES, 100, 50)]);
+    let script = r#"
+        let r = agent("go", #{tools: ["files"], max_turns: 1, result: "full"});
+        if r.status == "ok" { throw "expected a failure"; }
+        #{status: r.status, code: r.error.code, tokens: r.usage.input_tokens + r.usage.output_tokens, cost: r.cost_usd}
+    "#;
+    let dir = permissions_project(&server, "", script);
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let value = value_of(&stdout);
+    assert_eq!(value["status"], "limit", "{value}");
+    assert_eq!(value["code"], "turn_limit", "{value}");
+    assert_eq!(value["tokens"], 150, "{value}");
+    // 100 input at $1/M and 50 output at $2/M.
+    assert!((value["cost"].as_f64().unwrap() - 0.0002).abs() < 1e-12, "{value}");
+
+    let bad_request =
+        json!({"error": {"message": "no such model", "type": "invalid_request_error"}}).to_string();
+    let server = ScriptedServer::start(vec![Reply::Status(404, bad_request)]);
+    let script = r#"
+        let r = agent("go", #{result: "full"});
+        #{status: r.status, code: r.error.code, message: r.error.message, value: r.value}
+    "#;
+    let dir = project(&server.url, "", script);
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let value = value_of(&stdout);
+    assert_eq!(value["status"], "error", "{value}");
+    assert!(value["code"].as_str().is_some_and(|c| !c.is_empty()), "{value}");
+    assert!(value["message"].as_str().unwrap().contains("no such model"), "{value}");
+    assert_eq!(value["value"], Value::Null);
+}
