@@ -9,6 +9,7 @@
 
 mod fs_read;
 mod permissions;
+mod schema;
 mod tools;
 
 pub use fs_read::fs_read_toolset;
@@ -198,6 +199,9 @@ pub(crate) async fn run(
             })
             .collect();
     }
+    if let Some(schema) = &spec.schema {
+        schema::show_schema(&mut spec.request, schema);
+    }
     let validator = match spec.schema.as_ref().map(jsonschema::validator_for).transpose() {
         Ok(v) => v,
         Err(e) => {
@@ -338,10 +342,7 @@ pub(crate) async fn run(
         }
         reprompts += 1;
         spec.request.messages.push(Message { role: Role::Assistant, parts: vec![Part::Text(turn.text)] });
-        let correction = format!(
-            "Your reply did not match the required JSON Schema:\n- {}\nReply again with only a JSON value that matches the schema.",
-            problems.join("\n- ")
-        );
+        let correction = schema::correction(&problems, spec.schema.as_ref().unwrap_or(&Value::Null));
         spec.request.messages.push(Message { role: Role::User, parts: vec![Part::Text(correction)] });
     }
 }

@@ -189,3 +189,34 @@ fn a_full_result_reports_a_failure_with_its_usage_and_cost() {
     assert!(value["message"].as_str().unwrap().contains("no such model"), "{value}");
     assert_eq!(value["value"], Value::Null);
 }
+
+const SCHEMA_SCRIPT: &str = r#"agent("capital of France?", #{schema: #{type: "object", required: ["answer"], properties: #{answer: #{type: "string"}}}})"#;
+const SCHEMA_COMPACT: &str =
+    r#"{"properties":{"answer":{"type":"string"}},"required":["answer"],"type":"object"}"#;
+
+/// The system message of a Chat Completions request body, if any.
+fn system_of(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["role"] == "system"))
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default()
+}
+
+/// #18.5: a model without native structured output is shown the schema in the system prompt,
+/// and the correction after an invalid answer carries the schema too.
+#[test]
+fn a_schema_reaches_a_model_without_native_structured_output() {
+    let server = ScriptedServer::start(vec![text("Paris!", 10, 2), text(r#"{"answer": "Paris"}"#, 30, 6)]);
+    let dir = project(&server.url, "", SCHEMA_SCRIPT);
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(value_of(&stdout), json!({"answer": "Paris"}));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[0].get("response_format").is_none(), "{}", requests[0]);
+    let system = system_of(&requests[0]);
+    assert!(system.contains(SCHEMA_COMPACT) && system.contains("only a JSON value"), "{system}");
+    let last = requests[1]["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    assert!(last.contains("did not match") && last.contains(&SCHEMA_COMPACT.replace('"', "\\\"")), "{last}");
+}
