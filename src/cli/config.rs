@@ -74,6 +74,30 @@ pub(crate) struct ProviderConfig {
     /// Prices in USD per million tokens for this provider's models (`model = [in, out]`).
     #[serde(default)]
     prices: BTreeMap<String, [f64; 2]>,
+    /// openai-compatible only: what the server's models support (native structured output,
+    /// tools, reasoning); unset fields keep the conservative default.
+    #[serde(default)]
+    capabilities: Option<CapabilitiesConfig>,
+}
+
+/// `capabilities = { native_schema = true, tools = true }` in a provider table.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CapabilitiesConfig {
+    native_schema: Option<bool>,
+    tools: Option<bool>,
+    reasoning: Option<bool>,
+}
+
+impl CapabilitiesConfig {
+    /// `base` with the declared fields replaced.
+    fn over(self, base: crate::provider::Capabilities) -> crate::provider::Capabilities {
+        crate::provider::Capabilities {
+            native_schema: self.native_schema.unwrap_or(base.native_schema),
+            tools: self.tools.unwrap_or(base.tools),
+            reasoning: self.reasoning.unwrap_or(base.reasoning),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -290,6 +314,12 @@ impl ProviderConfig {
             })
         };
         let idle = self.idle_timeout_ms.map(Duration::from_millis);
+        if self.capabilities.is_some() && self.kind != "openai-compatible" {
+            return Err(Error::config(format!(
+                "providers.{name}.capabilities: only an openai-compatible provider takes declared capabilities ({} models' are known)",
+                self.kind
+            )));
+        }
         // The endpoint settings a table may override, applied alike to every keyed adapter.
         macro_rules! with_overrides {
             ($provider:expr) => {{
@@ -323,6 +353,9 @@ impl ProviderConfig {
                 }
                 if let Some(idle) = idle {
                     p = p.with_idle_timeout(idle);
+                }
+                if let Some(declared) = self.capabilities {
+                    p = p.with_capabilities(declared.over(crate::provider::Capabilities::CONSERVATIVE));
                 }
                 Arc::new(p)
             }

@@ -220,3 +220,21 @@ fn a_schema_reaches_a_model_without_native_structured_output() {
     let last = requests[1]["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
     assert!(last.contains("did not match") && last.contains(&SCHEMA_COMPACT.replace('"', "\\\"")), "{last}");
 }
+
+/// #10 §4: `capabilities = { native_schema = true }` on an openai-compatible provider turns on
+/// constrained structured output: the request carries `response_format`, not system text.
+#[test]
+fn declared_capabilities_send_the_schema_natively() {
+    let server = ScriptedServer::start(vec![text(r#"{"answer": "Paris"}"#, 30, 6)]);
+    let dir = project(&server.url, "", SCHEMA_SCRIPT);
+    let config = std::fs::read_to_string(dir.path().join("cairn.toml"))
+        .unwrap()
+        .replace("prices = {", "capabilities = { native_schema = true, tools = true }\nprices = {");
+    std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(value_of(&stdout), json!({"answer": "Paris"}));
+    let body = &server.requests()[0];
+    assert!(body["response_format"].to_string().contains(SCHEMA_COMPACT), "{body}");
+    assert!(!system_of(body).contains(SCHEMA_COMPACT), "{body}");
+}
