@@ -80,6 +80,9 @@ pub(crate) struct Checkpoint {
     /// Tool calls the last turn requested that have not all produced results yet.
     #[serde(default)]
     pub(crate) pending: Vec<PendingCall>,
+    /// Structured-output re-prompts made so far.
+    #[serde(default)]
+    pub(crate) reprompts: u32,
 }
 
 /// A requested tool call not yet answered.
@@ -186,7 +189,7 @@ pub(crate) async fn run(
     if !state.messages.is_empty() {
         spec.request.messages = std::mem::take(&mut state.messages);
     }
-    let mut reprompts = 0;
+    let mut reprompts = state.reprompts;
     let mut invalid_calls = 0;
     if !spec.tools.is_empty() {
         spec.request.tools = spec
@@ -241,6 +244,7 @@ pub(crate) async fn run(
                 tool_calls: state.tool_calls,
                 usage: state.usage,
                 pending: Vec::new(),
+                reprompts,
             });
         }
         if state.turns >= spec.max_turns {
@@ -311,6 +315,7 @@ pub(crate) async fn run(
                 tool_calls: state.tool_calls,
                 usage: state.usage,
                 pending: state.pending.clone(),
+                reprompts,
             });
             continue;
         }
@@ -344,6 +349,16 @@ pub(crate) async fn run(
         spec.request.messages.push(Message { role: Role::Assistant, parts: vec![Part::Text(turn.text)] });
         let correction = schema::correction(&problems, spec.schema.as_ref().unwrap_or(&Value::Null));
         spec.request.messages.push(Message { role: Role::User, parts: vec![Part::Text(correction)] });
+        // A repair turn is a turn boundary like any other: a rerun sends this correction
+        // instead of paying for the invalid turn again.
+        hooks.checkpoint(&Checkpoint {
+            messages: spec.request.messages.clone(),
+            turns: state.turns,
+            tool_calls: state.tool_calls,
+            usage: state.usage,
+            pending: Vec::new(),
+            reprompts,
+        });
     }
 }
 

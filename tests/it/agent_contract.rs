@@ -238,3 +238,38 @@ fn declared_capabilities_send_the_schema_natively() {
     assert!(body["response_format"].to_string().contains(SCHEMA_COMPACT), "{body}");
     assert!(!system_of(body).contains(SCHEMA_COMPACT), "{body}");
 }
+
+/// #18.4: the schema-repair turn starts from a checkpoint: killed (SIGKILL) while the repair
+/// turn is in flight, a resume does not ask the first (invalid) turn again, keeps its usage and
+/// sends the same correction.
+#[test]
+fn a_kill_during_the_schema_repair_turn_resumes_without_re_asking() {
+    let server = ScriptedServer::start(vec![text("Paris!", 10, 2), Reply::Stall]);
+    let dir = project(&server.url, "", SCHEMA_SCRIPT);
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"))
+        .current_dir(dir.path())
+        .args(["run", "s.rhai", "--run-id", "repair1"])
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    server.wait_for_requests(2, Duration::from_secs(30));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let repair = server.requests()[1].clone();
+
+    let second = ScriptedServer::start(vec![text(r#"{"answer": "Paris"}"#, 30, 6)]);
+    let config =
+        std::fs::read_to_string(dir.path().join("cairn.toml")).unwrap().replace(&server.url, &second.url);
+    std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+    let (code, stdout, stderr) = run(dir.path(), &["resume", "repair1"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(value_of(&stdout), json!({"answer": "Paris"}));
+    let resumed = second.requests();
+    assert_eq!(resumed.len(), 1, "only the repair turn runs again");
+    assert_eq!(resumed[0]["messages"], repair["messages"], "the same context as the killed repair turn");
+    assert!(stderr.contains("run ok: 48 tokens"), "the invalid turn's usage is kept: {stderr}");
+}
