@@ -9,11 +9,13 @@
 
 mod fs_read;
 mod permissions;
+mod retry;
 mod schema;
 mod tools;
 
 pub use fs_read::fs_read_toolset;
 pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
+pub(crate) use retry::Backoff;
 pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
 
 use std::sync::Arc;
@@ -107,6 +109,8 @@ pub(crate) struct AgentSpec {
     pub(crate) max_tool_calls: Option<u32>,
     pub(crate) max_retries: u32,
     pub(crate) retry_base: Duration,
+    /// The backoff's cap and the `Retry-After` clamp (`retry_base` is the base).
+    pub(crate) backoff: Backoff,
     pub(crate) price: Option<Price>,
     /// Models to fail over to, in order, when the serving one keeps failing retryably.
     pub(crate) fallbacks: Vec<Fallback>,
@@ -461,13 +465,8 @@ async fn turn_with_retries(
             }
             Err((AgentEnd::Error(error), partial)) if error.retryable && attempt < spec.max_retries => {
                 wasted += partial;
-                let backoff = match error.retry_after_ms {
-                    Some(ms) => Duration::from_millis(ms),
-                    None => {
-                        spec.retry_base.saturating_mul(1 << attempt.min(16))
-                            + jitter(spec.retry_base, attempt)
-                    }
-                };
+                let timing = Backoff { base: spec.retry_base, ..spec.backoff };
+                let backoff = timing.delay(spec.call_key.as_bytes(), attempt, error.retry_after_ms);
                 attempt += 1;
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
@@ -499,13 +498,6 @@ async fn turn_with_retries(
             }
         }
     }
-}
-
-/// Up to a quarter of `base`, varied per attempt so concurrent retries spread out.
-fn jitter(base: Duration, attempt: u32) -> Duration {
-    let spread = (base.as_millis() as u64 / 4).max(1);
-    let mixed = (u64::from(attempt) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    Duration::from_millis(mixed % spread)
 }
 
 async fn one_turn(

@@ -51,6 +51,40 @@ pub(crate) struct Config {
     /// The permission chain of every tool call (a profile's own table replaces it).
     #[serde(default)]
     pub(crate) permissions: Option<crate::agent::PermissionsConfig>,
+    /// Retries of retryable provider faults, for every call.
+    #[serde(default)]
+    pub(crate) retry: Option<RetryConfig>,
+}
+
+/// `[retry]`: `max_attempts` (first included, default 4), `initial_backoff_ms` (250, doubled
+/// per attempt), `max_backoff_ms` (30000) and `max_retry_after_ms` (the longest provider
+/// `Retry-After` honoured, 60000).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryConfig {
+    max_attempts: Option<u32>,
+    initial_backoff_ms: Option<u64>,
+    max_backoff_ms: Option<u64>,
+    max_retry_after_ms: Option<u64>,
+}
+
+impl RetryConfig {
+    fn apply(self, builder: EngineBuilder) -> Result<EngineBuilder, Error> {
+        if self.max_attempts == Some(0) {
+            return Err(Error::config("retry.max_attempts: at least 1 (the first attempt counts)"));
+        }
+        let defaults = crate::agent::Backoff::default();
+        let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+        Ok(builder
+            .retries(
+                self.max_attempts.map_or(3, |n| n.saturating_sub(1)),
+                ms(self.initial_backoff_ms, defaults.base),
+            )
+            .retry_limits(
+                ms(self.max_backoff_ms, defaults.max),
+                ms(self.max_retry_after_ms, defaults.max_retry_after),
+            ))
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -254,6 +288,9 @@ impl Config {
         }
         if let Some(n) = self.max_spawns {
             builder = builder.max_spawns(n);
+        }
+        if let Some(retry) = self.retry {
+            builder = retry.apply(builder)?;
         }
         if let Some(permissions) = &self.permissions {
             builder = builder.permissions(permissions.build("permissions")?);
@@ -476,6 +513,13 @@ mod tests {
             est_cost_usd = 0.05
             [host_functions.upper]
             command = ["tr", "a-z", "A-Z"]
+            [retry]
+            max_attempts = 5
+            max_backoff_ms = 2000
+            max_retry_after_ms = 10000
+            [permissions]
+            default = "ask"
+            deny = ["search_*"]
             "#,
         )
         .unwrap();
@@ -491,6 +535,9 @@ mod tests {
             "[providers.x]\nkind = \"telepathy\"",
             "stor = \"memory\"",
             "[routing]\nsummarise = \"echo:default\"",
+            "[retry]\nmax_attempts = 0",
+            "[retry]\nmax_backof_ms = 1",
+            "[permissions]\ndefault = \"sometimes\"",
         ] {
             let parsed = Config::parse(bad);
             let applied = parsed.and_then(|c| {

@@ -127,6 +127,8 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// The first backoff; doubled per attempt.
     pub initial_backoff: std::time::Duration,
+    /// No backoff is longer (the engine's cap, 30 s by default, when `None`).
+    pub max_backoff: Option<std::time::Duration>,
 }
 
 /// Options of [`Ctx::parallel`].
@@ -576,6 +578,10 @@ impl Ctx {
             max_tool_calls: opts.max_tool_calls,
             max_retries: opts.retry.map_or(engine.max_retries, |r| r.max_attempts.saturating_sub(1)),
             retry_base: opts.retry.map_or(engine.retry_base, |r| r.initial_backoff),
+            backoff: agent::Backoff {
+                max: opts.retry.and_then(|r| r.max_backoff).unwrap_or(engine.backoff.max),
+                ..engine.backoff
+            },
             price,
             fallbacks: declared_fallbacks(&engine, profile, &model),
             tools,

@@ -404,6 +404,8 @@ pub(crate) struct EngineInner {
     pub(crate) toolsets: HashMap<String, crate::agent::Toolset>,
     pub(crate) fallbacks: HashMap<ModelRef, Vec<ModelRef>>,
     pub(crate) permissions: crate::agent::Permissions,
+    /// The backoff cap and the `Retry-After` clamp of every call.
+    pub(crate) backoff: crate::agent::Backoff,
 }
 
 impl fmt::Debug for EngineInner {
@@ -473,6 +475,7 @@ impl Engine {
                 toolsets: HashMap::new(),
                 fallbacks: HashMap::new(),
                 permissions: crate::agent::Permissions::allow_all(),
+                backoff: crate::agent::Backoff::default(),
             },
         }
     }
@@ -677,6 +680,14 @@ impl EngineBuilder {
     /// the journal's `served_by` records who answered. Budget failures never fail over.
     pub fn fallbacks(mut self, model: ModelRef, fallbacks: Vec<ModelRef>) -> EngineBuilder {
         self.inner.fallbacks.insert(model, fallbacks);
+        self
+    }
+
+    /// Caps retry waits: no backoff longer than `max_backoff` (default 30 s), and a provider's
+    /// `Retry-After` honoured up to `max_retry_after` (default 60 s).
+    pub fn retry_limits(mut self, max_backoff: Duration, max_retry_after: Duration) -> EngineBuilder {
+        self.inner.backoff.max = max_backoff;
+        self.inner.backoff.max_retry_after = max_retry_after;
         self
     }
 

@@ -429,6 +429,7 @@ fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
         initial_backoff: Duration::from_millis(
             r.get("initial_backoff_ms").and_then(Value::as_u64).unwrap_or(250),
         ),
+        max_backoff: r.get("max_backoff_ms").and_then(Value::as_u64).map(Duration::from_millis),
     });
     Ok(AgentOptions {
         label: str_opt(opts, "label"),
