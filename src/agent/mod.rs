@@ -7,12 +7,14 @@
 //! The runtime knows nothing about journals: it returns what happened, and the engine
 //! journals it.
 
+mod context_bound;
 mod fs_read;
 mod permissions;
 mod retry;
 mod schema;
 mod tools;
 
+pub(crate) use context_bound::DEFAULT_MAX_CONTEXT_TOKENS;
 pub use fs_read::fs_read_toolset;
 pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
 pub(crate) use retry::Backoff;
@@ -120,6 +122,8 @@ pub(crate) struct AgentSpec {
     pub(crate) call_key: crate::journal::ContentKey,
     /// Where a previous attempt stopped, to continue from.
     pub(crate) resume_from: Option<Checkpoint>,
+    /// The bound on a turn's estimated input tokens; older tool results are elided past it.
+    pub(crate) max_context_tokens: u64,
 }
 
 /// A declared fallback model.
@@ -242,6 +246,7 @@ pub(crate) async fn run(
                 });
             }
             spec.request.messages.push(Message { role: Role::User, parts: results });
+            context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
             hooks.checkpoint(&Checkpoint {
                 messages: spec.request.messages.clone(),
                 turns: state.turns,
@@ -262,6 +267,7 @@ pub(crate) async fn run(
             return finish(&spec, AgentEnd::Limit(error), usage, spend);
         }
         state.turns += 1;
+        context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
         let turn = match turn_with_retries(&mut spec, &usage, hooks, cancel, on_delta, &mut spend).await {
             Ok(turn) => turn,
             Err((end, partial)) => {

@@ -129,6 +129,7 @@ mod tests {
                 permissions: Permissions::allow_all(),
                 call_key: crate::journal::ContentKey::from_bytes([7; 32]),
                 resume_from: None,
+                max_context_tokens: crate::agent::DEFAULT_MAX_CONTEXT_TOKENS,
             }
         }
 

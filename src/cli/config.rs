@@ -150,6 +150,7 @@ pub(crate) struct ProfileConfig {
     fallbacks: Vec<String>,
     #[serde(default)]
     permissions: Option<crate::agent::PermissionsConfig>,
+    max_context_tokens: Option<u64>,
 }
 
 /// A host function backed by a command: the call's JSON arguments on stdin, its JSON
@@ -448,6 +449,7 @@ impl ProfileConfig {
                 .as_ref()
                 .map(|p| p.build(&format!("profiles.{name}.permissions")))
                 .transpose()?,
+            max_context_tokens: self.max_context_tokens,
         })
     }
 }

@@ -77,6 +77,9 @@ pub struct AgentOptions {
     pub tools: Vec<String>,
     /// Most tool calls over the agent's life.
     pub max_tool_calls: Option<u32>,
+    /// The bound on a turn's estimated input tokens (the profile's, else 200,000): past it the
+    /// oldest tool results are elided.
+    pub max_context_tokens: Option<u64>,
 }
 
 /// Options of [`Ctx::step`].
@@ -591,6 +594,10 @@ impl Ctx {
             ),
             call_key: key,
             resume_from,
+            max_context_tokens: opts
+                .max_context_tokens
+                .or_else(|| profile.and_then(|p| p.max_context_tokens))
+                .unwrap_or(agent::DEFAULT_MAX_CONTEXT_TOKENS),
         };
         let hooks = AccountHooks { ctx: self, checkpoint_ref, wrote_checkpoint: Default::default() };
         let events_run = self.run.clone();

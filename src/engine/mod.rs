@@ -188,6 +188,8 @@ pub struct AgentProfile {
     pub fallbacks: Vec<ModelRef>,
     /// Its permission rules, replacing the engine's (the engine's host hook still applies).
     pub permissions: Option<crate::agent::Permissions>,
+    /// The bound on a turn's estimated input tokens (default 200,000).
+    pub max_context_tokens: Option<u64>,
 }
 
 /// How failed calls surface in a workflow.

@@ -273,3 +273,53 @@ fn a_kill_during_the_schema_repair_turn_resumes_without_re_asking() {
     assert_eq!(resumed[0]["messages"], repair["messages"], "the same context as the killed repair turn");
     assert!(stderr.contains("run ok: 48 tokens"), "the invalid turn's usage is kept: {stderr}");
 }
+
+/// Estimated input tokens of a Chat Completions body, as cairn estimates them (chars / 4).
+fn body_tokens(body: &Value) -> usize {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().map_or(0, |c| c.chars().count().div_ceil(4)))
+        .sum()
+}
+
+/// #18.7: a conversation has a size bound: a tool returning a big file turn after turn never
+/// pushes a request past `max_context_tokens`; the oldest results are elided with a marker.
+#[test]
+fn the_context_stays_under_its_bound_as_tool_results_pile_up() {
+    let replies = vec![
+        tool_call("c1", "read_file", "{\"path\": \"big.txt\"}", 10, 5),
+        tool_call("c2", "read_file", "{\"path\": \"big.txt\"}", 10, 5),
+        tool_call("c3", "read_file", "{\"path\": \"big.txt\"}", 10, 5),
+        text("done", 10, 2),
+    ];
+    let server = ScriptedServer::start(replies);
+    let rules = "[profiles.reader]\ntools = [\"files\"]\nmax_context_tokens = 5000\n";
+    let dir =
+        project(&server.url, &format!("{FILES}\n{rules}"), "agent(\"read big.txt\", #{profile: \"reader\"})");
+    std::fs::write(dir.path().join("big.txt"), "0123456789abcdef".repeat(500)).unwrap(); // 2000 tokens
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(value_of(&stdout), json!("done"));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4);
+    for body in &requests {
+        assert!(body_tokens(body) <= 5000, "{} tokens sent", body_tokens(body));
+    }
+    let last = sent_text(&requests[3]);
+    assert!(last.contains("was elided to keep the conversation under its bound of 5000 tokens"), "{last}");
+    assert!(last.contains("0123456789abcdef"), "the newest result is still there");
+
+    // As an agent option it overrides the profile's.
+    let server = ScriptedServer::start(vec![
+        tool_call("c1", "read_file", "{\"path\": \"big.txt\"}", 10, 5),
+        text("done", 10, 2),
+    ]);
+    let script = "agent(\"read big.txt\", #{profile: \"reader\", max_context_tokens: 1000})";
+    let dir = project(&server.url, &format!("{FILES}\n{rules}"), script);
+    std::fs::write(dir.path().join("big.txt"), "0123456789abcdef".repeat(500)).unwrap();
+    let (code, _, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(body_tokens(&server.requests()[1]) <= 1000, "{}", server.requests()[1]);
+}
