@@ -757,6 +757,19 @@ mod tests {
     }
 
     #[test]
+    fn a_message_stop_without_a_stop_reason_is_an_incomplete_stream() {
+        let events = decode(&[
+            start(json!({"input_tokens": 1})),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_stop"}),
+        ]);
+        let Some(ChatEvent::Error(error)) = events.last() else { panic!("{events:?}") };
+        assert_eq!((error.code, error.retryable), (crate::ErrorCode::ProviderUnavailable, true));
+        assert!(error.message.contains("incomplete stream"), "{error:?}");
+    }
+
+    #[test]
     fn capabilities_by_model() {
         assert!(capabilities("claude-sonnet-4-5-20250929").native_schema);
         assert!(!capabilities("claude-3-5-haiku-latest").native_schema);

@@ -752,6 +752,16 @@ mod tests {
             ChatEvent::ToolCallEnd { wire_id: "call_0".into(), name: "f".into(), arguments: json!({"a": 1}) }
         );
         assert!(matches!(events.last(), Some(ChatEvent::Finish { reason: FinishReason::ToolUse, .. })));
+        // A role chunk and `[DONE]` with no finish reason (llama.cpp, busy) is an incomplete
+        // stream: a retryable error, never an empty answer.
+        let events = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}"#,
+            "[DONE]",
+        ]);
+        assert!(
+            matches!(events.last(), Some(ChatEvent::Error(e)) if e.code == crate::ErrorCode::ProviderUnavailable && e.retryable),
+            "{events:?}"
+        );
         // Arguments that never parse are a model mistake carried with their raw text (not a
         // transport error, not a silent {}); cut by the cap, the call is dropped.
         let events = decode(&[

@@ -32,6 +32,18 @@ fn a_malformed_tool_call_is_answered_with_its_parse_error_not_retried() {
     assert!(second.contains("not valid JSON"), "{second}");
     assert!(second.contains("path"), "the raw text is named: {second}");
     assert!(stderr.contains("run ok: 38 tokens"), "both turns are charged: {stderr}");
+
+    // Each one counts as a correction: past the limit (3) the agent fails `tool_failed`, every
+    // turn charged.
+    let server = ScriptedServer::start(vec![tool_call("c", "read_file", "{oops", 10, 5); 4]);
+    let script = "let r = agent(\"read it\", #{tools: [\"files\"], result: \"full\"}); #{code: r.error.code, usage: r.usage}";
+    let dir = project(&server.url, FILES, script);
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 0, "{stderr}");
+    let value = value_of(&stdout);
+    assert_eq!(server.requests().len(), 4);
+    assert_eq!(value["code"], "tool_failed", "{value}");
+    assert_eq!(value["usage"]["input_tokens"], 40, "{value}");
 }
 
 /// The stream llama.cpp's server sends to a request that arrives while it is busy: a role
