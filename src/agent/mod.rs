@@ -9,6 +9,8 @@
 
 mod context_bound;
 mod fs_read;
+#[cfg(test)]
+mod loop_tests;
 mod permissions;
 mod retry;
 mod schema;
@@ -87,6 +89,9 @@ pub(crate) struct Checkpoint {
     /// Structured-output re-prompts made so far.
     #[serde(default)]
     pub(crate) reprompts: u32,
+    /// Tool calls with invalid arguments answered so far (toward the correction limit).
+    #[serde(default)]
+    pub(crate) corrections: u32,
 }
 
 /// A requested tool call not yet answered.
@@ -198,7 +203,7 @@ pub(crate) async fn run(
         spec.request.messages = std::mem::take(&mut state.messages);
     }
     let mut reprompts = state.reprompts;
-    let mut invalid_calls = 0;
+    let mut invalid_calls = state.corrections;
     if !spec.tools.is_empty() {
         spec.request.tools = spec
             .tools
@@ -254,6 +259,7 @@ pub(crate) async fn run(
                 usage: state.usage,
                 pending: Vec::new(),
                 reprompts,
+                corrections: invalid_calls,
             });
         }
         if state.turns >= spec.max_turns {
@@ -326,6 +332,7 @@ pub(crate) async fn run(
                 usage: state.usage,
                 pending: state.pending.clone(),
                 reprompts,
+                corrections: invalid_calls,
             });
             continue;
         }
@@ -368,6 +375,7 @@ pub(crate) async fn run(
             usage: state.usage,
             pending: Vec::new(),
             reprompts,
+            corrections: invalid_calls,
         });
     }
 }
