@@ -251,16 +251,12 @@ fn declared_capabilities_send_the_schema_natively() {
     assert!(!system_of(body).contains(SCHEMA_COMPACT), "{body}");
 }
 
-/// #18.4: the schema-repair turn starts from a checkpoint: killed (SIGKILL) while the repair
-/// turn is in flight, a resume does not ask the first (invalid) turn again, keeps its usage and
-/// sends the same correction.
-#[test]
-fn a_kill_during_the_schema_repair_turn_resumes_without_re_asking() {
-    let server = ScriptedServer::start(vec![text("Paris!", 10, 2), Reply::Stall]);
-    let dir = project(&server.url, "", SCHEMA_SCRIPT);
+/// Runs `s.rhai` as run `id` in `dir` and kills it (SIGKILL) once `server` has received `n`
+/// requests (the last one stalls); returns the body of that last request.
+fn kill_at_request(dir: &std::path::Path, id: &str, server: &ScriptedServer, n: usize) -> Value {
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"))
-        .current_dir(dir.path())
-        .args(["run", "s.rhai", "--run-id", "repair1"])
+        .current_dir(dir)
+        .args(["run", "s.rhai", "--run-id", id])
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
@@ -268,15 +264,28 @@ fn a_kill_during_the_schema_repair_turn_resumes_without_re_asking() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    server.wait_for_requests(2, Duration::from_secs(30));
+    server.wait_for_requests(n, Duration::from_secs(30));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let repair = server.requests()[1].clone();
+    server.requests()[n - 1].clone()
+}
 
+/// Points the project's provider at `to` instead of `from`.
+fn point_at(dir: &std::path::Path, from: &ScriptedServer, to: &ScriptedServer) {
+    let config = std::fs::read_to_string(dir.join("cairn.toml")).unwrap().replace(&from.url, &to.url);
+    std::fs::write(dir.join("cairn.toml"), config).unwrap();
+}
+
+/// #18.4: the schema-repair turn starts from a checkpoint: killed (SIGKILL) while the repair
+/// turn is in flight, a resume does not ask the first (invalid) turn again, keeps its usage and
+/// sends the same correction.
+#[test]
+fn a_kill_during_the_schema_repair_turn_resumes_without_re_asking() {
+    let server = ScriptedServer::start(vec![text("Paris!", 10, 2), Reply::Stall]);
+    let dir = project(&server.url, "", SCHEMA_SCRIPT);
+    let repair = kill_at_request(dir.path(), "repair1", &server, 2);
     let second = ScriptedServer::start(vec![text(r#"{"answer": "Paris"}"#, 30, 6)]);
-    let config =
-        std::fs::read_to_string(dir.path().join("cairn.toml")).unwrap().replace(&server.url, &second.url);
-    std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+    point_at(dir.path(), &server, &second);
     let (code, stdout, stderr) = run(dir.path(), &["resume", "repair1"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert_eq!(value_of(&stdout), json!({"answer": "Paris"}));
@@ -350,4 +359,25 @@ fn an_ask_deadline_passing_while_the_run_is_busy_denies_in_process() {
     assert_eq!(value_of(&stdout), json!(["ok", 1]));
     let second = sent_text(&server.requests()[1]);
     assert!(second.contains("denied") && !second.contains("secret is 42"), "{second}");
+}
+
+/// #18.7: a run killed after the context was bounded resumes with exactly the same (elided)
+/// context.
+#[test]
+fn a_resume_sends_the_same_bounded_context() {
+    let read = || tool_call("c", "read_file", "{\"path\": \"big.txt\"}", 10, 5);
+    let server = ScriptedServer::start(vec![read(), read(), read(), Reply::Stall]);
+    let rules = "[profiles.reader]\ntools = [\"files\"]\nmax_context_tokens = 5000\n";
+    let dir =
+        project(&server.url, &format!("{FILES}\n{rules}"), "agent(\"read big.txt\", #{profile: \"reader\"})");
+    std::fs::write(dir.path().join("big.txt"), "0123456789abcdef".repeat(500)).unwrap();
+    let stalled = kill_at_request(dir.path(), "bounded1", &server, 4);
+    assert!(sent_text(&stalled).contains("was elided"), "the bound applied before the kill");
+    let second = ScriptedServer::start(vec![text("done", 10, 2)]);
+    point_at(dir.path(), &server, &second);
+    let (code, stdout, stderr) = run(dir.path(), &["resume", "bounded1"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let resumed = second.requests();
+    assert_eq!(resumed.len(), 1, "completed turns are not asked again");
+    assert_eq!(resumed[0]["messages"], stalled["messages"]);
 }
