@@ -163,6 +163,21 @@ fn an_unanswered_ask_past_its_deadline_is_denied() {
     // The expiry is journaled: a strict replay needs nothing live.
     let (code, _, stderr) = run(dir.path(), &["replay", &id]);
     assert_eq!(code, 0, "{stderr}");
+
+    // Answered before its deadline, the approval stands.
+    let server =
+        ScriptedServer::start(vec![tool_call("c1", "read_file", READ_NOTES, 10, 5), text("ok", 20, 2)]);
+    let rules = "[permissions]\nask = [\"read_*\"]\nask_timeout_ms = 60000\n";
+    let dir = permissions_project(&server, rules, "agent(\"go\", #{tools: [\"files\"]})");
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
+    assert_eq!(code, 4, "{stdout}{stderr}");
+    let key = approve_key(&format!("{stdout}{stderr}"));
+    let id = crate::scripted_server::run_id(&stderr);
+    let (code, _, resolved) = run(dir.path(), &["resolve", &id, &key, r#"{"approved": true}"#]);
+    assert_eq!(code, 0, "{resolved}");
+    let (code, stdout, stderr) = run(dir.path(), &["resume", &id]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(sent_text(&server.requests()[1]).contains("secret is 42"));
 }
 
 /// #18.6: with `result: "full"` a failed agent returns its record (status, typed error, usage,
