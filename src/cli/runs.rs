@@ -383,33 +383,61 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
+    // How the run last settled, read before the replay (which writes nothing).
+    let settled = match setup.engine.journal_store().load(&run_id) {
+        Ok(raw) => {
+            journal::decode_all(&raw).ok().and_then(|entries| journal::last_settlement_outcome(&entries))
+        }
+        Err(_) => None,
+    };
     let options = ResumeOptions { dry_run: true, ..Default::default() };
     let handle = match setup.engine.resume(&run_id, options) {
         Ok(handle) => handle,
         Err(e) => return fail(exit_of(&e), e),
     };
     match follow(handle, true).await {
-        Ok(outcome) => {
-            let p = outcome.preview;
-            match &outcome.error {
-                Some(e) if e.code == ErrorCode::JournalMiss => {
-                    eprintln!(
-                        "replay of {run_id}: a call would run live ({e}); {} replayed before it",
-                        p.hits
-                    );
-                    Exit::ReplayMiss
-                }
-                _ => {
-                    println!(
-                        "replay of {run_id}: {} calls replayed, 0 live, {} orphaned",
-                        p.hits, p.orphaned
-                    );
-                    Exit::Ok
-                }
+        Ok(outcome) => match replay_divergence(&outcome, settled.as_ref()) {
+            Some(difference) => {
+                eprintln!("replay of {run_id} diverges: {difference}");
+                Exit::ReplayMiss
             }
-        }
+            None => {
+                let p = outcome.preview;
+                println!("replay of {run_id}: {} calls replayed, 0 live, 0 orphaned, same outcome", p.hits);
+                Exit::Ok
+            }
+        },
         Err(e) => fail(Exit::Error, e),
     }
+}
+
+/// The first way a strict replay differs from the journaled run: a call that would run
+/// live, a journaled call nothing reached, or a different outcome than the journaled
+/// settlement. `None` when it is identical.
+fn replay_divergence(
+    outcome: &RunOutcome,
+    settled: Option<&(store::RunStatus, Option<String>)>,
+) -> Option<String> {
+    let p = outcome.preview;
+    if let Some(e) = outcome.error.as_ref().filter(|e| e.code == ErrorCode::JournalMiss) {
+        return Some(format!("a call would run live ({e}); {} replayed before it", p.hits));
+    }
+    if p.misses + p.reruns > 0 {
+        return Some(format!("{} calls would run live; {} replayed", p.misses + p.reruns, p.hits));
+    }
+    if p.orphaned > 0 {
+        let first = outcome.orphans.first().map_or_else(String::new, |o| format!("; the first is {o}"));
+        return Some(format!("{} journaled calls were not reached by the replay{first}", p.orphaned));
+    }
+    let (status, value_key) = settled?;
+    if *status != outcome.status {
+        return Some(format!("the run settled {status}, its replay settles {}", outcome.status));
+    }
+    let replayed_key = outcome.value.as_ref().and_then(|v| journal::content_key(v).ok()).map(|k| k.to_hex());
+    if value_key.is_some() && *value_key != replayed_key {
+        return Some(format!("the run settled {status} with a different value than its replay returns"));
+    }
+    None
 }
 
 pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {

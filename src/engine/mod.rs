@@ -284,6 +284,9 @@ pub struct RunOutcome {
     pub cost: CostReport,
     /// How this segment's calls were served.
     pub preview: Preview,
+    /// The first journaled calls (at most 20) this segment left unconsumed, in journal order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub orphans: Vec<crate::journal::Orphan>,
 }
 
 /// A running (or settled) run.

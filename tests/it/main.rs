@@ -5,6 +5,7 @@ mod agent_contract;
 mod cli;
 mod concurrency;
 mod crash;
+mod determinism_journal;
 mod hostile;
 mod jcs;
 mod lint;
