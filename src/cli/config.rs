@@ -48,6 +48,43 @@ pub(crate) struct Config {
     pub(crate) concurrency: Option<usize>,
     #[serde(default)]
     pub(crate) max_spawns: Option<u32>,
+    /// The permission chain of every tool call (a profile's own table replaces it).
+    #[serde(default)]
+    pub(crate) permissions: Option<crate::agent::PermissionsConfig>,
+    /// Retries of retryable provider faults, for every call.
+    #[serde(default)]
+    pub(crate) retry: Option<RetryConfig>,
+}
+
+/// `[retry]`: `max_attempts` (first included, default 4), `initial_backoff_ms` (250, doubled
+/// per attempt), `max_backoff_ms` (30000) and `max_retry_after_ms` (the longest provider
+/// `Retry-After` honoured, 60000).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryConfig {
+    max_attempts: Option<u32>,
+    initial_backoff_ms: Option<u64>,
+    max_backoff_ms: Option<u64>,
+    max_retry_after_ms: Option<u64>,
+}
+
+impl RetryConfig {
+    fn apply(self, builder: EngineBuilder) -> Result<EngineBuilder, Error> {
+        if self.max_attempts == Some(0) {
+            return Err(Error::config("retry.max_attempts: at least 1 (the first attempt counts)"));
+        }
+        let defaults = crate::agent::Backoff::default();
+        let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+        Ok(builder
+            .retries(
+                self.max_attempts.map_or(3, |n| n.saturating_sub(1)),
+                ms(self.initial_backoff_ms, defaults.base),
+            )
+            .retry_limits(
+                ms(self.max_backoff_ms, defaults.max),
+                ms(self.max_retry_after_ms, defaults.max_retry_after),
+            ))
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -79,6 +116,30 @@ pub(crate) struct ProviderConfig {
     /// A price for every model of this provider not in `prices` (e.g. a demo price for echo).
     #[serde(default)]
     price: Option<super::price_config::PriceSpec>,
+    /// openai-compatible only: what the server's models support (native structured output,
+    /// tools, reasoning); unset fields keep the conservative default.
+    #[serde(default)]
+    capabilities: Option<CapabilitiesConfig>,
+}
+
+/// `capabilities = { native_schema = true, tools = true }` in a provider table.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CapabilitiesConfig {
+    native_schema: Option<bool>,
+    tools: Option<bool>,
+    reasoning: Option<bool>,
+}
+
+impl CapabilitiesConfig {
+    /// `base` with the declared fields replaced.
+    fn over(self, base: crate::provider::Capabilities) -> crate::provider::Capabilities {
+        crate::provider::Capabilities {
+            native_schema: self.native_schema.unwrap_or(base.native_schema),
+            tools: self.tools.unwrap_or(base.tools),
+            reasoning: self.reasoning.unwrap_or(base.reasoning),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -95,6 +156,9 @@ pub(crate) struct ProfileConfig {
     tools: Vec<String>,
     #[serde(default)]
     fallbacks: Vec<String>,
+    #[serde(default)]
+    permissions: Option<crate::agent::PermissionsConfig>,
+    max_context_tokens: Option<u64>,
 }
 
 /// A host function backed by a command: the call's JSON arguments on stdin, its JSON
@@ -235,6 +299,12 @@ impl Config {
         if let Some(n) = self.max_spawns {
             builder = builder.max_spawns(n);
         }
+        if let Some(retry) = self.retry {
+            builder = retry.apply(builder)?;
+        }
+        if let Some(permissions) = &self.permissions {
+            builder = builder.permissions(permissions.build("permissions")?);
+        }
         Ok((builder.prices(prices.allow_unpriced(self.budget.allow_unpriced)), uses_echo))
     }
 
@@ -291,6 +361,12 @@ impl ProviderConfig {
             })
         };
         let idle = self.idle_timeout_ms.map(Duration::from_millis);
+        if self.capabilities.is_some() && self.kind != "openai-compatible" {
+            return Err(Error::config(format!(
+                "providers.{name}.capabilities: only an openai-compatible provider takes declared capabilities ({} models' are known)",
+                self.kind
+            )));
+        }
         // The endpoint settings a table may override, applied alike to every keyed adapter.
         macro_rules! with_overrides {
             ($provider:expr) => {{
@@ -324,6 +400,9 @@ impl ProviderConfig {
                 }
                 if let Some(idle) = idle {
                     p = p.with_idle_timeout(idle);
+                }
+                if let Some(declared) = self.capabilities {
+                    p = p.with_capabilities(declared.over(crate::provider::Capabilities::CONSERVATIVE));
                 }
                 Arc::new(p)
             }
@@ -374,6 +453,12 @@ impl ProfileConfig {
                 .iter()
                 .map(|m| parse_model(m, &format!("profiles.{name}.fallbacks")))
                 .collect::<Result<_, _>>()?,
+            permissions: self
+                .permissions
+                .as_ref()
+                .map(|p| p.build(&format!("profiles.{name}.permissions")))
+                .transpose()?,
+            max_context_tokens: self.max_context_tokens,
         })
     }
 }
@@ -439,6 +524,13 @@ mod tests {
             est_cost_usd = 0.05
             [host_functions.upper]
             command = ["tr", "a-z", "A-Z"]
+            [retry]
+            max_attempts = 5
+            max_backoff_ms = 2000
+            max_retry_after_ms = 10000
+            [permissions]
+            default = "ask"
+            deny = ["search_*"]
             "#,
         )
         .unwrap();
@@ -454,6 +546,9 @@ mod tests {
             "[providers.x]\nkind = \"telepathy\"",
             "stor = \"memory\"",
             "[routing]\nsummarise = \"echo:default\"",
+            "[retry]\nmax_attempts = 0",
+            "[retry]\nmax_backof_ms = 1",
+            "[permissions]\ndefault = \"sometimes\"",
         ] {
             let parsed = Config::parse(bad);
             let applied = parsed.and_then(|c| {

@@ -226,6 +226,18 @@ pub enum ChatEvent {
         /// The parsed arguments.
         arguments: serde_json::Value,
     },
+    /// A tool call is complete but its arguments are not valid JSON: a model mistake (not a
+    /// transport fault), answered with an error tool result so the model can correct itself.
+    ToolCallInvalid {
+        /// The provider's id of the call.
+        wire_id: String,
+        /// The tool's name.
+        name: String,
+        /// The argument text exactly as the model wrote it.
+        raw_arguments: String,
+        /// Why it does not parse.
+        error: String,
+    },
     /// An opaque provider block to keep in the history (see [`Part::ProviderRaw`]).
     ProviderRaw {
         /// The provider family ("anthropic", "openai").

@@ -72,6 +72,16 @@ pub(crate) fn truncated(message: &str) -> Error {
     Error::new(ErrorCode::Transport, message)
 }
 
+/// A retryable `provider_unavailable` error for a stream the server closed properly but
+/// without saying why the turn ended (llama.cpp answers a request that arrives while it is busy
+/// with a role chunk and `[DONE]`): an incomplete turn is never an answer.
+pub(crate) fn incomplete(provider: &str) -> Error {
+    Error::new(
+        ErrorCode::ProviderUnavailable,
+        format!("{provider}: incomplete stream: it ended without a finish reason"),
+    )
+}
+
 /// One HTTP call to drive: the prepared request and how to read its answer.
 pub(crate) struct WireCall {
     /// The request, ready to send (headers, credentials and body set).

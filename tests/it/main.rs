@@ -1,6 +1,7 @@
 //! The one integration test binary (one binary links the crate once; see STYLE.md §7).
 
 mod adapters_e2e;
+mod agent_contract;
 mod cli;
 mod concurrency;
 mod crash;
@@ -15,4 +16,5 @@ mod provider;
 mod resume_explain;
 mod samples;
 mod script;
+mod scripted_server;
 mod store;

@@ -429,6 +429,7 @@ fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
         initial_backoff: Duration::from_millis(
             r.get("initial_backoff_ms").and_then(Value::as_u64).unwrap_or(250),
         ),
+        max_backoff: r.get("max_backoff_ms").and_then(Value::as_u64).map(Duration::from_millis),
     });
     Ok(AgentOptions {
         label: str_opt(opts, "label"),
@@ -453,6 +454,7 @@ fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
             .map(|tools| tools.iter().filter_map(Value::as_str).map(str::to_owned).collect())
             .unwrap_or_default(),
         max_tool_calls: opts.get("max_tool_calls").and_then(Value::as_u64).map(|n| n as u32),
+        max_context_tokens: opts.get("max_context_tokens").and_then(Value::as_u64),
     })
 }
 
