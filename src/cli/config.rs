@@ -54,6 +54,8 @@ pub(crate) struct Config {
     /// Retries of retryable provider faults, for every call.
     #[serde(default)]
     pub(crate) retry: Option<RetryConfig>,
+    #[serde(default)]
+    pub(crate) sandbox: SandboxConfig,
 }
 
 /// `[retry]`: `max_attempts` (first included, default 4), `initial_backoff_ms` (250, doubled
@@ -84,6 +86,44 @@ impl RetryConfig {
                 ms(self.max_backoff_ms, defaults.max),
                 ms(self.max_retry_after_ms, defaults.max_retry_after),
             ))
+    }
+}
+
+/// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SandboxConfig {
+    /// The most memory a run's script may hold, all branches together, in MiB.
+    pub(crate) memory_mb: Option<u64>,
+    /// The longest a script may run, in seconds of wall-clock time.
+    pub(crate) wall_time_s: Option<f64>,
+    /// The operation budget of a run, all branches together.
+    pub(crate) max_operations: Option<u64>,
+}
+
+impl SandboxConfig {
+    /// The Rhai sandbox limits these settings give.
+    pub(crate) fn limits(&self) -> Result<crate::script::rhai::sandbox::SandboxLimits, Error> {
+        let mut limits = crate::script::rhai::sandbox::SandboxLimits::STANDARD;
+        if let Some(mb) = self.memory_mb {
+            if mb == 0 || mb > 1 << 20 {
+                return Err(Error::config("sandbox.memory_mb must be between 1 and 1048576"));
+            }
+            limits.max_memory = mb << 20;
+        }
+        if let Some(seconds) = self.wall_time_s {
+            if !(seconds > 0.0 && seconds <= 86_400.0) {
+                return Err(Error::config("sandbox.wall_time_s must be above 0 and at most 86400"));
+            }
+            limits.max_wall_time = std::time::Duration::from_secs_f64(seconds);
+        }
+        if let Some(operations) = self.max_operations {
+            if operations == 0 {
+                return Err(Error::config("sandbox.max_operations must be above 0"));
+            }
+            limits.max_operations = operations;
+        }
+        Ok(limits)
     }
 }
 
@@ -208,6 +248,8 @@ impl Config {
             }
             None => PriceTable::shipped(),
         };
+        builder =
+            builder.dialect(Arc::new(crate::script::rhai::RhaiDialect::with_limits(self.sandbox.limits()?)));
         let mut registered: Vec<String> = vec!["echo".into()];
         for (name, provider) in &self.providers {
             let built = provider.build(name)?;
