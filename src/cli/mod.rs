@@ -121,6 +121,6 @@ pub fn main() -> ExitCode {
 /// Prints a one-line error on stderr and returns `exit`.
 fn fail(exit: Exit, message: impl std::fmt::Display) -> Exit {
     let text = message.to_string();
-    eprintln!("cairn: {}", text.lines().next().unwrap_or_default());
+    eprintln!("cairn: {}", crate::text::for_terminal(text.lines().next().unwrap_or_default()));
     exit
 }

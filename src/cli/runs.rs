@@ -233,7 +233,8 @@ fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     }
     for d in diagnostics {
         let severity = if d.is_error() { "error" } else { "warning" };
-        eprintln!("{}:{}:{}: {severity} [{}] {}", file.display(), d.line, d.column, d.rule_id, d.message);
+        let message = crate::text::for_terminal(&d.message);
+        eprintln!("{}:{}:{}: {severity} [{}] {message}", file.display(), d.line, d.column, d.rule_id);
     }
 }
 
@@ -279,20 +280,18 @@ fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
             println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
         }
         for dropped in &outcome.dropped {
-            eprintln!(
-                "dropped {} {}: {}",
-                dropped.kind,
-                dropped.label.as_deref().unwrap_or(&dropped.scope),
-                dropped.error
-            );
+            eprintln!("{}", escaped(&dropped_line(dropped)));
         }
         if let Some(error) = &outcome.error {
-            eprintln!("cairn: run {} {}: {error}", outcome.run_id, outcome.status);
+            eprintln!("{}", escaped(&format!("cairn: run {} {}: {error}", outcome.run_id, outcome.status)));
         }
         for pending in &outcome.pending {
             eprintln!(
-                "run {} is suspended; resolve it with: cairn resolve {} {} '<json>'  then: cairn resume {}",
-                outcome.run_id, outcome.run_id, pending.key, outcome.run_id
+                "{}",
+                escaped(&format!(
+                    "run {} is suspended; resolve it with: cairn resolve {} {} '<json>'  then: cairn resume {}",
+                    outcome.run_id, outcome.run_id, pending.key, outcome.run_id
+                ))
             );
         }
         if !outcome.cost.unpriced.is_empty() {
@@ -481,7 +480,7 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
             "{:<28} {:<10} {:<20} {}  segments {}",
             meta.run_id.as_str(),
             meta.status.as_str(),
-            meta.name.as_deref().unwrap_or("-"),
+            crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")),
             utc(meta.created_at_ms),
             meta.segments
         );
@@ -530,7 +529,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         return Exit::Ok;
     }
     println!("run       {}", meta.run_id);
-    println!("workflow  {}", meta.name.as_deref().unwrap_or("-"));
+    println!("workflow  {}", crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")));
     println!("status    {}", meta.status);
     println!("created   {}", utc(meta.created_at_ms));
     println!("segments  {}", meta.segments);
@@ -545,6 +544,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         println!("  {n:>6}  {what}");
     }
     for (model, line) in &cost.by_model {
+        let model = crate::text::for_terminal_line(model);
         println!(
             "model     {model}: {} in {} calls, {} tokens",
             line.cost,
@@ -556,11 +556,15 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
     }
     for p in &pending {
+        let prompt = p["prompt"].as_str().map_or(String::new(), |p| format!(" — {p}"));
         println!(
-            "pending   {} (seq {}): cairn resolve {run_id} {} '<json>'",
-            p["key"],
-            p["seq"],
-            p["key"].as_str().unwrap_or("")
+            "{}",
+            escaped(&format!(
+                "pending   {} (seq {}): cairn resolve {run_id} {} '<json>'{prompt}",
+                p["key"],
+                p["seq"],
+                p["key"].as_str().unwrap_or("")
+            ))
         );
     }
     Exit::Ok
@@ -578,6 +582,22 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
     let diagnostics = crate::script::rhai::lint(&source, &context);
     print_diagnostics(&args.file, &diagnostics, args.json);
     if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
+}
+
+/// Text for a person, escaped for the terminal (see [`crate::text::for_terminal`]).
+fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::text::for_terminal(text)
+}
+
+/// `dropped branch 0: why`, without repeating the kind its label already names.
+fn dropped_line(dropped: &crate::engine::Dropped) -> String {
+    let what = match dropped.label.as_deref() {
+        Some(label) if label.starts_with(dropped.kind.as_str()) => label.to_owned(),
+        Some(label) => format!("{} {label}", dropped.kind),
+        None if dropped.scope.is_empty() => dropped.kind.clone(),
+        None => format!("{} at {}", dropped.kind, dropped.scope),
+    };
+    format!("dropped {what}: {}", dropped.error)
 }
 
 /// `YYYY-MM-DD HH:MM:SS` UTC for epoch milliseconds.

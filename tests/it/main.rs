@@ -4,6 +4,7 @@ mod adapters_e2e;
 mod cli;
 mod concurrency;
 mod crash;
+mod edges;
 mod hostile;
 mod jcs;
 mod lint;
