@@ -37,7 +37,7 @@ pub(super) async fn render(mut events: EventStream, quiet: bool) {
         let text = crate::text::for_terminal(&text);
         match &bar {
             Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
+            None => errln!("{text}"),
         }
     };
     while let Some(event) = events.next().await {

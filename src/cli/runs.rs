@@ -255,12 +255,20 @@ fn parse_run_id(text: &str) -> Result<RunId, Exit> {
 /// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
 async fn follow(handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
     let renderer = tokio::spawn(progress::render(handle.events(), quiet));
+    let mut interrupts = super::Interrupts::listen();
     let outcome = tokio::select! {
         outcome = handle_result(&handle) => outcome,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("cairn: interrupted; cancelling the run");
+        why = interrupts.next() => {
+            // Stop dispatching, let what is in flight finish writing, settle `cancelled`.
+            errln!("cairn: {why}; cancelling the run (interrupt again to exit at once)");
             handle.cancel();
-            handle_result(&handle).await
+            tokio::select! {
+                outcome = handle_result(&handle) => outcome,
+                _ = interrupts.next() => {
+                    errln!("cairn: interrupted again; exiting now (resume the run later)");
+                    std::process::exit(130);
+                }
+            }
         }
     };
     let _ = renderer.await;
@@ -274,19 +282,19 @@ async fn handle_result(handle: &RunHandle) -> Result<RunOutcome, Error> {
 
 fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
     if as_json {
-        println!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
     } else {
         if let Some(value) = &outcome.value {
-            println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+            out!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
         }
         for dropped in &outcome.dropped {
-            eprintln!("{}", escaped(&dropped_line(dropped)));
+            errln!("{}", escaped(&dropped_line(dropped)));
         }
         if let Some(error) = &outcome.error {
-            eprintln!("{}", escaped(&format!("cairn: run {} {}: {error}", outcome.run_id, outcome.status)));
+            errln!("{}", escaped(&format!("cairn: run {} {}: {error}", outcome.run_id, outcome.status)));
         }
         for pending in &outcome.pending {
-            eprintln!(
+            errln!(
                 "{}",
                 escaped(&format!(
                     "run {} is suspended; resolve it with: cairn resolve {} {} '<json>'  then: cairn resume {}",
@@ -295,7 +303,7 @@ fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
             );
         }
         if !outcome.cost.unpriced.is_empty() {
-            eprintln!(
+            errln!(
                 "note: {} calls used unpriced models (usage listed, cost unknown)",
                 outcome.cost.unpriced.len()
             );

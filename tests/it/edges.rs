@@ -54,3 +54,117 @@ fn escape_sequences_from_a_script_reach_the_terminal_escaped_and_json_exact() {
     let (stdout, _) = out_err(&human);
     assert!(!stdout.contains('\u{1b}'), "{stdout:?}");
 }
+
+/// Starts `cairn ARGS` in `dir` with stderr piped and waits until stderr shows `ready`.
+fn spawn_until(dir: &Path, args: &[&str], ready: &str) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"))
+        .current_dir(dir)
+        .args(args)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains(ready) {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "{args:?} ended before {ready:?}: {seen}");
+        seen.push_str(&line);
+    }
+    // Keep draining so the child never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (child, seen)
+}
+
+fn signal(child: &std::process::Child, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn wait_with_deadline(child: &mut std::process::Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("cairn did not exit within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_is_the_first_ctrl_c_the_run_settles_cancelled_and_resumable() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\nlatency_ms = 200\n")
+        .unwrap();
+    std::fs::write(dir.path().join("slow.rhai"), "let n = 0; for i in 0..50 { agent(`q ${i}`); n += 1; } n")
+        .unwrap();
+    let (mut child, _) = spawn_until(dir.path(), &["run", "slow.rhai", "--run-id", "slow"], "running slow");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(&child, "TERM");
+    let status = wait_with_deadline(&mut child, 20);
+    assert_eq!(status.code(), Some(5), "{status:?}");
+    let listed = cairn_in(dir.path()).args(["runs", "--json"]).assert().success();
+    let runs: serde_json::Value = serde_json::from_str(&out_err(&listed).0).unwrap();
+    assert_eq!(runs[0]["status"], "cancelled", "{runs}");
+    // Resumable: the calls made before the signal replay, the rest run live (fast now).
+    std::fs::write(dir.path().join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\n").unwrap();
+    let resumed = cairn_in(dir.path()).args(["resume", "slow", "--json", "-q"]).assert().success();
+    let outcome: serde_json::Value = serde_json::from_str(&out_err(&resumed).0).unwrap();
+    assert_eq!(outcome["value"], 50, "{outcome}");
+}
+
+#[test]
+fn echo_latency_zero_does_not_sleep() {
+    use cairn::provider::echo::EchoProvider;
+    use cairn::provider::{ChatRequest, Message, Provider};
+    use futures::{FutureExt, StreamExt};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _guard = runtime.enter();
+    let echo = EchoProvider::new().with_latency(std::time::Duration::ZERO);
+    let mut stream = echo.stream(
+        ChatRequest::new("default", vec![Message::user("hi")]),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    // Zero latency answers on the first poll: no timer, no tick.
+    assert!(stream.next().now_or_never().is_some(), "latency 0 waited for a timer");
+}
+
+#[test]
+fn a_closed_stdout_ends_printing_commands_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    // Enough journal that `inspect --json` is larger than a pipe's buffer.
+    std::fs::write(
+        dir.path().join("many.rhai"),
+        "let xs = []; for i in 0..300 { xs.push(i); } parallel(xs, |i| agent(`item ${i}`)).len()",
+    )
+    .unwrap();
+    cairn_in(dir.path()).args(["run", "many.rhai", "--run-id", "many", "-q"]).assert().success();
+    for args in [&["inspect", "many", "--json"][..], &["inspect", "many"], &["runs", "--json"], &["card"]] {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"))
+            .current_dir(dir.path())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read one byte, then hang up, as `| head -c1` does.
+        use std::io::Read;
+        let mut one = [0u8; 1];
+        let _ = child.stdout.take().unwrap().read(&mut one);
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(output.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}
