@@ -20,6 +20,7 @@ macro_rules! errln {
 
 mod canon;
 mod config;
+mod host_fn;
 mod progress;
 mod runs;
 

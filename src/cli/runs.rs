@@ -190,6 +190,7 @@ fn setup_with(
     };
     let (mut builder, uses_echo) = config.apply(builder, model)?;
     if let Some(path) = cassette.and_then(|c| c.record.as_deref()) {
+        crate::provider::cassette::create_tape(path)?;
         let path = path.to_owned();
         builder = builder.try_map_providers(|p| {
             Ok(Arc::new(crate::provider::cassette::RecordingProvider::new(p, &path))
@@ -341,7 +342,13 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
     };
     print_diagnostics(&args.file, &diagnostics, false);
     if setup.uses_echo && !args.live.quiet && args.live.cassette.replay.is_none() {
-        eprintln!("note: no model provider is configured; using the offline echo model (echo:default)");
+        if setup.config.providers.keys().any(|name| name != "echo") {
+            errln!(
+                "note: routing.default is not set; calls that name no model use the offline echo model (echo:default)"
+            );
+        } else {
+            errln!("note: no model provider is configured; using the offline echo model (echo:default)");
+        }
     }
     let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
     let handle = match setup.engine.run_script(&Script::rhai(&name, &source), run_args, options) {

@@ -74,6 +74,21 @@ impl RecordingProvider {
     }
 }
 
+/// Opens (creating if missing) the cassette at `path` for appending, before anything runs:
+/// a tape that cannot be written is a `config` error naming the path, not a run that
+/// records nothing.
+///
+/// # Errors
+/// `config` when the file cannot be opened for appending.
+pub fn create_tape(path: &Path) -> Result<(), Error> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| Error::config(format!("cannot write the cassette {}: {e}", path.display())))
+}
+
 impl std::fmt::Debug for RecordingProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecordingProvider").field("inner", &self.inner).field("path", &self.path).finish()

@@ -168,3 +168,196 @@ fn a_closed_stdout_ends_printing_commands_quietly() {
         assert_ne!(output.status.code(), Some(101), "{args:?}: {stderr}");
     }
 }
+
+fn write(dir: &Path, name: &str, text: &str) {
+    let path = dir.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn an_unwritable_record_path_fails_before_the_run_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "hi.rhai", "agent(\"hi\")");
+    let out = cairn_in(dir.path())
+        .args(["run", "hi.rhai", "--record", "no/such/dir/tape.jsonl", "--store", "jsonl:runs"])
+        .assert()
+        .code(2);
+    let (_, stderr) = out_err(&out);
+    assert!(stderr.contains("no/such/dir/tape.jsonl"), "{stderr}");
+    assert!(
+        !dir.path().join("runs").exists() || std::fs::read_dir(dir.path().join("runs")).unwrap().count() == 0
+    );
+}
+
+#[test]
+fn config_values_are_validated_at_load_with_file_key_and_value() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "hi.rhai", "agent(\"hi\")");
+    let cases = [
+        (
+            "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"127.0.0.1:8080/v1\"\n",
+            "providers.local.base_url",
+        ),
+        (
+            "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"ftp://host/v1\"\n",
+            "providers.local.base_url",
+        ),
+        (
+            "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"http://h/v1\"\nidle_timeout_ms = 0\n",
+            "idle_timeout_ms = 0",
+        ),
+        ("concurrency = 9223372036854775807\n", "concurrency = 9223372036854775807"),
+        ("concurrency = 0\n", "concurrency = 0"),
+        ("[host_functions.f]\ncommand = [\"true\"]\ntimeout_ms = 0\n", "host_functions.f.timeout_ms = 0"),
+    ];
+    for (toml, fragment) in cases {
+        write(dir.path(), "cairn.toml", toml);
+        let out = cairn_in(dir.path()).args(["run", "hi.rhai"]).assert().code(2);
+        let (_, stderr) = out_err(&out);
+        assert!(stderr.contains("cairn.toml") && stderr.contains(fragment), "{toml}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{toml}: {stderr}");
+    }
+}
+
+#[test]
+fn relative_paths_in_the_config_resolve_against_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "conf/cairn.toml",
+        "store = \"jsonl:runs\"\n[host_functions.hello]\ncommand = [\"./hello.sh\"]\n",
+    );
+    write(dir.path(), "conf/hello.sh", "#!/bin/sh\necho '\"hello\"'\n");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path().join("conf/hello.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    write(dir.path(), "elsewhere/hi.rhai", "host_call(\"hello\", #{})");
+    let out = cairn_in(&dir.path().join("elsewhere"))
+        .args(["--config", "../conf/cairn.toml", "run", "hi.rhai", "--json", "-q"])
+        .assert()
+        .success();
+    let outcome: serde_json::Value = serde_json::from_str(&out_err(&out).0).unwrap();
+    assert_eq!(outcome["value"], "hello");
+    assert!(dir.path().join("conf/runs").is_dir(), "the store is beside the config");
+    assert!(!dir.path().join("elsewhere/runs").exists());
+}
+
+#[test]
+fn providers_without_a_default_route_say_which_model_serves_unnamed_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "cairn.toml",
+        "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+    );
+    write(dir.path(), "hi.rhai", "agent(\"hi\")");
+    let out = cairn_in(dir.path()).args(["run", "hi.rhai", "--store", "memory"]).assert().success();
+    let (_, stderr) = out_err(&out);
+    assert!(!stderr.contains("no model provider is configured"), "{stderr}");
+    assert!(stderr.contains("routing.default is not set") && stderr.contains("echo:default"), "{stderr}");
+}
+
+fn host_config(dir: &Path, extra: &str, command: &str) {
+    let toml = format!("[host_functions.f]\ncommand = [\"sh\", \"-c\", {command:?}]\n{extra}");
+    write(dir, "cairn.toml", &toml);
+}
+
+#[test]
+fn a_host_function_that_prints_without_reading_a_large_argument_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    host_config(
+        dir.path(),
+        "timeout_ms = 20000\n",
+        "printf '\"'; head -c 300000 /dev/zero | tr '\\0' a; printf '\"'",
+    );
+    // A 256 KiB argument the command never reads.
+    write(
+        dir.path(),
+        "big.rhai",
+        "let s = \"x\"; for i in 0..18 { s += s; } host_call(\"f\", #{s: s}).len()",
+    );
+    let out = cairn_in(dir.path())
+        .args(["run", "big.rhai", "--json", "-q", "--store", "memory"])
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .success();
+    let outcome: serde_json::Value = serde_json::from_str(&out_err(&out).0).unwrap();
+    assert_eq!(outcome["value"], 300_000, "{outcome}");
+}
+
+#[test]
+fn a_host_function_past_its_output_cap_fails_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    host_config(dir.path(), "max_output_bytes = 1000\n", "head -c 300000 /dev/zero");
+    write(dir.path(), "big.rhai", "host_call(\"f\", #{})");
+    let out = cairn_in(dir.path())
+        .args(["run", "big.rhai", "--store", "memory"])
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .code(1);
+    let (_, stderr) = out_err(&out);
+    assert!(stderr.contains("tool_failed") && stderr.contains("max_output_bytes"), "{stderr}");
+}
+
+#[test]
+fn a_sleeping_host_function_is_killed_at_its_timeout_with_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    host_config(dir.path(), "timeout_ms = 300\n", "sleep 30 & echo $! > child.pid; wait");
+    write(dir.path(), "nap.rhai", "host_call(\"f\", #{})");
+    let started = std::time::Instant::now();
+    let out = cairn_in(dir.path())
+        .args(["run", "nap.rhai", "--store", "memory"])
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .code(1);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    let (_, stderr) = out_err(&out);
+    assert!(stderr.contains("timed out after 300 ms"), "{stderr}");
+    let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
+    let alive = || {
+        std::process::Command::new("kill")
+            .args(["-0", pid.trim()])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!alive(), "the command's child {pid} outlived its timeout");
+}
+
+#[test]
+fn a_host_function_sees_only_its_allowed_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let command =
+        "printf '\"%s|%s|%s\"' \"${ANTHROPIC_API_KEY:-none}\" \"${CAIRN_EDGE_VAR:-none}\" \"${PATH:+path}\"";
+    host_config(dir.path(), "env = [\"PATH\", \"CAIRN_EDGE_VAR\"]\n", command);
+    write(dir.path(), "env.rhai", "host_call(\"f\", #{})");
+    let out = cairn_in(dir.path())
+        .env("ANTHROPIC_API_KEY", "sk-ant-secret-edge")
+        .env("CAIRN_EDGE_VAR", "yes")
+        .args(["run", "env.rhai", "--json", "-q", "--store", "memory"])
+        .assert()
+        .success();
+    let outcome: serde_json::Value = serde_json::from_str(&out_err(&out).0).unwrap();
+    assert_eq!(outcome["value"], "none|yes|path", "{outcome}");
+    // The default passes PATH only.
+    host_config(dir.path(), "", command);
+    let out = cairn_in(dir.path())
+        .env("ANTHROPIC_API_KEY", "sk-ant-secret-edge")
+        .env("CAIRN_EDGE_VAR", "yes")
+        .args(["run", "env.rhai", "--json", "-q", "--store", "memory"])
+        .assert()
+        .success();
+    let outcome: serde_json::Value = serde_json::from_str(&out_err(&out).0).unwrap();
+    assert_eq!(outcome["value"], "none|none|path", "{outcome}");
+}
