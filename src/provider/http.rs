@@ -470,6 +470,24 @@ mod tests {
     }
 
     #[test]
+    fn paths_join_before_the_query_and_query_values_are_redacted() {
+        assert_eq!(join_url("https://h/v1?key=k", "chat/completions"), "https://h/v1/chat/completions?key=k");
+        assert_eq!(join_url("https://h/v1/", "responses"), "https://h/v1/responses");
+        assert_eq!(join_url("https://h", "v1/messages"), "https://h/v1/messages");
+        assert_eq!(
+            redact_url("https://u:pw@h/v1?key=k&b=2#f"),
+            "https://[redacted]@h/v1?key=[redacted]&b=[redacted]#f"
+        );
+        assert_eq!(
+            ctx().scrub("failed for url (http://h/v1/x?key=abc)"),
+            "failed for url (http://h/v1/x?key=[redacted])"
+        );
+        assert!(parse_base_url("127.0.0.1:8080/v1").is_err());
+        assert!(parse_base_url("file:///etc").is_err());
+        assert!(parse_base_url("http://127.0.0.1:8080/v1").is_ok());
+    }
+
+    #[test]
     fn credentials_are_scrubbed_from_messages() {
         let body = br#"{"error":{"message":"Incorrect API key provided: sk-secret-123","type":"invalid_request_error","code":"invalid_api_key"}}"#;
         let err = classify_http(&ctx(), StatusCode::UNAUTHORIZED, &HeaderMap::new(), body);

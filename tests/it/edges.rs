@@ -361,3 +361,74 @@ fn a_host_function_sees_only_its_allowed_environment() {
     let outcome: serde_json::Value = serde_json::from_str(&out_err(&out).0).unwrap();
     assert_eq!(outcome["value"], "none|none|path", "{outcome}");
 }
+
+const URL_SECRET: &str = "sekrit-query-123";
+
+/// Every file under `dir`, read as text.
+fn all_text_under(dir: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                text.push_str(&all_text_under(&path));
+            } else {
+                text.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default()));
+            }
+        }
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_in_base_url_query_is_sent_but_never_shown_journaled_or_recorded() {
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    // A gateway that echoes the URL it was asked for in its error body.
+    let echoed = format!("no such model at {}/v1/chat/completions?key={URL_SECRET}&x=1", server.uri());
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(400).set_body_json(serde_json::json!({
+            "error": { "message": echoed, "type": "invalid_request_error" }
+        })))
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "cairn.toml",
+        &format!(
+            "store = \"jsonl:runs\"\n[routing]\ndefault = \"gw:m\"\n[providers.gw]\nkind = \"openai-compatible\"\nbase_url = \"{}/v1?key={URL_SECRET}\"\n",
+            server.uri()
+        ),
+    );
+    write(dir.path(), "hi.rhai", "agent(\"hi\")");
+    let root = dir.path().to_owned();
+    let (stdout, stderr, inspect) = tokio::task::spawn_blocking(move || {
+        let run = cairn_in(&root)
+            .args(["run", "hi.rhai", "--run-id", "gw", "--record", "tape.jsonl"])
+            .assert()
+            .code(1);
+        let (stdout, stderr) = out_err(&run);
+        let inspect = cairn_in(&root).args(["inspect", "gw", "--json"]).assert().success();
+        (stdout, stderr, out_err(&inspect).0)
+    })
+    .await
+    .unwrap();
+    let requests = server.received_requests().await.unwrap();
+    assert!(!requests.is_empty());
+    for request in &requests {
+        assert_eq!(request.url.path(), "/v1/chat/completions", "{}", request.url);
+        assert_eq!(request.url.query(), Some(format!("key={URL_SECRET}").as_str()), "{}", request.url);
+    }
+    assert!(stderr.contains("no such model at"), "{stderr}");
+    for (what, text) in [
+        ("stdout", stdout),
+        ("stderr", stderr),
+        ("inspect", inspect),
+        ("store", all_text_under(&dir.path().join("runs"))),
+        ("cassette", std::fs::read_to_string(dir.path().join("tape.jsonl")).unwrap_or_default()),
+    ] {
+        assert!(!text.contains(URL_SECRET), "the secret is in the {what}: {text}");
+    }
+}
