@@ -432,3 +432,31 @@ async fn a_secret_in_base_url_query_is_sent_but_never_shown_journaled_or_recorde
         assert!(!text.contains(URL_SECRET), "the secret is in the {what}: {text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_sends_a_newline_gets_a_typed_error_not_an_unbounded_buffer() {
+    use cairn::provider::openai_compatible::OpenAiCompatibleProvider;
+    use cairn::provider::{ChatEvent, ChatRequest, Message, Provider};
+    use futures::StreamExt;
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    let mut body = b"data: ".to_vec();
+    body.resize(17 * 1024 * 1024, b'a');
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+        .mount(&server)
+        .await;
+    let provider = OpenAiCompatibleProvider::new("gw", &format!("{}/v1", server.uri())).unwrap();
+    let events: Vec<ChatEvent> = provider
+        .stream(ChatRequest::new("m", vec![Message::user("hi")]), tokio_util::sync::CancellationToken::new())
+        .collect()
+        .await;
+    match events.last() {
+        Some(ChatEvent::Error(error)) => {
+            assert_eq!(error.code, cairn::ErrorCode::Transport, "{error}");
+            assert!(error.message.contains("exceeds 16 MiB"), "{error}");
+        }
+        other => panic!("expected a typed error, got {other:?}"),
+    }
+}
