@@ -11,6 +11,7 @@ mod fs_read;
 mod tools;
 
 pub use fs_read::fs_read_toolset;
+pub(crate) use fs_read::{SearchBounds, fs_read_toolset_bounded};
 pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
 
 use std::sync::Arc;

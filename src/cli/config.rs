@@ -317,8 +317,10 @@ impl Config {
 fn build_toolset(name: &str, table: &toml::Table) -> Result<crate::agent::Toolset, Error> {
     let kind = table.get("kind").and_then(|k| k.as_str()).unwrap_or(name);
     for key in table.keys() {
-        if !matches!(key.as_str(), "kind" | "root") {
-            return Err(Error::config(format!("toolsets.{name}: unknown key {key:?} (use root)")));
+        if !matches!(key.as_str(), "kind" | "root" | "max_scan_bytes" | "timeout_ms") {
+            return Err(Error::config(format!(
+                "toolsets.{name}: unknown key {key:?} (use root, max_scan_bytes, timeout_ms)"
+            )));
         }
     }
     match kind {
@@ -326,13 +328,35 @@ fn build_toolset(name: &str, table: &toml::Table) -> Result<crate::agent::Toolse
             let root = table.get("root").and_then(|r| r.as_str()).ok_or_else(|| {
                 Error::config(format!("toolsets.{name}: set root = \"DIR\", the directory it may read"))
             })?;
-            let toolset = crate::agent::fs_read_toolset(Path::new(root))?;
+            let toolset =
+                crate::agent::fs_read_toolset_bounded(Path::new(root), search_bounds(name, table)?)?;
             Ok(crate::agent::Toolset::new(name, toolset.tools().to_vec()))
         }
         other => {
             Err(Error::config(format!("toolsets.{name}: unknown toolset kind {other:?} (built in: fs-read)")))
         }
     }
+}
+
+/// `max_scan_bytes` and `timeout_ms` of an `fs-read` toolset: positive integers.
+fn search_bounds(name: &str, table: &toml::Table) -> Result<crate::agent::SearchBounds, Error> {
+    let positive = |key: &str| -> Result<Option<u64>, Error> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(toml::Value::Integer(n)) if *n > 0 => Ok(Some(*n as u64)),
+            Some(other) => {
+                Err(Error::config(format!("toolsets.{name}.{key} = {other}: must be a positive integer")))
+            }
+        }
+    };
+    let mut bounds = crate::agent::SearchBounds::default();
+    if let Some(bytes) = positive("max_scan_bytes")? {
+        bounds.max_scan_bytes = bytes;
+    }
+    if let Some(ms) = positive("timeout_ms")? {
+        bounds.timeout = Duration::from_millis(ms);
+    }
+    Ok(bounds)
 }
 
 fn parse_model(text: &str, at: &str) -> Result<ModelRef, Error> {

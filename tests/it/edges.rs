@@ -460,3 +460,69 @@ async fn a_server_that_never_sends_a_newline_gets_a_typed_error_not_an_unbounded
         other => panic!("expected a typed error, got {other:?}"),
     }
 }
+
+/// A directory inside the root and a link to a directory outside it trade places in a loop
+/// (`renameat2(RENAME_EXCHANGE)`, atomic) while the fs-read tools list, read and search that
+/// very path: nothing from outside the root ever appears.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fs_read_never_shows_anything_outside_its_root_while_a_link_is_swapped() {
+    use std::ffi::CString;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path();
+    write(base, "root/swap/f.txt", "needle inside\n");
+    write(base, "outside/f.txt", "TOPSECRET needle outside\n");
+    write(base, "outside/TOPSECRET-name.txt", "TOPSECRET\n");
+    std::os::unix::fs::symlink(base.join("outside"), base.join("root/alt")).unwrap();
+    let tools = cairn::fs_read_toolset(&base.join("root")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        let a = CString::new(base.join("root/swap").to_str().unwrap()).unwrap();
+        let b = CString::new(base.join("root/alt").to_str().unwrap()).unwrap();
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: two valid NUL-terminated paths; an exchange touches nothing else.
+                let rc = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                assert_eq!(rc, 0, "renameat2: {}", std::io::Error::last_os_error());
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let calls = [
+        ("list_dir", serde_json::json!({"path": "swap"})),
+        ("read_file", serde_json::json!({"path": "swap/f.txt"})),
+        ("search_text", serde_json::json!({"pattern": "needle|TOPSECRET", "path": "swap"})),
+        ("search_text", serde_json::json!({"pattern": "needle|TOPSECRET"})),
+        ("list_dir", serde_json::json!({})),
+    ];
+    let mut answered = 0;
+    for _ in 0..400 {
+        for (name, args) in &calls {
+            let tool = tools.tools().iter().find(|t| t.name() == *name).unwrap().clone();
+            let text = match tool.call(args.clone()).await {
+                Ok(text) => {
+                    answered += 1;
+                    text
+                }
+                Err(error) => error.message,
+            };
+            assert!(!text.contains("TOPSECRET"), "{name} {args} showed the outside: {text}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 100 && answered > 100, "the race ran: {swaps} swaps, {answered} answers");
+}
