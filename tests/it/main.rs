@@ -6,6 +6,7 @@ mod concurrency;
 mod crash;
 mod edges;
 mod hostile;
+mod hostile_cli;
 mod jcs;
 mod lint;
 mod live_model;
