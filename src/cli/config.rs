@@ -48,6 +48,9 @@ pub(crate) struct Config {
     pub(crate) concurrency: Option<usize>,
     #[serde(default)]
     pub(crate) max_spawns: Option<u32>,
+    /// Set by `--record`/`--replay`: host-function exchanges go on, or come from, the tape.
+    #[serde(skip)]
+    pub(crate) host_tape: Option<Arc<crate::provider::cassette::HostTape>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -287,7 +290,9 @@ impl Config {
             if host.command.is_empty() {
                 return Err(Error::config(format!("host_functions.{name}: command is empty")));
             }
-            let command = Arc::new(host.command(name));
+            let mut command = host.command(name);
+            command.tape = self.host_tape.clone();
+            let command = Arc::new(command);
             builder = builder.host_function(name, move |args: Value| {
                 let command = command.clone();
                 async move { command.call(args).await }
@@ -446,6 +451,7 @@ impl HostFunctionConfig {
             timeout: self.timeout_ms.map_or(super::host_fn::DEFAULT_TIMEOUT, Duration::from_millis),
             env: self.env.clone().unwrap_or_else(|| vec!["PATH".to_owned()]),
             max_output: self.max_output_bytes.unwrap_or(super::host_fn::DEFAULT_MAX_OUTPUT_BYTES),
+            tape: None,
         }
     }
 }

@@ -33,6 +33,8 @@ pub(super) struct HostCommand {
     pub(super) env: Vec<String>,
     /// The most bytes read back from stdout or stderr.
     pub(super) max_output: u64,
+    /// `--record`/`--replay`: exchanges kept on, or served from, the cassette.
+    pub(super) tape: Option<std::sync::Arc<crate::provider::cassette::HostTape>>,
 }
 
 impl HostCommand {
@@ -40,12 +42,22 @@ impl HostCommand {
         Error::new(ErrorCode::ToolFailed, format!("host function {}: {message}", self.name))
     }
 
-    /// Runs the command once with `args` on its stdin.
+    /// Runs the command once with `args` on its stdin; on replay, answers from the tape.
     pub(super) async fn call(&self, args: Value) -> Result<Value, Error> {
+        let Some(tape) = &self.tape else { return self.run(&args).await };
+        if let Some(answer) = tape.serve(&self.name, &args) {
+            return answer;
+        }
+        let result = self.run(&args).await;
+        tape.keep(&self.name, &args, &result);
+        result
+    }
+
+    async fn run(&self, args: &Value) -> Result<Value, Error> {
         let Some(program) = self.command.first() else {
             return Err(self.failed("command is empty"));
         };
-        let input = serde_json::to_vec(&args).map_err(|e| self.failed(e))?;
+        let input = serde_json::to_vec(args).map_err(|e| self.failed(e))?;
         let mut command = tokio::process::Command::new(program);
         command
             .args(&self.command[1..])

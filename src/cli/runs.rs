@@ -181,7 +181,14 @@ fn setup_with(
     model: Option<&str>,
     cassette: Option<&CassetteArgs>,
 ) -> Result<Setup, Error> {
-    let config = load_config(globals)?;
+    let mut config = load_config(globals)?;
+    if let Some(path) = cassette.and_then(|c| c.record.as_deref()) {
+        crate::provider::cassette::create_tape(path)?;
+        config.host_tape = Some(Arc::new(crate::provider::cassette::HostTape::record(path)));
+    }
+    if let Some(path) = cassette.and_then(|c| c.replay.as_deref()) {
+        config.host_tape = Some(Arc::new(crate::provider::cassette::HostTape::replay(path)?));
+    }
     let opened = open_store(globals, &config)?;
     let builder = Engine::builder(opened.journal, opened.transcripts);
     let builder = match config.default_budget()? {
@@ -190,7 +197,6 @@ fn setup_with(
     };
     let (mut builder, uses_echo) = config.apply(builder, model)?;
     if let Some(path) = cassette.and_then(|c| c.record.as_deref()) {
-        crate::provider::cassette::create_tape(path)?;
         let path = path.to_owned();
         builder = builder.try_map_providers(|p| {
             Ok(Arc::new(crate::provider::cassette::RecordingProvider::new(p, &path))

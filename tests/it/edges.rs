@@ -526,3 +526,35 @@ async fn fs_read_never_shows_anything_outside_its_root_while_a_link_is_swapped()
     let swaps = swapper.join().unwrap();
     assert!(swaps > 100 && answered > 100, "the race ran: {swaps} swaps, {answered} answers");
 }
+
+#[test]
+fn replay_serves_host_functions_from_the_tape_and_a_missing_call_is_a_typed_miss() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "cairn.toml",
+        "[host_functions.f]\ncommand = [\"sh\", \"-c\", \"echo call >> calls.log; echo '\\\"live\\\"'\"]\n",
+    );
+    write(dir.path(), "one.rhai", "host_call(\"f\", #{n: 1})");
+    write(dir.path(), "two.rhai", "host_call(\"f\", #{n: 2})");
+    let calls = || std::fs::read_to_string(dir.path().join("calls.log")).unwrap_or_default().lines().count();
+    let recorded = cairn_in(dir.path())
+        .args(["run", "one.rhai", "--json", "-q", "--store", "memory", "--record", "tape.jsonl"])
+        .assert()
+        .success();
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out_err(&recorded).0).unwrap()["value"], "live");
+    assert_eq!(calls(), 1);
+    let replayed = cairn_in(dir.path())
+        .args(["run", "one.rhai", "--json", "-q", "--store", "memory", "--replay", "tape.jsonl"])
+        .assert()
+        .success();
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out_err(&replayed).0).unwrap()["value"], "live");
+    assert_eq!(calls(), 1, "the replay ran the command");
+    let missed = cairn_in(dir.path())
+        .args(["run", "two.rhai", "--store", "memory", "--replay", "tape.jsonl"])
+        .assert()
+        .failure();
+    let (_, stderr) = out_err(&missed);
+    assert!(stderr.contains("cassette miss") && stderr.contains("host function f"), "{stderr}");
+    assert_eq!(calls(), 1, "a miss ran the command");
+}
