@@ -270,11 +270,13 @@ async fn follow(handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
             errln!("cairn: {why}; cancelling the run (interrupt again to exit at once)");
             handle.cancel();
             tokio::select! {
-                outcome = handle_result(&handle) => outcome,
+                // A second interrupt wins even over a run that settles at the same moment.
+                biased;
                 _ = interrupts.next() => {
                     errln!("cairn: interrupted again; exiting now (resume the run later)");
                     std::process::exit(130);
                 }
+                outcome = handle_result(&handle) => outcome,
             }
         }
     };

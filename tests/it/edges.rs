@@ -558,3 +558,28 @@ fn replay_serves_host_functions_from_the_tape_and_a_missing_call_is_a_typed_miss
     assert!(stderr.contains("cassette miss") && stderr.contains("host function f"), "{stderr}");
     assert_eq!(calls(), 1, "a miss ran the command");
 }
+
+#[test]
+fn a_second_interrupt_ends_the_process_at_once_with_130() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\nlatency_ms = 50\n")
+        .unwrap();
+    std::fs::write(dir.path().join("slow.rhai"), "let n = 0; for i in 0..500 { agent(`q ${i}`); n += 1; } n")
+        .unwrap();
+    let (mut child, _) = spawn_until(
+        dir.path(),
+        &["run", "slow.rhai", "--run-id", "twice", "--store", "sqlite:db.sqlite"],
+        "running slow",
+    );
+    // Another process holds the store's write lock: the run cannot finish settling after the
+    // first interrupt, so the second one arrives while it is still being handled.
+    let db = rusqlite::Connection::open(dir.path().join("db.sqlite")).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    signal(&child, "TERM");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "the run settled while the store was locked");
+    signal(&child, "INT");
+    let status = wait_with_deadline(&mut child, 20);
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    db.execute_batch("ROLLBACK").unwrap();
+}
