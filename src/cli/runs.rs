@@ -261,8 +261,9 @@ fn parse_run_id(text: &str) -> Result<RunId, Exit> {
 
 /// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
 async fn follow(handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
-    let renderer = tokio::spawn(progress::render(handle.events(), quiet));
+    // Listening before anything is printed: once "running" shows, a signal is handled.
     let mut interrupts = super::Interrupts::listen();
+    let renderer = tokio::spawn(progress::render(handle.events(), quiet));
     let outcome = tokio::select! {
         outcome = handle_result(&handle) => outcome,
         why = interrupts.next() => {

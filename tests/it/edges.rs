@@ -577,7 +577,9 @@ fn a_second_interrupt_ends_the_process_at_once_with_130() {
     db.execute_batch("BEGIN IMMEDIATE").unwrap();
     signal(&child, "TERM");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    assert!(child.try_wait().unwrap().is_none(), "the run settled while the store was locked");
+    if let Some(status) = child.try_wait().unwrap() {
+        panic!("the run settled while the store was locked: {status:?}");
+    }
     signal(&child, "INT");
     let status = wait_with_deadline(&mut child, 20);
     assert_eq!(status.code(), Some(130), "{status:?}");
