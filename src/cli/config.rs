@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::engine::{AgentProfile, EngineBuilder};
 use crate::error::{Error, ErrorCode};
-use crate::model::{InvocationRole, ModelRef, Price, PriceTable};
+use crate::model::{InvocationRole, ModelRef, PriceTable};
 use crate::money::Money;
 use crate::provider::anthropic::AnthropicProvider;
 use crate::provider::echo::EchoProvider;
@@ -58,6 +58,10 @@ pub(crate) struct Config {
 pub(crate) struct BudgetConfig {
     /// The ceiling of runs started without `--budget`, in USD.
     pub(crate) default_usd: Option<f64>,
+    /// Lets models with no price run under a finite ceiling, each call reserving $0.50
+    /// (otherwise such a call is refused with `unpriced_model`).
+    #[serde(default)]
+    pub(crate) allow_unpriced: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -71,9 +75,13 @@ pub(crate) struct ProviderConfig {
     idle_timeout_ms: Option<u64>,
     /// Echo only: a latency per call.
     latency_ms: Option<u64>,
-    /// Prices in USD per million tokens for this provider's models (`model = [in, out]`).
+    /// Prices in USD per million tokens for this provider's models (`model = [in, out]` or
+    /// `model = { input, output, cache_read, cache_write, max_output }`).
     #[serde(default)]
-    prices: BTreeMap<String, [f64; 2]>,
+    prices: BTreeMap<String, super::price_config::PriceSpec>,
+    /// A price for every model of this provider not in `prices` (e.g. a demo price for echo).
+    #[serde(default)]
+    price: Option<super::price_config::PriceSpec>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -216,12 +224,13 @@ impl Config {
         let mut registered: Vec<String> = vec!["echo".into()];
         for (name, provider) in &self.providers {
             let built = provider.build(name)?;
-            for (model, [input, output]) in &provider.prices {
-                let usd = |x: f64| {
-                    Money::from_usd(x).map_err(|e| Error::config(format!("price of {name}:{model}: {e}")))
-                };
-                prices.set(&format!("{name}:{model}"), Price::flat(usd(*input)?, usd(*output)?));
-            }
+            super::price_config::apply_provider_prices(
+                &mut prices,
+                name,
+                &provider.kind,
+                provider.price.as_ref(),
+                &provider.prices,
+            )?;
             registered.push(name.clone());
             builder = builder.provider(built);
         }
@@ -304,7 +313,7 @@ impl Config {
         if let Some(n) = self.max_spawns {
             builder = builder.max_spawns(n);
         }
-        Ok((builder.prices(prices), uses_echo))
+        Ok((builder.prices(prices.allow_unpriced(self.budget.allow_unpriced)), uses_echo))
     }
 
     /// Names for lint: profiles, toolsets, host functions.

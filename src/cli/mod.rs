@@ -21,6 +21,7 @@ macro_rules! errln {
 mod canon;
 mod config;
 mod host_fn;
+mod price_config;
 mod progress;
 mod runs;
 
