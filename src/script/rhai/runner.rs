@@ -406,6 +406,7 @@ fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
         initial_backoff: Duration::from_millis(
             r.get("initial_backoff_ms").and_then(Value::as_u64).unwrap_or(250),
         ),
+        max_backoff: r.get("max_backoff_ms").and_then(Value::as_u64).map(Duration::from_millis),
     });
     Ok(AgentOptions {
         label: str_opt(opts, "label"),
@@ -430,6 +431,7 @@ fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
             .map(|tools| tools.iter().filter_map(Value::as_str).map(str::to_owned).collect())
             .unwrap_or_default(),
         max_tool_calls: opts.get("max_tool_calls").and_then(Value::as_u64).map(|n| n as u32),
+        max_context_tokens: opts.get("max_context_tokens").and_then(Value::as_u64),
     })
 }
 
@@ -545,8 +547,9 @@ fn fn_ptrs(items: &Array, what: &str) -> Result<Vec<FnPtr>, Error> {
 fn parallel_options(opts: &Value) -> ParallelOptions {
     ParallelOptions {
         settle: opts.get("settle").and_then(Value::as_bool).unwrap_or(false),
-        concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n as usize),
+        concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n.clamp(1, 10_000) as usize),
         on_error: on_error(opts),
+        label: str_opt(opts, "label"),
     }
 }
 
@@ -621,7 +624,7 @@ fn pipeline(
         let outcome = shared.handle.block_on(ctx.pipeline(
             items,
             stages,
-            PipelineOptions { on_item_error: engine_mode, concurrency },
+            PipelineOptions { on_item_error: engine_mode, concurrency, label: str_opt(&opts, "label") },
         ));
         drop(jobs);
         outcome
@@ -716,9 +719,10 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             crate::engine::Begun::Done(result) => return result.map(|v| to_dynamic(&v)).map_err(to_rhai),
             crate::engine::Begun::Live(live) => live,
         };
-        // The body runs here, on the script thread, between the two journal entries.
-        let result = body
-            .call_within_context::<Dynamic>(context, ())
+        // The body runs here, on the script thread, between the two journal entries, in the
+        // step's own scope (so its effects never shift what follows the step).
+        let inner = ctx.step_body(&live);
+        let result = with_ctx(inner, || body.call_within_context::<Dynamic>(context, ()))
             .map_err(|e| from_rhai(*e))
             .and_then(|v| to_json(&v));
         ctx.end_two_phase(live, result).map(|v| to_dynamic(&v)).map_err(to_rhai)
@@ -775,6 +779,7 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             key: str_opt(&opts, "key"),
             budget: usd(&opts, "budget").map_err(to_rhai)?,
             on_error: on_error(&opts),
+            label: str_opt(&opts, "label"),
         };
         block(shared, ctx.workflow(name, args, wopts)).map(|v| to_dynamic(&v))
     }
@@ -786,7 +791,11 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     fn wait(shared: &Shared, key: &str, opts: &Map) -> RhaiResult<Dynamic> {
         let ctx = current()?;
         let opts = options("await_external", opts).map_err(to_rhai)?;
-        let eopts = ExternalOptions { prompt: str_opt(&opts, "prompt"), schema: opts.get("schema").cloned() };
+        let eopts = ExternalOptions {
+            prompt: str_opt(&opts, "prompt"),
+            schema: opts.get("schema").cloned(),
+            timeout: opts.get("timeout_ms").and_then(Value::as_u64).map(Duration::from_millis),
+        };
         block(shared, ctx.await_external(key, eopts)).map(|v| to_dynamic(&v))
     }
     let s = shared.clone();
@@ -807,10 +816,13 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     engine.register_fn("uuid", move || -> RhaiResult<String> { block(&s, current()?.uuid()) });
 
     engine.register_type_with_name::<BudgetView>("Budget");
-    engine.register_fn("spent", |_: &mut BudgetView| -> RhaiResult<f64> {
-        Ok(current()?.budget_spent().as_usd())
+    let s = shared.clone();
+    engine.register_fn("spent", move |_: &mut BudgetView| -> RhaiResult<f64> {
+        block(&s, current()?.budget_spent()).map(Money::as_usd)
     });
-    engine.register_fn("remaining", |_: &mut BudgetView| -> RhaiResult<Dynamic> {
-        Ok(current()?.budget_remaining().map_or(Dynamic::UNIT, |m| Dynamic::from(m.as_usd())))
+    let s = shared.clone();
+    engine.register_fn("remaining", move |_: &mut BudgetView| -> RhaiResult<Dynamic> {
+        let remaining = block(&s, current()?.budget_remaining())?;
+        Ok(remaining.map_or(Dynamic::UNIT, |m| Dynamic::from(m.as_usd())))
     });
 }
