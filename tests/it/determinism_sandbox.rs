@@ -27,7 +27,8 @@ pub(crate) fn journal_projection(path: &Path) -> Vec<String> {
         .lines()
         .filter(|line| !line.trim().is_empty())
         .map(|line| {
-            let entry: Value = serde_json::from_str(line).unwrap();
+            let mut entry: Value = serde_json::from_str(line).unwrap();
+            without_timing_choices(&mut entry);
             let keep = ["kind", "status", "scope", "key", "ordinal", "value", "error"];
             let projected: serde_json::Map<String, Value> = keep
                 .iter()
@@ -40,6 +41,19 @@ pub(crate) fn journal_projection(path: &Path) -> Vec<String> {
     // identity is (scope, key, ordinal), so compare as a set.
     lines.sort();
     lines
+}
+
+/// Drops from a fail-fast decision which branch failed first and which siblings it cancelled:
+/// a fresh run's timing decides them, and the journal records them so a replay serves the
+/// same ones (they are journaled, not reproduced). Everything else must match.
+fn without_timing_choices(entry: &mut Value) {
+    if entry.get("kind").and_then(Value::as_str) == Some("decision")
+        && let Some(value) = entry.get_mut("value").and_then(Value::as_object_mut)
+        && value.contains_key("cancelled")
+    {
+        value.remove("cancelled");
+        value.remove("failed");
+    }
 }
 
 /// Runs `source` in a fresh process with a JSONL store and returns the journal's projection
@@ -310,7 +324,8 @@ fn memory_journal(store: &MemoryStore, run: &cairn::RunId) -> Vec<String> {
         .unwrap()
         .iter()
         .map(|entry| {
-            let entry: Value = serde_json::from_str(entry.json()).unwrap();
+            let mut entry: Value = serde_json::from_str(entry.json()).unwrap();
+            without_timing_choices(&mut entry);
             let keep = ["kind", "status", "scope", "key", "ordinal", "value", "error"];
             let projected: serde_json::Map<String, Value> = keep
                 .iter()
