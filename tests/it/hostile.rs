@@ -162,3 +162,42 @@ fn hostile_scripts_end_in_bounded_time_and_memory_through_the_binary() {
         assert!(peak < 192 << 20, "{name} peaked at {} MiB (limit 64 MiB)", peak >> 20);
     }
 }
+
+/// The wall-clock limit counts the time the script computes, not the time it waits for model
+/// calls: six 100 ms calls pass under a 0.3 s limit, while a loop of expensive operations is
+/// stopped near it.
+#[test]
+fn the_wall_clock_limit_counts_script_time_not_model_waits() {
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(
+        work.path().join("cairn.toml"),
+        "[sandbox]\nwall_time_s = 0.3\n[providers.echo]\nkind = \"echo\"\nlatency_ms = 100\n",
+    )
+    .unwrap();
+    std::fs::write(
+        work.path().join("waits.rhai"),
+        "let out = []; for i in 0..6 { out.push(agent(`q ${i}`)); } out.len()",
+    )
+    .unwrap();
+    let binary = assert_cmd::cargo::cargo_bin("cairn");
+    let run = |script: &str| {
+        std::process::Command::new(&binary)
+            .current_dir(work.path())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .args(["--store", "memory", "run", "-q", script])
+            .output()
+            .unwrap()
+    };
+    let waits = run("waits.rhai");
+    assert!(waits.status.success(), "{}", String::from_utf8_lossy(&waits.stderr));
+    let started = Instant::now();
+    let slow = run(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/hostile/slow_operations.rhai")
+        .to_str()
+        .unwrap());
+    let stderr = String::from_utf8_lossy(&slow.stderr);
+    assert!(stderr.contains("sandbox_limit") && stderr.contains("wall-clock"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+}

@@ -343,8 +343,9 @@ fn from_rhai(err: EvalAltResult) -> Error {
 }
 
 fn block<T>(shared: &Shared, future: impl std::future::Future<Output = Result<T, Error>>) -> RhaiResult<T> {
-    // The engine's work for the script is not the script's memory.
+    // The engine's work for the script is not the script's memory, nor its time.
     let _engine_work = crate::alloc::MemoryAccount::suspend();
+    let _waiting = shared.guard.pause();
     shared.handle.block_on(future).map_err(to_rhai)
 }
 
@@ -481,6 +482,8 @@ fn with_workers<R>(
 ) -> Result<R, Error> {
     // The grant depends on the script's fan-outs only, never on which are alive (see `threads`).
     let grant = super::threads::grant(workers, MAX_RUN_THREADS)?;
+    // This thread waits for the branches; their threads count their own time.
+    let _waiting = shared.guard.pause();
     let granted = grant.workers;
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
@@ -495,7 +498,10 @@ fn with_workers<R>(
                     let _charged = shared.guard.enter();
                     super::threads::hold(grant.nested_budget);
                     loop {
-                        let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let job = {
+                            let _waiting = shared.guard.pause();
+                            rx.lock().unwrap_or_else(|p| p.into_inner()).recv()
+                        };
                         let Ok(job) = job else { break };
                         let result = with_ctx(job.ctx, || {
                             isolation
