@@ -8,6 +8,11 @@
 //! of a run's threads through `on_progress`, which also stops the script when the run is
 //! cancelled. Values cross the boundary as JSON only; a closure where JSON is expected is a
 //! `validation` error.
+//!
+//! The sandbox's own parts live beside this file: `guard` (operations, memory, script time,
+//! cancellation, checked in `on_progress`), `isolate` (each branch gets private read-only
+//! copies of what it captured), `threads` (the branch-thread budget, divided by structure),
+//! `json` (the linear, depth-capped boundary) and `text` (no closure names reach a script).
 
 use std::cell::RefCell;
 use std::sync::mpsc;
