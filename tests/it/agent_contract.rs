@@ -142,6 +142,8 @@ fn an_ask_suspends_and_resolve_then_resume_runs_or_refuses_the_call() {
         let second = sent_text(&requests[1]);
         assert_eq!(second.contains("secret is 42"), expect_read, "{second}");
         assert_eq!(second.contains("denied"), !expect_read, "{second}");
+        let (code, _, stderr) = run(dir.path(), &["replay", &id]);
+        assert_eq!(code, 0, "a strict replay needs nothing live: {stderr}");
     }
 }
 
