@@ -23,7 +23,7 @@ fn is_marker(content: &str) -> bool {
 /// first; if the newest message's results alone are still too big, cuts them to what fits.
 /// Returns how many results it elided or cut (0 when the request already fit). Idempotent.
 pub(super) fn bound_context(request: &mut ChatRequest, bound: u64) -> u32 {
-    let mut total = super::estimate_request_tokens(request);
+    let mut total = crate::provider::estimate_request_tokens(request);
     if total <= bound {
         return 0;
     }
@@ -107,13 +107,13 @@ mod tests {
             )
             .collect();
         assert!(is_marker(&contents[0]) && contents[1].len() == 40_000 && contents[2].len() == 40_000);
-        assert!(crate::agent::estimate_request_tokens(&request) <= 25_000);
+        assert!(crate::provider::estimate_request_tokens(&request) <= 25_000);
         // Idempotent: a second pass (a resume) changes nothing.
         let before = request.clone();
         assert_eq!(bound_context(&mut request, 25_000), 0);
         assert_eq!(request, before);
         // A newest result bigger than the bound on its own is cut to fit.
         assert!(bound_context(&mut request, 5_000) >= 2);
-        assert!(crate::agent::estimate_request_tokens(&request) <= 5_000);
+        assert!(crate::provider::estimate_request_tokens(&request) <= 5_000);
     }
 }

@@ -8,6 +8,7 @@
 //! journals it.
 
 mod context_bound;
+pub(crate) mod cost;
 mod fs_read;
 #[cfg(test)]
 mod loop_tests;
@@ -48,8 +49,14 @@ const TOOL_CORRECTIONS: u32 = 3;
 pub(crate) trait BudgetHooks: Send + Sync {
     /// The turn guard: may another model turn start?
     fn can_start_turn(&self) -> bool;
-    /// The stream cut: would spending `cost` on this call cross a ceiling?
+    /// The stream cut: records that this call has consumed `cost` so far (in flight, seen by
+    /// its siblings at once) and says whether settled plus in-flight spend crosses a ceiling.
     fn would_cross(&self, cost: Money) -> bool;
+    /// The turn guard of a priced call: records `used` so far and grants the next turn up to
+    /// `want`; `Ok(None)` when unbounded, `Err(available)` when less than `floor` is left.
+    fn grant_turn(&self, _used: Money, _want: Money, _floor: Money) -> Result<Option<Money>, Money> {
+        Ok(None)
+    }
     /// Persists the loop's state at a turn boundary, so a rerun continues from here.
     fn checkpoint(&self, _state: &Checkpoint) {}
     /// Asks a person to approve a tool call (the permission chain said `ask`). Resolves to
@@ -153,16 +160,31 @@ fn fails_over(code: ErrorCode) -> bool {
     )
 }
 
-/// Cost so far: `None` once any usage was served by an unpriced model.
+/// Cost so far (`None` once any usage was served by an unpriced model), and the usage of
+/// attempts abandoned by a failover, which the loop's own usage does not count.
 #[derive(Debug, Clone, Copy)]
-struct Spend(Option<Money>);
+struct Spend {
+    cost: Option<Money>,
+    carried: Usage,
+}
 
 impl Spend {
+    fn new() -> Spend {
+        Spend { cost: Some(Money::ZERO), carried: Usage::default() }
+    }
+
     fn add(&mut self, price: Option<Price>, usage: &Usage) {
-        self.0 = match (self.0, price) {
+        self.cost = match (self.cost, price) {
             (Some(total), Some(price)) => Some(total + price.cost(usage)),
             _ => None,
         };
+    }
+
+    /// Charges the usage of an attempt abandoned for a fallback, at the abandoned model's
+    /// price, and keeps it for the journaled usage.
+    fn carry(&mut self, price: Option<Price>, usage: &Usage) {
+        self.add(price, usage);
+        self.carried += *usage;
     }
 }
 
@@ -197,7 +219,7 @@ pub(crate) async fn run(
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> AgentRun {
     let mut usage = Usage::default();
-    let mut spend = Spend(Some(Money::ZERO));
+    let mut spend = Spend::new();
     let mut state = spec.resume_from.take().unwrap_or_default();
     if !state.messages.is_empty() {
         spec.request.messages = std::mem::take(&mut state.messages);
@@ -439,7 +461,9 @@ async fn answer_tool_call(
 }
 
 fn finish(spec: &AgentSpec, end: AgentEnd, usage: Usage, spend: Spend) -> AgentRun {
-    AgentRun { end, usage, cost: spend.0, served_by: spec.served_by.clone() }
+    let mut usage = usage;
+    usage += spend.carried;
+    AgentRun { end, usage, cost: spend.cost, served_by: spec.served_by.clone() }
 }
 
 struct Turn {
@@ -496,7 +520,7 @@ async fn turn_with_retries(
                 // Retries are spent: move to the next declared fallback. The call keeps its
                 // identity (the requested model); only `served_by` changes.
                 wasted += partial;
-                spend.add(spec.price, &wasted);
+                spend.carry(spec.price, &wasted);
                 wasted = Usage::default();
                 let next = spec.fallbacks.remove(0);
                 tracing::warn!(from = %spec.served_by, to = %next.served_by, code = %error.code, "failing over");
@@ -521,9 +545,21 @@ async fn one_turn(
     cancel: &CancellationToken,
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<Turn, (AgentEnd, Usage)> {
+    if cancel.is_cancelled() {
+        // Stopped before this turn was sent: it costs nothing.
+        let error = Error::new(ErrorCode::Cancelled, "the call was cancelled");
+        return Err((AgentEnd::Cancelled(error), Usage::default()));
+    }
+    let request = match cost::turn_request(spec, spent_before, budget) {
+        Ok(request) => request,
+        Err(error) => return Err((AgentEnd::Limit(error), Usage::default())),
+    };
     let stream_cancel = cancel.child_token();
-    let mut stream = spec.provider.stream(spec.request.clone(), stream_cancel.clone());
+    let mut stream = spec.provider.stream(request, stream_cancel.clone());
     let mut text = String::new();
+    // Characters streamed so far of every kind the provider bills as output: text,
+    // reasoning and tool-call arguments.
+    let mut streamed = 0usize;
     let mut tool_calls = Vec::new();
     let mut live = Usage::default();
     // One registration for the whole turn, not one per event.
@@ -534,18 +570,19 @@ async fn one_turn(
             biased;
             _ = &mut cancelled => {
                 stream_cancel.cancel();
-                let partial = estimate_partial(&spec.request, &text, live);
+                let partial = estimate_partial(&spec.request, streamed, live);
                 return Err((AgentEnd::Cancelled(Error::new(ErrorCode::Cancelled, "the call was cancelled")), partial));
             }
             event = stream.next() => event,
         };
         let Some(event) = event else {
             let error = Error::new(ErrorCode::Transport, "the stream ended without a terminal event");
-            return Err((AgentEnd::Error(error), estimate_partial(&spec.request, &text, live)));
+            return Err((AgentEnd::Error(error), estimate_partial(&spec.request, streamed, live)));
         };
         match event {
             ChatEvent::TextDelta(delta) => {
                 on_delta(&delta);
+                streamed += delta.chars().count();
                 text.push_str(&delta);
             }
             ChatEvent::Usage(usage) => live = usage,
@@ -559,58 +596,36 @@ async fn one_turn(
                 return Ok(Turn { text, tool_calls, reason, usage });
             }
             ChatEvent::Error(error) => {
-                let partial = estimate_partial(&spec.request, &text, live);
+                let partial = estimate_partial(&spec.request, streamed, live);
                 return Err((AgentEnd::Error(error), partial));
             }
-            ChatEvent::ReasoningDelta(_)
-            | ChatEvent::ToolCallStart { .. }
-            | ChatEvent::ToolCallDelta { .. }
-            | ChatEvent::ProviderRaw { .. } => {}
+            ChatEvent::ReasoningDelta(delta) => streamed += delta.chars().count(),
+            ChatEvent::ToolCallDelta { arguments_delta, .. } => streamed += arguments_delta.chars().count(),
+            ChatEvent::ToolCallStart { .. } | ChatEvent::ProviderRaw { .. } => {}
         }
         // The live cut: price what this call has consumed so far and stop the stream the
         // moment it would cross the ceiling.
         if let Some(price) = spec.price {
             let mut so_far = *spent_before;
-            so_far += estimate_partial(&spec.request, &text, live);
+            so_far += estimate_partial(&spec.request, streamed, live);
             if budget.would_cross(price.cost(&so_far)) {
                 stream_cancel.cancel();
                 let error =
                     Error::new(ErrorCode::BudgetExhausted, "the stream was cut at the budget ceiling");
-                return Err((AgentEnd::Limit(error), estimate_partial(&spec.request, &text, live)));
+                return Err((AgentEnd::Limit(error), estimate_partial(&spec.request, streamed, live)));
             }
         }
     }
 }
 
-/// Usage of an unfinished turn: the provider's running figure when it sent one, else an
-/// estimate from lengths (about four characters a token), marked approximate.
-fn estimate_partial(request: &ChatRequest, text: &str, live: Usage) -> Usage {
-    if live.total_tokens() > 0 && live.output_tokens >= estimate_tokens(text) {
-        return Usage { approximate: true, ..live };
-    }
-    let input = live.input_tokens.max(estimate_request_tokens(request));
-    Usage { input_tokens: input, output_tokens: estimate_tokens(text), approximate: true, ..Usage::default() }
+/// Usage of an unfinished turn, marked approximate: see [`cost::partial_usage`].
+fn estimate_partial(request: &ChatRequest, streamed_chars: usize, live: Usage) -> Usage {
+    cost::partial_usage(request, streamed_chars, live)
 }
 
 /// About four characters a token, at least one for any text.
-pub(crate) fn estimate_tokens(text: &str) -> u64 {
-    if text.is_empty() { 0 } else { (text.chars().count() as u64).div_ceil(4) }
-}
-
-/// Estimated input tokens of a request.
-pub(crate) fn estimate_request_tokens(request: &ChatRequest) -> u64 {
-    let mut total = request.system.as_deref().map_or(0, estimate_tokens);
-    for message in &request.messages {
-        for part in &message.parts {
-            total += match part {
-                Part::Text(text) => estimate_tokens(text),
-                Part::ToolResult { content, .. } => estimate_tokens(content),
-                Part::ToolCall { arguments, .. } => estimate_tokens(&arguments.to_string()),
-                Part::ProviderRaw { .. } => 0,
-            };
-        }
-    }
-    total
+fn estimate_tokens(text: &str) -> u64 {
+    crate::provider::estimate_tokens_for_chars(text.chars().count())
 }
 
 /// The JSON value in a reply: the whole text, or the first fenced block, or the span from

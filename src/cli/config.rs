@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::engine::{AgentProfile, EngineBuilder};
 use crate::error::{Error, ErrorCode};
-use crate::model::{InvocationRole, ModelRef, Price, PriceTable};
+use crate::model::{InvocationRole, ModelRef, PriceTable};
 use crate::money::Money;
 use crate::provider::anthropic::AnthropicProvider;
 use crate::provider::echo::EchoProvider;
@@ -54,6 +54,8 @@ pub(crate) struct Config {
     /// Retries of retryable provider faults, for every call.
     #[serde(default)]
     pub(crate) retry: Option<RetryConfig>,
+    #[serde(default)]
+    pub(crate) sandbox: SandboxConfig,
 }
 
 /// `[retry]`: `max_attempts` (first included, default 4), `initial_backoff_ms` (250, doubled
@@ -87,11 +89,53 @@ impl RetryConfig {
     }
 }
 
+/// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SandboxConfig {
+    /// The most memory a run's script may hold, all branches together, in MiB.
+    pub(crate) memory_mb: Option<u64>,
+    /// The longest a script may run, in seconds of wall-clock time.
+    pub(crate) wall_time_s: Option<f64>,
+    /// The operation budget of a run, all branches together.
+    pub(crate) max_operations: Option<u64>,
+}
+
+impl SandboxConfig {
+    /// The Rhai sandbox limits these settings give.
+    pub(crate) fn limits(&self) -> Result<crate::script::rhai::sandbox::SandboxLimits, Error> {
+        let mut limits = crate::script::rhai::sandbox::SandboxLimits::STANDARD;
+        if let Some(mb) = self.memory_mb {
+            if mb == 0 || mb > 1 << 20 {
+                return Err(Error::config("sandbox.memory_mb must be between 1 and 1048576"));
+            }
+            limits.max_memory = mb << 20;
+        }
+        if let Some(seconds) = self.wall_time_s {
+            if !(seconds > 0.0 && seconds <= 86_400.0) {
+                return Err(Error::config("sandbox.wall_time_s must be above 0 and at most 86400"));
+            }
+            limits.max_wall_time = std::time::Duration::from_secs_f64(seconds);
+        }
+        if let Some(operations) = self.max_operations {
+            if operations == 0 {
+                return Err(Error::config("sandbox.max_operations must be above 0"));
+            }
+            limits.max_operations = operations;
+        }
+        Ok(limits)
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BudgetConfig {
     /// The ceiling of runs started without `--budget`, in USD.
     pub(crate) default_usd: Option<f64>,
+    /// Lets models with no price run under a finite ceiling, each call reserving $0.50
+    /// (otherwise such a call is refused with `unpriced_model`).
+    #[serde(default)]
+    pub(crate) allow_unpriced: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -105,9 +149,13 @@ pub(crate) struct ProviderConfig {
     idle_timeout_ms: Option<u64>,
     /// Echo only: a latency per call.
     latency_ms: Option<u64>,
-    /// Prices in USD per million tokens for this provider's models (`model = [in, out]`).
+    /// Prices in USD per million tokens for this provider's models (`model = [in, out]` or
+    /// `model = { input, output, cache_read, cache_write, max_output }`).
     #[serde(default)]
-    prices: BTreeMap<String, [f64; 2]>,
+    prices: BTreeMap<String, super::price_config::PriceSpec>,
+    /// A price for every model of this provider not in `prices` (e.g. a demo price for echo).
+    #[serde(default)]
+    price: Option<super::price_config::PriceSpec>,
     /// openai-compatible only: what the server's models support (native structured output,
     /// tools, reasoning); unset fields keep the conservative default.
     #[serde(default)]
@@ -200,15 +248,18 @@ impl Config {
             }
             None => PriceTable::shipped(),
         };
+        builder =
+            builder.dialect(Arc::new(crate::script::rhai::RhaiDialect::with_limits(self.sandbox.limits()?)));
         let mut registered: Vec<String> = vec!["echo".into()];
         for (name, provider) in &self.providers {
             let built = provider.build(name)?;
-            for (model, [input, output]) in &provider.prices {
-                let usd = |x: f64| {
-                    Money::from_usd(x).map_err(|e| Error::config(format!("price of {name}:{model}: {e}")))
-                };
-                prices.set(&format!("{name}:{model}"), Price::flat(usd(*input)?, usd(*output)?));
-            }
+            super::price_config::apply_provider_prices(
+                &mut prices,
+                name,
+                &provider.kind,
+                provider.price.as_ref(),
+                &provider.prices,
+            )?;
             registered.push(name.clone());
             builder = builder.provider(built);
         }
@@ -296,7 +347,7 @@ impl Config {
         if let Some(permissions) = &self.permissions {
             builder = builder.permissions(permissions.build("permissions")?);
         }
-        Ok((builder.prices(prices), uses_echo))
+        Ok((builder.prices(prices.allow_unpriced(self.budget.allow_unpriced)), uses_echo))
     }
 
     /// Names for lint: profiles, toolsets, host functions.

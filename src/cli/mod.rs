@@ -4,6 +4,7 @@
 
 mod canon;
 mod config;
+mod price_config;
 mod progress;
 mod runs;
 

@@ -477,6 +477,7 @@ impl Ctx {
             scope: self.scope.to_string(),
         };
         let mut matched_previous_terminal = false;
+        let live_miss = matches!(matched.outcome, Outcome::Live);
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start_event);
@@ -509,10 +510,30 @@ impl Ctx {
                 Some(supersedes)
             }
         };
+        // What the call is keyed on, compactly, so a resume can explain a re-key.
+        let summary = journal::IdentitySummary::of_agent(
+            prompt,
+            opts.key.as_deref(),
+            opts.effort.as_deref(),
+            schema_hash.as_deref(),
+            toolset_hash.as_deref(),
+        );
+        let rekeyed = if live_miss {
+            let live = super::explain::LiveAgent {
+                model: &model_name,
+                agent_type: opts.profile.as_deref(),
+                summary: &summary,
+                label: label.as_deref(),
+            };
+            super::explain::check(&self.run, &self.scope, &live)?
+        } else {
+            None
+        };
         if self.run.dry_run {
+            let rekeyed = rekeyed.map(|line| format!("; it re-keys {line}")).unwrap_or_default();
             let error = Error::new(
                 ErrorCode::JournalMiss,
-                format!("dry run reached a live agent call in scope '{}'", self.scope),
+                format!("dry run reached a live agent call in scope '{}'{rekeyed}", self.scope),
             );
             return Err(error);
         }
@@ -546,17 +567,25 @@ impl Ctx {
             meta: CallMeta { label: label.clone(), agent_type: opts.profile.clone() },
         };
         let price = engine.prices.price(&model_name).copied();
-        let reserve = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost)).unwrap_or_else(|| {
-            match (price, max_output_tokens) {
-                (Some(price), Some(cap)) => price.cost(&Usage {
-                    input_tokens: agent::estimate_request_tokens(&request),
-                    output_tokens: u64::from(cap),
-                    ..Usage::default()
-                }),
-                _ => Money::from_nano_usd(500_000_000),
+        let est_cost = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost));
+        let bounded = self.run.budget.is_bounded(self.account);
+        let unpriced_ok = engine.prices.unpriced_allowed();
+        let reserve = match super::admit::reserve_for(
+            &model_name,
+            price.as_ref(),
+            &request,
+            &tools,
+            est_cost,
+            bounded,
+            unpriced_ok,
+        ) {
+            Ok(reserve) => reserve,
+            Err(error) => {
+                self.run.spawns.fetch_sub(1, Ordering::SeqCst);
+                return self.fail(opts.on_error, "agent", label, error);
             }
-        });
-        let reservation = match self.run.budget.reserve(self.account, reserve) {
+        };
+        let reservation = match self.run.budget.reserve(self.account, reserve.amount) {
             Ok(reservation) => reservation,
             Err(denied) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
@@ -566,8 +595,8 @@ impl Ctx {
                 let error = Error::new(
                     ErrorCode::BudgetExhausted,
                     format!(
-                        "admission refused: the call reserves {} but {} is left",
-                        denied.requested, denied.available
+                        "admission refused: the call reserves {} ({}) but {} is left",
+                        denied.requested, reserve.derivation, denied.available
                     ),
                 );
                 return self.agent_failed(&opts, label, error, None);
@@ -595,6 +624,7 @@ impl Ctx {
         running.agent_type = opts.profile.as_deref().map(journal::intern);
         running.role = Some(journal::intern(role.as_str()));
         running.model = Some(journal::intern(&model_name));
+        running.identity = Some(Box::new(summary));
         // Deferred: a crash before it is written reruns the call, as it would anyway.
         let running = match self.run.append_one(running, Durability::Lazy) {
             Ok(entry) => entry,
@@ -618,10 +648,13 @@ impl Ctx {
         };
         // Turns a crashed attempt completed were never journaled with a terminal entry: this
         // attempt carries their usage so the ledger stays whole.
-        let unjournaled = match (matched_previous_terminal, &resume_from) {
-            (false, Some(checkpoint)) => Some(checkpoint.usage),
-            _ => None,
-        };
+        let unjournaled = super::carry::unjournaled(
+            engine.transcripts.as_ref(),
+            &checkpoint_ref,
+            matched_previous_terminal,
+            resume_from.as_ref(),
+        );
+        let resumed_usage = resume_from.as_ref().map(|c| c.usage);
         let spec = agent::AgentSpec {
             provider,
             served_by: model_name,
@@ -650,38 +683,38 @@ impl Ctx {
                 .unwrap_or(agent::DEFAULT_MAX_CONTEXT_TOKENS),
         };
         let approvals = Ctx { scope: approvals_scope, counters: Arc::default(), ..self.clone() };
-        let hooks =
-            AccountHooks { ctx: self, approvals, checkpoint_ref, wrote_checkpoint: Default::default() };
+        let hooks = AccountHooks {
+            ctx: self,
+            approvals,
+            checkpoint_ref,
+            wrote_checkpoint: Default::default(),
+            reservation: reservation.id(),
+            checkpoint_usage: std::sync::Mutex::new(resumed_usage),
+        };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
         let on_delta = move |text: &str| {
             events_run.emit(delta_span, false, || EventKind::AgentDelta { text: text.to_owned() })
         };
-        let served = spec.served_by.clone();
-        let outcome = match opts.timeout {
-            None => agent::run(spec, &hooks, &self.cancel, &on_delta).await,
-            Some(limit) => tokio::select! {
-                outcome = agent::run(spec, &hooks, &self.cancel, &on_delta) => outcome,
-                _ = tokio::time::sleep(limit) => agent::AgentRun {
-                    end: AgentEnd::Limit(Error::new(
-                        ErrorCode::TurnLimit,
-                        format!("the agent reached its timeout of {} ms", limit.as_millis()),
-                    )),
-                    usage: Usage { approximate: true, ..Usage::default() },
-                    cost: None,
-                    served_by: served,
-                },
-            },
-        };
+        // The call's own cancellation: the run's, or its deadline (which keeps the usage).
+        let call_cancel = self.cancel.child_token();
+        let outcome = super::admit::with_deadline(
+            opts.timeout,
+            &call_cancel,
+            agent::run(spec, &hooks, &call_cancel, &on_delta),
+        )
+        .await;
         drop(provider_permit);
         drop(permits);
 
         let mut outcome = outcome;
         if let Some(extra) = unjournaled {
             outcome.usage += extra;
-            outcome.cost = price.map(|p| p.cost(&outcome.usage));
+            outcome.cost = outcome.cost.zip(price).map(|(cost, p)| cost + p.cost(&extra));
         }
         let wrote_checkpoint = hooks.wrote_checkpoint.load(Ordering::Relaxed);
+        let journaled_ref = hooks.checkpoint_ref.clone();
+        let covered = *hooks.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner());
         let (status, value, error) = match outcome.end {
             AgentEnd::Ok(value) => (Status::Ok, Some(value), None),
             AgentEnd::Error(e) => (Status::Error, None, Some(e)),
@@ -702,6 +735,11 @@ impl Ctx {
         let written = self.run.append_one_async(terminal).await;
         self.run.budget.settle(reservation, cost);
         let terminal = written?;
+        if let Some(covered) = covered
+            && !self.run.dry_run
+        {
+            super::carry::mark_journaled(engine.transcripts.as_ref(), &journaled_ref, &covered);
+        }
         self.run.emit(self.span_pair(span), false, || agent_end_event(&terminal));
         self.run.emit_budget(self.span_pair(span));
         match (value, error) {
@@ -1270,6 +1308,10 @@ struct AccountHooks<'a> {
     approvals: Ctx,
     checkpoint_ref: String,
     wrote_checkpoint: std::sync::atomic::AtomicBool,
+    /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
+    reservation: super::budget::ReservationId,
+    /// The usage the latest checkpoint of the call holds (its completed turns, all attempts).
+    checkpoint_usage: std::sync::Mutex<Option<Usage>>,
 }
 
 impl BudgetHooks for AccountHooks<'_> {
@@ -1282,11 +1324,19 @@ impl BudgetHooks for AccountHooks<'_> {
     }
 
     fn would_cross(&self, cost: Money) -> bool {
-        let crossing = self.ctx.run.budget.would_cross(self.ctx.account, cost);
+        let crossing = self.ctx.run.budget.record_in_flight(self.reservation, cost);
         if crossing {
             self.ctx.run.mark_exhausted();
         }
         crossing
+    }
+
+    fn grant_turn(&self, used: Money, want: Money, floor: Money) -> Result<Option<Money>, Money> {
+        let granted = self.ctx.run.budget.grant_turn(self.reservation, used, want, floor);
+        if granted.is_err() {
+            self.ctx.run.mark_exhausted();
+        }
+        granted.map_err(|denied| denied.available)
     }
 
     fn checkpoint(&self, state: &agent::Checkpoint) {
@@ -1304,6 +1354,7 @@ impl BudgetHooks for AccountHooks<'_> {
             && self.ctx.run.engine.transcripts.put(&self.checkpoint_ref, &bytes).is_ok()
         {
             self.wrote_checkpoint.store(true, Ordering::Relaxed);
+            *self.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.usage);
         }
     }
 

@@ -395,6 +395,19 @@ impl Replay {
         Preview { orphaned, ..self.preview }
     }
 
+    /// The journaled calls of `scope` at or after its cursor that no live call has consumed,
+    /// in journal order, each as its first dispatch entry and its latest attempt's terminal:
+    /// what a live call that just missed most likely replaced, when its identity changed.
+    pub fn unconsumed_at_cursor(&self, scope: &ScopePath) -> Vec<(Arc<Entry>, Option<Arc<Entry>>)> {
+        let Some(state) = self.scopes.get(scope) else { return Vec::new() };
+        state.records[state.cursor.min(state.records.len())..]
+            .iter()
+            .map(|&index| &self.records[index])
+            .filter(|record| !record.consumed)
+            .map(|record| (record.first.clone(), record.terminal.clone()))
+            .collect()
+    }
+
     /// The first entries of the records no live call consumed, in journal order.
     pub fn orphans(&self) -> Vec<Arc<Entry>> {
         self.records.iter().filter(|r| self.is_orphan(r)).map(|r| r.first.clone()).collect()

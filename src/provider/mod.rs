@@ -35,6 +35,7 @@ use crate::{Error, Usage};
 
 pub(crate) use echo::split_deltas as split_text_deltas;
 pub(crate) use estimate::request_tokens as estimate_request_tokens;
+pub(crate) use estimate::tokens_for_chars as estimate_tokens_for_chars;
 pub use http::ApiKey;
 pub(crate) use stream::cancelled as cancelled_error;
 pub use stream::{StreamDecoder, decode_sse};

@@ -5,7 +5,8 @@
 //! verbatim on the next turn so reasoning survives tool calls without server-side state.
 //! Function calls stream as `output_item.added`, argument deltas and `output_item.done`; the
 //! call's `call_id` is the wire id. Usage arrives only with `response.completed` (or
-//! `response.incomplete`); `response.failed` and `error` events end the stream as typed errors.
+//! `response.incomplete`); `response.failed` and `error` events end the stream as typed errors
+//! (a failed response's usage is reported first, as a `Usage` event).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -451,6 +452,11 @@ impl StreamDecoder for ResponsesDecoder {
             "response.completed" => self.finish(value.get("response").unwrap_or(&Value::Null), false, out),
             "response.incomplete" => self.finish(value.get("response").unwrap_or(&Value::Null), true, out),
             "response.failed" => {
+                // A failed response still bills what it used, and says so: report it before
+                // the error, so the turn is charged the provider's figure, not an estimate.
+                if let Some(usage) = value.pointer("/response/usage").filter(|u| u.is_object()) {
+                    out.push(ChatEvent::Usage(parse_usage(usage)));
+                }
                 let error = value.pointer("/response/error").cloned().unwrap_or(Value::Null);
                 out.push(ChatEvent::Error(classify_stream_error(&self.context, &error)));
             }

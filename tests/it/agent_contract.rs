@@ -277,6 +277,7 @@ fn kill_at_request(dir: &std::path::Path, id: &str, server: &ScriptedServer, n: 
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
+        .env("CAIRN_LEASE_TTL_MS", "300")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -303,7 +304,7 @@ fn a_kill_during_the_schema_repair_turn_resumes_without_re_asking() {
     let repair = kill_at_request(dir.path(), "repair1", &server, 2);
     let second = ScriptedServer::start(vec![text(r#"{"answer": "Paris"}"#, 30, 6)]);
     point_at(dir.path(), &server, &second);
-    let (code, stdout, stderr) = run(dir.path(), &["resume", "repair1"]);
+    let (code, stdout, stderr) = run(dir.path(), &["resume", "repair1", "--wait"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert_eq!(value_of(&stdout), json!({"answer": "Paris"}));
     let resumed = second.requests();
@@ -392,7 +393,7 @@ fn a_resume_sends_the_same_bounded_context() {
     assert!(sent_text(&stalled).contains("was elided"), "the bound applied before the kill");
     let second = ScriptedServer::start(vec![text("done", 10, 2)]);
     point_at(dir.path(), &server, &second);
-    let (code, stdout, stderr) = run(dir.path(), &["resume", "bounded1"]);
+    let (code, stdout, stderr) = run(dir.path(), &["resume", "bounded1", "--wait"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     let resumed = second.requests();
     assert_eq!(resumed.len(), 1, "completed turns are not asked again");
