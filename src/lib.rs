@@ -45,6 +45,7 @@ pub mod provider;
 pub mod script;
 pub mod store;
 pub mod testing;
+pub mod text;
 mod usage;
 
 pub use agent::{Permission, PermissionHook, Permissions, Tool, Toolset, fs_read_toolset, toolset_hash};

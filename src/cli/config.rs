@@ -56,6 +56,9 @@ pub(crate) struct Config {
     pub(crate) retry: Option<RetryConfig>,
     #[serde(default)]
     pub(crate) sandbox: SandboxConfig,
+    /// Set by `--record`/`--replay`: host-function exchanges go on, or come from, the tape.
+    #[serde(skip)]
+    pub(crate) host_tape: Option<Arc<crate::provider::cassette::HostTape>>,
 }
 
 /// `[retry]`: `max_attempts` (first included, default 4), `initial_backoff_ms` (250, doubled
@@ -208,6 +211,11 @@ pub(crate) struct ProfileConfig {
 pub(crate) struct HostFunctionConfig {
     command: Vec<String>,
     timeout_ms: Option<u64>,
+    /// The environment variables the command inherits (default `["PATH"]`); nothing else of
+    /// cairn's environment (API keys included) reaches it.
+    env: Option<Vec<String>>,
+    /// The most bytes read back from its stdout or stderr (default 16 MiB).
+    max_output_bytes: Option<u64>,
 }
 
 impl Config {
@@ -218,7 +226,76 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(Config::default()),
             Err(e) => return Err(Error::config(format!("cannot read {}: {e}", path.display()))),
         };
-        Config::parse(&text).map_err(|e| Error::config(format!("{}: {}", path.display(), e.message)))
+        let mut config =
+            Config::parse(&text).map_err(|e| Error::config(format!("{}: {}", path.display(), e.message)))?;
+        config.validate().map_err(|message| Error::config(format!("{}: {message}", path.display())))?;
+        config.resolve_relative_to(path.parent().unwrap_or(Path::new("")));
+        Ok(config)
+    }
+
+    /// The largest `concurrency` accepted (and the clamp of a script's `parallel` option).
+    pub(crate) const MAX_CONCURRENCY: usize = 10_000;
+
+    /// Checks the values serde cannot: one line naming the key and the value.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if let Some(n) = self.concurrency
+            && !(1..=Config::MAX_CONCURRENCY).contains(&n)
+        {
+            return Err(format!("concurrency = {n}: must be within 1..={}", Config::MAX_CONCURRENCY));
+        }
+        for (name, provider) in &self.providers {
+            if let Some(url) = &provider.base_url {
+                crate::provider::parse_base_url(url)
+                    .map_err(|why| format!("providers.{name}.base_url = {url:?}: {why}"))?;
+            }
+            if provider.idle_timeout_ms == Some(0) {
+                return Err(format!("providers.{name}.idle_timeout_ms = 0: must be positive"));
+            }
+        }
+        for (name, host) in &self.host_functions {
+            if host.timeout_ms == Some(0) {
+                return Err(format!("host_functions.{name}.timeout_ms = 0: must be positive"));
+            }
+            if host.max_output_bytes == Some(0) {
+                return Err(format!("host_functions.{name}.max_output_bytes = 0: must be positive"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves the relative paths of the file (`store`, `prices`, an `fs-read` root, a
+    /// host-function command with a `/`) against `dir`, the config file's directory, as cargo
+    /// does: the same config means the same files from any working directory.
+    pub(crate) fn resolve_relative_to(&mut self, dir: &Path) {
+        let join = |path: &str| -> String {
+            if Path::new(path).is_absolute() { path.to_owned() } else { dir.join(path).display().to_string() }
+        };
+        if let Some(store) = &self.store {
+            for scheme in ["sqlite:", "jsonl:"] {
+                if let Some(path) = store.strip_prefix(scheme)
+                    && !path.is_empty()
+                    && !path.starts_with("//")
+                {
+                    self.store = Some(format!("{scheme}{}", join(path)));
+                    break;
+                }
+            }
+        }
+        if let Some(prices) = &self.prices {
+            self.prices = Some(dir.join(prices));
+        }
+        for table in self.toolsets.values_mut() {
+            if let Some(toml::Value::String(root)) = table.get_mut("root") {
+                *root = join(root);
+            }
+        }
+        for host in self.host_functions.values_mut() {
+            if let Some(program) = host.command.first_mut()
+                && program.contains('/')
+            {
+                *program = join(program);
+            }
+        }
     }
 
     pub(crate) fn parse(text: &str) -> Result<Config, Error> {
@@ -328,11 +405,12 @@ impl Config {
             if host.command.is_empty() {
                 return Err(Error::config(format!("host_functions.{name}: command is empty")));
             }
-            let command = host.command.clone();
-            let timeout = Duration::from_millis(host.timeout_ms.unwrap_or(60_000));
-            let fn_name = name.clone();
+            let mut command = host.command(name);
+            command.tape = self.host_tape.clone();
+            let command = Arc::new(command);
             builder = builder.host_function(name, move |args: Value| {
-                run_command(fn_name.clone(), command.clone(), timeout, args)
+                let command = command.clone();
+                async move { command.call(args).await }
             });
         }
         if let Some(n) = self.concurrency {
@@ -365,8 +443,10 @@ impl Config {
 fn build_toolset(name: &str, table: &toml::Table) -> Result<crate::agent::Toolset, Error> {
     let kind = table.get("kind").and_then(|k| k.as_str()).unwrap_or(name);
     for key in table.keys() {
-        if !matches!(key.as_str(), "kind" | "root") {
-            return Err(Error::config(format!("toolsets.{name}: unknown key {key:?} (use root)")));
+        if !matches!(key.as_str(), "kind" | "root" | "max_scan_bytes" | "timeout_ms") {
+            return Err(Error::config(format!(
+                "toolsets.{name}: unknown key {key:?} (use root, max_scan_bytes, timeout_ms)"
+            )));
         }
     }
     match kind {
@@ -374,13 +454,35 @@ fn build_toolset(name: &str, table: &toml::Table) -> Result<crate::agent::Toolse
             let root = table.get("root").and_then(|r| r.as_str()).ok_or_else(|| {
                 Error::config(format!("toolsets.{name}: set root = \"DIR\", the directory it may read"))
             })?;
-            let toolset = crate::agent::fs_read_toolset(Path::new(root))?;
+            let toolset =
+                crate::agent::fs_read_toolset_bounded(Path::new(root), search_bounds(name, table)?)?;
             Ok(crate::agent::Toolset::new(name, toolset.tools().to_vec()))
         }
         other => {
             Err(Error::config(format!("toolsets.{name}: unknown toolset kind {other:?} (built in: fs-read)")))
         }
     }
+}
+
+/// `max_scan_bytes` and `timeout_ms` of an `fs-read` toolset: positive integers.
+fn search_bounds(name: &str, table: &toml::Table) -> Result<crate::agent::SearchBounds, Error> {
+    let positive = |key: &str| -> Result<Option<u64>, Error> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(toml::Value::Integer(n)) if *n > 0 => Ok(Some(*n as u64)),
+            Some(other) => {
+                Err(Error::config(format!("toolsets.{name}.{key} = {other}: must be a positive integer")))
+            }
+        }
+    };
+    let mut bounds = crate::agent::SearchBounds::default();
+    if let Some(bytes) = positive("max_scan_bytes")? {
+        bounds.max_scan_bytes = bytes;
+    }
+    if let Some(ms) = positive("timeout_ms")? {
+        bounds.timeout = Duration::from_millis(ms);
+    }
+    Ok(bounds)
 }
 
 fn parse_model(text: &str, at: &str) -> Result<ModelRef, Error> {
@@ -470,6 +572,20 @@ impl ProviderConfig {
     }
 }
 
+impl HostFunctionConfig {
+    /// The command this table configures, with its defaults filled in.
+    pub(crate) fn command(&self, name: &str) -> super::host_fn::HostCommand {
+        super::host_fn::HostCommand {
+            name: name.to_owned(),
+            command: self.command.clone(),
+            timeout: self.timeout_ms.map_or(super::host_fn::DEFAULT_TIMEOUT, Duration::from_millis),
+            env: self.env.clone().unwrap_or_else(|| vec!["PATH".to_owned()]),
+            max_output: self.max_output_bytes.unwrap_or(super::host_fn::DEFAULT_MAX_OUTPUT_BYTES),
+            tape: None,
+        }
+    }
+}
+
 impl ProfileConfig {
     fn build(&self, name: &str) -> Result<AgentProfile, Error> {
         Ok(AgentProfile {
@@ -503,42 +619,6 @@ impl ProfileConfig {
             max_context_tokens: self.max_context_tokens,
         })
     }
-}
-
-async fn run_command(
-    name: String,
-    command: Vec<String>,
-    timeout: Duration,
-    args: Value,
-) -> Result<Value, Error> {
-    use tokio::io::AsyncWriteExt;
-    let failed =
-        |message: String| Error::new(ErrorCode::ToolFailed, format!("host function {name}: {message}"));
-    let mut child = tokio::process::Command::new(&command[0])
-        .args(&command[1..])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| failed(format!("cannot start {:?}: {e}", command[0])))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let input = serde_json::to_vec(&args).map_err(|e| failed(e.to_string()))?;
-        stdin.write_all(&input).await.map_err(|e| failed(format!("cannot write its stdin: {e}")))?;
-    }
-    let output = tokio::time::timeout(timeout, child.wait_with_output())
-        .await
-        .map_err(|_| failed(format!("timed out after {} ms", timeout.as_millis())))?
-        .map_err(|e| failed(e.to_string()))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(failed(format!("exited with {}: {}", output.status, stderr.trim())));
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if stdout.trim().is_empty() {
-        return Ok(Value::Null);
-    }
-    serde_json::from_str(stdout.trim()).map_err(|e| failed(format!("stdout is not JSON: {e}")))
 }
 
 #[cfg(test)]

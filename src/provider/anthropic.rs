@@ -117,7 +117,7 @@ impl Provider for AnthropicProvider {
         let http_request = self
             .endpoint
             .client
-            .post(format!("{}/v1/messages", self.endpoint.base_url))
+            .post(self.endpoint.url("v1/messages"))
             .header("x-api-key", self.api_key.expose())
             .header("anthropic-version", AnthropicProvider::API_VERSION)
             .header(reqwest::header::ACCEPT, "text/event-stream")

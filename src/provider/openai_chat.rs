@@ -165,7 +165,7 @@ impl Provider for OpenAiChatProvider {
         let mut http_request = self
             .endpoint
             .client
-            .post(format!("{}/chat/completions", self.endpoint.base_url))
+            .post(self.endpoint.url("chat/completions"))
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body);
         if let Some(key) = &self.api_key {

@@ -99,7 +99,7 @@ impl Provider for OpenAiResponsesProvider {
         let http_request = self
             .endpoint
             .client
-            .post(format!("{}/responses", self.endpoint.base_url))
+            .post(self.endpoint.url("responses"))
             .bearer_auth(self.api_key.expose())
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body);

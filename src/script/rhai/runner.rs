@@ -547,7 +547,7 @@ fn fn_ptrs(items: &Array, what: &str) -> Result<Vec<FnPtr>, Error> {
 fn parallel_options(opts: &Value) -> ParallelOptions {
     ParallelOptions {
         settle: opts.get("settle").and_then(Value::as_bool).unwrap_or(false),
-        concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n as usize),
+        concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n.clamp(1, 10_000) as usize),
         on_error: on_error(opts),
         label: str_opt(opts, "label"),
     }
