@@ -369,7 +369,7 @@ fn the_context_stays_under_its_bound_as_tool_results_pile_up() {
 fn an_ask_deadline_passing_while_the_run_is_busy_denies_in_process() {
     let server =
         ScriptedServer::start(vec![tool_call("c1", "read_file", READ_NOTES, 10, 5), text("ok", 20, 2)]);
-    let rules = "[permissions]\nask = [\"read_*\"]\nask_timeout_ms = 200\n\n[host_functions.slow]\ncommand = [\"sh\", \"-c\", \"sleep 1; echo 1\"]\n";
+    let rules = "[permissions]\nask = [\"read_*\"]\nask_timeout_ms = 200\n\n[host_functions.slow]\ncommand = [\"sh\", \"-c\", \"sleep 3; echo 1\"]\n";
     let script = "parallel([|| agent(\"go\", #{tools: [\"files\"]}), || host_call(\"slow\", #{})])";
     let dir = permissions_project(&server, rules, script);
     let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
