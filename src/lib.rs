@@ -51,8 +51,8 @@ pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use engine::{
     AgentOptions, AgentProfile, Branch, CallOptions, CostLine, CostReport, Ctx, Dropped, Engine,
     EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, ExternalOptions, HostFn, OnError, OnItemError,
-    ParallelOptions, Pending, PipelineOptions, Registered, ResumeOptions, RetryPolicy, RunHandle, RunOptions,
-    RunOutcome, Script, ScriptDialect, Stage, StepOptions, UnpricedUsage, Workflow, WorkflowFn,
+    ParallelOptions, Pending, PipelineOptions, Registered, Resolution, ResumeOptions, RetryPolicy, RunHandle,
+    RunOptions, RunOutcome, Script, ScriptDialect, Stage, StepOptions, UnpricedUsage, Workflow, WorkflowFn,
     WorkflowOptions, branch, stage,
 };
 pub use error::{Error, ErrorClass, ErrorCode};

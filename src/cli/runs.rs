@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use super::config::Config;
 use super::{Exit, fail, progress};
-use crate::engine::{CostReport, Engine, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script};
+use crate::engine::{
+    CostReport, Engine, Resolution, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script,
+};
 use crate::error::{Error, ErrorCode};
 use crate::journal;
 use crate::script::{Diagnostic, LintContext};
@@ -79,6 +81,17 @@ pub(super) struct ResumeArgs {
     /// Rerun the call journaled at this seq (repeatable).
     #[arg(long)]
     invalidate: Vec<u64>,
+    /// When another process is driving the run, wait for it to let go instead of failing.
+    #[arg(long)]
+    wait: bool,
+    /// Run again (paying anew) completed calls whose identity changed since they were paid;
+    /// without it such a resume lists them, and what changed, and stops before paying.
+    #[arg(long)]
+    accept_rekey: bool,
+    /// An edited script: it replaces the run's stored source (kept as an earlier version);
+    /// unchanged calls replay, and re-keyed paid calls are explained first.
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -166,6 +179,16 @@ fn open_store(globals: &Globals, config: &Config) -> Result<OpenedStore, Error> 
     })
 }
 
+/// Opens the store for reading only (`runs`, `inspect`, `replay`): nothing is created or
+/// changed. `None` when nothing exists at the store's location yet.
+fn open_store_read_only(globals: &Globals, config: &Config) -> Result<Option<OpenedStore>, Error> {
+    let url = globals.store.clone().or_else(|| config.store.clone()).unwrap_or_else(|| "sqlite".into());
+    store::open_read_only(&url).map_err(|e| match e {
+        store::Error::Config(message) => Error::config(message),
+        other => Error::from(other),
+    })
+}
+
 struct Setup {
     engine: Engine,
     config: Config,
@@ -176,6 +199,15 @@ fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
     setup_with(globals, model, None)
 }
 
+/// An engine over the store opened read-only; `None` when there is no store yet.
+fn setup_read_only(globals: &Globals) -> Result<Option<Setup>, Error> {
+    let config = load_config(globals)?;
+    match open_store_read_only(globals, &config)? {
+        Some(opened) => setup_over(globals, config, opened, None, None).map(Some),
+        None => Ok(None),
+    }
+}
+
 fn setup_with(
     globals: &Globals,
     model: Option<&str>,
@@ -183,6 +215,16 @@ fn setup_with(
 ) -> Result<Setup, Error> {
     let config = load_config(globals)?;
     let opened = open_store(globals, &config)?;
+    setup_over(globals, config, opened, model, cassette)
+}
+
+fn setup_over(
+    _globals: &Globals,
+    config: Config,
+    opened: OpenedStore,
+    model: Option<&str>,
+    cassette: Option<&CassetteArgs>,
+) -> Result<Setup, Error> {
     let builder = Engine::builder(opened.journal, opened.transcripts);
     let builder = match config.default_budget()? {
         Some(ceiling) => builder.default_budget(ceiling),
@@ -203,8 +245,50 @@ fn setup_with(
             Ok(Arc::new(replay) as Arc<dyn crate::provider::Provider>)
         })?;
     }
+    if let Some(ttl) = lease_ttl_from_env()? {
+        builder = builder.lease_ttl(ttl);
+    }
     let engine = builder.build()?;
     Ok(Setup { engine, config, uses_echo })
+}
+
+/// The run lease's ttl from `CAIRN_LEASE_TTL_MS`, when set (tests shorten it).
+fn lease_ttl_from_env() -> Result<Option<std::time::Duration>, Error> {
+    match std::env::var("CAIRN_LEASE_TTL_MS") {
+        Err(_) => Ok(None),
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Some(std::time::Duration::from_millis(ms))),
+            _ => Err(Error::config(format!("CAIRN_LEASE_TTL_MS must be a positive integer, not {text:?}"))),
+        },
+    }
+}
+
+/// Resumes, waiting while another process drives the run when asked to.
+async fn resume_waiting(
+    engine: &Engine,
+    run_id: &RunId,
+    options: &ResumeOptions,
+    wait: bool,
+    quiet: bool,
+) -> Result<RunHandle, Error> {
+    let mut told = false;
+    loop {
+        match engine.resume(run_id, options.clone()) {
+            Err(e) if wait && e.code == ErrorCode::RunBusy => {
+                if !told && !quiet {
+                    eprintln!("cairn: run {run_id} is being driven by another process; waiting for it");
+                    told = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+                    _ = tokio::signal::ctrl_c() => {
+                        return Err(Error::new(ErrorCode::Cancelled, "interrupted while waiting for the run"));
+                    }
+                }
+            }
+            other => return other,
+        }
+    }
 }
 
 fn lint_context(setup: &Setup) -> LintContext {
@@ -288,6 +372,12 @@ fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
         }
         if let Some(error) = &outcome.error {
             eprintln!("cairn: run {} {}: {error}", outcome.run_id, outcome.status);
+            if error.code == ErrorCode::StoreIo {
+                eprintln!(
+                    "nothing acknowledged was lost; once the store can be written again, continue with: cairn resume {} --wait",
+                    outcome.run_id
+                );
+            }
         }
         for pending in &outcome.pending {
             eprintln!(
@@ -356,10 +446,28 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let options =
-        ResumeOptions { dry_run: args.dry_run, invalidate: args.invalidate.clone(), ..Default::default() };
-    let handle = match setup.engine.resume(&run_id, options) {
+    let model = match args.live.model.as_deref().map(crate::model::ModelRef::parse).transpose() {
+        Ok(model) => model,
+        Err(e) => return fail(Exit::Usage, format!("invalid --model: {e}")),
+    };
+    let script = match &args.script {
+        Some(file) => match read_script(file) {
+            Ok((name, source)) => Some(Script::rhai(&name, &source)),
+            Err(exit) => return exit,
+        },
+        None => None,
+    };
+    let options = ResumeOptions {
+        dry_run: args.dry_run,
+        invalidate: args.invalidate.clone(),
+        model,
+        accept_rekey: args.accept_rekey,
+        script,
+        ..Default::default()
+    };
+    let handle = match resume_waiting(&setup.engine, &run_id, &options, args.wait, args.live.quiet).await {
         Ok(handle) => handle,
+        Err(e) if e.code == ErrorCode::Cancelled => return fail(Exit::Cancelled, e),
         Err(e) => return fail(exit_of(&e), e),
     };
     match follow(handle, args.live.quiet).await {
@@ -379,9 +487,17 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
         Ok(id) => id,
         Err(exit) => return exit,
     };
-    let setup = match setup(globals, None) {
-        Ok(setup) => setup,
+    let setup = match setup_read_only(globals) {
+        Ok(Some(setup)) => setup,
+        Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(exit_of(&e), e),
+    };
+    // How the run last settled, read before the replay (which writes nothing).
+    let settled = match setup.engine.journal_store().load(&run_id) {
+        Ok(raw) => {
+            journal::decode_all(&raw).ok().and_then(|entries| journal::last_settlement_outcome(&entries))
+        }
+        Err(_) => None,
     };
     let options = ResumeOptions { dry_run: true, ..Default::default() };
     let handle = match setup.engine.resume(&run_id, options) {
@@ -389,27 +505,48 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
         Err(e) => return fail(exit_of(&e), e),
     };
     match follow(handle, true).await {
-        Ok(outcome) => {
-            let p = outcome.preview;
-            match &outcome.error {
-                Some(e) if e.code == ErrorCode::JournalMiss => {
-                    eprintln!(
-                        "replay of {run_id}: a call would run live ({e}); {} replayed before it",
-                        p.hits
-                    );
-                    Exit::ReplayMiss
-                }
-                _ => {
-                    println!(
-                        "replay of {run_id}: {} calls replayed, 0 live, {} orphaned",
-                        p.hits, p.orphaned
-                    );
-                    Exit::Ok
-                }
+        Ok(outcome) => match replay_divergence(&outcome, settled.as_ref()) {
+            Some(difference) => {
+                eprintln!("replay of {run_id} diverges: {difference}");
+                Exit::ReplayMiss
             }
-        }
+            None => {
+                let p = outcome.preview;
+                println!("replay of {run_id}: {} calls replayed, 0 live, 0 orphaned, same outcome", p.hits);
+                Exit::Ok
+            }
+        },
         Err(e) => fail(Exit::Error, e),
     }
+}
+
+/// The first way a strict replay differs from the journaled run: a call that would run
+/// live, a journaled call nothing reached, or a different outcome than the journaled
+/// settlement. `None` when it is identical.
+fn replay_divergence(
+    outcome: &RunOutcome,
+    settled: Option<&(store::RunStatus, Option<String>)>,
+) -> Option<String> {
+    let p = outcome.preview;
+    if let Some(e) = outcome.error.as_ref().filter(|e| e.code == ErrorCode::JournalMiss) {
+        return Some(format!("a call would run live ({e}); {} replayed before it", p.hits));
+    }
+    if p.misses + p.reruns > 0 {
+        return Some(format!("{} calls would run live; {} replayed", p.misses + p.reruns, p.hits));
+    }
+    if p.orphaned > 0 {
+        let first = outcome.orphans.first().map_or_else(String::new, |o| format!("; the first is {o}"));
+        return Some(format!("{} journaled calls were not reached by the replay{first}", p.orphaned));
+    }
+    let (status, value_key) = settled?;
+    if *status != outcome.status {
+        return Some(format!("the run settled {status}, its replay settles {}", outcome.status));
+    }
+    let replayed_key = outcome.value.as_ref().and_then(|v| journal::content_key(v).ok()).map(|k| k.to_hex());
+    if value_key.is_some() && *value_key != replayed_key {
+        return Some(format!("the run settled {status} with a different value than its replay returns"));
+    }
+    None
 }
 
 pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {
@@ -425,12 +562,20 @@ pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
-    match setup.engine.resolve_external(&run_id, &args.key, value) {
-        Ok(true) => {
+    match setup.engine.resolve(&run_id, &args.key, value) {
+        Ok(Resolution::Applied) => {
             println!("resolved {} of run {run_id}; continue it with: cairn resume {run_id}", args.key);
             Exit::Ok
         }
-        Ok(false) => {
+        Ok(Resolution::Queued) => {
+            println!(
+                "run {run_id} is being driven by another process; {} was handed to it (the driver applies it, \
+                 or the next `cairn resume {run_id}` does)",
+                args.key
+            );
+            Exit::Ok
+        }
+        Ok(Resolution::AlreadyResolved) => {
             println!(
                 "{} of run {run_id} was already resolved; this attempt was recorded and not applied",
                 args.key
@@ -460,8 +605,16 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let opened = match open_store(globals, &config) {
-        Ok(opened) => opened,
+    let opened = match open_store_read_only(globals, &config) {
+        Ok(Some(opened)) => opened,
+        Ok(None) => {
+            if args.json {
+                println!("[]");
+            } else {
+                eprintln!("no runs");
+            }
+            return Exit::Ok;
+        }
         Err(e) => return fail(exit_of(&e), e),
     };
     let filter = RunFilter { statuses, limit: args.limit, ..RunFilter::default() };
@@ -498,8 +651,9 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let opened = match open_store(globals, &config) {
-        Ok(opened) => opened,
+    let opened = match open_store_read_only(globals, &config) {
+        Ok(Some(opened)) => opened,
+        Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(exit_of(&e), e),
     };
     let meta = match opened.journal.get_meta(&run_id) {
@@ -571,7 +725,12 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         Ok(found) => found,
         Err(exit) => return exit,
     };
-    let context = match setup(globals, None) {
+    // Linting needs the configured names, not the store: nothing is opened or created.
+    let in_memory = load_config(globals).and_then(|config| {
+        let opened = store::open("memory").map_err(Error::from)?;
+        setup_over(globals, config, opened, None, None)
+    });
+    let context = match in_memory {
         Ok(setup) => lint_context(&setup),
         Err(e) => return fail(exit_of(&e), e),
     };

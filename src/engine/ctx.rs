@@ -108,6 +108,10 @@ pub struct WorkflowOptions {
     pub budget: Option<Money>,
     /// What a failure does.
     pub on_error: Option<OnError>,
+    /// Pins the call's scope to the label (`at:LABEL:n/wf:name:0`) instead of the count of
+    /// earlier calls of the same workflow here, so inserting another call before it does not
+    /// re-key the child's calls. No `/` or `:`, at most 64 characters.
+    pub label: Option<String>,
 }
 
 /// Options of [`Ctx::await_external`].
@@ -118,6 +122,11 @@ pub struct ExternalOptions {
     /// A JSON Schema the resolution must satisfy; an invalid resolution is refused and the
     /// wait stays open.
     pub schema: Option<Value>,
+    /// Give up after this long (from when the wait was first journaled): the wait then
+    /// returns `{"timed_out": true, "key", "deadline_ms"}`, journaled as its resolution so
+    /// every replay returns it. A run that suspended on the wait delivers it on the first
+    /// resume after the deadline.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// Retries of retryable provider faults for one agent call.
@@ -140,6 +149,10 @@ pub struct ParallelOptions {
     /// `Null`: a failed branch leaves null in its slot (itemized in `dropped`) instead of
     /// aborting its siblings. Ignored with `settle`.
     pub on_error: Option<OnError>,
+    /// Pins the site to the label (`at:LABEL:n/par:0:i`) instead of the count of `parallel`
+    /// sites before it, so inserting another `parallel` before it does not re-key its calls.
+    /// No `/` or `:`, at most 64 characters.
+    pub label: Option<String>,
 }
 
 /// Options of [`Ctx::pipeline`].
@@ -149,6 +162,9 @@ pub struct PipelineOptions {
     pub on_item_error: super::OnItemError,
     /// At most this many items in flight (all by default).
     pub concurrency: Option<usize>,
+    /// Pins the site to the label (`at:LABEL:n/pipe:s:i`) instead of its position. No `/` or
+    /// `:`, at most 64 characters.
+    pub label: Option<String>,
 }
 
 /// How [`Ctx::begin_two_phase`] left a call.
@@ -173,6 +189,8 @@ pub(crate) struct LiveCall {
 pub(crate) struct ScopeCounters {
     parallel_sites: AtomicU32,
     children: Mutex<HashMap<String, u32>>,
+    /// Uses of each site label in this scope.
+    labels: Mutex<HashMap<String, u32>>,
 }
 
 /// The workflow's view of its run: one scope of it, with its phase, budget account and
@@ -235,6 +253,33 @@ impl Ctx {
     /// The next `parallel` site index of this scope.
     pub(crate) fn next_parallel_site(&self) -> u32 {
         self.counters.parallel_sites.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The context a labelled site runs in: scope `at:LABEL:n` (the `n`-th use of the label
+    /// here) with fresh counters, so the site's identity depends on its label, not on how
+    /// many unlabelled sites came before it. `None` without a label.
+    ///
+    /// # Errors
+    /// `config` for a label with `/` or `:`, empty, or longer than 64 characters.
+    pub(crate) fn labelled_site(&self, label: Option<&str>) -> Result<Option<Ctx>, Error> {
+        let Some(label) = label else { return Ok(None) };
+        if !Segment::valid_label(label) {
+            return Err(Error::config(format!(
+                "site label {label:?} must be 1 to 64 characters without '/' or ':'"
+            )));
+        }
+        let index = {
+            let mut labels = self.counters.labels.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = labels.entry(label.to_owned()).or_insert(0);
+            let index = *slot;
+            *slot += 1;
+            index
+        };
+        let segment = Segment::Site { label: label.to_owned(), index };
+        let mut site = self.nested(&segment, self.cancel.clone(), self.account);
+        site.span = self.span;
+        site.parent_span = self.parent_span;
+        Ok(Some(site))
     }
 
     /// The run's id.
@@ -422,6 +467,7 @@ impl Ctx {
             scope: self.scope.to_string(),
         };
         let mut matched_previous_terminal = false;
+        let live_miss = matches!(matched.outcome, Outcome::Live);
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start_event);
@@ -447,10 +493,30 @@ impl Ctx {
                 Some(supersedes)
             }
         };
+        // What the call is keyed on, compactly, so a resume can explain a re-key.
+        let summary = journal::IdentitySummary::of_agent(
+            prompt,
+            opts.key.as_deref(),
+            opts.effort.as_deref(),
+            schema_hash.as_deref(),
+            toolset_hash.as_deref(),
+        );
+        let rekeyed = if live_miss {
+            let live = super::explain::LiveAgent {
+                model: &model_name,
+                agent_type: opts.profile.as_deref(),
+                summary: &summary,
+                label: label.as_deref(),
+            };
+            super::explain::check(&self.run, &self.scope, &live)?
+        } else {
+            None
+        };
         if self.run.dry_run {
+            let rekeyed = rekeyed.map(|line| format!("; it re-keys {line}")).unwrap_or_default();
             let error = Error::new(
                 ErrorCode::JournalMiss,
-                format!("dry run reached a live agent call in scope '{}'", self.scope),
+                format!("dry run reached a live agent call in scope '{}'{rekeyed}", self.scope),
             );
             return Err(error);
         }
@@ -541,6 +607,7 @@ impl Ctx {
         running.agent_type = opts.profile.as_deref().map(journal::intern);
         running.role = Some(journal::intern(role.as_str()));
         running.model = Some(journal::intern(&model_name));
+        running.identity = Some(Box::new(summary));
         // Deferred: a crash before it is written reruns the call, as it would anyway.
         let running = match self.run.append_one(running, Durability::Lazy) {
             Ok(entry) => entry,
@@ -661,6 +728,11 @@ impl Ctx {
 
     /// Runs `body` once and journals its JSON result; later runs replay it.
     ///
+    /// The body gets a context of its own scope (`step:KEY:n`, from the step's content key
+    /// and its ordinal among same-key steps here): effects inside it (agents, `parallel`
+    /// sites, child workflows, `now`/`random`/`uuid`) count in that scope, so whether the
+    /// step ran or replayed never shifts what comes after it.
+    ///
     /// # Replay
     /// Keyed on `{label or key, deps}` in this scope.
     ///
@@ -669,11 +741,27 @@ impl Ctx {
     /// dry run.
     pub async fn step<F, Fut>(&self, label: &str, opts: StepOptions, body: F) -> Result<Value, Error>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(Ctx) -> Fut,
         Fut: Future<Output = Result<Value, Error>>,
     {
         let key = Ctx::step_key(label, &opts)?;
-        self.two_phase(Kind::Step, "step", label, key, opts.on_error, body).await
+        let live = match self.begin_two_phase(Kind::Step, "step", label, key, opts.on_error)? {
+            Begun::Done(result) => return result,
+            Begun::Live(live) => live,
+        };
+        let inner = self.step_body(&live);
+        let result = tokio::select! {
+            result = body(inner) => result,
+            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+        };
+        self.end_two_phase(live, result)
+    }
+
+    /// The context a live step's body runs in: the scope `step:KEY:n` under this one, with
+    /// fresh counters.
+    pub(crate) fn step_body(&self, live: &LiveCall) -> Ctx {
+        let segment = step_segment(live.running.key, live.running.ordinal);
+        self.nested(&segment, self.cancel.clone(), self.account)
     }
 
     /// Calls a registered host function with JSON arguments, journaled like a step.
@@ -710,11 +798,19 @@ impl Ctx {
             Begun::Done(result) => return result,
             Begun::Live(live) => live,
         };
+        // A host call acts outside the run: everything queued before it (its own dispatch
+        // included) is durable first, so a crash cannot remake a value it was given.
+        if let Err(e) = self.run.flush_async().await {
+            return self.end_two_phase(live, Err(e));
+        }
         let result = tokio::select! {
             result = body() => result,
             _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
         };
-        self.end_two_phase(live, result)
+        let result = self.end_two_phase(live, result);
+        // Its result is awaited like a paid one: a side effect is not repeated on resume.
+        self.run.flush_async().await?;
+        result
     }
 
     /// The first half of a two-phase call: match it, and either serve it from the journal or
@@ -737,6 +833,10 @@ impl Ctx {
             label: label.into(),
             status: status.into(),
         };
+        if kind == Kind::Step && matches!(matched.outcome, Outcome::Replay(_) | Outcome::Skip) {
+            // The body will not run: what it journaled is served by the step's result.
+            self.run.cover(&self.scope.child(&step_segment(key, matched.ordinal)));
+        }
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start);
@@ -807,6 +907,15 @@ impl Ctx {
     /// # Errors
     /// `config` for an unknown workflow or when the depth limit is reached; the child's error.
     pub async fn workflow(&self, name: &str, args: Value, opts: WorkflowOptions) -> Result<Value, Error> {
+        let site = match self.labelled_site(opts.label.as_deref()) {
+            Ok(site) => site,
+            Err(error) => return self.fail(opts.on_error, "child", Some(name.to_owned()), error),
+        };
+        let this = site.as_ref().unwrap_or(self);
+        this.workflow_here(name, args, opts).await
+    }
+
+    async fn workflow_here(&self, name: &str, args: Value, opts: WorkflowOptions) -> Result<Value, Error> {
         let engine = self.run.engine.clone();
         let Some(child) = engine.workflows.get(name).cloned() else {
             let error = Error::config(format!("unknown child workflow {name:?}"));
@@ -832,8 +941,25 @@ impl Ctx {
             account,
         );
         child_ctx.depth = self.depth + 1;
+        let child_scope = child_ctx.scope.clone();
+        let live = match self.begin_two_phase(Kind::Child, "child", name, key, opts.on_error)? {
+            Begun::Done(result) => {
+                // A child that replays whole never runs its body.
+                self.run.cover(&child_scope);
+                return result;
+            }
+            Begun::Live(live) => live,
+        };
+        // What the parent recorded before the child is durable before the child acts on it.
+        if let Err(e) = self.run.flush_async().await {
+            return self.end_two_phase(live, Err(e));
+        }
         let body = child.body.clone();
-        self.two_phase(Kind::Child, "child", name, key, opts.on_error, move || body(child_ctx, args)).await
+        let result = tokio::select! {
+            result = body(child_ctx, args) => result,
+            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+        };
+        self.end_two_phase(live, result)
     }
 
     // ---- external input --------------------------------------------------------------------
@@ -854,7 +980,7 @@ impl Ctx {
         let content = ExternalIdentity { key, kind: "external" }.key()?;
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, content);
-        let seq = match matched.outcome {
+        let (seq, deadline_ms) = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, || EventKind::ExternalResolved {
                     key: key.into(),
@@ -863,24 +989,53 @@ impl Ctx {
                 return Ok(entry.value().unwrap_or(Value::Null));
             }
             Outcome::Skip => return Ok(Value::Null),
-            Outcome::Wait(entry) => entry.seq,
+            // The deadline is the one journaled when the wait began.
+            Outcome::Wait(entry) => {
+                (entry.seq, entry.value().and_then(|v| v.get("deadline_ms").and_then(Value::as_i64)))
+            }
             Outcome::Live | Outcome::Rerun { .. } => {
+                let deadline_ms = opts.timeout.map(|t| {
+                    self.run.now_ms().saturating_add(i64::try_from(t.as_millis()).unwrap_or(i64::MAX))
+                });
                 let mut entry = self.entry(Kind::External, Status::Suspended, content, matched.ordinal);
                 entry.name = Some(key.to_owned());
-                if prompt.is_some() || opts.schema.is_some() {
-                    entry.set_value(Some(&json!({ "prompt": prompt, "schema": opts.schema })));
+                if prompt.is_some() || opts.schema.is_some() || deadline_ms.is_some() {
+                    let mut value = json!({ "prompt": prompt, "schema": opts.schema });
+                    if let Some(deadline) = deadline_ms {
+                        value["deadline_ms"] = json!(deadline);
+                    }
+                    entry.set_value(Some(&value));
                 }
-                self.run.append_one(entry, Durability::Awaited)?.seq
+                (self.run.append_one(entry, Durability::Awaited)?.seq, deadline_ms)
             }
         };
+        if let Some(deadline) = deadline_ms
+            && self.run.now_ms() >= deadline
+        {
+            // Past its deadline: the timeout is the wait's resolution, unless one came first.
+            return self.run.time_out_external(key, seq, deadline);
+        }
         self.run.emit(self.span_pair(span), false, || EventKind::ExternalWaiting {
             key: key.into(),
             prompt: prompt.map(str::to_owned),
         });
-        let receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
+        let mut receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
+        let timer = async {
+            match deadline_ms {
+                Some(deadline) => {
+                    let wait = u64::try_from(deadline.saturating_sub(self.run.now_ms())).unwrap_or(0);
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         let result = tokio::select! {
-            value = receiver => value.map_err(|_| self.run.stopped_error()),
+            value = &mut receiver => value.map_err(|_| self.run.stopped_error()),
             _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+            () = timer => match deadline_ms {
+                Some(deadline) => self.run.time_out_external(key, seq, deadline),
+                None => Err(Error::internal("a wait without a deadline timed out")),
+            },
         };
         self.run.end_wait(key, result.is_ok());
         result
@@ -929,14 +1084,44 @@ impl Ctx {
         });
     }
 
-    /// What this context's account has spent (the whole run's, at the root).
-    pub fn budget_spent(&self) -> Money {
-        self.run.budget.spent(self.account)
+    /// What this context's account has spent (the whole run's, at the root), journaled like
+    /// [`Ctx::now`]: the value seen the first time is the one every replay and resume sees,
+    /// so whatever is built from it keeps its identity.
+    ///
+    /// # Errors
+    /// As for [`Ctx::now`].
+    pub async fn budget_spent(&self) -> Result<Money, Error> {
+        let account = self.account;
+        let value = self
+            .journaled_fact(json!({ "kind": "rand", "fn": "budget.spent" }), move |run| {
+                json!(run.budget.spent(account).nano_usd())
+            })
+            .await?;
+        value
+            .as_i64()
+            .map(Money::from_nano_usd)
+            .ok_or_else(|| Error::internal("journaled budget.spent() is not an integer"))
     }
 
-    /// What this context's account has left; `None` when unbounded.
-    pub fn budget_remaining(&self) -> Option<Money> {
-        self.run.budget.remaining(self.account)
+    /// What this context's account has left (`None` when unbounded), journaled like
+    /// [`Ctx::budget_spent`].
+    ///
+    /// # Errors
+    /// As for [`Ctx::now`].
+    pub async fn budget_remaining(&self) -> Result<Option<Money>, Error> {
+        let account = self.account;
+        let value = self
+            .journaled_fact(json!({ "kind": "rand", "fn": "budget.remaining" }), move |run| {
+                json!(run.budget.remaining(account).map(Money::nano_usd))
+            })
+            .await?;
+        match value {
+            Value::Null => Ok(None),
+            value => value
+                .as_i64()
+                .map(|n| Some(Money::from_nano_usd(n)))
+                .ok_or_else(|| Error::internal("journaled budget.remaining() is not an integer")),
+        }
     }
 
     // ---- journaled nondeterminism --------------------------------------------------------------
@@ -1008,6 +1193,14 @@ impl Ctx {
             .await?;
         value.as_str().map(str::to_owned).ok_or_else(|| Error::internal("journaled uuid() is not a string"))
     }
+}
+
+/// The scope segment of a step's body: from its content key and its ordinal among same-key
+/// steps of its scope, never from a running counter.
+fn step_segment(key: ContentKey, ordinal: u32) -> Segment {
+    let mut hex = key.to_hex();
+    hex.truncate(16);
+    Segment::Step { key: hex, ordinal }
 }
 
 fn engine_share(ctx: &Ctx, opts: &WorkflowOptions) -> AccountId {
@@ -1106,6 +1299,7 @@ impl BudgetHooks for AccountHooks<'_> {
                     "required": ["approved"],
                     "properties": { "approved": { "type": "boolean" } }
                 })),
+                timeout: None,
             };
             let answer = self.ctx.await_external(&request.key, opts).await?;
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))

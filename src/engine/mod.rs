@@ -11,9 +11,12 @@ mod carry;
 mod cost;
 mod ctx;
 mod events;
+mod explain;
 mod fanout;
 mod identity;
+mod lease;
 mod run;
+mod started;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +38,7 @@ pub use ctx::{
 };
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
+pub use lease::Resolution;
 pub(crate) use run::RunState;
 
 use crate::clock::{SharedClock, SystemClock};
@@ -226,12 +230,23 @@ pub struct ResumeOptions {
     /// The workflow to resume with; by default the script stored with the run, or the
     /// registered workflow named in run meta.
     pub workflow: Option<Workflow>,
-    /// A script to resume with; refused unless its source hash equals the stored one.
+    /// A script to resume with: an edit of the run's script. Unless it is the stored source,
+    /// it replaces it (stored as the run's new source, the old one kept), its unchanged calls
+    /// replay, and re-keyed ones are explained (see `accept_rekey`). Must be of the run's
+    /// dialect.
     pub script: Option<Script>,
     /// The arguments; by default the arguments stored with the run.
     pub args: Option<Value>,
     /// An absolute deadline in ms since the epoch.
     pub deadline_ms: Option<i64>,
+    /// The default model for calls that name none. By default a resume routes calls as the
+    /// run started (the default and per-role models stored with the run), whatever the
+    /// engine's own defaults are now.
+    pub model: Option<ModelRef>,
+    /// Let calls whose identity changed since they were paid (model, prompt, tools, schema,
+    /// options) run again, paid anew. Without it such a resume stops before dispatching any
+    /// of them and reports each, and which identity field changed, as `rekey_refused`.
+    pub accept_rekey: bool,
 }
 
 /// Work a run did not complete, itemized.
@@ -282,6 +297,9 @@ pub struct RunOutcome {
     pub cost: CostReport,
     /// How this segment's calls were served.
     pub preview: Preview,
+    /// The first journaled calls (at most 20) this segment left unconsumed, in journal order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub orphans: Vec<crate::journal::Orphan>,
 }
 
 /// A running (or settled) run.
@@ -404,6 +422,8 @@ pub(crate) struct EngineInner {
     pub(crate) toolsets: HashMap<String, crate::agent::Toolset>,
     pub(crate) fallbacks: HashMap<ModelRef, Vec<ModelRef>>,
     pub(crate) permissions: crate::agent::Permissions,
+    /// How long a run's lease lasts unrenewed (a dead driver holds the run this long).
+    pub(crate) lease_ttl: Duration,
 }
 
 impl fmt::Debug for EngineInner {
@@ -473,6 +493,7 @@ impl Engine {
                 toolsets: HashMap::new(),
                 fallbacks: HashMap::new(),
                 permissions: crate::agent::Permissions::allow_all(),
+                lease_ttl: lease::DEFAULT_LEASE_TTL,
             },
         }
     }
@@ -544,12 +565,25 @@ impl Engine {
     }
 
     /// Appends a resolution for a suspended run's `await_external(key)` to its journal, for
-    /// a run that is not live in this process (`cairn resolve`). Returns whether it applied.
+    /// a run that is not live in this process (`cairn resolve`). Returns whether it applied
+    /// (or, for a run another process is driving, was queued for that driver to apply).
     ///
     /// # Errors
     /// `config` for an unknown run; `validation` when the run never waited on `key`.
     pub fn resolve_external(&self, run_id: &RunId, key: &str, value: Value) -> Result<bool, Error> {
-        run::resolve_stored(&self.inner, run_id, key, value)
+        self.resolve(run_id, key, value).map(|r| r != Resolution::AlreadyResolved)
+    }
+
+    /// Resolves an `await_external(key)` wait of a run that is not live in this process.
+    /// When nobody drives the run, the resolution is appended under the run's lease; when
+    /// another process drives it, the resolution waits in the run's inbox and that driver
+    /// applies it (or the next resume does), so it is never lost.
+    ///
+    /// # Errors
+    /// `config` for an unknown run; `validation` when the run never waited on `key` or the
+    /// value does not satisfy the wait's schema; `internal` for a store failure.
+    pub fn resolve(&self, run_id: &RunId, key: &str, value: Value) -> Result<Resolution, Error> {
+        lease::resolve(&self.inner, run_id, key, value)
     }
 
     /// The journal store.
@@ -689,6 +723,13 @@ impl EngineBuilder {
     /// Sets the permission chain every tool call passes (default: allow all).
     pub fn permissions(mut self, permissions: crate::agent::Permissions) -> EngineBuilder {
         self.inner.permissions = permissions;
+        self
+    }
+
+    /// How long a run's lease lasts without renewal (default 30 s). A driver renews it every
+    /// third of this; a driver that dies holds the run until it expires.
+    pub fn lease_ttl(mut self, ttl: Duration) -> EngineBuilder {
+        self.inner.lease_ttl = ttl.max(Duration::from_millis(30));
         self
     }
 

@@ -233,6 +233,33 @@ pub enum Segment {
         /// Which invocation of it in the parent scope (0-based).
         call: u32,
     },
+    /// The body of a step: `step:KEY:ordinal`, where `KEY` is the first 16 hex digits of the
+    /// step's content key and `ordinal` counts earlier steps with that key in the parent
+    /// scope. Both come from the step's identity, so an unrelated call inserted before the
+    /// step does not move its body.
+    Step {
+        /// The first 16 hex digits of the step's content key.
+        key: String,
+        /// Earlier same-key steps in the parent scope.
+        ordinal: u32,
+    },
+    /// A labelled site (`parallel`, `pipeline` or `workflow` given a `label`): `at:label:n`,
+    /// the `n`-th use of that label in the parent scope. The site's own counters start afresh
+    /// inside it, so inserting an unlabelled site before it does not shift it.
+    Site {
+        /// The label (no `/` or `:`).
+        label: String,
+        /// Earlier uses of the label in the parent scope.
+        index: u32,
+    },
+}
+
+impl Segment {
+    /// Whether `label` may name a [`Segment::Site`]: non-empty, at most 64 characters, no `/`
+    /// or `:`.
+    pub fn valid_label(label: &str) -> bool {
+        !label.is_empty() && label.chars().count() <= 64 && !label.contains(['/', ':'])
+    }
 }
 
 impl fmt::Display for Segment {
@@ -241,6 +268,8 @@ impl fmt::Display for Segment {
             Segment::Par { site, branch } => write!(f, "par:{site}:{branch}"),
             Segment::Pipe { stage, item } => write!(f, "pipe:{stage}:{item}"),
             Segment::Wf { name, call } => write!(f, "wf:{name}:{call}"),
+            Segment::Step { key, ordinal } => write!(f, "step:{key}:{ordinal}"),
+            Segment::Site { label, index } => write!(f, "at:{label}:{index}"),
         }
     }
 }
@@ -282,7 +311,8 @@ impl ScopePath {
     /// Parses and validates the textual form.
     ///
     /// # Errors
-    /// [`InvalidScopePath`] when a segment is not `par:N:N`, `pipe:N:N` or `wf:NAME:N`.
+    /// [`InvalidScopePath`] when a segment is not `par:N:N`, `pipe:N:N`, `wf:NAME:N`,
+    /// `step:HEX16:N` or `at:LABEL:N`.
     pub fn parse(text: &str) -> Result<ScopePath, InvalidScopePath> {
         if !text.is_empty() {
             for part in text.split('/') {
@@ -332,6 +362,10 @@ fn parse_segment(part: &str) -> Option<Segment> {
         "par" => Some(Segment::Par { site: number(a)?, branch: number(b)? }),
         "pipe" => Some(Segment::Pipe { stage: number(a)?, item: number(b)? }),
         "wf" if !a.is_empty() => Some(Segment::Wf { name: a.to_owned(), call: number(b)? }),
+        "step" if a.len() == 16 && a.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)) => {
+            Some(Segment::Step { key: a.to_owned(), ordinal: number(b)? })
+        }
+        "at" if Segment::valid_label(a) => Some(Segment::Site { label: a.to_owned(), index: number(b)? }),
         _ => None,
     }
 }
@@ -530,6 +564,56 @@ pub struct Entry {
     /// The host function, child workflow or external key the entry is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// A compact summary of an agent call's identity inputs, on its `running` entry, so a
+    /// resume can say which field of a re-keyed call changed. Never part of a key.
+    #[serde(default, rename = "ident", skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Box<IdentitySummary>>,
+}
+
+/// What an agent call was keyed on, compactly (the model and agent type are on the entry).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentitySummary {
+    /// The requested reasoning effort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
+    /// The caller's key, when it keyed the call instead of the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The first 16 hex digits of the prompt's sha256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_hash: Option<String>,
+    /// The prompt's first 80 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_head: Option<String>,
+    /// The response schema's hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_hash: Option<String>,
+    /// The toolset's hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolset_hash: Option<String>,
+}
+
+impl IdentitySummary {
+    /// The summary of an agent call keyed on `key` (when given) or `prompt`.
+    pub fn of_agent(
+        prompt: &str,
+        key: Option<&str>,
+        effort: Option<&str>,
+        schema_hash: Option<&str>,
+        toolset_hash: Option<&str>,
+    ) -> IdentitySummary {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(prompt.as_bytes());
+        let prompt_hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        IdentitySummary {
+            effort: effort.map(str::to_owned),
+            key: key.map(str::to_owned),
+            prompt_hash: Some(prompt_hash),
+            prompt_head: Some(prompt.chars().take(80).collect()),
+            schema_hash: schema_hash.map(str::to_owned),
+            toolset_hash: toolset_hash.map(str::to_owned),
+        }
+    }
 }
 
 impl Entry {
@@ -575,6 +659,7 @@ impl Entry {
             role: None,
             model: None,
             name: None,
+            identity: None,
         }
     }
 }

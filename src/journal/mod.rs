@@ -19,14 +19,14 @@ pub use canon::{
 };
 pub use disposition::{Disposition, DispositionInput, Effective, disposition};
 pub use entry::{
-    ContentKey, Entry, InvalidScopePath, Kind, Name, Payload, ScopePath, Segment, Seq, Status, intern,
-    raw_json,
+    ContentKey, Entry, IdentitySummary, InvalidScopePath, Kind, Name, Payload, ScopePath, Segment, Seq,
+    Status, intern, raw_json,
 };
 pub use fold::{
-    Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement, settle_value,
-    settled_ok,
+    Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement,
+    last_settlement_outcome, settle_value, settled_ok,
 };
-pub use replay::{Match, Outcome, Preview, Replay, ReplayOptions};
+pub use replay::{Match, Orphan, Outcome, Preview, Replay, ReplayOptions};
 
 use crate::store::RawEntry;
 

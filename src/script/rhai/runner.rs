@@ -579,6 +579,7 @@ fn parallel_options(opts: &Value) -> ParallelOptions {
         settle: opts.get("settle").and_then(Value::as_bool).unwrap_or(false),
         concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n as usize),
         on_error: on_error(opts),
+        label: str_opt(opts, "label"),
     }
 }
 
@@ -653,7 +654,7 @@ fn pipeline(
         let outcome = shared.handle.block_on(ctx.pipeline(
             items,
             stages,
-            PipelineOptions { on_item_error: engine_mode, concurrency },
+            PipelineOptions { on_item_error: engine_mode, concurrency, label: str_opt(&opts, "label") },
         ));
         drop(jobs);
         outcome
@@ -748,9 +749,10 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             crate::engine::Begun::Done(result) => return result.map(|v| to_dynamic(&v)).map_err(to_rhai),
             crate::engine::Begun::Live(live) => live,
         };
-        // The body runs here, on the script thread, between the two journal entries.
-        let result = body
-            .call_within_context::<Dynamic>(context, ())
+        // The body runs here, on the script thread, between the two journal entries, in the
+        // step's own scope (so its effects never shift what follows the step).
+        let inner = ctx.step_body(&live);
+        let result = with_ctx(inner, || body.call_within_context::<Dynamic>(context, ()))
             .map_err(|e| from_rhai(*e))
             .and_then(|v| to_json(&v));
         ctx.end_two_phase(live, result).map(|v| to_dynamic(&v)).map_err(to_rhai)
@@ -807,6 +809,7 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             key: str_opt(&opts, "key"),
             budget: usd(&opts, "budget").map_err(to_rhai)?,
             on_error: on_error(&opts),
+            label: str_opt(&opts, "label"),
         };
         block(shared, ctx.workflow(name, args, wopts)).map(|v| to_dynamic(&v))
     }
@@ -818,7 +821,11 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     fn wait(shared: &Shared, key: &str, opts: &Map) -> RhaiResult<Dynamic> {
         let ctx = current()?;
         let opts = options("await_external", opts).map_err(to_rhai)?;
-        let eopts = ExternalOptions { prompt: str_opt(&opts, "prompt"), schema: opts.get("schema").cloned() };
+        let eopts = ExternalOptions {
+            prompt: str_opt(&opts, "prompt"),
+            schema: opts.get("schema").cloned(),
+            timeout: opts.get("timeout_ms").and_then(Value::as_u64).map(Duration::from_millis),
+        };
         block(shared, ctx.await_external(key, eopts)).map(|v| to_dynamic(&v))
     }
     let s = shared.clone();
@@ -839,10 +846,13 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     engine.register_fn("uuid", move || -> RhaiResult<String> { block(&s, current()?.uuid()) });
 
     engine.register_type_with_name::<BudgetView>("Budget");
-    engine.register_fn("spent", |_: &mut BudgetView| -> RhaiResult<f64> {
-        Ok(current()?.budget_spent().as_usd())
+    let s = shared.clone();
+    engine.register_fn("spent", move |_: &mut BudgetView| -> RhaiResult<f64> {
+        block(&s, current()?.budget_spent()).map(Money::as_usd)
     });
-    engine.register_fn("remaining", |_: &mut BudgetView| -> RhaiResult<Dynamic> {
-        Ok(current()?.budget_remaining().map_or(Dynamic::UNIT, |m| Dynamic::from(m.as_usd())))
+    let s = shared.clone();
+    engine.register_fn("remaining", move |_: &mut BudgetView| -> RhaiResult<Dynamic> {
+        let remaining = block(&s, current()?.budget_remaining())?;
+        Ok(remaining.map_or(Dynamic::UNIT, |m| Dynamic::from(m.as_usd())))
     });
 }
