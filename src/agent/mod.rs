@@ -7,11 +7,21 @@
 //! The runtime knows nothing about journals: it returns what happened, and the engine
 //! journals it.
 
+mod context_bound;
 pub(crate) mod cost;
 mod fs_read;
+#[cfg(test)]
+mod loop_tests;
+mod permissions;
+mod retry;
+mod schema;
 mod tools;
 
+pub(crate) use context_bound::DEFAULT_MAX_CONTEXT_TOKENS;
 pub use fs_read::fs_read_toolset;
+pub(crate) use fs_read::{SearchBounds, fs_read_toolset_bounded};
+pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
+pub(crate) use retry::Backoff;
 pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
 
 use std::sync::Arc;
@@ -66,6 +76,8 @@ pub(crate) struct ApprovalRequest {
     pub(crate) tool: String,
     /// Its arguments.
     pub(crate) arguments: Value,
+    /// How long to wait for an answer before the call counts as denied.
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// The loop's state at a turn boundary, as checkpointed.
@@ -82,6 +94,12 @@ pub(crate) struct Checkpoint {
     /// Tool calls the last turn requested that have not all produced results yet.
     #[serde(default)]
     pub(crate) pending: Vec<PendingCall>,
+    /// Structured-output re-prompts made so far.
+    #[serde(default)]
+    pub(crate) reprompts: u32,
+    /// Tool calls with invalid arguments answered so far (toward the correction limit).
+    #[serde(default)]
+    pub(crate) corrections: u32,
 }
 
 /// A requested tool call not yet answered.
@@ -91,6 +109,9 @@ pub(crate) struct PendingCall {
     wire_id: Option<String>,
     name: String,
     arguments: Value,
+    /// The parse error when the model's argument text was not valid JSON, with that text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    malformed: Option<String>,
 }
 
 /// Everything one agent invocation needs.
@@ -103,6 +124,8 @@ pub(crate) struct AgentSpec {
     pub(crate) max_tool_calls: Option<u32>,
     pub(crate) max_retries: u32,
     pub(crate) retry_base: Duration,
+    /// The backoff's cap and the `Retry-After` clamp (`retry_base` is the base).
+    pub(crate) backoff: Backoff,
     pub(crate) price: Option<Price>,
     /// Models to fail over to, in order, when the serving one keeps failing retryably.
     pub(crate) fallbacks: Vec<Fallback>,
@@ -112,6 +135,8 @@ pub(crate) struct AgentSpec {
     pub(crate) call_key: crate::journal::ContentKey,
     /// Where a previous attempt stopped, to continue from.
     pub(crate) resume_from: Option<Checkpoint>,
+    /// The bound on a turn's estimated input tokens; older tool results are elided past it.
+    pub(crate) max_context_tokens: u64,
 }
 
 /// A declared fallback model.
@@ -200,8 +225,8 @@ pub(crate) async fn run(
     if !state.messages.is_empty() {
         spec.request.messages = std::mem::take(&mut state.messages);
     }
-    let mut reprompts = 0;
-    let mut invalid_calls = 0;
+    let mut reprompts = state.reprompts;
+    let mut invalid_calls = state.corrections;
     if !spec.tools.is_empty() {
         spec.request.tools = spec
             .tools
@@ -212,6 +237,9 @@ pub(crate) async fn run(
                 parameters: t.parameters().clone(),
             })
             .collect();
+    }
+    if let Some(schema) = &spec.schema {
+        schema::show_schema(&mut spec.request, schema);
     }
     let validator = match spec.schema.as_ref().map(jsonschema::validator_for).transpose() {
         Ok(v) => v,
@@ -246,12 +274,15 @@ pub(crate) async fn run(
                 });
             }
             spec.request.messages.push(Message { role: Role::User, parts: results });
+            context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
             hooks.checkpoint(&Checkpoint {
                 messages: spec.request.messages.clone(),
                 turns: state.turns,
                 tool_calls: state.tool_calls,
                 usage: state.usage,
                 pending: Vec::new(),
+                reprompts,
+                corrections: invalid_calls,
             });
         }
         if state.turns >= spec.max_turns {
@@ -265,6 +296,7 @@ pub(crate) async fn run(
             return finish(&spec, AgentEnd::Limit(error), usage, spend);
         }
         state.turns += 1;
+        context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
         let turn = match turn_with_retries(&mut spec, &usage, hooks, cancel, on_delta, &mut spend).await {
             Ok(turn) => turn,
             Err((end, partial)) => {
@@ -310,6 +342,7 @@ pub(crate) async fn run(
                     wire_id: Some(call.wire_id),
                     name: call.name,
                     arguments: call.arguments,
+                    malformed: call.malformed,
                 });
             }
             spec.request.messages.push(Message { role: Role::Assistant, parts });
@@ -321,6 +354,8 @@ pub(crate) async fn run(
                 tool_calls: state.tool_calls,
                 usage: state.usage,
                 pending: state.pending.clone(),
+                reprompts,
+                corrections: invalid_calls,
             });
             continue;
         }
@@ -352,11 +387,19 @@ pub(crate) async fn run(
         }
         reprompts += 1;
         spec.request.messages.push(Message { role: Role::Assistant, parts: vec![Part::Text(turn.text)] });
-        let correction = format!(
-            "Your reply did not match the required JSON Schema:\n- {}\nReply again with only a JSON value that matches the schema.",
-            problems.join("\n- ")
-        );
+        let correction = schema::correction(&problems, spec.schema.as_ref().unwrap_or(&Value::Null));
         spec.request.messages.push(Message { role: Role::User, parts: vec![Part::Text(correction)] });
+        // A repair turn is a turn boundary like any other: a rerun sends this correction
+        // instead of paying for the invalid turn again.
+        hooks.checkpoint(&Checkpoint {
+            messages: spec.request.messages.clone(),
+            turns: state.turns,
+            tool_calls: state.tool_calls,
+            usage: state.usage,
+            pending: Vec::new(),
+            reprompts,
+            corrections: invalid_calls,
+        });
     }
 }
 
@@ -375,12 +418,15 @@ async fn answer_tool_call(
             true,
         ));
     };
-    let problems: Vec<String> = match jsonschema::validator_for(tool.parameters()) {
-        Ok(validator) => validator
-            .iter_errors(&call.arguments)
-            .map(|e| format!("at '{}': {e}", e.instance_path()))
-            .collect(),
-        Err(e) => vec![format!("the tool's parameter schema is invalid: {e}")],
+    let problems: Vec<String> = match &call.malformed {
+        Some(parse_error) => vec![parse_error.clone()],
+        None => match jsonschema::validator_for(tool.parameters()) {
+            Ok(validator) => validator
+                .iter_errors(&call.arguments)
+                .map(|e| format!("at '{}': {e}", e.instance_path()))
+                .collect(),
+            Err(e) => vec![format!("the tool's parameter schema is invalid: {e}")],
+        },
     };
     if !problems.is_empty() {
         *invalid_calls += 1;
@@ -400,6 +446,7 @@ async fn answer_tool_call(
                 key: format!("approve:{}:{}", &spec.call_key.to_hex()[..12], call.id),
                 tool: call.name.clone(),
                 arguments: call.arguments.clone(),
+                timeout: spec.permissions.ask_timeout,
             };
             match hooks.approve(&request).await {
                 Ok(true) => {}
@@ -432,6 +479,8 @@ struct RequestedCall {
     wire_id: String,
     name: String,
     arguments: Value,
+    /// Set when the arguments were not valid JSON: the parse error and the raw text.
+    malformed: Option<String>,
 }
 
 /// One turn, retried on retryable faults with exponential backoff (or the provider's
@@ -455,13 +504,8 @@ async fn turn_with_retries(
             }
             Err((AgentEnd::Error(error), partial)) if error.retryable && attempt < spec.max_retries => {
                 wasted += partial;
-                let backoff = match error.retry_after_ms {
-                    Some(ms) => Duration::from_millis(ms),
-                    None => {
-                        spec.retry_base.saturating_mul(1 << attempt.min(16))
-                            + jitter(spec.retry_base, attempt)
-                    }
-                };
+                let timing = Backoff { base: spec.retry_base, ..spec.backoff };
+                let backoff = timing.delay(spec.call_key.as_bytes(), attempt, error.retry_after_ms);
                 attempt += 1;
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
@@ -493,13 +537,6 @@ async fn turn_with_retries(
             }
         }
     }
-}
-
-/// Up to a quarter of `base`, varied per attempt so concurrent retries spread out.
-fn jitter(base: Duration, attempt: u32) -> Duration {
-    let spread = (base.as_millis() as u64 / 4).max(1);
-    let mixed = (u64::from(attempt) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    Duration::from_millis(mixed % spread)
 }
 
 async fn one_turn(
@@ -551,7 +588,10 @@ async fn one_turn(
             }
             ChatEvent::Usage(usage) => live = usage,
             ChatEvent::ToolCallEnd { wire_id, name, arguments } => {
-                tool_calls.push(RequestedCall { wire_id, name, arguments })
+                tool_calls.push(RequestedCall { wire_id, name, arguments, malformed: None })
+            }
+            ChatEvent::ToolCallInvalid { wire_id, name, raw_arguments, error } => {
+                tool_calls.push(tools::malformed_call(wire_id, name, &raw_arguments, &error))
             }
             ChatEvent::Finish { reason, usage } => {
                 return Ok(Turn { text, tool_calls, reason, usage });
@@ -585,7 +625,6 @@ fn estimate_partial(request: &ChatRequest, streamed_chars: usize, live: Usage) -
 }
 
 /// About four characters a token, at least one for any text.
-#[cfg(test)]
 fn estimate_tokens(text: &str) -> u64 {
     crate::provider::estimate_tokens_for_chars(text.chars().count())
 }

@@ -77,6 +77,9 @@ pub struct AgentOptions {
     pub tools: Vec<String>,
     /// Most tool calls over the agent's life.
     pub max_tool_calls: Option<u32>,
+    /// The bound on a turn's estimated input tokens (the profile's, else 200,000): past it the
+    /// oldest tool results are elided.
+    pub max_context_tokens: Option<u64>,
 }
 
 /// Options of [`Ctx::step`].
@@ -136,6 +139,8 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// The first backoff; doubled per attempt.
     pub initial_backoff: std::time::Duration,
+    /// No backoff is longer (the engine's cap, 30 s by default, when `None`).
+    pub max_backoff: Option<std::time::Duration>,
 }
 
 /// Options of [`Ctx::parallel`].
@@ -472,6 +477,13 @@ impl Ctx {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start_event);
                 self.run.emit(self.span_pair(span), true, || agent_end_event(&entry));
+                if opts.full && entry.status != Status::Ok {
+                    let error = entry
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
+                    return self.agent_failed(&opts, label, error, Some((&entry, true)));
+                }
                 let value = self.replayed(&entry, opts.on_error, "agent", label)?;
                 return Ok(if opts.full { full_result(&entry, value, true) } else { value });
             }
@@ -582,7 +594,7 @@ impl Ctx {
                         denied.requested, reserve.derivation, denied.available
                     ),
                 );
-                return self.fail(opts.on_error, "agent", label, error);
+                return self.agent_failed(&opts, label, error, None);
             }
         };
 
@@ -647,12 +659,23 @@ impl Ctx {
             max_tool_calls: opts.max_tool_calls,
             max_retries: opts.retry.map_or(engine.max_retries, |r| r.max_attempts.saturating_sub(1)),
             retry_base: opts.retry.map_or(engine.retry_base, |r| r.initial_backoff),
+            backoff: agent::Backoff {
+                max: opts.retry.and_then(|r| r.max_backoff).unwrap_or(engine.backoff.max),
+                ..engine.backoff
+            },
             price,
             fallbacks: declared_fallbacks(&engine, profile, &model),
             tools,
-            permissions: engine.permissions.clone(),
+            permissions: agent::permissions_for_call(
+                &engine.permissions,
+                profile.and_then(|p| p.permissions.as_ref()),
+            ),
             call_key: key,
             resume_from,
+            max_context_tokens: opts
+                .max_context_tokens
+                .or_else(|| profile.and_then(|p| p.max_context_tokens))
+                .unwrap_or(agent::DEFAULT_MAX_CONTEXT_TOKENS),
         };
         let hooks = AccountHooks {
             ctx: self,
@@ -718,7 +741,7 @@ impl Ctx {
                 if status == Status::Cancelled && self.cancel.is_cancelled() {
                     return Err(self.run.stopped_error());
                 }
-                self.fail(opts.on_error, "agent", label, error)
+                self.agent_failed(&opts, label, error, Some((&terminal, false)))
             }
             (None, None) => Err(Error::internal("agent ended with neither value nor error")),
         }
@@ -1217,6 +1240,39 @@ fn agent_end_event(entry: &Entry) -> EventKind {
     }
 }
 
+impl Ctx {
+    /// A failed agent call: with `result: "full"` its record (status, typed error, usage and
+    /// cost of what it consumed) for the workflow to branch on; otherwise the error policy.
+    /// A stopped run (cancellation, a dry run's miss) always raises.
+    fn agent_failed(
+        &self,
+        opts: &AgentOptions,
+        label: Option<String>,
+        error: Error,
+        entry: Option<(&Entry, bool)>,
+    ) -> Result<Value, Error> {
+        if !opts.full || matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss) {
+            return self.fail(opts.on_error, "agent", label, error);
+        }
+        if error.code == ErrorCode::BudgetExhausted {
+            self.run.mark_exhausted();
+        }
+        let mut record = match entry {
+            Some((entry, replayed)) => full_result(entry, Value::Null, replayed),
+            None => json!({
+                "value": null,
+                "status": "limit",
+                "usage": Usage::default(),
+                "cost_nano_usd": 0,
+                "served_by": null,
+                "replayed": false,
+            }),
+        };
+        record["error"] = json!({ "code": error.code, "message": error.message });
+        Ok(record)
+    }
+}
+
 fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
     json!({
         "value": value,
@@ -1301,9 +1357,48 @@ impl BudgetHooks for AccountHooks<'_> {
                 })),
                 timeout: None,
             };
-            let answer = self.ctx.await_external(&request.key, opts).await?;
+            let answer = match request.timeout {
+                None => self.ctx.await_external(&request.key, opts).await?,
+                Some(timeout) => self.await_approval_until(request, timeout, opts).await?,
+            };
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
         })
+    }
+}
+
+impl AccountHooks<'_> {
+    /// Waits for an approval with a deadline `timeout` after the ask was first made (that
+    /// moment is journaled, so a resume measures from it). At the deadline the wait is resolved
+    /// as denied through the journal, like `cairn resolve` would (a person's earlier answer wins),
+    /// so the expiry replays.
+    async fn await_approval_until(
+        &self,
+        request: &agent::ApprovalRequest,
+        timeout: std::time::Duration,
+        opts: ExternalOptions,
+    ) -> Result<Value, Error> {
+        let identity = json!({ "kind": "rand", "fn": "approval_asked", "key": request.key });
+        let asked = self.ctx.journaled_fact(identity, |run| json!(run.now_ms())).await?;
+        let deadline_ms = asked.as_i64().unwrap_or_default().saturating_add(timeout.as_millis() as i64);
+        let expired = json!({ "approved": false, "expired": true });
+        let run = self.ctx.run.clone();
+        let key = request.key.clone();
+        // Resolving fails only when nothing waits on the key yet (the first ask): then the
+        // timer below resolves it once the wait exists.
+        if run.now_ms() >= deadline_ms {
+            let _ = run.resolve_external(&key, expired.clone());
+        }
+        let expire = async move {
+            let left = deadline_ms.saturating_sub(run.now_ms()).max(0) as u64;
+            tokio::time::sleep(std::time::Duration::from_millis(left)).await;
+            let _ = run.resolve_external(&key, expired);
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            biased;
+            answer = self.ctx.await_external(&request.key, opts) => answer,
+            () = expire => Err(Error::internal("the approval timer ended")),
+        }
     }
 }
 

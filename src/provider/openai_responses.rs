@@ -99,7 +99,7 @@ impl Provider for OpenAiResponsesProvider {
         let http_request = self
             .endpoint
             .client
-            .post(format!("{}/responses", self.endpoint.base_url))
+            .post(self.endpoint.url("responses"))
             .bearer_auth(self.api_key.expose())
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body);
@@ -313,11 +313,15 @@ impl ResponsesDecoder {
                 } else {
                     match serde_json::from_str::<Value>(&call.arguments) {
                         Ok(arguments) => arguments,
+                        // A model mistake, not a transport fault (see `ToolCallInvalid`).
                         Err(err) => {
-                            out.push(ChatEvent::Error(truncated(&format!(
-                                "{}: arguments of tool call {} ({}) are not valid json: {err}",
-                                self.context.provider, call.wire_id, call.name
-                            ))));
+                            self.saw_tool_call = true;
+                            out.push(ChatEvent::ToolCallInvalid {
+                                wire_id: call.wire_id.clone(),
+                                name: call.name.clone(),
+                                raw_arguments: call.arguments.clone(),
+                                error: err.to_string(),
+                            });
                             return;
                         }
                     }
@@ -466,6 +470,30 @@ impl StreamDecoder for ResponsesDecoder {
 mod tests {
     use super::*;
     use crate::provider::ToolSpec;
+
+    #[test]
+    fn broken_tool_json_is_a_model_mistake_with_its_raw_text() {
+        let events: Vec<Value> = vec![
+            json!({"type": "response.created", "response": {"id": "r", "status": "in_progress", "usage": null}}),
+            json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": ""}}),
+            json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": "{\"a\":"}),
+            json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{\"a\":"}}),
+            json!({"type": "response.completed", "response": {"id": "r", "status": "completed", "usage": {"input_tokens": 9, "output_tokens": 5, "total_tokens": 14}}}),
+        ];
+        let body: String =
+            events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
+        let events = crate::provider::decode_sse(&mut ResponsesDecoder::new("openai", 0), body.as_bytes());
+        assert!(
+            events.iter().any(|e| matches!(e, ChatEvent::ToolCallInvalid { wire_id, raw_arguments, .. }
+                if wire_id == "call_1" && raw_arguments == "{\"a\":")),
+            "{events:?}"
+        );
+        assert!(!events.iter().any(|e| matches!(e, ChatEvent::Error(_))), "{events:?}");
+        assert!(
+            matches!(events.last(), Some(ChatEvent::Finish { reason: FinishReason::ToolUse, usage }) if usage.output_tokens == 5),
+            "{events:?}"
+        );
+    }
 
     #[test]
     fn compiles_stateless_history() {
