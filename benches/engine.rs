@@ -74,7 +74,7 @@ fn agent_calls(name: &str, calls: usize) -> Workflow {
 fn step_seq() -> Workflow {
     Workflow::new("step_seq", |ctx, _| async move {
         for i in 0..STEPS {
-            ctx.step(&format!("step {i}"), StepOptions::default(), || async move { Ok(json!(i)) }).await?;
+            ctx.step(&format!("step {i}"), StepOptions::default(), |_| async move { Ok(json!(i)) }).await?;
         }
         Ok(json!(STEPS))
     })

@@ -61,6 +61,8 @@ pub enum ErrorCode {
     /// A resume would run again completed, paid calls whose identity changed (model,
     /// prompt, tools, schema, options), and re-keying was not accepted.
     RekeyRefused,
+    /// A model with no price was asked for under a finite budget ceiling.
+    UnpricedModel,
 }
 
 /// Whether a failure says something about the task or only about the path to it.
@@ -77,7 +79,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -99,6 +101,7 @@ impl ErrorCode {
         ErrorCode::RunBusy,
         ErrorCode::StoreIo,
         ErrorCode::RekeyRefused,
+        ErrorCode::UnpricedModel,
     ];
 
     /// The snake_case name, as persisted.
@@ -125,6 +128,7 @@ impl ErrorCode {
             ErrorCode::RunBusy => "run_busy",
             ErrorCode::StoreIo => "store_io",
             ErrorCode::RekeyRefused => "rekey_refused",
+            ErrorCode::UnpricedModel => "unpriced_model",
         }
     }
 
@@ -156,7 +160,8 @@ impl ErrorCode {
             | ErrorCode::ContextOverflow
             | ErrorCode::ContentFilter
             | ErrorCode::SandboxLimit
-            | ErrorCode::ScriptError => ErrorClass::Task,
+            | ErrorCode::ScriptError
+            | ErrorCode::UnpricedModel => ErrorClass::Task,
         }
     }
 }

@@ -213,7 +213,14 @@ fn setup_with(
     model: Option<&str>,
     cassette: Option<&CassetteArgs>,
 ) -> Result<Setup, Error> {
-    let config = load_config(globals)?;
+    let mut config = load_config(globals)?;
+    if let Some(path) = cassette.and_then(|c| c.record.as_deref()) {
+        crate::provider::cassette::create_tape(path)?;
+        config.host_tape = Some(Arc::new(crate::provider::cassette::HostTape::record(path)));
+    }
+    if let Some(path) = cassette.and_then(|c| c.replay.as_deref()) {
+        config.host_tape = Some(Arc::new(crate::provider::cassette::HostTape::replay(path)?));
+    }
     let opened = open_store(globals, &config)?;
     setup_over(globals, config, opened, model, cassette)
 }
@@ -317,7 +324,8 @@ fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     }
     for d in diagnostics {
         let severity = if d.is_error() { "error" } else { "warning" };
-        eprintln!("{}:{}:{}: {severity} [{}] {}", file.display(), d.line, d.column, d.rule_id, d.message);
+        let message = crate::text::for_terminal(&d.message);
+        eprintln!("{}:{}:{}: {severity} [{}] {message}", file.display(), d.line, d.column, d.rule_id);
     }
 }
 
@@ -337,13 +345,24 @@ fn parse_run_id(text: &str) -> Result<RunId, Exit> {
 
 /// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
 async fn follow(handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
+    // Listening before anything is printed: once "running" shows, a signal is handled.
+    let mut interrupts = super::Interrupts::listen();
     let renderer = tokio::spawn(progress::render(handle.events(), quiet));
     let outcome = tokio::select! {
         outcome = handle_result(&handle) => outcome,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("cairn: interrupted; cancelling the run");
+        why = interrupts.next() => {
+            // Stop dispatching, let what is in flight finish writing, settle `cancelled`.
+            errln!("cairn: {why}; cancelling the run (interrupt again to exit at once)");
             handle.cancel();
-            handle_result(&handle).await
+            tokio::select! {
+                // A second interrupt wins even over a run that settles at the same moment.
+                biased;
+                _ = interrupts.next() => {
+                    errln!("cairn: interrupted again; exiting now (resume the run later)");
+                    std::process::exit(130);
+                }
+                outcome = handle_result(&handle) => outcome,
+            }
         }
     };
     let _ = renderer.await;
@@ -357,36 +376,34 @@ async fn handle_result(handle: &RunHandle) -> Result<RunOutcome, Error> {
 
 fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
     if as_json {
-        println!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
     } else {
         if let Some(value) = &outcome.value {
-            println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+            out!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
         }
         for dropped in &outcome.dropped {
-            eprintln!(
-                "dropped {} {}: {}",
-                dropped.kind,
-                dropped.label.as_deref().unwrap_or(&dropped.scope),
-                dropped.error
-            );
+            errln!("{}", escaped(&dropped_line(dropped)));
         }
         if let Some(error) = &outcome.error {
-            eprintln!("cairn: run {} {}: {error}", outcome.run_id, outcome.status);
+            errln!("{}", escaped(&format!("cairn: run {} {}: {error}", outcome.run_id, outcome.status)));
             if error.code == ErrorCode::StoreIo {
-                eprintln!(
+                errln!(
                     "nothing acknowledged was lost; once the store can be written again, continue with: cairn resume {} --wait",
                     outcome.run_id
                 );
             }
         }
         for pending in &outcome.pending {
-            eprintln!(
-                "run {} is suspended; resolve it with: cairn resolve {} {} '<json>'  then: cairn resume {}",
-                outcome.run_id, outcome.run_id, pending.key, outcome.run_id
+            errln!(
+                "{}",
+                escaped(&format!(
+                    "run {} is suspended; resolve it with: cairn resolve {} {} '<json>'  then: cairn resume {}",
+                    outcome.run_id, outcome.run_id, pending.key, outcome.run_id
+                ))
             );
         }
         if !outcome.cost.unpriced.is_empty() {
-            eprintln!(
+            errln!(
                 "note: {} calls used unpriced models (usage listed, cost unknown)",
                 outcome.cost.unpriced.len()
             );
@@ -424,7 +441,13 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
     };
     print_diagnostics(&args.file, &diagnostics, false);
     if setup.uses_echo && !args.live.quiet && args.live.cassette.replay.is_none() {
-        eprintln!("note: no model provider is configured; using the offline echo model (echo:default)");
+        if setup.config.providers.keys().any(|name| name != "echo") {
+            errln!(
+                "note: routing.default is not set; calls that name no model use the offline echo model (echo:default)"
+            );
+        } else {
+            errln!("note: no model provider is configured; using the offline echo model (echo:default)");
+        }
     }
     let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
     let handle = match setup.engine.run_script(&Script::rhai(&name, &source), run_args, options) {
@@ -492,33 +515,61 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
         Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(exit_of(&e), e),
     };
+    // How the run last settled, read before the replay (which writes nothing).
+    let settled = match setup.engine.journal_store().load(&run_id) {
+        Ok(raw) => {
+            journal::decode_all(&raw).ok().and_then(|entries| journal::last_settlement_outcome(&entries))
+        }
+        Err(_) => None,
+    };
     let options = ResumeOptions { dry_run: true, ..Default::default() };
     let handle = match setup.engine.resume(&run_id, options) {
         Ok(handle) => handle,
         Err(e) => return fail(exit_of(&e), e),
     };
     match follow(handle, true).await {
-        Ok(outcome) => {
-            let p = outcome.preview;
-            match &outcome.error {
-                Some(e) if e.code == ErrorCode::JournalMiss => {
-                    eprintln!(
-                        "replay of {run_id}: a call would run live ({e}); {} replayed before it",
-                        p.hits
-                    );
-                    Exit::ReplayMiss
-                }
-                _ => {
-                    println!(
-                        "replay of {run_id}: {} calls replayed, 0 live, {} orphaned",
-                        p.hits, p.orphaned
-                    );
-                    Exit::Ok
-                }
+        Ok(outcome) => match replay_divergence(&outcome, settled.as_ref()) {
+            Some(difference) => {
+                errln!("{}", escaped(&format!("replay of {run_id} diverges: {difference}")));
+                Exit::ReplayMiss
             }
-        }
+            None => {
+                let p = outcome.preview;
+                out!("replay of {run_id}: {} calls replayed, 0 live, 0 orphaned, same outcome", p.hits);
+                Exit::Ok
+            }
+        },
         Err(e) => fail(Exit::Error, e),
     }
+}
+
+/// The first way a strict replay differs from the journaled run: a call that would run
+/// live, a journaled call nothing reached, or a different outcome than the journaled
+/// settlement. `None` when it is identical.
+fn replay_divergence(
+    outcome: &RunOutcome,
+    settled: Option<&(store::RunStatus, Option<String>)>,
+) -> Option<String> {
+    let p = outcome.preview;
+    if let Some(e) = outcome.error.as_ref().filter(|e| e.code == ErrorCode::JournalMiss) {
+        return Some(format!("a call would run live ({e}); {} replayed before it", p.hits));
+    }
+    if p.misses + p.reruns > 0 {
+        return Some(format!("{} calls would run live; {} replayed", p.misses + p.reruns, p.hits));
+    }
+    if p.orphaned > 0 {
+        let first = outcome.orphans.first().map_or_else(String::new, |o| format!("; the first is {o}"));
+        return Some(format!("{} journaled calls were not reached by the replay{first}", p.orphaned));
+    }
+    let (status, value_key) = settled?;
+    if *status != outcome.status {
+        return Some(format!("the run settled {status}, its replay settles {}", outcome.status));
+    }
+    let replayed_key = outcome.value.as_ref().and_then(|v| journal::content_key(v).ok()).map(|k| k.to_hex());
+    if value_key.is_some() && *value_key != replayed_key {
+        return Some(format!("the run settled {status} with a different value than its replay returns"));
+    }
+    None
 }
 
 pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {
@@ -606,7 +657,7 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
             "{:<28} {:<10} {:<20} {}  segments {}",
             meta.run_id.as_str(),
             meta.status.as_str(),
-            meta.name.as_deref().unwrap_or("-"),
+            crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")),
             utc(meta.created_at_ms),
             meta.segments
         );
@@ -656,7 +707,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         return Exit::Ok;
     }
     println!("run       {}", meta.run_id);
-    println!("workflow  {}", meta.name.as_deref().unwrap_or("-"));
+    println!("workflow  {}", crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")));
     println!("status    {}", meta.status);
     println!("created   {}", utc(meta.created_at_ms));
     println!("segments  {}", meta.segments);
@@ -671,6 +722,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         println!("  {n:>6}  {what}");
     }
     for (model, line) in &cost.by_model {
+        let model = crate::text::for_terminal_line(model);
         println!(
             "model     {model}: {} in {} calls, {} tokens",
             line.cost,
@@ -682,11 +734,15 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
     }
     for p in &pending {
+        let prompt = p["prompt"].as_str().map_or(String::new(), |p| format!(" — {p}"));
         println!(
-            "pending   {} (seq {}): cairn resolve {run_id} {} '<json>'",
-            p["key"],
-            p["seq"],
-            p["key"].as_str().unwrap_or("")
+            "{}",
+            escaped(&format!(
+                "pending   {} (seq {}): cairn resolve {run_id} {} '<json>'{prompt}",
+                p["key"],
+                p["seq"],
+                p["key"].as_str().unwrap_or("")
+            ))
         );
     }
     Exit::Ok
@@ -709,6 +765,22 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
     let diagnostics = crate::script::rhai::lint(&source, &context);
     print_diagnostics(&args.file, &diagnostics, args.json);
     if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
+}
+
+/// Text for a person, escaped for the terminal (see [`crate::text::for_terminal`]).
+fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::text::for_terminal(text)
+}
+
+/// `dropped branch 0: why`, without repeating the kind its label already names.
+fn dropped_line(dropped: &crate::engine::Dropped) -> String {
+    let what = match dropped.label.as_deref() {
+        Some(label) if label.starts_with(dropped.kind.as_str()) => label.to_owned(),
+        Some(label) => format!("{} {label}", dropped.kind),
+        None if dropped.scope.is_empty() => dropped.kind.clone(),
+        None => format!("{} at {}", dropped.kind, dropped.scope),
+    };
+    format!("dropped {what}: {}", dropped.error)
 }
 
 /// `YYYY-MM-DD HH:MM:SS` UTC for epoch milliseconds.

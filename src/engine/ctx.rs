@@ -77,6 +77,9 @@ pub struct AgentOptions {
     pub tools: Vec<String>,
     /// Most tool calls over the agent's life.
     pub max_tool_calls: Option<u32>,
+    /// The bound on a turn's estimated input tokens (the profile's, else 200,000): past it the
+    /// oldest tool results are elided.
+    pub max_context_tokens: Option<u64>,
 }
 
 /// Options of [`Ctx::step`].
@@ -108,6 +111,10 @@ pub struct WorkflowOptions {
     pub budget: Option<Money>,
     /// What a failure does.
     pub on_error: Option<OnError>,
+    /// Pins the call's scope to the label (`at:LABEL:n/wf:name:0`) instead of the count of
+    /// earlier calls of the same workflow here, so inserting another call before it does not
+    /// re-key the child's calls. No `/` or `:`, at most 64 characters.
+    pub label: Option<String>,
 }
 
 /// Options of [`Ctx::await_external`].
@@ -118,6 +125,11 @@ pub struct ExternalOptions {
     /// A JSON Schema the resolution must satisfy; an invalid resolution is refused and the
     /// wait stays open.
     pub schema: Option<Value>,
+    /// Give up after this long (from when the wait was first journaled): the wait then
+    /// returns `{"timed_out": true, "key", "deadline_ms"}`, journaled as its resolution so
+    /// every replay returns it. A run that suspended on the wait delivers it on the first
+    /// resume after the deadline.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// Retries of retryable provider faults for one agent call.
@@ -127,6 +139,8 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// The first backoff; doubled per attempt.
     pub initial_backoff: std::time::Duration,
+    /// No backoff is longer (the engine's cap, 30 s by default, when `None`).
+    pub max_backoff: Option<std::time::Duration>,
 }
 
 /// Options of [`Ctx::parallel`].
@@ -140,6 +154,10 @@ pub struct ParallelOptions {
     /// `Null`: a failed branch leaves null in its slot (itemized in `dropped`) instead of
     /// aborting its siblings. Ignored with `settle`.
     pub on_error: Option<OnError>,
+    /// Pins the site to the label (`at:LABEL:n/par:0:i`) instead of the count of `parallel`
+    /// sites before it, so inserting another `parallel` before it does not re-key its calls.
+    /// No `/` or `:`, at most 64 characters.
+    pub label: Option<String>,
 }
 
 /// Options of [`Ctx::pipeline`].
@@ -149,6 +167,9 @@ pub struct PipelineOptions {
     pub on_item_error: super::OnItemError,
     /// At most this many items in flight (all by default).
     pub concurrency: Option<usize>,
+    /// Pins the site to the label (`at:LABEL:n/pipe:s:i`) instead of its position. No `/` or
+    /// `:`, at most 64 characters.
+    pub label: Option<String>,
 }
 
 /// How [`Ctx::begin_two_phase`] left a call.
@@ -173,6 +194,8 @@ pub(crate) struct LiveCall {
 pub(crate) struct ScopeCounters {
     parallel_sites: AtomicU32,
     children: Mutex<HashMap<String, u32>>,
+    /// Uses of each site label in this scope.
+    labels: Mutex<HashMap<String, u32>>,
 }
 
 /// The workflow's view of its run: one scope of it, with its phase, budget account and
@@ -235,6 +258,33 @@ impl Ctx {
     /// The next `parallel` site index of this scope.
     pub(crate) fn next_parallel_site(&self) -> u32 {
         self.counters.parallel_sites.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The context a labelled site runs in: scope `at:LABEL:n` (the `n`-th use of the label
+    /// here) with fresh counters, so the site's identity depends on its label, not on how
+    /// many unlabelled sites came before it. `None` without a label.
+    ///
+    /// # Errors
+    /// `config` for a label with `/` or `:`, empty, or longer than 64 characters.
+    pub(crate) fn labelled_site(&self, label: Option<&str>) -> Result<Option<Ctx>, Error> {
+        let Some(label) = label else { return Ok(None) };
+        if !Segment::valid_label(label) {
+            return Err(Error::config(format!(
+                "site label {label:?} must be 1 to 64 characters without '/' or ':'"
+            )));
+        }
+        let index = {
+            let mut labels = self.counters.labels.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = labels.entry(label.to_owned()).or_insert(0);
+            let index = *slot;
+            *slot += 1;
+            index
+        };
+        let segment = Segment::Site { label: label.to_owned(), index };
+        let mut site = self.nested(&segment, self.cancel.clone(), self.account);
+        site.span = self.span;
+        site.parent_span = self.parent_span;
+        Ok(Some(site))
     }
 
     /// The run's id.
@@ -427,6 +477,13 @@ impl Ctx {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start_event);
                 self.run.emit(self.span_pair(span), true, || agent_end_event(&entry));
+                if opts.full && entry.status != Status::Ok {
+                    let error = entry
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
+                    return self.agent_failed(&opts, label, error, Some((&entry, true)));
+                }
                 let value = self.replayed(&entry, opts.on_error, "agent", label)?;
                 return Ok(if opts.full { full_result(&entry, value, true) } else { value });
             }
@@ -505,17 +562,25 @@ impl Ctx {
             meta: CallMeta { label: label.clone(), agent_type: opts.profile.clone() },
         };
         let price = engine.prices.price(&model_name).copied();
-        let reserve = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost)).unwrap_or_else(|| {
-            match (price, max_output_tokens) {
-                (Some(price), Some(cap)) => price.cost(&Usage {
-                    input_tokens: agent::estimate_request_tokens(&request),
-                    output_tokens: u64::from(cap),
-                    ..Usage::default()
-                }),
-                _ => Money::from_nano_usd(500_000_000),
+        let est_cost = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost));
+        let bounded = self.run.budget.is_bounded(self.account);
+        let unpriced_ok = engine.prices.unpriced_allowed();
+        let reserve = match super::admit::reserve_for(
+            &model_name,
+            price.as_ref(),
+            &request,
+            &tools,
+            est_cost,
+            bounded,
+            unpriced_ok,
+        ) {
+            Ok(reserve) => reserve,
+            Err(error) => {
+                self.run.spawns.fetch_sub(1, Ordering::SeqCst);
+                return self.fail(opts.on_error, "agent", label, error);
             }
-        });
-        let reservation = match self.run.budget.reserve(self.account, reserve) {
+        };
+        let reservation = match self.run.budget.reserve(self.account, reserve.amount) {
             Ok(reservation) => reservation,
             Err(denied) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
@@ -525,11 +590,11 @@ impl Ctx {
                 let error = Error::new(
                     ErrorCode::BudgetExhausted,
                     format!(
-                        "admission refused: the call reserves {} but {} is left",
-                        denied.requested, denied.available
+                        "admission refused: the call reserves {} ({}) but {} is left",
+                        denied.requested, reserve.derivation, denied.available
                     ),
                 );
-                return self.fail(opts.on_error, "agent", label, error);
+                return self.agent_failed(&opts, label, error, None);
             }
         };
 
@@ -578,10 +643,13 @@ impl Ctx {
         };
         // Turns a crashed attempt completed were never journaled with a terminal entry: this
         // attempt carries their usage so the ledger stays whole.
-        let unjournaled = match (matched_previous_terminal, &resume_from) {
-            (false, Some(checkpoint)) => Some(checkpoint.usage),
-            _ => None,
-        };
+        let unjournaled = super::carry::unjournaled(
+            engine.transcripts.as_ref(),
+            &checkpoint_ref,
+            matched_previous_terminal,
+            resume_from.as_ref(),
+        );
+        let resumed_usage = resume_from.as_ref().map(|c| c.usage);
         let spec = agent::AgentSpec {
             provider,
             served_by: model_name,
@@ -591,44 +659,55 @@ impl Ctx {
             max_tool_calls: opts.max_tool_calls,
             max_retries: opts.retry.map_or(engine.max_retries, |r| r.max_attempts.saturating_sub(1)),
             retry_base: opts.retry.map_or(engine.retry_base, |r| r.initial_backoff),
+            backoff: agent::Backoff {
+                max: opts.retry.and_then(|r| r.max_backoff).unwrap_or(engine.backoff.max),
+                ..engine.backoff
+            },
             price,
             fallbacks: declared_fallbacks(&engine, profile, &model),
             tools,
-            permissions: engine.permissions.clone(),
+            permissions: agent::permissions_for_call(
+                &engine.permissions,
+                profile.and_then(|p| p.permissions.as_ref()),
+            ),
             call_key: key,
             resume_from,
+            max_context_tokens: opts
+                .max_context_tokens
+                .or_else(|| profile.and_then(|p| p.max_context_tokens))
+                .unwrap_or(agent::DEFAULT_MAX_CONTEXT_TOKENS),
         };
-        let hooks = AccountHooks { ctx: self, checkpoint_ref, wrote_checkpoint: Default::default() };
+        let hooks = AccountHooks {
+            ctx: self,
+            checkpoint_ref,
+            wrote_checkpoint: Default::default(),
+            reservation: reservation.id(),
+            checkpoint_usage: std::sync::Mutex::new(resumed_usage),
+        };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
         let on_delta = move |text: &str| {
             events_run.emit(delta_span, false, || EventKind::AgentDelta { text: text.to_owned() })
         };
-        let served = spec.served_by.clone();
-        let outcome = match opts.timeout {
-            None => agent::run(spec, &hooks, &self.cancel, &on_delta).await,
-            Some(limit) => tokio::select! {
-                outcome = agent::run(spec, &hooks, &self.cancel, &on_delta) => outcome,
-                _ = tokio::time::sleep(limit) => agent::AgentRun {
-                    end: AgentEnd::Limit(Error::new(
-                        ErrorCode::TurnLimit,
-                        format!("the agent reached its timeout of {} ms", limit.as_millis()),
-                    )),
-                    usage: Usage { approximate: true, ..Usage::default() },
-                    cost: None,
-                    served_by: served,
-                },
-            },
-        };
+        // The call's own cancellation: the run's, or its deadline (which keeps the usage).
+        let call_cancel = self.cancel.child_token();
+        let outcome = super::admit::with_deadline(
+            opts.timeout,
+            &call_cancel,
+            agent::run(spec, &hooks, &call_cancel, &on_delta),
+        )
+        .await;
         drop(provider_permit);
         drop(permits);
 
         let mut outcome = outcome;
         if let Some(extra) = unjournaled {
             outcome.usage += extra;
-            outcome.cost = price.map(|p| p.cost(&outcome.usage));
+            outcome.cost = outcome.cost.zip(price).map(|(cost, p)| cost + p.cost(&extra));
         }
         let wrote_checkpoint = hooks.wrote_checkpoint.load(Ordering::Relaxed);
+        let journaled_ref = hooks.checkpoint_ref.clone();
+        let covered = *hooks.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner());
         let (status, value, error) = match outcome.end {
             AgentEnd::Ok(value) => (Status::Ok, Some(value), None),
             AgentEnd::Error(e) => (Status::Error, None, Some(e)),
@@ -649,6 +728,11 @@ impl Ctx {
         let written = self.run.append_one_async(terminal).await;
         self.run.budget.settle(reservation, cost);
         let terminal = written?;
+        if let Some(covered) = covered
+            && !self.run.dry_run
+        {
+            super::carry::mark_journaled(engine.transcripts.as_ref(), &journaled_ref, &covered);
+        }
         self.run.emit(self.span_pair(span), false, || agent_end_event(&terminal));
         self.run.emit_budget(self.span_pair(span));
         match (value, error) {
@@ -657,7 +741,7 @@ impl Ctx {
                 if status == Status::Cancelled && self.cancel.is_cancelled() {
                     return Err(self.run.stopped_error());
                 }
-                self.fail(opts.on_error, "agent", label, error)
+                self.agent_failed(&opts, label, error, Some((&terminal, false)))
             }
             (None, None) => Err(Error::internal("agent ended with neither value nor error")),
         }
@@ -667,6 +751,11 @@ impl Ctx {
 
     /// Runs `body` once and journals its JSON result; later runs replay it.
     ///
+    /// The body gets a context of its own scope (`step:KEY:n`, from the step's content key
+    /// and its ordinal among same-key steps here): effects inside it (agents, `parallel`
+    /// sites, child workflows, `now`/`random`/`uuid`) count in that scope, so whether the
+    /// step ran or replayed never shifts what comes after it.
+    ///
     /// # Replay
     /// Keyed on `{label or key, deps}` in this scope.
     ///
@@ -675,11 +764,27 @@ impl Ctx {
     /// dry run.
     pub async fn step<F, Fut>(&self, label: &str, opts: StepOptions, body: F) -> Result<Value, Error>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(Ctx) -> Fut,
         Fut: Future<Output = Result<Value, Error>>,
     {
         let key = Ctx::step_key(label, &opts)?;
-        self.two_phase(Kind::Step, "step", label, key, opts.on_error, body).await
+        let live = match self.begin_two_phase(Kind::Step, "step", label, key, opts.on_error)? {
+            Begun::Done(result) => return result,
+            Begun::Live(live) => live,
+        };
+        let inner = self.step_body(&live);
+        let result = tokio::select! {
+            result = body(inner) => result,
+            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+        };
+        self.end_two_phase(live, result)
+    }
+
+    /// The context a live step's body runs in: the scope `step:KEY:n` under this one, with
+    /// fresh counters.
+    pub(crate) fn step_body(&self, live: &LiveCall) -> Ctx {
+        let segment = step_segment(live.running.key, live.running.ordinal);
+        self.nested(&segment, self.cancel.clone(), self.account)
     }
 
     /// Calls a registered host function with JSON arguments, journaled like a step.
@@ -716,11 +821,19 @@ impl Ctx {
             Begun::Done(result) => return result,
             Begun::Live(live) => live,
         };
+        // A host call acts outside the run: everything queued before it (its own dispatch
+        // included) is durable first, so a crash cannot remake a value it was given.
+        if let Err(e) = self.run.flush_async().await {
+            return self.end_two_phase(live, Err(e));
+        }
         let result = tokio::select! {
             result = body() => result,
             _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
         };
-        self.end_two_phase(live, result)
+        let result = self.end_two_phase(live, result);
+        // Its result is awaited like a paid one: a side effect is not repeated on resume.
+        self.run.flush_async().await?;
+        result
     }
 
     /// The first half of a two-phase call: match it, and either serve it from the journal or
@@ -743,6 +856,10 @@ impl Ctx {
             label: label.into(),
             status: status.into(),
         };
+        if kind == Kind::Step && matches!(matched.outcome, Outcome::Replay(_) | Outcome::Skip) {
+            // The body will not run: what it journaled is served by the step's result.
+            self.run.cover(&self.scope.child(&step_segment(key, matched.ordinal)));
+        }
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start);
@@ -813,6 +930,15 @@ impl Ctx {
     /// # Errors
     /// `config` for an unknown workflow or when the depth limit is reached; the child's error.
     pub async fn workflow(&self, name: &str, args: Value, opts: WorkflowOptions) -> Result<Value, Error> {
+        let site = match self.labelled_site(opts.label.as_deref()) {
+            Ok(site) => site,
+            Err(error) => return self.fail(opts.on_error, "child", Some(name.to_owned()), error),
+        };
+        let this = site.as_ref().unwrap_or(self);
+        this.workflow_here(name, args, opts).await
+    }
+
+    async fn workflow_here(&self, name: &str, args: Value, opts: WorkflowOptions) -> Result<Value, Error> {
         let engine = self.run.engine.clone();
         let Some(child) = engine.workflows.get(name).cloned() else {
             let error = Error::config(format!("unknown child workflow {name:?}"));
@@ -838,8 +964,25 @@ impl Ctx {
             account,
         );
         child_ctx.depth = self.depth + 1;
+        let child_scope = child_ctx.scope.clone();
+        let live = match self.begin_two_phase(Kind::Child, "child", name, key, opts.on_error)? {
+            Begun::Done(result) => {
+                // A child that replays whole never runs its body.
+                self.run.cover(&child_scope);
+                return result;
+            }
+            Begun::Live(live) => live,
+        };
+        // What the parent recorded before the child is durable before the child acts on it.
+        if let Err(e) = self.run.flush_async().await {
+            return self.end_two_phase(live, Err(e));
+        }
         let body = child.body.clone();
-        self.two_phase(Kind::Child, "child", name, key, opts.on_error, move || body(child_ctx, args)).await
+        let result = tokio::select! {
+            result = body(child_ctx, args) => result,
+            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+        };
+        self.end_two_phase(live, result)
     }
 
     // ---- external input --------------------------------------------------------------------
@@ -860,7 +1003,7 @@ impl Ctx {
         let content = ExternalIdentity { key, kind: "external" }.key()?;
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, content);
-        let seq = match matched.outcome {
+        let (seq, deadline_ms) = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, || EventKind::ExternalResolved {
                     key: key.into(),
@@ -869,24 +1012,53 @@ impl Ctx {
                 return Ok(entry.value().unwrap_or(Value::Null));
             }
             Outcome::Skip => return Ok(Value::Null),
-            Outcome::Wait(entry) => entry.seq,
+            // The deadline is the one journaled when the wait began.
+            Outcome::Wait(entry) => {
+                (entry.seq, entry.value().and_then(|v| v.get("deadline_ms").and_then(Value::as_i64)))
+            }
             Outcome::Live | Outcome::Rerun { .. } => {
+                let deadline_ms = opts.timeout.map(|t| {
+                    self.run.now_ms().saturating_add(i64::try_from(t.as_millis()).unwrap_or(i64::MAX))
+                });
                 let mut entry = self.entry(Kind::External, Status::Suspended, content, matched.ordinal);
                 entry.name = Some(key.to_owned());
-                if prompt.is_some() || opts.schema.is_some() {
-                    entry.set_value(Some(&json!({ "prompt": prompt, "schema": opts.schema })));
+                if prompt.is_some() || opts.schema.is_some() || deadline_ms.is_some() {
+                    let mut value = json!({ "prompt": prompt, "schema": opts.schema });
+                    if let Some(deadline) = deadline_ms {
+                        value["deadline_ms"] = json!(deadline);
+                    }
+                    entry.set_value(Some(&value));
                 }
-                self.run.append_one(entry, Durability::Awaited)?.seq
+                (self.run.append_one(entry, Durability::Awaited)?.seq, deadline_ms)
             }
         };
+        if let Some(deadline) = deadline_ms
+            && self.run.now_ms() >= deadline
+        {
+            // Past its deadline: the timeout is the wait's resolution, unless one came first.
+            return self.run.time_out_external(key, seq, deadline);
+        }
         self.run.emit(self.span_pair(span), false, || EventKind::ExternalWaiting {
             key: key.into(),
             prompt: prompt.map(str::to_owned),
         });
-        let receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
+        let mut receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
+        let timer = async {
+            match deadline_ms {
+                Some(deadline) => {
+                    let wait = u64::try_from(deadline.saturating_sub(self.run.now_ms())).unwrap_or(0);
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         let result = tokio::select! {
-            value = receiver => value.map_err(|_| self.run.stopped_error()),
+            value = &mut receiver => value.map_err(|_| self.run.stopped_error()),
             _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
+            () = timer => match deadline_ms {
+                Some(deadline) => self.run.time_out_external(key, seq, deadline),
+                None => Err(Error::internal("a wait without a deadline timed out")),
+            },
         };
         self.run.end_wait(key, result.is_ok());
         result
@@ -935,14 +1107,44 @@ impl Ctx {
         });
     }
 
-    /// What this context's account has spent (the whole run's, at the root).
-    pub fn budget_spent(&self) -> Money {
-        self.run.budget.spent(self.account)
+    /// What this context's account has spent (the whole run's, at the root), journaled like
+    /// [`Ctx::now`]: the value seen the first time is the one every replay and resume sees,
+    /// so whatever is built from it keeps its identity.
+    ///
+    /// # Errors
+    /// As for [`Ctx::now`].
+    pub async fn budget_spent(&self) -> Result<Money, Error> {
+        let account = self.account;
+        let value = self
+            .journaled_fact(json!({ "kind": "rand", "fn": "budget.spent" }), move |run| {
+                json!(run.budget.spent(account).nano_usd())
+            })
+            .await?;
+        value
+            .as_i64()
+            .map(Money::from_nano_usd)
+            .ok_or_else(|| Error::internal("journaled budget.spent() is not an integer"))
     }
 
-    /// What this context's account has left; `None` when unbounded.
-    pub fn budget_remaining(&self) -> Option<Money> {
-        self.run.budget.remaining(self.account)
+    /// What this context's account has left (`None` when unbounded), journaled like
+    /// [`Ctx::budget_spent`].
+    ///
+    /// # Errors
+    /// As for [`Ctx::now`].
+    pub async fn budget_remaining(&self) -> Result<Option<Money>, Error> {
+        let account = self.account;
+        let value = self
+            .journaled_fact(json!({ "kind": "rand", "fn": "budget.remaining" }), move |run| {
+                json!(run.budget.remaining(account).map(Money::nano_usd))
+            })
+            .await?;
+        match value {
+            Value::Null => Ok(None),
+            value => value
+                .as_i64()
+                .map(|n| Some(Money::from_nano_usd(n)))
+                .ok_or_else(|| Error::internal("journaled budget.remaining() is not an integer")),
+        }
     }
 
     // ---- journaled nondeterminism --------------------------------------------------------------
@@ -1016,6 +1218,14 @@ impl Ctx {
     }
 }
 
+/// The scope segment of a step's body: from its content key and its ordinal among same-key
+/// steps of its scope, never from a running counter.
+fn step_segment(key: ContentKey, ordinal: u32) -> Segment {
+    let mut hex = key.to_hex();
+    hex.truncate(16);
+    Segment::Step { key: hex, ordinal }
+}
+
 fn engine_share(ctx: &Ctx, opts: &WorkflowOptions) -> AccountId {
     ctx.run.budget.open_sub_account(ctx.account, ctx.run.engine.child_share_ppm, opts.budget)
 }
@@ -1027,6 +1237,39 @@ fn agent_end_event(entry: &Entry) -> EventKind {
         cost: entry.cost,
         served_by: entry.served_by.as_deref().map(str::to_owned),
         error: entry.error.as_ref().map(|e| e.code),
+    }
+}
+
+impl Ctx {
+    /// A failed agent call: with `result: "full"` its record (status, typed error, usage and
+    /// cost of what it consumed) for the workflow to branch on; otherwise the error policy.
+    /// A stopped run (cancellation, a dry run's miss) always raises.
+    fn agent_failed(
+        &self,
+        opts: &AgentOptions,
+        label: Option<String>,
+        error: Error,
+        entry: Option<(&Entry, bool)>,
+    ) -> Result<Value, Error> {
+        if !opts.full || matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss) {
+            return self.fail(opts.on_error, "agent", label, error);
+        }
+        if error.code == ErrorCode::BudgetExhausted {
+            self.run.mark_exhausted();
+        }
+        let mut record = match entry {
+            Some((entry, replayed)) => full_result(entry, Value::Null, replayed),
+            None => json!({
+                "value": null,
+                "status": "limit",
+                "usage": Usage::default(),
+                "cost_nano_usd": 0,
+                "served_by": null,
+                "replayed": false,
+            }),
+        };
+        record["error"] = json!({ "code": error.code, "message": error.message });
+        Ok(record)
     }
 }
 
@@ -1047,6 +1290,10 @@ struct AccountHooks<'a> {
     ctx: &'a Ctx,
     checkpoint_ref: String,
     wrote_checkpoint: std::sync::atomic::AtomicBool,
+    /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
+    reservation: super::budget::ReservationId,
+    /// The usage the latest checkpoint of the call holds (its completed turns, all attempts).
+    checkpoint_usage: std::sync::Mutex<Option<Usage>>,
 }
 
 impl BudgetHooks for AccountHooks<'_> {
@@ -1059,11 +1306,19 @@ impl BudgetHooks for AccountHooks<'_> {
     }
 
     fn would_cross(&self, cost: Money) -> bool {
-        let crossing = self.ctx.run.budget.would_cross(self.ctx.account, cost);
+        let crossing = self.ctx.run.budget.record_in_flight(self.reservation, cost);
         if crossing {
             self.ctx.run.mark_exhausted();
         }
         crossing
+    }
+
+    fn grant_turn(&self, used: Money, want: Money, floor: Money) -> Result<Option<Money>, Money> {
+        let granted = self.ctx.run.budget.grant_turn(self.reservation, used, want, floor);
+        if granted.is_err() {
+            self.ctx.run.mark_exhausted();
+        }
+        granted.map_err(|denied| denied.available)
     }
 
     fn checkpoint(&self, state: &agent::Checkpoint) {
@@ -1081,6 +1336,7 @@ impl BudgetHooks for AccountHooks<'_> {
             && self.ctx.run.engine.transcripts.put(&self.checkpoint_ref, &bytes).is_ok()
         {
             self.wrote_checkpoint.store(true, Ordering::Relaxed);
+            *self.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.usage);
         }
     }
 
@@ -1099,10 +1355,50 @@ impl BudgetHooks for AccountHooks<'_> {
                     "required": ["approved"],
                     "properties": { "approved": { "type": "boolean" } }
                 })),
+                timeout: None,
             };
-            let answer = self.ctx.await_external(&request.key, opts).await?;
+            let answer = match request.timeout {
+                None => self.ctx.await_external(&request.key, opts).await?,
+                Some(timeout) => self.await_approval_until(request, timeout, opts).await?,
+            };
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
         })
+    }
+}
+
+impl AccountHooks<'_> {
+    /// Waits for an approval with a deadline `timeout` after the ask was first made (that
+    /// moment is journaled, so a resume measures from it). At the deadline the wait is resolved
+    /// as denied through the journal, like `cairn resolve` would (a person's earlier answer wins),
+    /// so the expiry replays.
+    async fn await_approval_until(
+        &self,
+        request: &agent::ApprovalRequest,
+        timeout: std::time::Duration,
+        opts: ExternalOptions,
+    ) -> Result<Value, Error> {
+        let identity = json!({ "kind": "rand", "fn": "approval_asked", "key": request.key });
+        let asked = self.ctx.journaled_fact(identity, |run| json!(run.now_ms())).await?;
+        let deadline_ms = asked.as_i64().unwrap_or_default().saturating_add(timeout.as_millis() as i64);
+        let expired = json!({ "approved": false, "expired": true });
+        let run = self.ctx.run.clone();
+        let key = request.key.clone();
+        // Resolving fails only when nothing waits on the key yet (the first ask): then the
+        // timer below resolves it once the wait exists.
+        if run.now_ms() >= deadline_ms {
+            let _ = run.resolve_external(&key, expired.clone());
+        }
+        let expire = async move {
+            let left = deadline_ms.saturating_sub(run.now_ms()).max(0) as u64;
+            tokio::time::sleep(std::time::Duration::from_millis(left)).await;
+            let _ = run.resolve_external(&key, expired);
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            biased;
+            answer = self.ctx.await_external(&request.key, opts) => answer,
+            () = expire => Err(Error::internal("the approval timer ended")),
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -15,7 +16,8 @@ use serde_json::{Value, json};
 use super::Dropped;
 use super::ctx::{Ctx, ParallelOptions, PipelineOptions};
 use crate::error::{Error, ErrorCode};
-use crate::journal::Segment;
+use crate::journal::{ContentKey, Entry, Kind, Segment, Seq, Status};
+use tokio_util::sync::CancellationToken;
 
 /// One branch of [`Ctx::parallel`].
 pub type Branch = Box<dyn FnOnce(Ctx) -> BoxFuture<'static, Result<Value, Error>> + Send>;
@@ -55,6 +57,82 @@ pub enum OnItemError {
 
 /// The most stages a pipeline may have.
 const MAX_STAGES: usize = 6;
+
+/// The fail-fast decision of one `parallel`: the first branch to fail, and the siblings
+/// still unfinished when it did, journaled as a `decision` entry before the cancellation
+/// takes effect (timing chose them; a replay must not).
+struct FailFast {
+    run: Arc<super::RunState>,
+    scope: crate::journal::ScopePath,
+    key: ContentKey,
+    ordinal: u32,
+    done: Vec<AtomicBool>,
+    /// The failed branch's index + 1 once decided (0: undecided).
+    failed: AtomicUsize,
+}
+
+/// The `type` of a fail-fast decision entry.
+const FAIL_FAST_DECISION: &str = "fail_fast";
+
+impl FailFast {
+    fn key(site: u32) -> Result<ContentKey, Error> {
+        crate::journal::content_key(&json!({ "kind": "decision", "type": FAIL_FAST_DECISION, "site": site }))
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+
+    fn new(ctx: &Ctx, key: ContentKey, ordinal: u32, total: usize) -> FailFast {
+        FailFast {
+            run: ctx.run.clone(),
+            scope: ctx.scope.clone(),
+            key,
+            ordinal,
+            done: (0..total).map(|_| AtomicBool::new(false)).collect(),
+            failed: AtomicUsize::new(0),
+        }
+    }
+
+    /// The error a journaled decision raises again, if the entry is one.
+    fn replayed(entry: &Entry) -> Option<Error> {
+        let value = entry.value()?;
+        if value.get("type")?.as_str()? != FAIL_FAST_DECISION {
+            return None;
+        }
+        serde_json::from_value(value.get("error")?.clone()).ok()
+    }
+
+    /// Branch `index` finished: the first failure journals the decision, then cancels.
+    fn finished(&self, index: usize, result: &Result<Value, Error>, group: &CancellationToken) {
+        self.done[index].store(true, Ordering::SeqCst);
+        let Err(error) = result else { return };
+        // A branch stopped with the run, or a dry run's miss, decides nothing.
+        if matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss) {
+            group.cancel();
+            return;
+        }
+        if self.failed.compare_exchange(0, index + 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            let cancelled: Vec<usize> = (0..self.done.len())
+                .filter(|&j| j != index && !self.done[j].load(Ordering::SeqCst))
+                .collect();
+            let mut entry =
+                Entry::new(Seq(0), Kind::Decision, Status::Ok, self.scope.clone(), self.key, self.ordinal);
+            entry.set_value(Some(&json!({
+                "type": FAIL_FAST_DECISION,
+                "failed": index,
+                "error": error,
+                "cancelled": cancelled,
+            })));
+            // Queued before the cancellation: the cancelled siblings' entries follow it in the
+            // journal. A write failure latches and fails the run; the cancel happens anyway.
+            let _ = self.run.append_one(entry, super::run::Durability::Deferred);
+        }
+        group.cancel();
+    }
+
+    /// The branch whose failure was decided, if any.
+    fn failed(&self) -> Option<usize> {
+        self.failed.load(Ordering::SeqCst).checked_sub(1)
+    }
+}
 
 /// Picks the error to raise for a failed fan-out: the first failure that is not a sibling's
 /// cancellation, so the root cause surfaces.
@@ -130,12 +208,39 @@ impl Ctx {
     /// The first branch failure (strict), or `cancelled` when the run stops.
     pub async fn parallel(&self, branches: Vec<Branch>, opts: ParallelOptions) -> Result<Vec<Value>, Error> {
         self.check_stopped()?;
+        let site = self.labelled_site(opts.label.as_deref())?;
+        site.as_ref().unwrap_or(self).parallel_here(branches, opts).await
+    }
+
+    async fn parallel_here(&self, branches: Vec<Branch>, opts: ParallelOptions) -> Result<Vec<Value>, Error> {
         let site = self.next_parallel_site();
         if branches.is_empty() {
             return Ok(Vec::new());
         }
         let group = self.cancel.child_token();
         let abort_on_error = !opts.settle && opts.on_error != Some(super::OnError::Null);
+        let total = branches.len();
+        let fail_fast = if abort_on_error {
+            let site_key = FailFast::key(site)?;
+            let (ordinal, recorded) = self.run.decision(&self.scope, site_key);
+            if let Some(entry) = recorded
+                && let Some(error) = FailFast::replayed(&entry)
+            {
+                // The journal says how this fan-out ended: the failure it raised, with the
+                // siblings it cancelled. Nothing in it runs again (never live), and what its
+                // branches journaled is accounted for by the decision.
+                for index in 0..total {
+                    self.run.cover(&self.scope.child(&Segment::Par { site, branch: index as u32 }));
+                }
+                if error.code == ErrorCode::BudgetExhausted {
+                    self.run.mark_exhausted();
+                }
+                return Err(error);
+            }
+            Some(Arc::new(FailFast::new(self, site_key, ordinal, total)))
+        } else {
+            None
+        };
         let runs: Vec<_> = branches
             .into_iter()
             .enumerate()
@@ -146,16 +251,23 @@ impl Ctx {
                     self.account,
                 );
                 let group = group.clone();
+                let fail_fast = fail_fast.clone();
                 async move {
                     let result = body(ctx).await;
-                    if result.is_err() && abort_on_error {
-                        group.cancel();
+                    if let Some(fail_fast) = &fail_fast {
+                        fail_fast.finished(index, &result, &group);
                     }
                     result
                 }
             })
             .collect();
         let results = self.run_fanout(runs, opts.concurrency).await;
+        if let Some(index) = fail_fast.as_ref().and_then(|f| f.failed())
+            && let Some(Err(error)) = results.get(index)
+        {
+            // The failure the journal records is the one raised, whatever finished after it.
+            return Err(error.clone());
+        }
         if opts.settle {
             return Ok(results
                 .into_iter()
@@ -235,6 +347,16 @@ impl Ctx {
         opts: PipelineOptions,
     ) -> Result<Vec<Value>, Error> {
         self.check_stopped()?;
+        let site = self.labelled_site(opts.label.as_deref())?;
+        site.as_ref().unwrap_or(self).pipeline_here(items, stages, opts).await
+    }
+
+    async fn pipeline_here(
+        &self,
+        items: Vec<Value>,
+        stages: Vec<Stage>,
+        opts: PipelineOptions,
+    ) -> Result<Vec<Value>, Error> {
         if stages.is_empty() || stages.len() > MAX_STAGES {
             return Err(Error::config(format!(
                 "a pipeline takes 1 to {MAX_STAGES} stages, not {}",

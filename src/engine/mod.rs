@@ -5,7 +5,9 @@
 //!
 //! Nothing here is global: two engines in one process share nothing.
 
+mod admit;
 mod budget;
+mod carry;
 mod cost;
 mod ctx;
 mod events;
@@ -190,6 +192,10 @@ pub struct AgentProfile {
     pub tools: Vec<String>,
     /// Models to fail over to, in order, when its model keeps failing retryably.
     pub fallbacks: Vec<ModelRef>,
+    /// Its permission rules, replacing the engine's (the engine's host hook still applies).
+    pub permissions: Option<crate::agent::Permissions>,
+    /// The bound on a turn's estimated input tokens (default 200,000).
+    pub max_context_tokens: Option<u64>,
 }
 
 /// How failed calls surface in a workflow.
@@ -295,6 +301,9 @@ pub struct RunOutcome {
     pub cost: CostReport,
     /// How this segment's calls were served.
     pub preview: Preview,
+    /// The first journaled calls (at most 20) this segment left unconsumed, in journal order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub orphans: Vec<crate::journal::Orphan>,
 }
 
 /// A running (or settled) run.
@@ -419,6 +428,8 @@ pub(crate) struct EngineInner {
     pub(crate) permissions: crate::agent::Permissions,
     /// How long a run's lease lasts unrenewed (a dead driver holds the run this long).
     pub(crate) lease_ttl: Duration,
+    /// The backoff cap and the `Retry-After` clamp of every call.
+    pub(crate) backoff: crate::agent::Backoff,
 }
 
 impl fmt::Debug for EngineInner {
@@ -489,6 +500,7 @@ impl Engine {
                 fallbacks: HashMap::new(),
                 permissions: crate::agent::Permissions::allow_all(),
                 lease_ttl: lease::DEFAULT_LEASE_TTL,
+                backoff: crate::agent::Backoff::default(),
             },
         }
     }
@@ -706,6 +718,14 @@ impl EngineBuilder {
     /// the journal's `served_by` records who answered. Budget failures never fail over.
     pub fn fallbacks(mut self, model: ModelRef, fallbacks: Vec<ModelRef>) -> EngineBuilder {
         self.inner.fallbacks.insert(model, fallbacks);
+        self
+    }
+
+    /// Caps retry waits: no backoff longer than `max_backoff` (default 30 s), and a provider's
+    /// `Retry-After` honoured up to `max_retry_after` (default 60 s).
+    pub fn retry_limits(mut self, max_backoff: Duration, max_retry_after: Duration) -> EngineBuilder {
+        self.inner.backoff.max = max_backoff;
+        self.inner.backoff.max_retry_after = max_retry_after;
         self
     }
 

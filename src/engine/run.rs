@@ -164,6 +164,18 @@ impl RunState {
         self.lock_journal().replay.lookup(scope, key)
     }
 
+    /// The journaled decision at a site, if it still holds (see [`Replay::decision`]), and
+    /// the ordinal a new one takes.
+    pub(crate) fn decision(&self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
+        self.lock_journal().replay.decision(scope, key)
+    }
+
+    /// Accounts for the journaled records under `scope` without matching them (the body of a
+    /// call that replayed whole).
+    pub(crate) fn cover(&self, scope: &ScopePath) {
+        self.lock_journal().replay.cover(scope);
+    }
+
     /// Appends entries (seqs and timestamps assigned here).
     ///
     /// The journal is one ordered queue: entries are written in seq order, and an
@@ -220,6 +232,19 @@ impl RunState {
             return Ok(());
         }
         self.append(Vec::new(), Durability::Awaited).map(drop)
+    }
+
+    /// Waits, without holding a thread, until every entry queued so far is durable: what an
+    /// unpaid effect recorded (a `uuid()`, a step's result) must not be lost once an effect
+    /// outside the run (a host call, a child workflow) may have acted on it.
+    ///
+    /// # Errors
+    /// The segment's first failed write, if any.
+    pub(crate) async fn flush_async(&self) -> Result<(), Error> {
+        if self.dry_run {
+            return Ok(());
+        }
+        self.append_async(Vec::new()).await.map(drop)
     }
 
     /// Assigns seqs and timestamps, encodes, and queues a batch; returns its entries and,
@@ -579,6 +604,31 @@ impl RunState {
             applied,
         });
         Ok(applied)
+    }
+
+    /// Resolves the wait on `key` (journaled at `seq`) with its timeout value, unless a
+    /// resolution closed it first: returns the value the wait delivers either way. The
+    /// timeout is journaled like any resolution (bypassing the wait's schema), so every
+    /// replay delivers it too.
+    pub(crate) fn time_out_external(&self, key: &str, seq: Seq, deadline_ms: i64) -> Result<Value, Error> {
+        if let Some(value) = self.lock_journal().replay.resolutions().value_for(seq).cloned() {
+            return Ok(value);
+        }
+        let value = serde_json::json!({ "timed_out": true, "key": key, "deadline_ms": deadline_ms });
+        let written = self.append_one(resolution_entry(seq, key, value.clone()), Durability::Awaited)?;
+        let mut journal = self.lock_journal();
+        let applied = journal.replay.resolve(seq, written.seq, value.clone());
+        let delivered = if applied {
+            value
+        } else {
+            journal.replay.resolutions().value_for(seq).cloned().unwrap_or(value)
+        };
+        drop(journal);
+        self.emit((self.span_base, None), false, || EventKind::ExternalResolved {
+            key: key.to_owned(),
+            applied,
+        });
+        Ok(delivered)
     }
 
     /// The journaled calls of `scope` from its cursor on that no live call has consumed.
@@ -1107,7 +1157,14 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
         let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
         let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, ScopePath::root(), key, 0);
-        entry.set_value(Some(&journal::settle_value(status)));
+        let mut settled = journal::settle_value(status);
+        // The value's key, so a strict replay can tell a different outcome from the same one.
+        if let (Some(v), Some(map)) = (&value, settled.as_object_mut())
+            && let Ok(key) = journal::content_key(v)
+        {
+            map.insert("value_key".into(), Value::from(key.to_hex()));
+        }
+        entry.set_value(Some(&settled));
         let written = state.append_one(entry, Durability::Awaited);
         meta.status = status;
         meta.updated_at_ms = state.now_ms();
@@ -1133,9 +1190,11 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
     // Settled: the run is free for the next driver.
     state.keeper.cancel();
     super::lease::release(&state.engine, state.lease.as_ref());
-    let (cost, preview) = {
+    let (cost, preview, orphans) = {
         let journal = state.lock_journal();
-        (CostReport::fold(journal.all.iter().map(|e| &**e)), journal.replay.preview())
+        let preview = journal.replay.preview();
+        let orphans = if preview.orphaned > 0 { journal.replay.first_orphans(20) } else { Vec::new() };
+        (CostReport::fold(journal.all.iter().map(|e| &**e)), preview, orphans)
     };
     let pending = if status == RunStatus::Suspended { state.pending() } else { Vec::new() };
     let mut dropped = std::mem::take(&mut *state.dropped.lock().unwrap_or_else(|p| p.into_inner()));
@@ -1157,6 +1216,7 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         usage: cost.total.usage,
         cost,
         preview,
+        orphans,
     }
 }
 

@@ -325,7 +325,7 @@ async fn pipeline_items_flow_through_stages_with_per_item_scopes() {
                 if text.contains('2') {
                     return Err(Error::validation("item two is bad"));
                 }
-                ctx.step("polish", StepOptions::default(), || async move { Ok(json!(text.to_uppercase())) })
+                ctx.step("polish", StepOptions::default(), |_| async move { Ok(json!(text.to_uppercase())) })
                     .await
             }),
         ];
@@ -334,14 +334,22 @@ async fn pipeline_items_flow_through_stages_with_per_item_scopes() {
             .pipeline(
                 items.clone(),
                 stages.clone(),
-                PipelineOptions { on_item_error: OnItemError::Drop, concurrency: Some(2) },
+                PipelineOptions {
+                    on_item_error: OnItemError::Drop,
+                    concurrency: Some(2),
+                    ..Default::default()
+                },
             )
             .await?;
         let collected = ctx
             .pipeline(
                 items,
                 stages,
-                PipelineOptions { on_item_error: OnItemError::Collect, concurrency: None },
+                PipelineOptions {
+                    on_item_error: OnItemError::Collect,
+                    concurrency: None,
+                    ..Default::default()
+                },
             )
             .await?;
         Ok(json!({ "dropped": dropped, "collected": collected }))
@@ -409,7 +417,7 @@ async fn a_live_resolution_wakes_a_waiting_branch() {
                     branch(|ctx| async move { ctx.await_external("k", Default::default()).await }),
                     branch(|ctx| async move {
                         // Keep one branch live while the other waits.
-                        ctx.step("wait a bit", StepOptions::default(), || async {
+                        ctx.step("wait a bit", StepOptions::default(), |_| async {
                             tokio::time::sleep(Duration::from_millis(200)).await;
                             Ok(json!("done"))
                         })
@@ -484,7 +492,13 @@ async fn the_stream_is_cut_when_the_ceiling_is_crossed() {
     let wf = Workflow::new("long", |ctx, _| async move {
         ctx.agent(
             "write a lot",
-            AgentOptions { est_cost: Some(Money::from_usd(0.0001).unwrap()), ..Default::default() },
+            // The worst turn (the prompt plus 400 output tokens) fits the ceiling; this
+            // provider ignores the cap and is cut instead.
+            AgentOptions {
+                est_cost: Some(Money::from_usd(0.0001).unwrap()),
+                max_output_tokens: Some(400),
+                ..Default::default()
+            },
         )
         .await
     });
@@ -574,7 +588,7 @@ async fn child_workflows_get_a_sub_account_and_their_own_scope() {
     let store = Arc::new(MemoryStore::new());
     let provider = Arc::new(Counting::default());
     let child = Workflow::new("child", |ctx, args| async move {
-        let remaining = ctx.budget_remaining().map(Money::nano_usd);
+        let remaining = ctx.budget_remaining().await?.map(Money::nano_usd);
         let answer = ctx.agent(&format!("child {args}"), AgentOptions::default()).await?;
         Ok(json!({ "answer": answer, "remaining": remaining }))
     });
@@ -582,7 +596,7 @@ async fn child_workflows_get_a_sub_account_and_their_own_scope() {
     let wf = Workflow::new("parent", |ctx, _| async move {
         let a = ctx.workflow("child", json!(1), WorkflowOptions::default()).await?;
         let b = ctx.workflow("child", json!(2), WorkflowOptions::default()).await?;
-        Ok(json!([a, b, ctx.budget_spent().nano_usd()]))
+        Ok(json!([a, b, ctx.budget_spent().await?.nano_usd()]))
     });
     let options = RunOptions { budget_usd: Some(10.0), ..RunOptions::default() };
     let handle = engine.run(&wf, json!({}), options).unwrap();
@@ -710,7 +724,7 @@ async fn host_calls_and_steps_are_journaled_and_replayed() {
     let wf = Workflow::new("calls", |ctx, _| async move {
         let sum = ctx.call("add", json!({"a": 2, "b": 3}), CallOptions::default()).await?;
         let step = ctx
-            .step("fetch", StepOptions { deps: vec![sum.clone()], ..Default::default() }, || async {
+            .step("fetch", StepOptions { deps: vec![sum.clone()], ..Default::default() }, |_| async {
                 Ok(json!("fetched"))
             })
             .await?;
@@ -1098,7 +1112,7 @@ async fn deferred_entries_become_durable_without_an_awaited_append() {
     let workflow = Workflow::new("deferred", move |ctx, _| {
         let (store, run) = (seen_store.clone(), seen_run.clone());
         async move {
-            ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await?;
+            ctx.step("s", StepOptions::default(), |_| async { Ok(json!(1)) }).await?;
             // Nothing awaited follows the step: the background flush must write it.
             for _ in 0..200 {
                 if store.load(&run).map(|raw| raw.len()).unwrap_or(0) == 2 {
@@ -1122,7 +1136,7 @@ async fn a_paid_result_reaches_the_workflow_durable_with_everything_queued_befor
     let workflow = Workflow::new("awaited", move |ctx, _| {
         let (store, run) = (seen_store.clone(), seen_run.clone());
         async move {
-            ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await?;
+            ctx.step("s", StepOptions::default(), |_| async { Ok(json!(1)) }).await?;
             ctx.random(None).await?;
             ctx.agent("paid", AgentOptions::default()).await?;
             // Read the store the moment the paid result arrives.
@@ -1147,7 +1161,7 @@ async fn a_paid_result_reaches_the_workflow_durable_with_everything_queued_befor
 async fn a_lost_deferred_write_fails_the_run_and_dispatches_nothing_after_it() {
     let (_store, provider, engine) = flaky_engine(true);
     let workflow = Workflow::new("lost", |ctx, _| async move {
-        ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await?;
+        ctx.step("s", StepOptions::default(), |_| async { Ok(json!(1)) }).await?;
         // Let the background flush fail before the next call.
         tokio::time::sleep(Duration::from_millis(100)).await;
         ctx.agent("never paid", AgentOptions::default()).await
@@ -1163,7 +1177,7 @@ async fn a_store_that_panics_fails_the_run_instead_of_hanging_it() {
     let (_store, _provider, _, engine) =
         probe_engine(ProbeStore { panic_steps: true, ..ProbeStore::default() }, 0);
     let workflow = Workflow::new("panicking_store", |ctx, _| async move {
-        ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await?;
+        ctx.step("s", StepOptions::default(), |_| async { Ok(json!(1)) }).await?;
         // An awaited write (a paid result) after the panic must not wait for ever either.
         ctx.agent("after the panic", AgentOptions::default()).await
     });
@@ -1182,7 +1196,7 @@ async fn a_store_that_panics_fails_the_run_instead_of_hanging_it() {
 async fn a_run_cannot_settle_ok_over_a_lost_write() {
     let (store, _provider, engine) = flaky_engine(true);
     let workflow = Workflow::new("lost_at_end", |ctx, _| async move {
-        ctx.step("s", StepOptions::default(), || async { Ok(json!(1)) }).await
+        ctx.step("s", StepOptions::default(), |_| async { Ok(json!(1)) }).await
     });
     let handle = engine.run(&workflow, json!({}), RunOptions::default()).unwrap();
     let run = handle.run_id().clone();

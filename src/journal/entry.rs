@@ -233,6 +233,33 @@ pub enum Segment {
         /// Which invocation of it in the parent scope (0-based).
         call: u32,
     },
+    /// The body of a step: `step:KEY:ordinal`, where `KEY` is the first 16 hex digits of the
+    /// step's content key and `ordinal` counts earlier steps with that key in the parent
+    /// scope. Both come from the step's identity, so an unrelated call inserted before the
+    /// step does not move its body.
+    Step {
+        /// The first 16 hex digits of the step's content key.
+        key: String,
+        /// Earlier same-key steps in the parent scope.
+        ordinal: u32,
+    },
+    /// A labelled site (`parallel`, `pipeline` or `workflow` given a `label`): `at:label:n`,
+    /// the `n`-th use of that label in the parent scope. The site's own counters start afresh
+    /// inside it, so inserting an unlabelled site before it does not shift it.
+    Site {
+        /// The label (no `/` or `:`).
+        label: String,
+        /// Earlier uses of the label in the parent scope.
+        index: u32,
+    },
+}
+
+impl Segment {
+    /// Whether `label` may name a [`Segment::Site`]: non-empty, at most 64 characters, no `/`
+    /// or `:`.
+    pub fn valid_label(label: &str) -> bool {
+        !label.is_empty() && label.chars().count() <= 64 && !label.contains(['/', ':'])
+    }
 }
 
 impl fmt::Display for Segment {
@@ -241,6 +268,8 @@ impl fmt::Display for Segment {
             Segment::Par { site, branch } => write!(f, "par:{site}:{branch}"),
             Segment::Pipe { stage, item } => write!(f, "pipe:{stage}:{item}"),
             Segment::Wf { name, call } => write!(f, "wf:{name}:{call}"),
+            Segment::Step { key, ordinal } => write!(f, "step:{key}:{ordinal}"),
+            Segment::Site { label, index } => write!(f, "at:{label}:{index}"),
         }
     }
 }
@@ -282,7 +311,8 @@ impl ScopePath {
     /// Parses and validates the textual form.
     ///
     /// # Errors
-    /// [`InvalidScopePath`] when a segment is not `par:N:N`, `pipe:N:N` or `wf:NAME:N`.
+    /// [`InvalidScopePath`] when a segment is not `par:N:N`, `pipe:N:N`, `wf:NAME:N`,
+    /// `step:HEX16:N` or `at:LABEL:N`.
     pub fn parse(text: &str) -> Result<ScopePath, InvalidScopePath> {
         if !text.is_empty() {
             for part in text.split('/') {
@@ -332,6 +362,10 @@ fn parse_segment(part: &str) -> Option<Segment> {
         "par" => Some(Segment::Par { site: number(a)?, branch: number(b)? }),
         "pipe" => Some(Segment::Pipe { stage: number(a)?, item: number(b)? }),
         "wf" if !a.is_empty() => Some(Segment::Wf { name: a.to_owned(), call: number(b)? }),
+        "step" if a.len() == 16 && a.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)) => {
+            Some(Segment::Step { key: a.to_owned(), ordinal: number(b)? })
+        }
+        "at" if Segment::valid_label(a) => Some(Segment::Site { label: a.to_owned(), index: number(b)? }),
         _ => None,
     }
 }

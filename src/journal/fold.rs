@@ -172,6 +172,19 @@ pub fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
     })
 }
 
+/// The last settlement the journal records: its status and, when the run settled with a
+/// value, the content key of that value (hex), for a strict replay to compare with.
+pub fn last_settlement_outcome(entries: &[Entry]) -> Option<(RunStatus, Option<String>)> {
+    entries.iter().rev().filter(|e| e.kind == Kind::Decision).find_map(|e| {
+        let value = e.value()?;
+        if value.get("type")?.as_str()? != SETTLE_DECISION {
+            return None;
+        }
+        let status = serde_json::from_value(value.get("status")?.clone()).ok()?;
+        Some((status, value.get("value_key").and_then(Value::as_str).map(str::to_owned)))
+    })
+}
+
 /// Whether the journal records a settlement with status `ok` anywhere: a finished run is
 /// history, so its unmemoized `limit` entries replay instead of re-paying.
 pub fn settled_ok<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> bool {

@@ -23,10 +23,10 @@ pub use entry::{
     Status, intern, raw_json,
 };
 pub use fold::{
-    Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement, settle_value,
-    settled_ok,
+    Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement,
+    last_settlement_outcome, settle_value, settled_ok,
 };
-pub use replay::{Match, Outcome, Preview, Replay, ReplayOptions};
+pub use replay::{Match, Orphan, Outcome, Preview, Replay, ReplayOptions};
 
 use crate::store::RawEntry;
 

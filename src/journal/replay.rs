@@ -40,6 +40,55 @@ pub struct Preview {
     pub orphaned: u64,
 }
 
+/// A journaled call no live call consumed: what a strict replay names when it fails.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Orphan {
+    /// The seq of its first entry.
+    pub seq: Seq,
+    /// What kind of call it was.
+    pub kind: super::Kind,
+    /// Where it sat.
+    pub scope: ScopePath,
+    /// Its content key.
+    pub key: ContentKey,
+    /// Its label or name, if it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+impl Orphan {
+    fn of(entry: &Entry) -> Orphan {
+        Orphan {
+            seq: entry.seq,
+            kind: entry.kind,
+            scope: entry.scope.clone(),
+            key: entry.key,
+            label: entry.label.clone().or_else(|| entry.name.clone()),
+        }
+    }
+}
+
+impl std::fmt::Display for Orphan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scope = if self.scope.is_root() {
+            "the root scope".to_owned()
+        } else {
+            format!("scope '{}'", self.scope)
+        };
+        write!(
+            f,
+            "the {} at seq {} in {scope} (key {})",
+            self.kind.as_str(),
+            self.seq,
+            &self.key.to_hex()[..16]
+        )?;
+        if let Some(label) = &self.label {
+            write!(f, ", {label:?}")?;
+        }
+        Ok(())
+    }
+}
+
 /// The result of matching one live call.
 #[derive(Debug, Clone)]
 pub struct Match {
@@ -108,6 +157,12 @@ pub struct Replay {
     resolutions: Resolutions,
     abandons: Abandons,
     invalidated: HashSet<Seq>,
+    /// Scopes whose records are accounted for without being matched one by one: the body
+    /// of a step or child workflow that replayed whole (its body never ran).
+    covered: HashSet<Box<str>>,
+    /// Every settlement decision: its seq and whether it ended the segment in failure
+    /// (`error` or `cancelled`), after which a resume retries what failed.
+    settlements: Vec<(Seq, bool)>,
     run_settled_ok: bool,
     tail: Seq,
     preview: Preview,
@@ -131,13 +186,22 @@ impl Replay {
             resolutions,
             abandons,
             invalidated: options.invalidate.iter().copied().collect(),
+            covered: HashSet::default(),
+            settlements: Vec::new(),
             run_settled_ok,
             tail,
             preview: Preview::default(),
         };
         let mut by_seq: HashMap<Seq, usize> = HashMap::new();
         for entry in entries {
-            if entry.kind.is_ref_entry() || is_settlement(&entry) {
+            if is_settlement(&entry) {
+                let status =
+                    entry.value().and_then(|v| v.get("status").and_then(|s| s.as_str().map(str::to_owned)));
+                let failed = matches!(status.as_deref(), Some("error" | "cancelled"));
+                replay.settlements.push((entry.seq, failed));
+                continue;
+            }
+            if entry.kind.is_ref_entry() {
                 continue;
             }
             match (entry.status, entry.target) {
@@ -273,9 +337,61 @@ impl Replay {
         Match { ordinal, outcome }
     }
 
-    /// The preview so far, with `orphaned` counting every record not yet consumed.
+    /// The decision the engine journaled at a site (identified by `key` in `scope`), if it
+    /// still holds, and the ordinal a new decision there takes.
+    ///
+    /// Decisions record choices whose outcome timing made (which branch of a fail-fast
+    /// fan-out failed first and which siblings it cancelled, an admission refused). Every
+    /// journaled decision with the key is accounted for (never orphaned) and never counts
+    /// as a call. The latest holds unless it was invalidated at resume or a segment after it
+    /// settled `error` or `cancelled` (a resume then retries what failed, and a new decision
+    /// is journaled if it fails again).
+    pub fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
+        let Some(state) = self.scopes.get(scope) else { return (0, None) };
+        let Some(positions) = state.by_key.get(&key) else { return (0, None) };
+        let indices: Vec<usize> = positions.iter().map(|&p| state.records[p]).collect();
+        let mut latest = None;
+        for &index in &indices {
+            self.records[index].consumed = true;
+            latest = Some(self.records[index].latest.clone());
+        }
+        let ordinal = indices.len() as u32;
+        let holds = latest.filter(|entry| {
+            !self.invalidated.contains(&entry.seq)
+                && !self.settlements.iter().any(|&(seq, failed)| failed && seq > entry.seq)
+        });
+        (ordinal, holds)
+    }
+
+    /// Accounts for every record in `scope` and below without matching them: the body of a
+    /// call that replayed whole (a step, a child workflow) never runs, so its records are
+    /// served by the call's own result, not orphaned.
+    pub fn cover(&mut self, scope: &ScopePath) {
+        if !scope.is_root() && !self.covered.contains(scope.as_str()) {
+            self.covered.insert(Box::from(scope.as_str()));
+        }
+    }
+
+    /// Whether a record in `scope` lies in a covered scope.
+    fn is_covered(&self, scope: &ScopePath) -> bool {
+        if self.covered.is_empty() {
+            return false;
+        }
+        let text = scope.as_str();
+        text.match_indices('/')
+            .map(|(at, _)| &text[..at])
+            .chain(std::iter::once(text))
+            .any(|prefix| self.covered.contains(prefix))
+    }
+
+    fn is_orphan(&self, record: &Record) -> bool {
+        !record.consumed && !self.is_covered(&record.first.scope)
+    }
+
+    /// The preview so far, with `orphaned` counting every record not yet consumed (nor
+    /// covered by a call that replayed whole).
     pub fn preview(&self) -> Preview {
-        let orphaned = self.records.iter().filter(|r| !r.consumed).count() as u64;
+        let orphaned = self.records.iter().filter(|r| self.is_orphan(r)).count() as u64;
         Preview { orphaned, ..self.preview }
     }
 
@@ -294,7 +410,12 @@ impl Replay {
 
     /// The first entries of the records no live call consumed, in journal order.
     pub fn orphans(&self) -> Vec<Arc<Entry>> {
-        self.records.iter().filter(|r| !r.consumed).map(|r| r.first.clone()).collect()
+        self.records.iter().filter(|r| self.is_orphan(r)).map(|r| r.first.clone()).collect()
+    }
+
+    /// The first `limit` orphans, in journal order, as a report names them.
+    pub fn first_orphans(&self, limit: usize) -> Vec<Orphan> {
+        self.records.iter().filter(|r| self.is_orphan(r)).take(limit).map(|r| Orphan::of(&r.first)).collect()
     }
 }
 
