@@ -225,6 +225,8 @@ fn tool_engine(fake: &FakeProvider, dir: &std::path::Path) -> (Arc<MemoryStore>,
         .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
         .toolset(cairn::fs_read_toolset(dir).unwrap())
         .retries(0, Duration::from_millis(1))
+        // A simulated crash leaves the run's lease held: short, so the next engine gets it.
+        .lease_ttl(Duration::from_millis(100))
         .build()
         .unwrap();
     (store, engine)
@@ -571,6 +573,8 @@ fn an_ask_suspended_turn_is_charged_once_across_a_crash() {
                 ..cairn::Permissions::allow_all()
             })
             .retries(0, Duration::from_millis(1))
+            // A simulated crash leaves the run's lease held: short, so the next engine gets it.
+            .lease_ttl(Duration::from_millis(100))
             .build()
             .unwrap()
     };
