@@ -7,8 +7,8 @@
 //! The runtime knows nothing about journals: it returns what happened, and the engine
 //! journals it.
 
-pub(crate) mod cost;
 mod context_bound;
+pub(crate) mod cost;
 mod fs_read;
 #[cfg(test)]
 mod loop_tests;
@@ -19,9 +19,9 @@ mod tools;
 
 pub(crate) use context_bound::DEFAULT_MAX_CONTEXT_TOKENS;
 pub use fs_read::fs_read_toolset;
+pub(crate) use fs_read::{SearchBounds, fs_read_toolset_bounded};
 pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
 pub(crate) use retry::Backoff;
-pub(crate) use fs_read::{SearchBounds, fs_read_toolset_bounded};
 pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
 
 use std::sync::Arc;
