@@ -23,7 +23,9 @@ const PRICED_ECHO: &str = r#"
 default = "echo:default"
 [providers.echo]
 kind = "echo"
-prices = { default = [1000.0, 2000.0] }
+# Priced high enough to show in budget reads, low enough that a call's worst turn
+# (8192 output tokens) fits the tests' ceilings.
+prices = { default = [1000.0, 200.0] }
 "#;
 
 fn write(dir: &Path, name: &str, text: &str) {
