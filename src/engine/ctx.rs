@@ -206,6 +206,8 @@ pub struct Ctx {
     parent_span: Option<u64>,
     pub(crate) cancel: CancellationToken,
     depth: u32,
+    /// This context's place in its fan-out's admission order (`None` outside fan-outs).
+    pub(crate) admission: Option<super::admission::Ticket>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -232,6 +234,7 @@ impl Ctx {
             parent_span: None,
             cancel,
             depth: 0,
+            admission: None,
         }
     }
 
@@ -247,6 +250,7 @@ impl Ctx {
             parent_span: Some(self.span),
             cancel,
             depth: self.depth,
+            admission: self.admission.clone(),
         }
     }
 
@@ -539,7 +543,7 @@ impl Ctx {
                 _ => Money::from_nano_usd(500_000_000),
             }
         });
-        let reservation = match self.run.budget.reserve(self.account, reserve) {
+        let reservation = match self.admit(reserve, key, matched.ordinal).await {
             Ok(reservation) => reservation,
             Err(denied) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
@@ -977,6 +981,8 @@ impl Ctx {
             // Past its deadline: the timeout is the wait's resolution, unless one came first.
             return self.run.time_out_external(key, seq, deadline);
         }
+        // A branch waiting for input does not hold up its siblings' admission.
+        self.pass_admission_turn_now();
         self.run.emit(self.span_pair(span), false, || EventKind::ExternalWaiting {
             key: key.into(),
             prompt: prompt.map(str::to_owned),

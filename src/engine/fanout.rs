@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::Dropped;
+use super::admission::Turns;
 use super::ctx::{Ctx, ParallelOptions, PipelineOptions};
 use crate::error::{Error, ErrorCode};
 use crate::journal::{ContentKey, Entry, Kind, Segment, Seq, Status};
@@ -213,6 +214,7 @@ impl Ctx {
     }
 
     async fn parallel_here(&self, branches: Vec<Branch>, opts: ParallelOptions) -> Result<Vec<Value>, Error> {
+        self.pass_admission_turn().await;
         let site = self.next_parallel_site();
         if branches.is_empty() {
             return Ok(Vec::new());
@@ -241,19 +243,23 @@ impl Ctx {
         } else {
             None
         };
+        let turns = Turns::new(total);
         let runs: Vec<_> = branches
             .into_iter()
             .enumerate()
             .map(|(index, body)| {
-                let ctx = self.nested(
+                let mut ctx = self.nested(
                     &Segment::Par { site, branch: index as u32 },
                     group.child_token(),
                     self.account,
                 );
+                let ticket = turns.ticket(index);
+                ctx.admission = Some(ticket.clone());
                 let group = group.clone();
                 let fail_fast = fail_fast.clone();
                 async move {
                     let result = body(ctx).await;
+                    ticket.pass();
                     if let Some(fail_fast) = &fail_fast {
                         fail_fast.finished(index, &result, &group);
                     }
@@ -357,6 +363,7 @@ impl Ctx {
         stages: Vec<Stage>,
         opts: PipelineOptions,
     ) -> Result<Vec<Value>, Error> {
+        self.pass_admission_turn().await;
         if stages.is_empty() || stages.len() > MAX_STAGES {
             return Err(Error::config(format!(
                 "a pipeline takes 1 to {MAX_STAGES} stages, not {}",
@@ -368,10 +375,12 @@ impl Ctx {
         }
         let group = self.cancel.child_token();
         let stages = Arc::new(stages);
+        let turns = Turns::new(items.len());
         let runs: Vec<_> = items
             .into_iter()
             .enumerate()
             .map(|(index, item)| {
+                let ticket = turns.ticket(index);
                 let stages = stages.clone();
                 let group = group.clone();
                 let parent = self.clone();
@@ -381,7 +390,8 @@ impl Ctx {
                     let mut result = Ok(());
                     for (stage_index, stage) in stages.iter().enumerate() {
                         let segment = Segment::Pipe { stage: stage_index as u32, item: index as u32 };
-                        let ctx = parent.nested(&segment, group.child_token(), parent.account);
+                        let mut ctx = parent.nested(&segment, group.child_token(), parent.account);
+                        ctx.admission = Some(ticket.clone());
                         match stage(ctx, value.clone()).await {
                             Ok(next) => value = next,
                             Err(error) => {
@@ -390,6 +400,7 @@ impl Ctx {
                             }
                         }
                     }
+                    ticket.pass();
                     if result.is_err() && throw {
                         group.cancel();
                     }

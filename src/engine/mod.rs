@@ -5,6 +5,7 @@
 //!
 //! Nothing here is global: two engines in one process share nothing.
 
+mod admission;
 mod budget;
 mod cost;
 mod ctx;
@@ -14,6 +15,8 @@ mod identity;
 mod run;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_journal;
 
 use std::collections::HashMap;
 use std::fmt;

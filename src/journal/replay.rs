@@ -307,7 +307,10 @@ impl Replay {
                 || self.invalidated.contains(&record.latest.seq)
                 || record.terminal.as_ref().is_some_and(|t| self.invalidated.contains(&t.seq)),
         };
-        let outcome = match disposition(input) {
+        // A decision in a call's place (an admission refusal) is final: timing made it, and
+        // a replay must not make it again. Invalidating it reruns the call.
+        let decided = record.first.kind == super::Kind::Decision && !input.invalidated && !input.abandoned;
+        let outcome = match if decided { Disposition::Replay } else { disposition(input) } {
             Disposition::Replay => {
                 self.preview.hits += 1;
                 match (&record.terminal, effective) {
