@@ -52,6 +52,17 @@ pub enum ErrorCode {
     ScriptError,
     /// A bug or an unexpected state inside cairn, or a storage failure.
     Internal,
+    /// Another process is driving the run (it holds the run's lease).
+    RunBusy,
+    /// The store could not be written or read: no space left, a file-size limit, a
+    /// read-only file or file system, an I/O error. Nothing acknowledged is lost; resume the
+    /// run once the store is writable again.
+    StoreIo,
+    /// A resume would run again completed, paid calls whose identity changed (model,
+    /// prompt, tools, schema, options), and re-keying was not accepted.
+    RekeyRefused,
+    /// A model with no price was asked for under a finite budget ceiling.
+    UnpricedModel,
 }
 
 /// Whether a failure says something about the task or only about the path to it.
@@ -68,7 +79,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -87,6 +98,10 @@ impl ErrorCode {
         ErrorCode::SandboxLimit,
         ErrorCode::ScriptError,
         ErrorCode::Internal,
+        ErrorCode::RunBusy,
+        ErrorCode::StoreIo,
+        ErrorCode::RekeyRefused,
+        ErrorCode::UnpricedModel,
     ];
 
     /// The snake_case name, as persisted.
@@ -110,6 +125,10 @@ impl ErrorCode {
             ErrorCode::SandboxLimit => "sandbox_limit",
             ErrorCode::ScriptError => "script_error",
             ErrorCode::Internal => "internal",
+            ErrorCode::RunBusy => "run_busy",
+            ErrorCode::StoreIo => "store_io",
+            ErrorCode::RekeyRefused => "rekey_refused",
+            ErrorCode::UnpricedModel => "unpriced_model",
         }
     }
 
@@ -127,7 +146,10 @@ impl ErrorCode {
             | ErrorCode::ProviderRateLimit
             | ErrorCode::ProviderUnavailable
             | ErrorCode::Transport
-            | ErrorCode::Internal => ErrorClass::Transport,
+            | ErrorCode::Internal
+            | ErrorCode::RunBusy
+            | ErrorCode::StoreIo
+            | ErrorCode::RekeyRefused => ErrorClass::Transport,
             ErrorCode::JournalMiss
             | ErrorCode::Config
             | ErrorCode::Validation
@@ -138,7 +160,8 @@ impl ErrorCode {
             | ErrorCode::ContextOverflow
             | ErrorCode::ContentFilter
             | ErrorCode::SandboxLimit
-            | ErrorCode::ScriptError => ErrorClass::Task,
+            | ErrorCode::ScriptError
+            | ErrorCode::UnpricedModel => ErrorClass::Task,
         }
     }
 }

@@ -33,6 +33,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod agent;
+pub mod alloc;
 pub mod cli;
 pub mod clock;
 mod engine;
@@ -44,15 +45,17 @@ pub mod provider;
 pub mod script;
 pub mod store;
 pub mod testing;
+pub mod text;
 mod usage;
 
 pub use agent::{Permission, PermissionHook, Permissions, Tool, Toolset, fs_read_toolset, toolset_hash};
+pub use alloc::CountingAlloc;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use engine::{
     AgentOptions, AgentProfile, Branch, CallOptions, CostLine, CostReport, Ctx, Dropped, Engine,
     EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, ExternalOptions, HostFn, OnError, OnItemError,
-    ParallelOptions, Pending, PipelineOptions, Registered, ResumeOptions, RetryPolicy, RunHandle, RunOptions,
-    RunOutcome, Script, ScriptDialect, Stage, StepOptions, UnpricedUsage, Workflow, WorkflowFn,
+    ParallelOptions, Pending, PipelineOptions, Registered, Resolution, ResumeOptions, RetryPolicy, RunHandle,
+    RunOptions, RunOutcome, Script, ScriptDialect, Stage, StepOptions, UnpricedUsage, Workflow, WorkflowFn,
     WorkflowOptions, branch, stage,
 };
 pub use error::{Error, ErrorClass, ErrorCode};

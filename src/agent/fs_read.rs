@@ -15,8 +15,16 @@
 //!   reachable through an inside link are found under their real path anyway, and skipping
 //!   links rules out cycles and double-reported matches. `list_dir` names every entry but
 //!   says which links leave the root, without following them.
-//! - On Linux, every opened file is re-checked through `/proc/self/fd`, so a link swapped in
-//!   between the check and the open is still refused.
+//! - Every open goes through a directory handle of the root (`cap-std`'s `Dir`: `openat2`
+//!   with `RESOLVE_BENEATH` on Linux, a careful component walk elsewhere), which refuses to
+//!   leave the root whatever the path's links do at that instant. The checks above only word
+//!   the refusal; the handle is what enforces it, so a link swapped in between a check and an
+//!   open (check-then-use) still cannot reach outside. On Linux every opened file is also
+//!   re-checked through `/proc/self/fd`.
+//! - `search_text` is bounded three ways: the compiled regex (and its lazy DFA) in size, the
+//!   bytes one call scans (default 64 MiB, `max_scan_bytes` per toolset), and the time one
+//!   call may take (default 30 s, `timeout_ms`); it stops at once when the call is abandoned
+//!   (the run was cancelled), checking between files and between lines.
 //!
 //! Every answer is bounded (bytes, lines, entries, matches, files scanned) and says so in a
 //! bracketed note when it was cut, so the model knows to narrow or page. All file I/O runs
@@ -27,6 +35,8 @@ use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use regex::Regex;
@@ -59,8 +69,28 @@ const SEARCH_MAX_FILES: usize = 20_000;
 const SEARCH_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// Bytes of a matching line shown in a search result; longer lines are cut.
 const SEARCH_LINE_CAP: usize = 500;
-/// Compiled-regex size limit, so a pathological pattern fails fast instead of eating memory.
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// Compiled-regex size limit, so a pathological pattern fails fast instead of eating memory
+/// (and a huge program cannot make every line slow to match).
+const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// The lazy DFA's cache bound per regex.
+const REGEX_DFA_SIZE_LIMIT: usize = 8 * 1024 * 1024;
+/// The default bound on one `search_text` call's time.
+pub(crate) const SEARCH_DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The bounds of one toolset's searches (`max_scan_bytes`, `timeout_ms` in its config).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SearchBounds {
+    /// Bytes one call reads at most.
+    pub(crate) max_scan_bytes: u64,
+    /// Time one call may take.
+    pub(crate) timeout: Duration,
+}
+
+impl Default for SearchBounds {
+    fn default() -> SearchBounds {
+        SearchBounds { max_scan_bytes: SEARCH_MAX_BYTES, timeout: SEARCH_DEFAULT_TIMEOUT }
+    }
+}
 
 /// The `fs-read` toolset over `root`: `read_file`, `list_dir` and `search_text`, each
 /// confined to `root` (see the module docs for the rules).
@@ -68,6 +98,11 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// `root` must exist and be a directory; it is canonicalized once here, so later moves of
 /// a link that named it do not move the confinement.
 pub fn fs_read_toolset(root: &Path) -> Result<Toolset, Error> {
+    fs_read_toolset_bounded(root, SearchBounds::default())
+}
+
+/// [`fs_read_toolset`] with its search bounds set.
+pub(crate) fn fs_read_toolset_bounded(root: &Path, bounds: SearchBounds) -> Result<Toolset, Error> {
     let canonical = fs::canonicalize(root)
         .map_err(|e| Error::config(format!("the fs-read root {} cannot be resolved: {e}", root.display())))?;
     let meta = fs::metadata(&canonical).map_err(|e| {
@@ -76,10 +111,12 @@ pub fn fs_read_toolset(root: &Path) -> Result<Toolset, Error> {
     if !meta.is_dir() {
         return Err(Error::config(format!("the fs-read root {} is not a directory", root.display())));
     }
-    let root = Arc::new(Root { path: canonical });
+    let dir = cap_std::fs::Dir::open_ambient_dir(&canonical, cap_std::ambient_authority())
+        .map_err(|e| Error::config(format!("the fs-read root {} cannot be opened: {e}", root.display())))?;
+    let root = Arc::new(Root { path: canonical, dir });
     let tools: Vec<Arc<dyn Tool>> = [Kind::ReadFile, Kind::ListDir, Kind::SearchText]
         .into_iter()
-        .map(|kind| Arc::new(FsTool { kind, root: root.clone(), parameters: kind.parameters() }) as _)
+        .map(|kind| Arc::new(FsTool { kind, root: root.clone(), parameters: kind.parameters(), bounds }) as _)
         .collect();
     Ok(Toolset::new("fs-read", tools))
 }
@@ -174,6 +211,7 @@ struct FsTool {
     kind: Kind,
     root: Arc<Root>,
     parameters: Value,
+    bounds: SearchBounds,
 }
 
 impl Tool for FsTool {
@@ -198,13 +236,55 @@ impl Tool for FsTool {
         // tool must not trust that every caller went through the engine.
         let request = Request::parse(self.kind, &args);
         let root = self.root.clone();
+        let bounds = self.bounds;
         Box::pin(async move {
             let request = request?;
-            tokio::task::spawn_blocking(move || request.run(&root))
+            // Dropping this future (the run was cancelled, the agent gave up) stops the
+            // blocking work too: it checks the flag between files and lines.
+            let abandoned = Arc::new(AtomicBool::new(false));
+            let _stop = StopOnDrop(abandoned.clone());
+            let limits =
+                Limits { deadline: Instant::now() + bounds.timeout, bounds, abandoned: abandoned.clone() };
+            tokio::task::spawn_blocking(move || request.run(&root, &limits))
                 .await
                 .map_err(|e| Error::internal(format!("the fs-read task did not finish: {e}")))?
         })
     }
+}
+
+/// Sets the flag when the call's future is dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One call's bounds: its deadline, its scan budget, and whether it was abandoned.
+struct Limits {
+    deadline: Instant,
+    bounds: SearchBounds,
+    abandoned: Arc<AtomicBool>,
+}
+
+impl Limits {
+    /// Why the call must stop now, if it must.
+    fn stop(&self) -> Option<Stop> {
+        if self.abandoned.load(Ordering::Relaxed) {
+            Some(Stop::Abandoned)
+        } else if Instant::now() >= self.deadline {
+            Some(Stop::Deadline)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stop {
+    Abandoned,
+    Deadline,
 }
 
 /// A call's arguments, checked and typed.
@@ -255,6 +335,7 @@ impl Request {
                 }
                 let pattern = regex::RegexBuilder::new(&source)
                     .size_limit(REGEX_SIZE_LIMIT)
+                    .dfa_size_limit(REGEX_DFA_SIZE_LIMIT)
                     .build()
                     .map_err(|e| Error::validation(format!("{name}: `pattern` is not a valid regex: {e}")))?;
                 Request::Search {
@@ -268,11 +349,13 @@ impl Request {
     }
 
     /// Runs the request; blocking, so it is called on the blocking pool.
-    fn run(self, root: &Root) -> Result<String, Error> {
+    fn run(self, root: &Root, limits: &Limits) -> Result<String, Error> {
         match self {
             Request::Read { path, offset, limit } => read_file(root, &path, offset, limit),
             Request::List { path } => list_dir(root, &path),
-            Request::Search { pattern, path, max_results } => search_text(root, &pattern, &path, max_results),
+            Request::Search { pattern, path, max_results } => {
+                search_text(root, &pattern, &path, max_results, limits)
+            }
         }
     }
 }
@@ -342,15 +425,25 @@ fn io_failed(arg: &str, e: &io::Error) -> Error {
     }
 }
 
-/// The canonical root every path is confined to.
+/// The canonical root every path is confined to, and a handle of it every open goes through.
 #[derive(Debug)]
 struct Root {
     path: PathBuf,
+    dir: cap_std::fs::Dir,
 }
 
 impl Root {
     /// Resolves a model-supplied path to a canonical path under the root, or refuses it.
     fn resolve(&self, arg: &str) -> Result<PathBuf, Error> {
+        Root::lexical(arg)?;
+        let rel = Path::new(arg);
+        let joined = self.path.join(rel);
+        self.resolve_joined(arg, &joined)
+    }
+
+    /// Refuses absolute paths and `..` that climbs above the root, before any file system
+    /// access, so the refusal says why.
+    fn lexical(arg: &str) -> Result<(), Error> {
         let rel = Path::new(arg);
         let mut depth: usize = 0;
         for component in rel.components() {
@@ -369,7 +462,11 @@ impl Root {
                 Component::Normal(_) => depth += 1,
             }
         }
-        let joined = self.path.join(rel);
+        Ok(())
+    }
+
+    fn resolve_joined(&self, arg: &str, joined: &Path) -> Result<PathBuf, Error> {
+        let joined = joined.to_owned();
         match fs::canonicalize(&joined) {
             Ok(canonical) => {
                 self.confine(arg, &canonical)?;
@@ -426,35 +523,69 @@ impl Root {
         Ok(())
     }
 
-    /// Opens a regular file at a path already known to be under the root.
-    fn open_file(&self, arg: &str, path: &Path) -> Result<File, Error> {
-        // Checked before opening as well as after: opening a FIFO would block.
-        let meta = fs::metadata(path).map_err(|e| io_failed(arg, &e))?;
+    /// Runs `op` on the model's path `arg` beneath the root handle, which refuses to leave
+    /// the root whatever links the path crosses at that instant. A refusal or failure is
+    /// worded by [`Root::resolve`]'s checks; a link inside the root with an absolute target
+    /// (which the handle will not follow) is retried along its canonical path, again beneath
+    /// the handle.
+    fn beneath<T>(&self, arg: &str, op: impl Fn(&Path) -> io::Result<T>) -> Result<T, Error> {
+        Root::lexical(arg)?;
+        let rel = if arg.is_empty() { Path::new(".") } else { Path::new(arg) };
+        let error = match op(rel) {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        let canonical = self.resolve(arg)?;
+        if error.kind() == io::ErrorKind::PermissionDenied
+            && let Ok(inside) = canonical.strip_prefix(&self.path)
+        {
+            let inside = if inside.as_os_str().is_empty() { Path::new(".") } else { inside };
+            return op(inside).map_err(|e| self.refusal(arg, &e));
+        }
+        Err(io_failed(arg, &error))
+    }
+
+    /// A failure of an open beneath the root, after the path looked inside: a link that was
+    /// swapped meanwhile shows up here as a refusal.
+    fn refusal(&self, arg: &str, error: &io::Error) -> Error {
+        match self.resolve(arg) {
+            Err(worded) => worded,
+            Ok(_) if error.kind() == io::ErrorKind::PermissionDenied => {
+                denied(format!("{arg:?} cannot be opened beneath the workspace root"))
+            }
+            Ok(_) => io_failed(arg, error),
+        }
+    }
+
+    /// Opens a regular file at `arg` beneath the root.
+    fn open_file(&self, arg: &str) -> Result<File, Error> {
+        // Checked before opening as well as after: opening a FIFO would block (it is also
+        // opened non-blocking, should one be swapped in between).
+        let meta = self.beneath(arg, |rel| self.dir.metadata(rel))?;
         if meta.is_dir() {
             return Err(failed(format!("{arg:?} is a directory; use list_dir")));
         }
         if !meta.is_file() {
             return Err(failed(format!("{arg:?} is not a regular file")));
         }
-        let file = File::open(path).map_err(|e| io_failed(arg, &e))?;
+        let mut options = cap_std::fs::OpenOptions::new();
+        options.read(true);
+        #[cfg(unix)]
+        {
+            use cap_std::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_NONBLOCK);
+        }
+        let file = self.beneath(arg, |rel| self.dir.open_with(rel, &options))?.into_std();
         self.verify_opened(arg, &file)?;
         if !file.metadata().map_err(|e| io_failed(arg, &e))?.is_file() {
             return Err(failed(format!("{arg:?} is not a regular file")));
         }
         Ok(file)
     }
-
-    /// `path` relative to the root with `/` separators, for output.
-    fn relative(&self, path: &Path) -> String {
-        let rel = path.strip_prefix(&self.path).unwrap_or(path);
-        let parts: Vec<_> = rel.components().map(|c| c.as_os_str().to_string_lossy()).collect();
-        if parts.is_empty() { ".".to_owned() } else { parts.join("/") }
-    }
 }
 
 fn read_file(root: &Root, arg: &str, offset: u64, limit: u64) -> Result<String, Error> {
-    let path = root.resolve(arg)?;
-    let file = root.open_file(arg, &path)?;
+    let file = root.open_file(arg)?;
     let window = read_window(BufReader::with_capacity(64 * 1024, file), offset, limit, READ_BYTE_CAP)
         .map_err(|e| io_failed(arg, &e))?;
     let Some(window) = window else {
@@ -582,12 +713,15 @@ impl Window {
 }
 
 fn list_dir(root: &Root, arg: &str) -> Result<String, Error> {
-    let dir = root.resolve(arg)?;
-    let meta = fs::metadata(&dir).map_err(|e| io_failed(arg, &e))?;
+    let meta = root.beneath(arg, |rel| root.dir.metadata(rel))?;
     if !meta.is_dir() {
         return Err(failed(format!("{arg:?} is not a directory; use read_file")));
     }
-    let mut entries: Vec<(OsString, Option<fs::FileType>)> = fs::read_dir(&dir)
+    // The listing is read through a handle opened beneath the root: whatever the path's
+    // links do meanwhile, these are entries of a directory inside it.
+    let dir = root.beneath(arg, |rel| root.dir.open_dir(rel))?;
+    let mut entries: Vec<(OsString, Option<cap_std::fs::FileType>)> = dir
+        .entries()
         .map_err(|e| io_failed(arg, &e))?
         .filter_map(|entry| entry.ok())
         .map(|entry| (entry.file_name(), entry.file_type().ok()))
@@ -603,18 +737,27 @@ fn list_dir(root: &Root, arg: &str) -> Result<String, Error> {
             let shown = name.to_string_lossy();
             match file_type {
                 Some(t) if t.is_dir() => format!("{shown}/"),
-                Some(t) if t.is_symlink() => match fs::canonicalize(dir.join(name)) {
-                    // A link that stays inside is shown as what it points at.
-                    Ok(target) if target.starts_with(&root.path) => {
-                        if target.is_dir() {
-                            format!("{shown}/")
-                        } else {
-                            shown.into_owned()
+                Some(t) if t.is_symlink() => {
+                    // Followed beneath the directory's handle, or along its canonical path
+                    // beneath the root: a link that leaves is refused either way.
+                    let target = dir.metadata(name).or_else(|_| {
+                        let joined = dir_join(arg, &shown);
+                        match root.beneath(&joined, |rel| root.dir.metadata(rel)) {
+                            Ok(meta) => Ok(meta),
+                            Err(e) if e.code == ErrorCode::ToolDenied => Err(true),
+                            Err(_) => Err(false),
                         }
+                    });
+                    match target {
+                        // A link that stays inside is shown as what it points at.
+                        Ok(meta) if meta.is_dir() => format!("{shown}/"),
+                        Ok(_) => shown.into_owned(),
+                        Err(true) => {
+                            format!("{shown}  [symbolic link leading outside the workspace root; refused]")
+                        }
+                        Err(false) => format!("{shown}  [broken symbolic link]"),
                     }
-                    Ok(_) => format!("{shown}  [symbolic link leading outside the workspace root; refused]"),
-                    Err(_) => format!("{shown}  [broken symbolic link]"),
-                },
+                }
                 _ => shown.into_owned(),
             }
         })
@@ -625,11 +768,33 @@ fn list_dir(root: &Root, arg: &str) -> Result<String, Error> {
     Ok(lines.join("\n"))
 }
 
-/// What a search walk still has to visit: real directories and regular files under the
-/// root, never links.
+/// The model's path with `.` dropped and `..` applied (it was checked not to climb above the
+/// root), `/`-separated, `.` for the root itself: how results name files.
+fn normalized(arg: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for component in Path::new(arg).components() {
+        match component {
+            Component::Normal(part) => parts.push(part.to_string_lossy().into_owned()),
+            Component::ParentDir => {
+                parts.pop();
+            }
+            _ => {}
+        }
+    }
+    if parts.is_empty() { ".".to_owned() } else { parts.join("/") }
+}
+
+/// `name` under the model's directory argument, as a root-relative path.
+fn dir_join(dir: &str, name: &str) -> String {
+    let dir = dir.trim_end_matches('/');
+    if dir.is_empty() || dir == "." { name.to_owned() } else { format!("{dir}/{name}") }
+}
+
+/// What a search walk still has to visit, as root-relative paths (opened beneath the root
+/// handle when their turn comes): real directories and regular files, never links.
 enum Item {
-    Dir(PathBuf),
-    File(PathBuf),
+    Dir(String),
+    File(String),
 }
 
 /// What a search skipped or where it stopped, for the closing note.
@@ -643,24 +808,49 @@ struct SearchStats {
     unreadable: usize,
     more_matches: bool,
     scan_cap: bool,
+    deadline: bool,
 }
 
-fn search_text(root: &Root, pattern: &Regex, arg: &str, max_results: u64) -> Result<String, Error> {
-    let start = root.resolve(arg)?;
-    let meta = fs::metadata(&start).map_err(|e| io_failed(arg, &e))?;
+fn search_text(
+    root: &Root,
+    pattern: &Regex,
+    arg: &str,
+    max_results: u64,
+    limits: &Limits,
+) -> Result<String, Error> {
+    let meta = root.beneath(arg, |rel| root.dir.metadata(rel))?;
+    // Results name files by their real path under the root (a start through an inside link
+    // reports where the files are); every open below still goes through the root handle.
+    let start = match root.resolve(arg) {
+        Ok(canonical) => match canonical.strip_prefix(&root.path) {
+            Ok(inside) => normalized(&inside.to_string_lossy()),
+            Err(_) => normalized(arg),
+        },
+        Err(e) => return Err(e),
+    };
     let mut stack = vec![if meta.is_dir() { Item::Dir(start) } else { Item::File(start) }];
     let mut results: Vec<String> = Vec::new();
     let mut stats = SearchStats::default();
     'walk: while let Some(item) = stack.pop() {
+        match limits.stop() {
+            Some(Stop::Abandoned) => {
+                return Err(Error::new(ErrorCode::Cancelled, "search_text was abandoned"));
+            }
+            Some(Stop::Deadline) => {
+                stats.deadline = true;
+                break 'walk;
+            }
+            None => {}
+        }
         match item {
-            Item::Dir(dir) => {
-                // Re-confirm before reading: the walk never follows links, but a directory
-                // could have been swapped for one since it was listed.
-                if !fs::canonicalize(&dir).is_ok_and(|c| c.starts_with(&root.path)) {
+            Item::Dir(rel) => {
+                // Opened beneath the root: a directory swapped for a link since it was
+                // listed is refused, never followed out.
+                let Ok(dir) = root.dir.open_dir(Path::new(&rel)) else {
                     stats.unreadable += 1;
                     continue;
-                }
-                let Ok(read) = fs::read_dir(&dir) else {
+                };
+                let Ok(read) = dir.entries() else {
                     stats.unreadable += 1;
                     continue;
                 };
@@ -672,27 +862,39 @@ fn search_text(root: &Root, pattern: &Regex, arg: &str, max_results: u64) -> Res
                         stats.unreadable += 1;
                         continue;
                     };
+                    let name = entry.file_name().to_string_lossy().into_owned();
                     if file_type.is_symlink() {
                         stats.links += 1;
                     } else if file_type.is_dir() {
-                        if !entry.file_name().to_string_lossy().starts_with('.') {
-                            stack.push(Item::Dir(entry.path()));
+                        if !name.starts_with('.') {
+                            stack.push(Item::Dir(dir_join(&rel, &name)));
                         }
                     } else if file_type.is_file() {
-                        stack.push(Item::File(entry.path()));
+                        stack.push(Item::File(dir_join(&rel, &name)));
                     }
                 }
             }
-            Item::File(path) => {
-                if stats.files >= SEARCH_MAX_FILES || stats.bytes >= SEARCH_MAX_BYTES {
+            Item::File(rel) => {
+                if stats.files >= SEARCH_MAX_FILES || stats.bytes >= limits.bounds.max_scan_bytes {
                     stats.scan_cap = true;
                     break 'walk;
                 }
-                let rel = root.relative(&path);
-                let Some(text) = read_searchable(root, &rel, &path, &mut stats)? else {
+                let Some(text) = read_searchable(root, &rel, &mut stats, limits)? else {
                     continue;
                 };
                 for (index, line) in text.lines().enumerate() {
+                    if index % 256 == 0 {
+                        match limits.stop() {
+                            Some(Stop::Abandoned) => {
+                                return Err(Error::new(ErrorCode::Cancelled, "search_text was abandoned"));
+                            }
+                            Some(Stop::Deadline) => {
+                                stats.deadline = true;
+                                break 'walk;
+                            }
+                            None => {}
+                        }
+                    }
                     if !pattern.is_match(line) {
                         continue;
                     }
@@ -714,8 +916,15 @@ fn search_text(root: &Root, pattern: &Regex, arg: &str, max_results: u64) -> Res
     }
     if stats.scan_cap {
         notes.push(format!(
-            "[stopped after scanning {} files ({} bytes), the most one search reads; narrow the path]",
+            "[stopped early after scanning {} files ({} bytes), the most one search reads; narrow the path]",
             stats.files, stats.bytes
+        ));
+    }
+    if stats.deadline {
+        notes.push(format!(
+            "[stopped early at the {} s time limit of one search after {} files; narrow the pattern or path]",
+            limits.bounds.timeout.as_secs_f64(),
+            stats.files
         ));
     }
     let skipped: Vec<String> = [
@@ -743,10 +952,10 @@ fn search_text(root: &Root, pattern: &Regex, arg: &str, max_results: u64) -> Res
 fn read_searchable(
     root: &Root,
     rel: &str,
-    path: &Path,
     stats: &mut SearchStats,
+    limits: &Limits,
 ) -> Result<Option<String>, Error> {
-    let file = match root.open_file(rel, path) {
+    let file = match root.open_file(rel) {
         Ok(file) => file,
         Err(e) if e.code == ErrorCode::ToolDenied => return Err(e),
         Err(_) => {
@@ -758,9 +967,11 @@ fn read_searchable(
         stats.large += 1;
         return Ok(None);
     }
+    // Bounded even if the file grew since its size was read, and by what the call may
+    // still scan.
+    let budget = limits.bounds.max_scan_bytes.saturating_sub(stats.bytes);
     let mut bytes = Vec::new();
-    // Bounded even if the file grew since its size was read.
-    if file.take(SEARCH_FILE_CAP + 1).read_to_end(&mut bytes).is_err() {
+    if file.take((SEARCH_FILE_CAP + 1).min(budget.saturating_add(1))).read_to_end(&mut bytes).is_err() {
         stats.unreadable += 1;
         return Ok(None);
     }
@@ -769,6 +980,10 @@ fn read_searchable(
     if bytes.len() as u64 > SEARCH_FILE_CAP {
         stats.large += 1;
         return Ok(None);
+    }
+    if bytes.len() as u64 > budget {
+        // Past the call's scan budget: the walk stops at the next file.
+        bytes.truncate(budget as usize);
     }
     if bytes.contains(&0) {
         stats.binary += 1;

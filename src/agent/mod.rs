@@ -7,10 +7,21 @@
 //! The runtime knows nothing about journals: it returns what happened, and the engine
 //! journals it.
 
+mod context_bound;
+pub(crate) mod cost;
 mod fs_read;
+#[cfg(test)]
+mod loop_tests;
+mod permissions;
+mod retry;
+mod schema;
 mod tools;
 
+pub(crate) use context_bound::DEFAULT_MAX_CONTEXT_TOKENS;
 pub use fs_read::fs_read_toolset;
+pub(crate) use fs_read::{SearchBounds, fs_read_toolset_bounded};
+pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
+pub(crate) use retry::Backoff;
 pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
 
 use std::sync::Arc;
@@ -39,8 +50,14 @@ const TOOL_CORRECTIONS: u32 = 3;
 pub(crate) trait BudgetHooks: Send + Sync {
     /// The turn guard: may another model turn start?
     fn can_start_turn(&self) -> bool;
-    /// The stream cut: would spending `cost` on this call cross a ceiling?
+    /// The stream cut: records that this call has consumed `cost` so far (in flight, seen by
+    /// its siblings at once) and says whether settled plus in-flight spend crosses a ceiling.
     fn would_cross(&self, cost: Money) -> bool;
+    /// The turn guard of a priced call: records `used` so far and grants the next turn up to
+    /// `want`; `Ok(None)` when unbounded, `Err(available)` when less than `floor` is left.
+    fn grant_turn(&self, _used: Money, _want: Money, _floor: Money) -> Result<Option<Money>, Money> {
+        Ok(None)
+    }
     /// Persists the loop's state at a turn boundary, so a rerun continues from here.
     fn checkpoint(&self, _state: &Checkpoint) {}
     /// Asks a person to approve a tool call (the permission chain said `ask`). Resolves to
@@ -59,6 +76,8 @@ pub(crate) struct ApprovalRequest {
     pub(crate) tool: String,
     /// Its arguments.
     pub(crate) arguments: Value,
+    /// How long to wait for an answer before the call counts as denied.
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// The loop's state at a turn boundary, as checkpointed.
@@ -75,6 +94,12 @@ pub(crate) struct Checkpoint {
     /// Tool calls the last turn requested that have not all produced results yet.
     #[serde(default)]
     pub(crate) pending: Vec<PendingCall>,
+    /// Structured-output re-prompts made so far.
+    #[serde(default)]
+    pub(crate) reprompts: u32,
+    /// Tool calls with invalid arguments answered so far (toward the correction limit).
+    #[serde(default)]
+    pub(crate) corrections: u32,
 }
 
 /// A requested tool call not yet answered.
@@ -84,6 +109,9 @@ pub(crate) struct PendingCall {
     wire_id: Option<String>,
     name: String,
     arguments: Value,
+    /// The parse error when the model's argument text was not valid JSON, with that text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    malformed: Option<String>,
 }
 
 /// Everything one agent invocation needs.
@@ -96,6 +124,8 @@ pub(crate) struct AgentSpec {
     pub(crate) max_tool_calls: Option<u32>,
     pub(crate) max_retries: u32,
     pub(crate) retry_base: Duration,
+    /// The backoff's cap and the `Retry-After` clamp (`retry_base` is the base).
+    pub(crate) backoff: Backoff,
     pub(crate) price: Option<Price>,
     /// Models to fail over to, in order, when the serving one keeps failing retryably.
     pub(crate) fallbacks: Vec<Fallback>,
@@ -105,6 +135,8 @@ pub(crate) struct AgentSpec {
     pub(crate) call_key: crate::journal::ContentKey,
     /// Where a previous attempt stopped, to continue from.
     pub(crate) resume_from: Option<Checkpoint>,
+    /// The bound on a turn's estimated input tokens; older tool results are elided past it.
+    pub(crate) max_context_tokens: u64,
 }
 
 /// A declared fallback model.
@@ -129,16 +161,31 @@ fn fails_over(code: ErrorCode) -> bool {
     )
 }
 
-/// Cost so far: `None` once any usage was served by an unpriced model.
+/// Cost so far (`None` once any usage was served by an unpriced model), and the usage of
+/// attempts abandoned by a failover, which the loop's own usage does not count.
 #[derive(Debug, Clone, Copy)]
-struct Spend(Option<Money>);
+struct Spend {
+    cost: Option<Money>,
+    carried: Usage,
+}
 
 impl Spend {
+    fn new() -> Spend {
+        Spend { cost: Some(Money::ZERO), carried: Usage::default() }
+    }
+
     fn add(&mut self, price: Option<Price>, usage: &Usage) {
-        self.0 = match (self.0, price) {
+        self.cost = match (self.cost, price) {
             (Some(total), Some(price)) => Some(total + price.cost(usage)),
             _ => None,
         };
+    }
+
+    /// Charges the usage of an attempt abandoned for a fallback, at the abandoned model's
+    /// price, and keeps it for the journaled usage.
+    fn carry(&mut self, price: Option<Price>, usage: &Usage) {
+        self.add(price, usage);
+        self.carried += *usage;
     }
 }
 
@@ -173,13 +220,13 @@ pub(crate) async fn run(
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> AgentRun {
     let mut usage = Usage::default();
-    let mut spend = Spend(Some(Money::ZERO));
+    let mut spend = Spend::new();
     let mut state = spec.resume_from.take().unwrap_or_default();
     if !state.messages.is_empty() {
         spec.request.messages = std::mem::take(&mut state.messages);
     }
-    let mut reprompts = 0;
-    let mut invalid_calls = 0;
+    let mut reprompts = state.reprompts;
+    let mut invalid_calls = state.corrections;
     if !spec.tools.is_empty() {
         spec.request.tools = spec
             .tools
@@ -190,6 +237,9 @@ pub(crate) async fn run(
                 parameters: t.parameters().clone(),
             })
             .collect();
+    }
+    if let Some(schema) = &spec.schema {
+        schema::show_schema(&mut spec.request, schema);
     }
     let validator = match spec.schema.as_ref().map(jsonschema::validator_for).transpose() {
         Ok(v) => v,
@@ -224,12 +274,15 @@ pub(crate) async fn run(
                 });
             }
             spec.request.messages.push(Message { role: Role::User, parts: results });
+            context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
             hooks.checkpoint(&Checkpoint {
                 messages: spec.request.messages.clone(),
                 turns: state.turns,
                 tool_calls: state.tool_calls,
                 usage: state.usage,
                 pending: Vec::new(),
+                reprompts,
+                corrections: invalid_calls,
             });
         }
         if state.turns >= spec.max_turns {
@@ -243,6 +296,7 @@ pub(crate) async fn run(
             return finish(&spec, AgentEnd::Limit(error), usage, spend);
         }
         state.turns += 1;
+        context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
         let turn = match turn_with_retries(&mut spec, &usage, hooks, cancel, on_delta, &mut spend).await {
             Ok(turn) => turn,
             Err((end, partial)) => {
@@ -288,6 +342,7 @@ pub(crate) async fn run(
                     wire_id: Some(call.wire_id),
                     name: call.name,
                     arguments: call.arguments,
+                    malformed: call.malformed,
                 });
             }
             spec.request.messages.push(Message { role: Role::Assistant, parts });
@@ -299,6 +354,8 @@ pub(crate) async fn run(
                 tool_calls: state.tool_calls,
                 usage: state.usage,
                 pending: state.pending.clone(),
+                reprompts,
+                corrections: invalid_calls,
             });
             continue;
         }
@@ -330,11 +387,19 @@ pub(crate) async fn run(
         }
         reprompts += 1;
         spec.request.messages.push(Message { role: Role::Assistant, parts: vec![Part::Text(turn.text)] });
-        let correction = format!(
-            "Your reply did not match the required JSON Schema:\n- {}\nReply again with only a JSON value that matches the schema.",
-            problems.join("\n- ")
-        );
+        let correction = schema::correction(&problems, spec.schema.as_ref().unwrap_or(&Value::Null));
         spec.request.messages.push(Message { role: Role::User, parts: vec![Part::Text(correction)] });
+        // A repair turn is a turn boundary like any other: a rerun sends this correction
+        // instead of paying for the invalid turn again.
+        hooks.checkpoint(&Checkpoint {
+            messages: spec.request.messages.clone(),
+            turns: state.turns,
+            tool_calls: state.tool_calls,
+            usage: state.usage,
+            pending: Vec::new(),
+            reprompts,
+            corrections: invalid_calls,
+        });
     }
 }
 
@@ -353,12 +418,15 @@ async fn answer_tool_call(
             true,
         ));
     };
-    let problems: Vec<String> = match jsonschema::validator_for(tool.parameters()) {
-        Ok(validator) => validator
-            .iter_errors(&call.arguments)
-            .map(|e| format!("at '{}': {e}", e.instance_path()))
-            .collect(),
-        Err(e) => vec![format!("the tool's parameter schema is invalid: {e}")],
+    let problems: Vec<String> = match &call.malformed {
+        Some(parse_error) => vec![parse_error.clone()],
+        None => match jsonschema::validator_for(tool.parameters()) {
+            Ok(validator) => validator
+                .iter_errors(&call.arguments)
+                .map(|e| format!("at '{}': {e}", e.instance_path()))
+                .collect(),
+            Err(e) => vec![format!("the tool's parameter schema is invalid: {e}")],
+        },
     };
     if !problems.is_empty() {
         *invalid_calls += 1;
@@ -378,6 +446,7 @@ async fn answer_tool_call(
                 key: format!("approve:{}:{}", &spec.call_key.to_hex()[..12], call.id),
                 tool: call.name.clone(),
                 arguments: call.arguments.clone(),
+                timeout: spec.permissions.ask_timeout,
             };
             match hooks.approve(&request).await {
                 Ok(true) => {}
@@ -393,7 +462,9 @@ async fn answer_tool_call(
 }
 
 fn finish(spec: &AgentSpec, end: AgentEnd, usage: Usage, spend: Spend) -> AgentRun {
-    AgentRun { end, usage, cost: spend.0, served_by: spec.served_by.clone() }
+    let mut usage = usage;
+    usage += spend.carried;
+    AgentRun { end, usage, cost: spend.cost, served_by: spec.served_by.clone() }
 }
 
 struct Turn {
@@ -408,6 +479,8 @@ struct RequestedCall {
     wire_id: String,
     name: String,
     arguments: Value,
+    /// Set when the arguments were not valid JSON: the parse error and the raw text.
+    malformed: Option<String>,
 }
 
 /// One turn, retried on retryable faults with exponential backoff (or the provider's
@@ -431,13 +504,8 @@ async fn turn_with_retries(
             }
             Err((AgentEnd::Error(error), partial)) if error.retryable && attempt < spec.max_retries => {
                 wasted += partial;
-                let backoff = match error.retry_after_ms {
-                    Some(ms) => Duration::from_millis(ms),
-                    None => {
-                        spec.retry_base.saturating_mul(1 << attempt.min(16))
-                            + jitter(spec.retry_base, attempt)
-                    }
-                };
+                let timing = Backoff { base: spec.retry_base, ..spec.backoff };
+                let backoff = timing.delay(spec.call_key.as_bytes(), attempt, error.retry_after_ms);
                 attempt += 1;
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
@@ -453,7 +521,7 @@ async fn turn_with_retries(
                 // Retries are spent: move to the next declared fallback. The call keeps its
                 // identity (the requested model); only `served_by` changes.
                 wasted += partial;
-                spend.add(spec.price, &wasted);
+                spend.carry(spec.price, &wasted);
                 wasted = Usage::default();
                 let next = spec.fallbacks.remove(0);
                 tracing::warn!(from = %spec.served_by, to = %next.served_by, code = %error.code, "failing over");
@@ -471,13 +539,6 @@ async fn turn_with_retries(
     }
 }
 
-/// Up to a quarter of `base`, varied per attempt so concurrent retries spread out.
-fn jitter(base: Duration, attempt: u32) -> Duration {
-    let spread = (base.as_millis() as u64 / 4).max(1);
-    let mixed = (u64::from(attempt) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    Duration::from_millis(mixed % spread)
-}
-
 async fn one_turn(
     spec: &AgentSpec,
     spent_before: &Usage,
@@ -485,9 +546,21 @@ async fn one_turn(
     cancel: &CancellationToken,
     on_delta: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<Turn, (AgentEnd, Usage)> {
+    if cancel.is_cancelled() {
+        // Stopped before this turn was sent: it costs nothing.
+        let error = Error::new(ErrorCode::Cancelled, "the call was cancelled");
+        return Err((AgentEnd::Cancelled(error), Usage::default()));
+    }
+    let request = match cost::turn_request(spec, spent_before, budget) {
+        Ok(request) => request,
+        Err(error) => return Err((AgentEnd::Limit(error), Usage::default())),
+    };
     let stream_cancel = cancel.child_token();
-    let mut stream = spec.provider.stream(spec.request.clone(), stream_cancel.clone());
+    let mut stream = spec.provider.stream(request, stream_cancel.clone());
     let mut text = String::new();
+    // Characters streamed so far of every kind the provider bills as output: text,
+    // reasoning and tool-call arguments.
+    let mut streamed = 0usize;
     let mut tool_calls = Vec::new();
     let mut live = Usage::default();
     // One registration for the whole turn, not one per event.
@@ -498,80 +571,62 @@ async fn one_turn(
             biased;
             _ = &mut cancelled => {
                 stream_cancel.cancel();
-                let partial = estimate_partial(&spec.request, &text, live);
+                let partial = estimate_partial(&spec.request, streamed, live);
                 return Err((AgentEnd::Cancelled(Error::new(ErrorCode::Cancelled, "the call was cancelled")), partial));
             }
             event = stream.next() => event,
         };
         let Some(event) = event else {
             let error = Error::new(ErrorCode::Transport, "the stream ended without a terminal event");
-            return Err((AgentEnd::Error(error), estimate_partial(&spec.request, &text, live)));
+            return Err((AgentEnd::Error(error), estimate_partial(&spec.request, streamed, live)));
         };
         match event {
             ChatEvent::TextDelta(delta) => {
                 on_delta(&delta);
+                streamed += delta.chars().count();
                 text.push_str(&delta);
             }
             ChatEvent::Usage(usage) => live = usage,
             ChatEvent::ToolCallEnd { wire_id, name, arguments } => {
-                tool_calls.push(RequestedCall { wire_id, name, arguments })
+                tool_calls.push(RequestedCall { wire_id, name, arguments, malformed: None })
+            }
+            ChatEvent::ToolCallInvalid { wire_id, name, raw_arguments, error } => {
+                tool_calls.push(tools::malformed_call(wire_id, name, &raw_arguments, &error))
             }
             ChatEvent::Finish { reason, usage } => {
                 return Ok(Turn { text, tool_calls, reason, usage });
             }
             ChatEvent::Error(error) => {
-                let partial = estimate_partial(&spec.request, &text, live);
+                let partial = estimate_partial(&spec.request, streamed, live);
                 return Err((AgentEnd::Error(error), partial));
             }
-            ChatEvent::ReasoningDelta(_)
-            | ChatEvent::ToolCallStart { .. }
-            | ChatEvent::ToolCallDelta { .. }
-            | ChatEvent::ProviderRaw { .. } => {}
+            ChatEvent::ReasoningDelta(delta) => streamed += delta.chars().count(),
+            ChatEvent::ToolCallDelta { arguments_delta, .. } => streamed += arguments_delta.chars().count(),
+            ChatEvent::ToolCallStart { .. } | ChatEvent::ProviderRaw { .. } => {}
         }
         // The live cut: price what this call has consumed so far and stop the stream the
         // moment it would cross the ceiling.
         if let Some(price) = spec.price {
             let mut so_far = *spent_before;
-            so_far += estimate_partial(&spec.request, &text, live);
+            so_far += estimate_partial(&spec.request, streamed, live);
             if budget.would_cross(price.cost(&so_far)) {
                 stream_cancel.cancel();
                 let error =
                     Error::new(ErrorCode::BudgetExhausted, "the stream was cut at the budget ceiling");
-                return Err((AgentEnd::Limit(error), estimate_partial(&spec.request, &text, live)));
+                return Err((AgentEnd::Limit(error), estimate_partial(&spec.request, streamed, live)));
             }
         }
     }
 }
 
-/// Usage of an unfinished turn: the provider's running figure when it sent one, else an
-/// estimate from lengths (about four characters a token), marked approximate.
-fn estimate_partial(request: &ChatRequest, text: &str, live: Usage) -> Usage {
-    if live.total_tokens() > 0 && live.output_tokens >= estimate_tokens(text) {
-        return Usage { approximate: true, ..live };
-    }
-    let input = live.input_tokens.max(estimate_request_tokens(request));
-    Usage { input_tokens: input, output_tokens: estimate_tokens(text), approximate: true, ..Usage::default() }
+/// Usage of an unfinished turn, marked approximate: see [`cost::partial_usage`].
+fn estimate_partial(request: &ChatRequest, streamed_chars: usize, live: Usage) -> Usage {
+    cost::partial_usage(request, streamed_chars, live)
 }
 
 /// About four characters a token, at least one for any text.
-pub(crate) fn estimate_tokens(text: &str) -> u64 {
-    if text.is_empty() { 0 } else { (text.chars().count() as u64).div_ceil(4) }
-}
-
-/// Estimated input tokens of a request.
-pub(crate) fn estimate_request_tokens(request: &ChatRequest) -> u64 {
-    let mut total = request.system.as_deref().map_or(0, estimate_tokens);
-    for message in &request.messages {
-        for part in &message.parts {
-            total += match part {
-                Part::Text(text) => estimate_tokens(text),
-                Part::ToolResult { content, .. } => estimate_tokens(content),
-                Part::ToolCall { arguments, .. } => estimate_tokens(&arguments.to_string()),
-                Part::ProviderRaw { .. } => 0,
-            };
-        }
-    }
-    total
+fn estimate_tokens(text: &str) -> u64 {
+    crate::provider::estimate_tokens_for_chars(text.chars().count())
 }
 
 /// The JSON value in a reply: the whole text, or the first fenced block, or the span from

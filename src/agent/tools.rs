@@ -107,6 +107,8 @@ pub struct Permissions {
     pub hook: Option<PermissionHook>,
     /// What happens when nothing else decided.
     pub default: Permission,
+    /// How long an `ask` waits for a person before it counts as denied (`None`: forever).
+    pub ask_timeout: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for Permissions {
@@ -116,6 +118,7 @@ impl fmt::Debug for Permissions {
             .field("ask", &self.ask)
             .field("hook", &self.hook.is_some())
             .field("default", &self.default)
+            .field("ask_timeout", &self.ask_timeout)
             .finish()
     }
 }
@@ -123,7 +126,13 @@ impl fmt::Debug for Permissions {
 impl Permissions {
     /// Allow every tool call.
     pub fn allow_all() -> Permissions {
-        Permissions { deny: Vec::new(), ask: Vec::new(), hook: None, default: Permission::Allow }
+        Permissions {
+            deny: Vec::new(),
+            ask: Vec::new(),
+            hook: None,
+            default: Permission::Allow,
+            ask_timeout: None,
+        }
     }
 
     /// Decides one call.
@@ -138,6 +147,21 @@ impl Permissions {
             return decision;
         }
         self.default.clone()
+    }
+}
+
+/// A tool call whose argument text is not valid JSON: kept in the conversation with empty
+/// arguments (every wire accepts an object) and answered with the parse error, which names the
+/// text the model sent (cut to a few hundred characters).
+pub(super) fn malformed_call(wire_id: String, name: String, raw: &str, error: &str) -> super::RequestedCall {
+    const SHOWN: usize = 300;
+    let shown: String = raw.chars().take(SHOWN).collect();
+    let cut = if raw.chars().count() > SHOWN { "..." } else { "" };
+    super::RequestedCall {
+        wire_id,
+        name,
+        arguments: Value::Object(Default::default()),
+        malformed: Some(format!("the arguments are not valid JSON ({error}): {shown:?}{cut}")),
     }
 }
 
@@ -190,6 +214,7 @@ mod tests {
                 (tool == "fetch").then_some(Permission::Deny("no network".into()))
             })),
             default: Permission::Allow,
+            ask_timeout: None,
         };
         assert!(matches!(permissions.decide("rm_all", &Value::Null), Permission::Deny(_)));
         assert_eq!(permissions.decide("write_file", &Value::Null), Permission::Ask);

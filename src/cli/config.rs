@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::engine::{AgentProfile, EngineBuilder};
 use crate::error::{Error, ErrorCode};
-use crate::model::{InvocationRole, ModelRef, Price, PriceTable};
+use crate::model::{InvocationRole, ModelRef, PriceTable};
 use crate::money::Money;
 use crate::provider::anthropic::AnthropicProvider;
 use crate::provider::echo::EchoProvider;
@@ -48,6 +48,86 @@ pub(crate) struct Config {
     pub(crate) concurrency: Option<usize>,
     #[serde(default)]
     pub(crate) max_spawns: Option<u32>,
+    /// The permission chain of every tool call (a profile's own table replaces it).
+    #[serde(default)]
+    pub(crate) permissions: Option<crate::agent::PermissionsConfig>,
+    /// Retries of retryable provider faults, for every call.
+    #[serde(default)]
+    pub(crate) retry: Option<RetryConfig>,
+    #[serde(default)]
+    pub(crate) sandbox: SandboxConfig,
+    /// Set by `--record`/`--replay`: host-function exchanges go on, or come from, the tape.
+    #[serde(skip)]
+    pub(crate) host_tape: Option<Arc<crate::provider::cassette::HostTape>>,
+}
+
+/// `[retry]`: `max_attempts` (first included, default 4), `initial_backoff_ms` (250, doubled
+/// per attempt), `max_backoff_ms` (30000) and `max_retry_after_ms` (the longest provider
+/// `Retry-After` honoured, 60000).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryConfig {
+    max_attempts: Option<u32>,
+    initial_backoff_ms: Option<u64>,
+    max_backoff_ms: Option<u64>,
+    max_retry_after_ms: Option<u64>,
+}
+
+impl RetryConfig {
+    fn apply(self, builder: EngineBuilder) -> Result<EngineBuilder, Error> {
+        if self.max_attempts == Some(0) {
+            return Err(Error::config("retry.max_attempts: at least 1 (the first attempt counts)"));
+        }
+        let defaults = crate::agent::Backoff::default();
+        let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+        Ok(builder
+            .retries(
+                self.max_attempts.map_or(3, |n| n.saturating_sub(1)),
+                ms(self.initial_backoff_ms, defaults.base),
+            )
+            .retry_limits(
+                ms(self.max_backoff_ms, defaults.max),
+                ms(self.max_retry_after_ms, defaults.max_retry_after),
+            ))
+    }
+}
+
+/// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SandboxConfig {
+    /// The most memory a run's script may hold, all branches together, in MiB.
+    pub(crate) memory_mb: Option<u64>,
+    /// The longest a script may run, in seconds of wall-clock time.
+    pub(crate) wall_time_s: Option<f64>,
+    /// The operation budget of a run, all branches together.
+    pub(crate) max_operations: Option<u64>,
+}
+
+impl SandboxConfig {
+    /// The Rhai sandbox limits these settings give.
+    pub(crate) fn limits(&self) -> Result<crate::script::rhai::sandbox::SandboxLimits, Error> {
+        let mut limits = crate::script::rhai::sandbox::SandboxLimits::STANDARD;
+        if let Some(mb) = self.memory_mb {
+            if mb == 0 || mb > 1 << 20 {
+                return Err(Error::config("sandbox.memory_mb must be between 1 and 1048576"));
+            }
+            limits.max_memory = mb << 20;
+        }
+        if let Some(seconds) = self.wall_time_s {
+            if !(seconds > 0.0 && seconds <= 86_400.0) {
+                return Err(Error::config("sandbox.wall_time_s must be above 0 and at most 86400"));
+            }
+            limits.max_wall_time = std::time::Duration::from_secs_f64(seconds);
+        }
+        if let Some(operations) = self.max_operations {
+            if operations == 0 {
+                return Err(Error::config("sandbox.max_operations must be above 0"));
+            }
+            limits.max_operations = operations;
+        }
+        Ok(limits)
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -55,6 +135,10 @@ pub(crate) struct Config {
 pub(crate) struct BudgetConfig {
     /// The ceiling of runs started without `--budget`, in USD.
     pub(crate) default_usd: Option<f64>,
+    /// Lets models with no price run under a finite ceiling, each call reserving $0.50
+    /// (otherwise such a call is refused with `unpriced_model`).
+    #[serde(default)]
+    pub(crate) allow_unpriced: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -68,9 +152,37 @@ pub(crate) struct ProviderConfig {
     idle_timeout_ms: Option<u64>,
     /// Echo only: a latency per call.
     latency_ms: Option<u64>,
-    /// Prices in USD per million tokens for this provider's models (`model = [in, out]`).
+    /// Prices in USD per million tokens for this provider's models (`model = [in, out]` or
+    /// `model = { input, output, cache_read, cache_write, max_output }`).
     #[serde(default)]
-    prices: BTreeMap<String, [f64; 2]>,
+    prices: BTreeMap<String, super::price_config::PriceSpec>,
+    /// A price for every model of this provider not in `prices` (e.g. a demo price for echo).
+    #[serde(default)]
+    price: Option<super::price_config::PriceSpec>,
+    /// openai-compatible only: what the server's models support (native structured output,
+    /// tools, reasoning); unset fields keep the conservative default.
+    #[serde(default)]
+    capabilities: Option<CapabilitiesConfig>,
+}
+
+/// `capabilities = { native_schema = true, tools = true }` in a provider table.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CapabilitiesConfig {
+    native_schema: Option<bool>,
+    tools: Option<bool>,
+    reasoning: Option<bool>,
+}
+
+impl CapabilitiesConfig {
+    /// `base` with the declared fields replaced.
+    fn over(self, base: crate::provider::Capabilities) -> crate::provider::Capabilities {
+        crate::provider::Capabilities {
+            native_schema: self.native_schema.unwrap_or(base.native_schema),
+            tools: self.tools.unwrap_or(base.tools),
+            reasoning: self.reasoning.unwrap_or(base.reasoning),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -87,6 +199,9 @@ pub(crate) struct ProfileConfig {
     tools: Vec<String>,
     #[serde(default)]
     fallbacks: Vec<String>,
+    #[serde(default)]
+    permissions: Option<crate::agent::PermissionsConfig>,
+    max_context_tokens: Option<u64>,
 }
 
 /// A host function backed by a command: the call's JSON arguments on stdin, its JSON
@@ -96,6 +211,11 @@ pub(crate) struct ProfileConfig {
 pub(crate) struct HostFunctionConfig {
     command: Vec<String>,
     timeout_ms: Option<u64>,
+    /// The environment variables the command inherits (default `["PATH"]`); nothing else of
+    /// cairn's environment (API keys included) reaches it.
+    env: Option<Vec<String>>,
+    /// The most bytes read back from its stdout or stderr (default 16 MiB).
+    max_output_bytes: Option<u64>,
 }
 
 impl Config {
@@ -106,7 +226,76 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(Config::default()),
             Err(e) => return Err(Error::config(format!("cannot read {}: {e}", path.display()))),
         };
-        Config::parse(&text).map_err(|e| Error::config(format!("{}: {}", path.display(), e.message)))
+        let mut config =
+            Config::parse(&text).map_err(|e| Error::config(format!("{}: {}", path.display(), e.message)))?;
+        config.validate().map_err(|message| Error::config(format!("{}: {message}", path.display())))?;
+        config.resolve_relative_to(path.parent().unwrap_or(Path::new("")));
+        Ok(config)
+    }
+
+    /// The largest `concurrency` accepted (and the clamp of a script's `parallel` option).
+    pub(crate) const MAX_CONCURRENCY: usize = 10_000;
+
+    /// Checks the values serde cannot: one line naming the key and the value.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if let Some(n) = self.concurrency
+            && !(1..=Config::MAX_CONCURRENCY).contains(&n)
+        {
+            return Err(format!("concurrency = {n}: must be within 1..={}", Config::MAX_CONCURRENCY));
+        }
+        for (name, provider) in &self.providers {
+            if let Some(url) = &provider.base_url {
+                crate::provider::parse_base_url(url)
+                    .map_err(|why| format!("providers.{name}.base_url = {url:?}: {why}"))?;
+            }
+            if provider.idle_timeout_ms == Some(0) {
+                return Err(format!("providers.{name}.idle_timeout_ms = 0: must be positive"));
+            }
+        }
+        for (name, host) in &self.host_functions {
+            if host.timeout_ms == Some(0) {
+                return Err(format!("host_functions.{name}.timeout_ms = 0: must be positive"));
+            }
+            if host.max_output_bytes == Some(0) {
+                return Err(format!("host_functions.{name}.max_output_bytes = 0: must be positive"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves the relative paths of the file (`store`, `prices`, an `fs-read` root, a
+    /// host-function command with a `/`) against `dir`, the config file's directory, as cargo
+    /// does: the same config means the same files from any working directory.
+    pub(crate) fn resolve_relative_to(&mut self, dir: &Path) {
+        let join = |path: &str| -> String {
+            if Path::new(path).is_absolute() { path.to_owned() } else { dir.join(path).display().to_string() }
+        };
+        if let Some(store) = &self.store {
+            for scheme in ["sqlite:", "jsonl:"] {
+                if let Some(path) = store.strip_prefix(scheme)
+                    && !path.is_empty()
+                    && !path.starts_with("//")
+                {
+                    self.store = Some(format!("{scheme}{}", join(path)));
+                    break;
+                }
+            }
+        }
+        if let Some(prices) = &self.prices {
+            self.prices = Some(dir.join(prices));
+        }
+        for table in self.toolsets.values_mut() {
+            if let Some(toml::Value::String(root)) = table.get_mut("root") {
+                *root = join(root);
+            }
+        }
+        for host in self.host_functions.values_mut() {
+            if let Some(program) = host.command.first_mut()
+                && program.contains('/')
+            {
+                *program = join(program);
+            }
+        }
     }
 
     pub(crate) fn parse(text: &str) -> Result<Config, Error> {
@@ -136,15 +325,18 @@ impl Config {
             }
             None => PriceTable::shipped(),
         };
+        builder =
+            builder.dialect(Arc::new(crate::script::rhai::RhaiDialect::with_limits(self.sandbox.limits()?)));
         let mut registered: Vec<String> = vec!["echo".into()];
         for (name, provider) in &self.providers {
             let built = provider.build(name)?;
-            for (model, [input, output]) in &provider.prices {
-                let usd = |x: f64| {
-                    Money::from_usd(x).map_err(|e| Error::config(format!("price of {name}:{model}: {e}")))
-                };
-                prices.set(&format!("{name}:{model}"), Price::flat(usd(*input)?, usd(*output)?));
-            }
+            super::price_config::apply_provider_prices(
+                &mut prices,
+                name,
+                &provider.kind,
+                provider.price.as_ref(),
+                &provider.prices,
+            )?;
             registered.push(name.clone());
             builder = builder.provider(built);
         }
@@ -213,11 +405,12 @@ impl Config {
             if host.command.is_empty() {
                 return Err(Error::config(format!("host_functions.{name}: command is empty")));
             }
-            let command = host.command.clone();
-            let timeout = Duration::from_millis(host.timeout_ms.unwrap_or(60_000));
-            let fn_name = name.clone();
+            let mut command = host.command(name);
+            command.tape = self.host_tape.clone();
+            let command = Arc::new(command);
             builder = builder.host_function(name, move |args: Value| {
-                run_command(fn_name.clone(), command.clone(), timeout, args)
+                let command = command.clone();
+                async move { command.call(args).await }
             });
         }
         if let Some(n) = self.concurrency {
@@ -226,7 +419,13 @@ impl Config {
         if let Some(n) = self.max_spawns {
             builder = builder.max_spawns(n);
         }
-        Ok((builder.prices(prices), uses_echo))
+        if let Some(retry) = self.retry {
+            builder = retry.apply(builder)?;
+        }
+        if let Some(permissions) = &self.permissions {
+            builder = builder.permissions(permissions.build("permissions")?);
+        }
+        Ok((builder.prices(prices.allow_unpriced(self.budget.allow_unpriced)), uses_echo))
     }
 
     /// Names for lint: profiles, toolsets, host functions.
@@ -244,8 +443,10 @@ impl Config {
 fn build_toolset(name: &str, table: &toml::Table) -> Result<crate::agent::Toolset, Error> {
     let kind = table.get("kind").and_then(|k| k.as_str()).unwrap_or(name);
     for key in table.keys() {
-        if !matches!(key.as_str(), "kind" | "root") {
-            return Err(Error::config(format!("toolsets.{name}: unknown key {key:?} (use root)")));
+        if !matches!(key.as_str(), "kind" | "root" | "max_scan_bytes" | "timeout_ms") {
+            return Err(Error::config(format!(
+                "toolsets.{name}: unknown key {key:?} (use root, max_scan_bytes, timeout_ms)"
+            )));
         }
     }
     match kind {
@@ -253,13 +454,35 @@ fn build_toolset(name: &str, table: &toml::Table) -> Result<crate::agent::Toolse
             let root = table.get("root").and_then(|r| r.as_str()).ok_or_else(|| {
                 Error::config(format!("toolsets.{name}: set root = \"DIR\", the directory it may read"))
             })?;
-            let toolset = crate::agent::fs_read_toolset(Path::new(root))?;
+            let toolset =
+                crate::agent::fs_read_toolset_bounded(Path::new(root), search_bounds(name, table)?)?;
             Ok(crate::agent::Toolset::new(name, toolset.tools().to_vec()))
         }
         other => {
             Err(Error::config(format!("toolsets.{name}: unknown toolset kind {other:?} (built in: fs-read)")))
         }
     }
+}
+
+/// `max_scan_bytes` and `timeout_ms` of an `fs-read` toolset: positive integers.
+fn search_bounds(name: &str, table: &toml::Table) -> Result<crate::agent::SearchBounds, Error> {
+    let positive = |key: &str| -> Result<Option<u64>, Error> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(toml::Value::Integer(n)) if *n > 0 => Ok(Some(*n as u64)),
+            Some(other) => {
+                Err(Error::config(format!("toolsets.{name}.{key} = {other}: must be a positive integer")))
+            }
+        }
+    };
+    let mut bounds = crate::agent::SearchBounds::default();
+    if let Some(bytes) = positive("max_scan_bytes")? {
+        bounds.max_scan_bytes = bytes;
+    }
+    if let Some(ms) = positive("timeout_ms")? {
+        bounds.timeout = Duration::from_millis(ms);
+    }
+    Ok(bounds)
 }
 
 fn parse_model(text: &str, at: &str) -> Result<ModelRef, Error> {
@@ -282,6 +505,12 @@ impl ProviderConfig {
             })
         };
         let idle = self.idle_timeout_ms.map(Duration::from_millis);
+        if self.capabilities.is_some() && self.kind != "openai-compatible" {
+            return Err(Error::config(format!(
+                "providers.{name}.capabilities: only an openai-compatible provider takes declared capabilities ({} models' are known)",
+                self.kind
+            )));
+        }
         // The endpoint settings a table may override, applied alike to every keyed adapter.
         macro_rules! with_overrides {
             ($provider:expr) => {{
@@ -316,6 +545,9 @@ impl ProviderConfig {
                 if let Some(idle) = idle {
                     p = p.with_idle_timeout(idle);
                 }
+                if let Some(declared) = self.capabilities {
+                    p = p.with_capabilities(declared.over(crate::provider::Capabilities::CONSERVATIVE));
+                }
                 Arc::new(p)
             }
             "echo" => {
@@ -337,6 +569,20 @@ impl ProviderConfig {
             }
         };
         Ok(provider)
+    }
+}
+
+impl HostFunctionConfig {
+    /// The command this table configures, with its defaults filled in.
+    pub(crate) fn command(&self, name: &str) -> super::host_fn::HostCommand {
+        super::host_fn::HostCommand {
+            name: name.to_owned(),
+            command: self.command.clone(),
+            timeout: self.timeout_ms.map_or(super::host_fn::DEFAULT_TIMEOUT, Duration::from_millis),
+            env: self.env.clone().unwrap_or_else(|| vec!["PATH".to_owned()]),
+            max_output: self.max_output_bytes.unwrap_or(super::host_fn::DEFAULT_MAX_OUTPUT_BYTES),
+            tape: None,
+        }
     }
 }
 
@@ -365,44 +611,14 @@ impl ProfileConfig {
                 .iter()
                 .map(|m| parse_model(m, &format!("profiles.{name}.fallbacks")))
                 .collect::<Result<_, _>>()?,
+            permissions: self
+                .permissions
+                .as_ref()
+                .map(|p| p.build(&format!("profiles.{name}.permissions")))
+                .transpose()?,
+            max_context_tokens: self.max_context_tokens,
         })
     }
-}
-
-async fn run_command(
-    name: String,
-    command: Vec<String>,
-    timeout: Duration,
-    args: Value,
-) -> Result<Value, Error> {
-    use tokio::io::AsyncWriteExt;
-    let failed =
-        |message: String| Error::new(ErrorCode::ToolFailed, format!("host function {name}: {message}"));
-    let mut child = tokio::process::Command::new(&command[0])
-        .args(&command[1..])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| failed(format!("cannot start {:?}: {e}", command[0])))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let input = serde_json::to_vec(&args).map_err(|e| failed(e.to_string()))?;
-        stdin.write_all(&input).await.map_err(|e| failed(format!("cannot write its stdin: {e}")))?;
-    }
-    let output = tokio::time::timeout(timeout, child.wait_with_output())
-        .await
-        .map_err(|_| failed(format!("timed out after {} ms", timeout.as_millis())))?
-        .map_err(|e| failed(e.to_string()))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(failed(format!("exited with {}: {}", output.status, stderr.trim())));
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if stdout.trim().is_empty() {
-        return Ok(Value::Null);
-    }
-    serde_json::from_str(stdout.trim()).map_err(|e| failed(format!("stdout is not JSON: {e}")))
 }
 
 #[cfg(test)]
@@ -430,6 +646,13 @@ mod tests {
             est_cost_usd = 0.05
             [host_functions.upper]
             command = ["tr", "a-z", "A-Z"]
+            [retry]
+            max_attempts = 5
+            max_backoff_ms = 2000
+            max_retry_after_ms = 10000
+            [permissions]
+            default = "ask"
+            deny = ["search_*"]
             "#,
         )
         .unwrap();
@@ -445,6 +668,9 @@ mod tests {
             "[providers.x]\nkind = \"telepathy\"",
             "stor = \"memory\"",
             "[routing]\nsummarise = \"echo:default\"",
+            "[retry]\nmax_attempts = 0",
+            "[retry]\nmax_backof_ms = 1",
+            "[permissions]\ndefault = \"sometimes\"",
         ] {
             let parsed = Config::parse(bad);
             let applied = parsed.and_then(|c| {

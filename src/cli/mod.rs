@@ -2,8 +2,26 @@
 //! to an exit code. Everything here is a thin shell over the library: results go to stdout,
 //! progress and errors to stderr, one line per error.
 
+/// Writes one line to stdout; a reader that went away (`| head`) is not an error.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Writes one line to stderr; a closed stderr is not an error.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 mod canon;
 mod config;
+mod host_fn;
+mod price_config;
 mod progress;
 mod runs;
 
@@ -100,6 +118,12 @@ pub fn main() -> ExitCode {
             return code.into();
         }
     };
+    if !matches!(cli.command, Command::Run(_) | Command::Resume(_) | Command::Replay(_)) {
+        // A command that only prints ends quietly when its reader goes away (`| head`), as
+        // Unix tools do. The commands that drive a run keep the signal ignored and write with
+        // `out!`/`errln!`, so a closed pipe never interrupts a run.
+        restore_sigpipe();
+    }
     let globals = runs::Globals { store: cli.store, config: cli.config };
     let exit = match cli.command {
         Command::Canon => canon::run(&mut std::io::stdin().lock(), &mut std::io::stdout().lock()),
@@ -121,6 +145,73 @@ pub fn main() -> ExitCode {
 /// Prints a one-line error on stderr and returns `exit`.
 fn fail(exit: Exit, message: impl std::fmt::Display) -> Exit {
     let text = message.to_string();
-    eprintln!("cairn: {}", text.lines().next().unwrap_or_default());
+    errln!("cairn: {}", crate::text::for_terminal(text.lines().next().unwrap_or_default()));
     exit
+}
+
+#[cfg(unix)]
+fn restore_sigpipe() {
+    // SAFETY: resetting a signal's disposition to its default before any thread is started;
+    // no handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn restore_sigpipe() {}
+
+/// The signals that interrupt a live run: Ctrl-C (SIGINT) and SIGTERM (what `timeout`,
+/// systemd, Docker and Kubernetes send). The first stops the run; a second ends the process.
+pub(super) struct Interrupts {
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl std::fmt::Debug for Interrupts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interrupts")
+    }
+}
+
+impl Interrupts {
+    /// Starts listening (on the current tokio runtime).
+    pub(super) fn listen() -> Interrupts {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Interrupts {
+                int: signal(SignalKind::interrupt()).ok(),
+                term: signal(SignalKind::terminate()).ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        Interrupts {}
+    }
+
+    /// Waits for the next interrupt and names it.
+    pub(super) async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                _ = recv(&mut self.int) => "interrupted",
+                _ = recv(&mut self.term) => "terminated",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "interrupted"
+        }
+    }
 }

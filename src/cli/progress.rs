@@ -31,9 +31,14 @@ pub(super) async fn render(mut events: EventStream, quiet: bool) {
     let mut tokens = 0u64;
     let mut spent = Money::ZERO;
     let mut ceiling: Option<Money> = None;
-    let line = |text: String| match &bar {
-        Some(bar) => bar.println(text),
-        None => eprintln!("{text}"),
+    // Labels, log messages, errors and prompts come from scripts, models and providers:
+    // every line is escaped for the terminal.
+    let line = |text: String| {
+        let text = crate::text::for_terminal(&text);
+        match &bar {
+            Some(bar) => bar.println(text),
+            None => errln!("{text}"),
+        }
     };
     while let Some(event) = events.next().await {
         match &event.kind {

@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use super::config::Config;
 use super::{Exit, fail, progress};
-use crate::engine::{CostReport, Engine, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script};
+use crate::engine::{
+    CostReport, Engine, Resolution, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script,
+};
 use crate::error::{Error, ErrorCode};
 use crate::journal;
 use crate::script::{Diagnostic, LintContext};
@@ -79,6 +81,17 @@ pub(super) struct ResumeArgs {
     /// Rerun the call journaled at this seq (repeatable).
     #[arg(long)]
     invalidate: Vec<u64>,
+    /// When another process is driving the run, wait for it to let go instead of failing.
+    #[arg(long)]
+    wait: bool,
+    /// Run again (paying anew) completed calls whose identity changed since they were paid;
+    /// without it such a resume lists them, and what changed, and stops before paying.
+    #[arg(long)]
+    accept_rekey: bool,
+    /// An edited script: it replaces the run's stored source (kept as an earlier version);
+    /// unchanged calls replay, and re-keyed paid calls are explained first.
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -166,6 +179,16 @@ fn open_store(globals: &Globals, config: &Config) -> Result<OpenedStore, Error> 
     })
 }
 
+/// Opens the store for reading only (`runs`, `inspect`, `replay`): nothing is created or
+/// changed. `None` when nothing exists at the store's location yet.
+fn open_store_read_only(globals: &Globals, config: &Config) -> Result<Option<OpenedStore>, Error> {
+    let url = globals.store.clone().or_else(|| config.store.clone()).unwrap_or_else(|| "sqlite".into());
+    store::open_read_only(&url).map_err(|e| match e {
+        store::Error::Config(message) => Error::config(message),
+        other => Error::from(other),
+    })
+}
+
 struct Setup {
     engine: Engine,
     config: Config,
@@ -176,13 +199,39 @@ fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
     setup_with(globals, model, None)
 }
 
+/// An engine over the store opened read-only; `None` when there is no store yet.
+fn setup_read_only(globals: &Globals) -> Result<Option<Setup>, Error> {
+    let config = load_config(globals)?;
+    match open_store_read_only(globals, &config)? {
+        Some(opened) => setup_over(globals, config, opened, None, None).map(Some),
+        None => Ok(None),
+    }
+}
+
 fn setup_with(
     globals: &Globals,
     model: Option<&str>,
     cassette: Option<&CassetteArgs>,
 ) -> Result<Setup, Error> {
-    let config = load_config(globals)?;
+    let mut config = load_config(globals)?;
+    if let Some(path) = cassette.and_then(|c| c.record.as_deref()) {
+        crate::provider::cassette::create_tape(path)?;
+        config.host_tape = Some(Arc::new(crate::provider::cassette::HostTape::record(path)));
+    }
+    if let Some(path) = cassette.and_then(|c| c.replay.as_deref()) {
+        config.host_tape = Some(Arc::new(crate::provider::cassette::HostTape::replay(path)?));
+    }
     let opened = open_store(globals, &config)?;
+    setup_over(globals, config, opened, model, cassette)
+}
+
+fn setup_over(
+    _globals: &Globals,
+    config: Config,
+    opened: OpenedStore,
+    model: Option<&str>,
+    cassette: Option<&CassetteArgs>,
+) -> Result<Setup, Error> {
     let builder = Engine::builder(opened.journal, opened.transcripts);
     let builder = match config.default_budget()? {
         Some(ceiling) => builder.default_budget(ceiling),
@@ -203,8 +252,50 @@ fn setup_with(
             Ok(Arc::new(replay) as Arc<dyn crate::provider::Provider>)
         })?;
     }
+    if let Some(ttl) = lease_ttl_from_env()? {
+        builder = builder.lease_ttl(ttl);
+    }
     let engine = builder.build()?;
     Ok(Setup { engine, config, uses_echo })
+}
+
+/// The run lease's ttl from `CAIRN_LEASE_TTL_MS`, when set (tests shorten it).
+fn lease_ttl_from_env() -> Result<Option<std::time::Duration>, Error> {
+    match std::env::var("CAIRN_LEASE_TTL_MS") {
+        Err(_) => Ok(None),
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Some(std::time::Duration::from_millis(ms))),
+            _ => Err(Error::config(format!("CAIRN_LEASE_TTL_MS must be a positive integer, not {text:?}"))),
+        },
+    }
+}
+
+/// Resumes, waiting while another process drives the run when asked to.
+async fn resume_waiting(
+    engine: &Engine,
+    run_id: &RunId,
+    options: &ResumeOptions,
+    wait: bool,
+    quiet: bool,
+) -> Result<RunHandle, Error> {
+    let mut told = false;
+    loop {
+        match engine.resume(run_id, options.clone()) {
+            Err(e) if wait && e.code == ErrorCode::RunBusy => {
+                if !told && !quiet {
+                    eprintln!("cairn: run {run_id} is being driven by another process; waiting for it");
+                    told = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+                    _ = tokio::signal::ctrl_c() => {
+                        return Err(Error::new(ErrorCode::Cancelled, "interrupted while waiting for the run"));
+                    }
+                }
+            }
+            other => return other,
+        }
+    }
 }
 
 fn lint_context(setup: &Setup) -> LintContext {
@@ -233,7 +324,8 @@ fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     }
     for d in diagnostics {
         let severity = if d.is_error() { "error" } else { "warning" };
-        eprintln!("{}:{}:{}: {severity} [{}] {}", file.display(), d.line, d.column, d.rule_id, d.message);
+        let message = crate::text::for_terminal(&d.message);
+        eprintln!("{}:{}:{}: {severity} [{}] {message}", file.display(), d.line, d.column, d.rule_id);
     }
 }
 
@@ -253,13 +345,24 @@ fn parse_run_id(text: &str) -> Result<RunId, Exit> {
 
 /// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
 async fn follow(handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
+    // Listening before anything is printed: once "running" shows, a signal is handled.
+    let mut interrupts = super::Interrupts::listen();
     let renderer = tokio::spawn(progress::render(handle.events(), quiet));
     let outcome = tokio::select! {
         outcome = handle_result(&handle) => outcome,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("cairn: interrupted; cancelling the run");
+        why = interrupts.next() => {
+            // Stop dispatching, let what is in flight finish writing, settle `cancelled`.
+            errln!("cairn: {why}; cancelling the run (interrupt again to exit at once)");
             handle.cancel();
-            handle_result(&handle).await
+            tokio::select! {
+                // A second interrupt wins even over a run that settles at the same moment.
+                biased;
+                _ = interrupts.next() => {
+                    errln!("cairn: interrupted again; exiting now (resume the run later)");
+                    std::process::exit(130);
+                }
+                outcome = handle_result(&handle) => outcome,
+            }
         }
     };
     let _ = renderer.await;
@@ -273,30 +376,34 @@ async fn handle_result(handle: &RunHandle) -> Result<RunOutcome, Error> {
 
 fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
     if as_json {
-        println!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
     } else {
         if let Some(value) = &outcome.value {
-            println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+            out!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
         }
         for dropped in &outcome.dropped {
-            eprintln!(
-                "dropped {} {}: {}",
-                dropped.kind,
-                dropped.label.as_deref().unwrap_or(&dropped.scope),
-                dropped.error
-            );
+            errln!("{}", escaped(&dropped_line(dropped)));
         }
         if let Some(error) = &outcome.error {
-            eprintln!("cairn: run {} {}: {error}", outcome.run_id, outcome.status);
+            errln!("{}", escaped(&format!("cairn: run {} {}: {error}", outcome.run_id, outcome.status)));
+            if error.code == ErrorCode::StoreIo {
+                errln!(
+                    "nothing acknowledged was lost; once the store can be written again, continue with: cairn resume {} --wait",
+                    outcome.run_id
+                );
+            }
         }
         for pending in &outcome.pending {
-            eprintln!(
-                "run {} is suspended; resolve it with: cairn resolve {} {} '<json>'  then: cairn resume {}",
-                outcome.run_id, outcome.run_id, pending.key, outcome.run_id
+            errln!(
+                "{}",
+                escaped(&format!(
+                    "run {} is suspended; resolve it with: cairn resolve {} {} '<json>'  then: cairn resume {}",
+                    outcome.run_id, outcome.run_id, pending.key, outcome.run_id
+                ))
             );
         }
         if !outcome.cost.unpriced.is_empty() {
-            eprintln!(
+            errln!(
                 "note: {} calls used unpriced models (usage listed, cost unknown)",
                 outcome.cost.unpriced.len()
             );
@@ -334,7 +441,13 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
     };
     print_diagnostics(&args.file, &diagnostics, false);
     if setup.uses_echo && !args.live.quiet && args.live.cassette.replay.is_none() {
-        eprintln!("note: no model provider is configured; using the offline echo model (echo:default)");
+        if setup.config.providers.keys().any(|name| name != "echo") {
+            errln!(
+                "note: routing.default is not set; calls that name no model use the offline echo model (echo:default)"
+            );
+        } else {
+            errln!("note: no model provider is configured; using the offline echo model (echo:default)");
+        }
     }
     let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
     let handle = match setup.engine.run_script(&Script::rhai(&name, &source), run_args, options) {
@@ -356,10 +469,28 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let options =
-        ResumeOptions { dry_run: args.dry_run, invalidate: args.invalidate.clone(), ..Default::default() };
-    let handle = match setup.engine.resume(&run_id, options) {
+    let model = match args.live.model.as_deref().map(crate::model::ModelRef::parse).transpose() {
+        Ok(model) => model,
+        Err(e) => return fail(Exit::Usage, format!("invalid --model: {e}")),
+    };
+    let script = match &args.script {
+        Some(file) => match read_script(file) {
+            Ok((name, source)) => Some(Script::rhai(&name, &source)),
+            Err(exit) => return exit,
+        },
+        None => None,
+    };
+    let options = ResumeOptions {
+        dry_run: args.dry_run,
+        invalidate: args.invalidate.clone(),
+        model,
+        accept_rekey: args.accept_rekey,
+        script,
+        ..Default::default()
+    };
+    let handle = match resume_waiting(&setup.engine, &run_id, &options, args.wait, args.live.quiet).await {
         Ok(handle) => handle,
+        Err(e) if e.code == ErrorCode::Cancelled => return fail(Exit::Cancelled, e),
         Err(e) => return fail(exit_of(&e), e),
     };
     match follow(handle, args.live.quiet).await {
@@ -379,8 +510,9 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
         Ok(id) => id,
         Err(exit) => return exit,
     };
-    let setup = match setup(globals, None) {
-        Ok(setup) => setup,
+    let setup = match setup_read_only(globals) {
+        Ok(Some(setup)) => setup,
+        Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(exit_of(&e), e),
     };
     // How the run last settled, read before the replay (which writes nothing).
@@ -398,12 +530,12 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
     match follow(handle, true).await {
         Ok(outcome) => match replay_divergence(&outcome, settled.as_ref()) {
             Some(difference) => {
-                eprintln!("replay of {run_id} diverges: {difference}");
+                errln!("{}", escaped(&format!("replay of {run_id} diverges: {difference}")));
                 Exit::ReplayMiss
             }
             None => {
                 let p = outcome.preview;
-                println!("replay of {run_id}: {} calls replayed, 0 live, 0 orphaned, same outcome", p.hits);
+                out!("replay of {run_id}: {} calls replayed, 0 live, 0 orphaned, same outcome", p.hits);
                 Exit::Ok
             }
         },
@@ -453,12 +585,20 @@ pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
-    match setup.engine.resolve_external(&run_id, &args.key, value) {
-        Ok(true) => {
+    match setup.engine.resolve(&run_id, &args.key, value) {
+        Ok(Resolution::Applied) => {
             println!("resolved {} of run {run_id}; continue it with: cairn resume {run_id}", args.key);
             Exit::Ok
         }
-        Ok(false) => {
+        Ok(Resolution::Queued) => {
+            println!(
+                "run {run_id} is being driven by another process; {} was handed to it (the driver applies it, \
+                 or the next `cairn resume {run_id}` does)",
+                args.key
+            );
+            Exit::Ok
+        }
+        Ok(Resolution::AlreadyResolved) => {
             println!(
                 "{} of run {run_id} was already resolved; this attempt was recorded and not applied",
                 args.key
@@ -488,8 +628,16 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let opened = match open_store(globals, &config) {
-        Ok(opened) => opened,
+    let opened = match open_store_read_only(globals, &config) {
+        Ok(Some(opened)) => opened,
+        Ok(None) => {
+            if args.json {
+                println!("[]");
+            } else {
+                eprintln!("no runs");
+            }
+            return Exit::Ok;
+        }
         Err(e) => return fail(exit_of(&e), e),
     };
     let filter = RunFilter { statuses, limit: args.limit, ..RunFilter::default() };
@@ -509,7 +657,7 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
             "{:<28} {:<10} {:<20} {}  segments {}",
             meta.run_id.as_str(),
             meta.status.as_str(),
-            meta.name.as_deref().unwrap_or("-"),
+            crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")),
             utc(meta.created_at_ms),
             meta.segments
         );
@@ -526,8 +674,9 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let opened = match open_store(globals, &config) {
-        Ok(opened) => opened,
+    let opened = match open_store_read_only(globals, &config) {
+        Ok(Some(opened)) => opened,
+        Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(exit_of(&e), e),
     };
     let meta = match opened.journal.get_meta(&run_id) {
@@ -558,7 +707,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         return Exit::Ok;
     }
     println!("run       {}", meta.run_id);
-    println!("workflow  {}", meta.name.as_deref().unwrap_or("-"));
+    println!("workflow  {}", crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")));
     println!("status    {}", meta.status);
     println!("created   {}", utc(meta.created_at_ms));
     println!("segments  {}", meta.segments);
@@ -573,6 +722,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         println!("  {n:>6}  {what}");
     }
     for (model, line) in &cost.by_model {
+        let model = crate::text::for_terminal_line(model);
         println!(
             "model     {model}: {} in {} calls, {} tokens",
             line.cost,
@@ -584,11 +734,15 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
     }
     for p in &pending {
+        let prompt = p["prompt"].as_str().map_or(String::new(), |p| format!(" — {p}"));
         println!(
-            "pending   {} (seq {}): cairn resolve {run_id} {} '<json>'",
-            p["key"],
-            p["seq"],
-            p["key"].as_str().unwrap_or("")
+            "{}",
+            escaped(&format!(
+                "pending   {} (seq {}): cairn resolve {run_id} {} '<json>'{prompt}",
+                p["key"],
+                p["seq"],
+                p["key"].as_str().unwrap_or("")
+            ))
         );
     }
     Exit::Ok
@@ -599,13 +753,34 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         Ok(found) => found,
         Err(exit) => return exit,
     };
-    let context = match setup(globals, None) {
+    // Linting needs the configured names, not the store: nothing is opened or created.
+    let in_memory = load_config(globals).and_then(|config| {
+        let opened = store::open("memory").map_err(Error::from)?;
+        setup_over(globals, config, opened, None, None)
+    });
+    let context = match in_memory {
         Ok(setup) => lint_context(&setup),
         Err(e) => return fail(exit_of(&e), e),
     };
     let diagnostics = crate::script::rhai::lint(&source, &context);
     print_diagnostics(&args.file, &diagnostics, args.json);
     if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
+}
+
+/// Text for a person, escaped for the terminal (see [`crate::text::for_terminal`]).
+fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::text::for_terminal(text)
+}
+
+/// `dropped branch 0: why`, without repeating the kind its label already names.
+fn dropped_line(dropped: &crate::engine::Dropped) -> String {
+    let what = match dropped.label.as_deref() {
+        Some(label) if label.starts_with(dropped.kind.as_str()) => label.to_owned(),
+        Some(label) => format!("{} {label}", dropped.kind),
+        None if dropped.scope.is_empty() => dropped.kind.clone(),
+        None => format!("{} at {}", dropped.kind, dropped.scope),
+    };
+    format!("dropped {what}: {}", dropped.error)
 }
 
 /// `YYYY-MM-DD HH:MM:SS` UTC for epoch milliseconds.

@@ -8,16 +8,21 @@
 //! on every run. A refusal is journaled as a `decision` entry, with the refused call's key,
 //! before it takes effect: a replay or resume serves the refusal instead of asking again.
 //!
+//! A branch's first admission is judged against the round: what the account had free when
+//! the fan-out's first branch asked, less what the round admitted since. A sibling whose call
+//! returns early (releasing its reservation) does not make room for a later sibling's first
+//! call, so the round admits the same branches however quickly calls return.
+//!
 //! What stays timing-dependent (and is journaled, not reproduced): a branch's second and
-//! later calls, and a sibling's call that completes (releasing its reservation) before a
-//! later sibling's first admission.
+//! later calls, first calls inside a child workflow (a sub-account), and spend by work outside
+//! the fan-out while its round is open.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::budget::{Denied, Reservation};
+use super::budget::{AccountId, Denied, Reservation};
 use super::ctx::Ctx;
 use super::run::Durability;
 use crate::error::{Error, ErrorCode};
@@ -29,6 +34,8 @@ use crate::money::Money;
 pub(crate) struct Turns {
     state: Mutex<TurnState>,
     moved: Notify,
+    /// The fan-out's account: the round's arithmetic applies to first admissions on it.
+    account: AccountId,
 }
 
 #[derive(Debug)]
@@ -36,14 +43,20 @@ struct TurnState {
     passed: Vec<bool>,
     /// Every branch below this index has had its turn.
     next: usize,
+    /// The admission round: what the account had free when the first branch asked, less
+    /// what the round has admitted since (`Some(None)`: unbounded). A sibling that finishes
+    /// and releases its reservation mid-round does not make room for a later sibling's
+    /// first call, so the round admits the same branches however fast the calls return.
+    round: Option<Option<Money>>,
 }
 
 impl Turns {
-    /// Turns for `branches` branches, in index order.
-    pub(crate) fn new(branches: usize) -> Arc<Turns> {
+    /// Turns for `branches` branches of a fan-out on `account`, in index order.
+    pub(crate) fn new(branches: usize, account: AccountId) -> Arc<Turns> {
         Arc::new(Turns {
-            state: Mutex::new(TurnState { passed: vec![false; branches], next: 0 }),
+            state: Mutex::new(TurnState { passed: vec![false; branches], next: 0, round: None }),
             moved: Notify::new(),
+            account,
         })
     }
 
@@ -106,7 +119,29 @@ impl Ctx {
         if let Some(ticket) = &self.admission {
             ticket.wait(&self.cancel).await;
         }
-        let verdict = self.run.budget.reserve(self.account, amount);
+        let verdict = match &self.admission {
+            Some(ticket) if ticket.turns.account == self.account => {
+                let mut state = ticket.turns.state.lock().unwrap_or_else(|p| p.into_inner());
+                if state.passed.get(ticket.index).copied().unwrap_or(true) {
+                    drop(state);
+                    self.run.budget.reserve(self.account, amount)
+                } else {
+                    // This branch's first admission: judged against the round.
+                    let left = *state.round.get_or_insert_with(|| self.run.budget.remaining(self.account));
+                    match left {
+                        Some(left) if amount > left => Err(Denied { requested: amount, available: left }),
+                        _ => {
+                            let verdict = self.run.budget.reserve(self.account, amount);
+                            if verdict.is_ok() {
+                                state.round = Some(left.map(|l| l.sub_or_zero(amount)));
+                            }
+                            verdict
+                        }
+                    }
+                }
+            }
+            _ => self.run.budget.reserve(self.account, amount),
+        };
         if let Err(denied) = &verdict {
             let mut entry = crate::journal::Entry::new(
                 crate::journal::Seq(0),

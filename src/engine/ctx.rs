@@ -77,6 +77,9 @@ pub struct AgentOptions {
     pub tools: Vec<String>,
     /// Most tool calls over the agent's life.
     pub max_tool_calls: Option<u32>,
+    /// The bound on a turn's estimated input tokens (the profile's, else 200,000): past it the
+    /// oldest tool results are elided.
+    pub max_context_tokens: Option<u64>,
 }
 
 /// Options of [`Ctx::step`].
@@ -136,6 +139,8 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// The first backoff; doubled per attempt.
     pub initial_backoff: std::time::Duration,
+    /// No backoff is longer (the engine's cap, 30 s by default, when `None`).
+    pub max_backoff: Option<std::time::Duration>,
 }
 
 /// Options of [`Ctx::parallel`].
@@ -471,10 +476,20 @@ impl Ctx {
             scope: self.scope.to_string(),
         };
         let mut matched_previous_terminal = false;
+        let live_miss = matches!(matched.outcome, Outcome::Live);
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
+                // Its tool approvals are served by its journaled result too.
+                self.run.cover_approvals(&self.scope, key);
                 self.run.emit(self.span_pair(span), true, start_event);
                 self.run.emit(self.span_pair(span), true, || agent_end_event(&entry));
+                if opts.full && entry.status != Status::Ok {
+                    let error = entry
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
+                    return self.agent_failed(&opts, label, error, Some((&entry, true)));
+                }
                 let value = self.replayed(&entry, opts.on_error, "agent", label)?;
                 return Ok(if opts.full { full_result(&entry, value, true) } else { value });
             }
@@ -496,10 +511,30 @@ impl Ctx {
                 Some(supersedes)
             }
         };
+        // What the call is keyed on, compactly, so a resume can explain a re-key.
+        let summary = journal::IdentitySummary::of_agent(
+            prompt,
+            opts.key.as_deref(),
+            opts.effort.as_deref(),
+            schema_hash.as_deref(),
+            toolset_hash.as_deref(),
+        );
+        let rekeyed = if live_miss {
+            let live = super::explain::LiveAgent {
+                model: &model_name,
+                agent_type: opts.profile.as_deref(),
+                summary: &summary,
+                label: label.as_deref(),
+            };
+            super::explain::check(&self.run, &self.scope, &live)?
+        } else {
+            None
+        };
         if self.run.dry_run {
+            let rekeyed = rekeyed.map(|line| format!("; it re-keys {line}")).unwrap_or_default();
             let error = Error::new(
                 ErrorCode::JournalMiss,
-                format!("dry run reached a live agent call in scope '{}'", self.scope),
+                format!("dry run reached a live agent call in scope '{}'{rekeyed}", self.scope),
             );
             return Err(error);
         }
@@ -533,17 +568,25 @@ impl Ctx {
             meta: CallMeta { label: label.clone(), agent_type: opts.profile.clone() },
         };
         let price = engine.prices.price(&model_name).copied();
-        let reserve = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost)).unwrap_or_else(|| {
-            match (price, max_output_tokens) {
-                (Some(price), Some(cap)) => price.cost(&Usage {
-                    input_tokens: agent::estimate_request_tokens(&request),
-                    output_tokens: u64::from(cap),
-                    ..Usage::default()
-                }),
-                _ => Money::from_nano_usd(500_000_000),
+        let est_cost = opts.est_cost.or_else(|| profile.and_then(|p| p.est_cost));
+        let bounded = self.run.budget.is_bounded(self.account);
+        let unpriced_ok = engine.prices.unpriced_allowed();
+        let reserve = match super::admit::reserve_for(
+            &model_name,
+            price.as_ref(),
+            &request,
+            &tools,
+            est_cost,
+            bounded,
+            unpriced_ok,
+        ) {
+            Ok(reserve) => reserve,
+            Err(error) => {
+                self.run.spawns.fetch_sub(1, Ordering::SeqCst);
+                return self.fail(opts.on_error, "agent", label, error);
             }
-        });
-        let reservation = match self.admit(reserve, key, matched.ordinal).await {
+        };
+        let reservation = match self.admit(reserve.amount, key, matched.ordinal).await {
             Ok(reservation) => reservation,
             Err(denied) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
@@ -553,11 +596,11 @@ impl Ctx {
                 let error = Error::new(
                     ErrorCode::BudgetExhausted,
                     format!(
-                        "admission refused: the call reserves {} but {} is left",
-                        denied.requested, denied.available
+                        "admission refused: the call reserves {} ({}) but {} is left",
+                        denied.requested, reserve.derivation, denied.available
                     ),
                 );
-                return self.fail(opts.on_error, "agent", label, error);
+                return self.agent_failed(&opts, label, error, None);
             }
         };
 
@@ -582,6 +625,7 @@ impl Ctx {
         running.agent_type = opts.profile.as_deref().map(journal::intern);
         running.role = Some(journal::intern(role.as_str()));
         running.model = Some(journal::intern(&model_name));
+        running.identity = Some(Box::new(summary));
         // Deferred: a crash before it is written reruns the call, as it would anyway.
         let running = match self.run.append_one(running, Durability::Lazy) {
             Ok(entry) => entry,
@@ -605,10 +649,13 @@ impl Ctx {
         };
         // Turns a crashed attempt completed were never journaled with a terminal entry: this
         // attempt carries their usage so the ledger stays whole.
-        let unjournaled = match (matched_previous_terminal, &resume_from) {
-            (false, Some(checkpoint)) => Some(checkpoint.usage),
-            _ => None,
-        };
+        let unjournaled = super::carry::unjournaled(
+            engine.transcripts.as_ref(),
+            &checkpoint_ref,
+            matched_previous_terminal,
+            resume_from.as_ref(),
+        );
+        let resumed_usage = resume_from.as_ref().map(|c| c.usage);
         let spec = agent::AgentSpec {
             provider,
             served_by: model_name,
@@ -618,44 +665,55 @@ impl Ctx {
             max_tool_calls: opts.max_tool_calls,
             max_retries: opts.retry.map_or(engine.max_retries, |r| r.max_attempts.saturating_sub(1)),
             retry_base: opts.retry.map_or(engine.retry_base, |r| r.initial_backoff),
+            backoff: agent::Backoff {
+                max: opts.retry.and_then(|r| r.max_backoff).unwrap_or(engine.backoff.max),
+                ..engine.backoff
+            },
             price,
             fallbacks: declared_fallbacks(&engine, profile, &model),
             tools,
-            permissions: engine.permissions.clone(),
+            permissions: agent::permissions_for_call(
+                &engine.permissions,
+                profile.and_then(|p| p.permissions.as_ref()),
+            ),
             call_key: key,
             resume_from,
+            max_context_tokens: opts
+                .max_context_tokens
+                .or_else(|| profile.and_then(|p| p.max_context_tokens))
+                .unwrap_or(agent::DEFAULT_MAX_CONTEXT_TOKENS),
         };
-        let hooks = AccountHooks { ctx: self, checkpoint_ref, wrote_checkpoint: Default::default() };
+        let hooks = AccountHooks {
+            ctx: self,
+            checkpoint_ref,
+            wrote_checkpoint: Default::default(),
+            reservation: reservation.id(),
+            checkpoint_usage: std::sync::Mutex::new(resumed_usage),
+        };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
         let on_delta = move |text: &str| {
             events_run.emit(delta_span, false, || EventKind::AgentDelta { text: text.to_owned() })
         };
-        let served = spec.served_by.clone();
-        let outcome = match opts.timeout {
-            None => agent::run(spec, &hooks, &self.cancel, &on_delta).await,
-            Some(limit) => tokio::select! {
-                outcome = agent::run(spec, &hooks, &self.cancel, &on_delta) => outcome,
-                _ = tokio::time::sleep(limit) => agent::AgentRun {
-                    end: AgentEnd::Limit(Error::new(
-                        ErrorCode::TurnLimit,
-                        format!("the agent reached its timeout of {} ms", limit.as_millis()),
-                    )),
-                    usage: Usage { approximate: true, ..Usage::default() },
-                    cost: None,
-                    served_by: served,
-                },
-            },
-        };
+        // The call's own cancellation: the run's, or its deadline (which keeps the usage).
+        let call_cancel = self.cancel.child_token();
+        let outcome = super::admit::with_deadline(
+            opts.timeout,
+            &call_cancel,
+            agent::run(spec, &hooks, &call_cancel, &on_delta),
+        )
+        .await;
         drop(provider_permit);
         drop(permits);
 
         let mut outcome = outcome;
         if let Some(extra) = unjournaled {
             outcome.usage += extra;
-            outcome.cost = price.map(|p| p.cost(&outcome.usage));
+            outcome.cost = outcome.cost.zip(price).map(|(cost, p)| cost + p.cost(&extra));
         }
         let wrote_checkpoint = hooks.wrote_checkpoint.load(Ordering::Relaxed);
+        let journaled_ref = hooks.checkpoint_ref.clone();
+        let covered = *hooks.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner());
         let (status, value, error) = match outcome.end {
             AgentEnd::Ok(value) => (Status::Ok, Some(value), None),
             AgentEnd::Error(e) => (Status::Error, None, Some(e)),
@@ -676,6 +734,11 @@ impl Ctx {
         let written = self.run.append_one_async(terminal).await;
         self.run.budget.settle(reservation, cost);
         let terminal = written?;
+        if let Some(covered) = covered
+            && !self.run.dry_run
+        {
+            super::carry::mark_journaled(engine.transcripts.as_ref(), &journaled_ref, &covered);
+        }
         self.run.emit(self.span_pair(span), false, || agent_end_event(&terminal));
         self.run.emit_budget(self.span_pair(span));
         match (value, error) {
@@ -684,7 +747,7 @@ impl Ctx {
                 if status == Status::Cancelled && self.cancel.is_cancelled() {
                     return Err(self.run.stopped_error());
                 }
-                self.fail(opts.on_error, "agent", label, error)
+                self.agent_failed(&opts, label, error, Some((&terminal, false)))
             }
             (None, None) => Err(Error::internal("agent ended with neither value nor error")),
         }
@@ -1185,6 +1248,39 @@ fn agent_end_event(entry: &Entry) -> EventKind {
     }
 }
 
+impl Ctx {
+    /// A failed agent call: with `result: "full"` its record (status, typed error, usage and
+    /// cost of what it consumed) for the workflow to branch on; otherwise the error policy.
+    /// A stopped run (cancellation, a dry run's miss) always raises.
+    fn agent_failed(
+        &self,
+        opts: &AgentOptions,
+        label: Option<String>,
+        error: Error,
+        entry: Option<(&Entry, bool)>,
+    ) -> Result<Value, Error> {
+        if !opts.full || matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss) {
+            return self.fail(opts.on_error, "agent", label, error);
+        }
+        if error.code == ErrorCode::BudgetExhausted {
+            self.run.mark_exhausted();
+        }
+        let mut record = match entry {
+            Some((entry, replayed)) => full_result(entry, Value::Null, replayed),
+            None => json!({
+                "value": null,
+                "status": "limit",
+                "usage": Usage::default(),
+                "cost_nano_usd": 0,
+                "served_by": null,
+                "replayed": false,
+            }),
+        };
+        record["error"] = json!({ "code": error.code, "message": error.message });
+        Ok(record)
+    }
+}
+
 fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
     json!({
         "value": value,
@@ -1202,6 +1298,10 @@ struct AccountHooks<'a> {
     ctx: &'a Ctx,
     checkpoint_ref: String,
     wrote_checkpoint: std::sync::atomic::AtomicBool,
+    /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
+    reservation: super::budget::ReservationId,
+    /// The usage the latest checkpoint of the call holds (its completed turns, all attempts).
+    checkpoint_usage: std::sync::Mutex<Option<Usage>>,
 }
 
 impl BudgetHooks for AccountHooks<'_> {
@@ -1214,11 +1314,19 @@ impl BudgetHooks for AccountHooks<'_> {
     }
 
     fn would_cross(&self, cost: Money) -> bool {
-        let crossing = self.ctx.run.budget.would_cross(self.ctx.account, cost);
+        let crossing = self.ctx.run.budget.record_in_flight(self.reservation, cost);
         if crossing {
             self.ctx.run.mark_exhausted();
         }
         crossing
+    }
+
+    fn grant_turn(&self, used: Money, want: Money, floor: Money) -> Result<Option<Money>, Money> {
+        let granted = self.ctx.run.budget.grant_turn(self.reservation, used, want, floor);
+        if granted.is_err() {
+            self.ctx.run.mark_exhausted();
+        }
+        granted.map_err(|denied| denied.available)
     }
 
     fn checkpoint(&self, state: &agent::Checkpoint) {
@@ -1236,6 +1344,7 @@ impl BudgetHooks for AccountHooks<'_> {
             && self.ctx.run.engine.transcripts.put(&self.checkpoint_ref, &bytes).is_ok()
         {
             self.wrote_checkpoint.store(true, Ordering::Relaxed);
+            *self.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.usage);
         }
     }
 
@@ -1256,9 +1365,48 @@ impl BudgetHooks for AccountHooks<'_> {
                 })),
                 timeout: None,
             };
-            let answer = self.ctx.await_external(&request.key, opts).await?;
+            let answer = match request.timeout {
+                None => self.ctx.await_external(&request.key, opts).await?,
+                Some(timeout) => self.await_approval_until(request, timeout, opts).await?,
+            };
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
         })
+    }
+}
+
+impl AccountHooks<'_> {
+    /// Waits for an approval with a deadline `timeout` after the ask was first made (that
+    /// moment is journaled, so a resume measures from it). At the deadline the wait is resolved
+    /// as denied through the journal, like `cairn resolve` would (a person's earlier answer wins),
+    /// so the expiry replays.
+    async fn await_approval_until(
+        &self,
+        request: &agent::ApprovalRequest,
+        timeout: std::time::Duration,
+        opts: ExternalOptions,
+    ) -> Result<Value, Error> {
+        let identity = json!({ "kind": "rand", "fn": "approval_asked", "key": request.key });
+        let asked = self.ctx.journaled_fact(identity, |run| json!(run.now_ms())).await?;
+        let deadline_ms = asked.as_i64().unwrap_or_default().saturating_add(timeout.as_millis() as i64);
+        let expired = json!({ "approved": false, "expired": true });
+        let run = self.ctx.run.clone();
+        let key = request.key.clone();
+        // Resolving fails only when nothing waits on the key yet (the first ask): then the
+        // timer below resolves it once the wait exists.
+        if run.now_ms() >= deadline_ms {
+            let _ = run.resolve_external(&key, expired.clone());
+        }
+        let expire = async move {
+            let left = deadline_ms.saturating_sub(run.now_ms()).max(0) as u64;
+            tokio::time::sleep(std::time::Duration::from_millis(left)).await;
+            let _ = run.resolve_external(&key, expired);
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            biased;
+            answer = self.ctx.await_external(&request.key, opts) => answer,
+            () = expire => Err(Error::internal("the approval timer ended")),
+        }
     }
 }
 

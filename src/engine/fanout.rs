@@ -243,7 +243,7 @@ impl Ctx {
         } else {
             None
         };
-        let turns = Turns::new(total);
+        let turns = Turns::new(total, self.account);
         let runs: Vec<_> = branches
             .into_iter()
             .enumerate()
@@ -375,7 +375,7 @@ impl Ctx {
         }
         let group = self.cancel.child_token();
         let stages = Arc::new(stages);
-        let turns = Turns::new(items.len());
+        let turns = Turns::new(items.len(), self.account);
         let runs: Vec<_> = items
             .into_iter()
             .enumerate()

@@ -6,13 +6,18 @@
 //! Nothing here is global: two engines in one process share nothing.
 
 mod admission;
+mod admit;
 mod budget;
+mod carry;
 mod cost;
 mod ctx;
 mod events;
+mod explain;
 mod fanout;
 mod identity;
+mod lease;
 mod run;
+mod started;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -36,6 +41,7 @@ pub use ctx::{
 };
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
+pub use lease::Resolution;
 pub(crate) use run::RunState;
 
 use crate::clock::{SharedClock, SystemClock};
@@ -189,6 +195,10 @@ pub struct AgentProfile {
     pub tools: Vec<String>,
     /// Models to fail over to, in order, when its model keeps failing retryably.
     pub fallbacks: Vec<ModelRef>,
+    /// Its permission rules, replacing the engine's (the engine's host hook still applies).
+    pub permissions: Option<crate::agent::Permissions>,
+    /// The bound on a turn's estimated input tokens (default 200,000).
+    pub max_context_tokens: Option<u64>,
 }
 
 /// How failed calls surface in a workflow.
@@ -227,12 +237,23 @@ pub struct ResumeOptions {
     /// The workflow to resume with; by default the script stored with the run, or the
     /// registered workflow named in run meta.
     pub workflow: Option<Workflow>,
-    /// A script to resume with; refused unless its source hash equals the stored one.
+    /// A script to resume with: an edit of the run's script. Unless it is the stored source,
+    /// it replaces it (stored as the run's new source, the old one kept), its unchanged calls
+    /// replay, and re-keyed ones are explained (see `accept_rekey`). Must be of the run's
+    /// dialect.
     pub script: Option<Script>,
     /// The arguments; by default the arguments stored with the run.
     pub args: Option<Value>,
     /// An absolute deadline in ms since the epoch.
     pub deadline_ms: Option<i64>,
+    /// The default model for calls that name none. By default a resume routes calls as the
+    /// run started (the default and per-role models stored with the run), whatever the
+    /// engine's own defaults are now.
+    pub model: Option<ModelRef>,
+    /// Let calls whose identity changed since they were paid (model, prompt, tools, schema,
+    /// options) run again, paid anew. Without it such a resume stops before dispatching any
+    /// of them and reports each, and which identity field changed, as `rekey_refused`.
+    pub accept_rekey: bool,
 }
 
 /// Work a run did not complete, itemized.
@@ -408,6 +429,10 @@ pub(crate) struct EngineInner {
     pub(crate) toolsets: HashMap<String, crate::agent::Toolset>,
     pub(crate) fallbacks: HashMap<ModelRef, Vec<ModelRef>>,
     pub(crate) permissions: crate::agent::Permissions,
+    /// How long a run's lease lasts unrenewed (a dead driver holds the run this long).
+    pub(crate) lease_ttl: Duration,
+    /// The backoff cap and the `Retry-After` clamp of every call.
+    pub(crate) backoff: crate::agent::Backoff,
 }
 
 impl fmt::Debug for EngineInner {
@@ -477,6 +502,8 @@ impl Engine {
                 toolsets: HashMap::new(),
                 fallbacks: HashMap::new(),
                 permissions: crate::agent::Permissions::allow_all(),
+                lease_ttl: lease::DEFAULT_LEASE_TTL,
+                backoff: crate::agent::Backoff::default(),
             },
         }
     }
@@ -548,12 +575,25 @@ impl Engine {
     }
 
     /// Appends a resolution for a suspended run's `await_external(key)` to its journal, for
-    /// a run that is not live in this process (`cairn resolve`). Returns whether it applied.
+    /// a run that is not live in this process (`cairn resolve`). Returns whether it applied
+    /// (or, for a run another process is driving, was queued for that driver to apply).
     ///
     /// # Errors
     /// `config` for an unknown run; `validation` when the run never waited on `key`.
     pub fn resolve_external(&self, run_id: &RunId, key: &str, value: Value) -> Result<bool, Error> {
-        run::resolve_stored(&self.inner, run_id, key, value)
+        self.resolve(run_id, key, value).map(|r| r != Resolution::AlreadyResolved)
+    }
+
+    /// Resolves an `await_external(key)` wait of a run that is not live in this process.
+    /// When nobody drives the run, the resolution is appended under the run's lease; when
+    /// another process drives it, the resolution waits in the run's inbox and that driver
+    /// applies it (or the next resume does), so it is never lost.
+    ///
+    /// # Errors
+    /// `config` for an unknown run; `validation` when the run never waited on `key` or the
+    /// value does not satisfy the wait's schema; `internal` for a store failure.
+    pub fn resolve(&self, run_id: &RunId, key: &str, value: Value) -> Result<Resolution, Error> {
+        lease::resolve(&self.inner, run_id, key, value)
     }
 
     /// The journal store.
@@ -684,6 +724,14 @@ impl EngineBuilder {
         self
     }
 
+    /// Caps retry waits: no backoff longer than `max_backoff` (default 30 s), and a provider's
+    /// `Retry-After` honoured up to `max_retry_after` (default 60 s).
+    pub fn retry_limits(mut self, max_backoff: Duration, max_retry_after: Duration) -> EngineBuilder {
+        self.inner.backoff.max = max_backoff;
+        self.inner.backoff.max_retry_after = max_retry_after;
+        self
+    }
+
     /// Registers a toolset under its name.
     pub fn toolset(mut self, toolset: crate::agent::Toolset) -> EngineBuilder {
         self.inner.toolsets.insert(toolset.name().to_owned(), toolset);
@@ -693,6 +741,13 @@ impl EngineBuilder {
     /// Sets the permission chain every tool call passes (default: allow all).
     pub fn permissions(mut self, permissions: crate::agent::Permissions) -> EngineBuilder {
         self.inner.permissions = permissions;
+        self
+    }
+
+    /// How long a run's lease lasts without renewal (default 30 s). A driver renews it every
+    /// third of this; a driver that dies holds the run until it expires.
+    pub fn lease_ttl(mut self, ttl: Duration) -> EngineBuilder {
+        self.inner.lease_ttl = ttl.max(Duration::from_millis(30));
         self
     }
 

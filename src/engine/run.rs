@@ -23,7 +23,7 @@ use crate::journal::{
     self, ContentKey, Entry, Kind, Ledger, Match, Replay, ReplayOptions, Resolutions, ScopePath, Seq, Status,
 };
 use crate::money::Money;
-use crate::store::{RawEntry, RunId, RunMeta, RunStatus};
+use crate::store::{Lease, RawEntry, RunId, RunMeta, RunStatus};
 
 /// The state one run shares across every `Ctx` of it.
 #[derive(Debug)]
@@ -63,11 +63,20 @@ pub(crate) struct RunState {
     /// both stay unique and increasing across the run's segments.
     span_base: u64,
     pub(crate) policy: ErrorPolicy,
+    /// The run's lease, when the store grants leases: every write of this segment is fenced
+    /// with it.
+    lease: Option<Lease>,
+    /// Stops the task that renews the lease and drains the inbox.
+    keeper: CancellationToken,
+    /// Whether re-keyed calls may run, and the ones refused.
+    pub(crate) rekeys: super::explain::Rekeys,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
     Cancelled,
+    /// A resume refused to re-key a completed call.
+    Refused,
     Deadline,
     Suspended,
 }
@@ -159,6 +168,11 @@ impl RunState {
     /// the ordinal a new one takes.
     pub(crate) fn decision(&self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
         self.lock_journal().replay.decision(scope, key)
+    }
+
+    /// Accounts for the tool approvals of a replayed agent call (see [`Replay::cover_approvals`]).
+    pub(crate) fn cover_approvals(&self, scope: &ScopePath, call_key: ContentKey) {
+        self.lock_journal().replay.cover_approvals(scope, call_key);
     }
 
     /// Accounts for the journaled records under `scope` without matching them (the body of a
@@ -393,7 +407,7 @@ impl RunState {
                     // A store is the embedder's code: one that panics fails this write (and,
                     // latched, the run) instead of leaving `flushing` set and its waiters
                     // blocked for good.
-                    let append = || self.engine.journal.append(&self.run_id, &raw, None);
+                    let append = || self.engine.journal.append(&self.run_id, &raw, self.lease.as_ref());
                     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(append)) {
                         Ok(result) => result.map_err(Error::from),
                         Err(_) => Err(Error::internal("the journal store panicked during an append")),
@@ -491,6 +505,10 @@ impl RunState {
         match self.stop_reason() {
             Some(Stop::Deadline) => Error::new(ErrorCode::Cancelled, "the run's deadline passed"),
             Some(Stop::Suspended) => Error::new(ErrorCode::Cancelled, "the run suspended on external input"),
+            Some(Stop::Refused) => Error::new(
+                ErrorCode::Cancelled,
+                "the resume stopped: a call's identity changed since it was paid",
+            ),
             _ => Error::new(ErrorCode::Cancelled, "the run was cancelled"),
         }
     }
@@ -618,6 +636,35 @@ impl RunState {
         Ok(delivered)
     }
 
+    /// The journaled calls of `scope` from its cursor on that no live call has consumed.
+    pub(crate) fn unconsumed_at_cursor(&self, scope: &ScopePath) -> Vec<(Arc<Entry>, Option<Arc<Entry>>)> {
+        self.lock_journal().replay.unconsumed_at_cursor(scope)
+    }
+
+    /// Stops the run because a resume refused to re-key a completed call.
+    pub(crate) fn refuse_rekey(&self) {
+        self.stop_with(Stop::Refused);
+    }
+
+    /// Whether some wait of this run is open (its inbox is worth draining).
+    pub(crate) fn has_waits(&self) -> bool {
+        !self.externals.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
+    /// The run's lease is gone (it expired and another driver may hold the run): nothing this
+    /// segment writes from now on can land, so every later append fails with why.
+    pub(crate) fn lease_lost(&self, error: Error) {
+        let error = Error::new(
+            ErrorCode::RunBusy,
+            format!(
+                "run {} lost its lease, so this process stopped driving it: {}",
+                self.run_id, error.message
+            ),
+        );
+        self.lock_group().lost.get_or_insert(error);
+        self.cancel.cancel();
+    }
+
     fn pending(&self) -> Vec<Pending> {
         let externals = self.externals.lock().unwrap_or_else(|p| p.into_inner());
         let mut pending: Vec<Pending> = externals
@@ -710,6 +757,10 @@ struct Segment {
     resumed: bool,
     /// How many segments ran before this one.
     index: u32,
+    /// The run's lease, held for this segment.
+    lease: Option<Lease>,
+    /// Re-keyed calls run live without asking.
+    accept_rekey: bool,
 }
 
 /// Where segment `index`'s event seqs and span ids start.
@@ -748,6 +799,9 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
         next_span: AtomicU64::new(segment_base(segment.index) + 1),
         span_base: segment_base(segment.index),
         policy: segment.policy,
+        lease: segment.lease,
+        keeper: CancellationToken::new(),
+        rekeys: super::explain::Rekeys::new(segment.accept_rekey),
         engine,
     })
 }
@@ -779,7 +833,58 @@ pub(super) fn start(
     if engine.journal.get_meta(&run_id)?.is_some() {
         return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
     }
-    let args_canonical = journal::canonical_json(&args).map_err(|e| Error::validation(e.to_string()))?;
+    let lease = super::lease::acquire(&engine, &run_id)?;
+    let fresh =
+        Fresh { name: &workflow.name, args: &args, options: &options, script: script.as_ref(), ceiling, now };
+    match begin_fresh(&engine, &run_id, &fresh, lease.as_ref()) {
+        Ok(meta) => {
+            let segment = Segment {
+                entries: Vec::new(),
+                replay: Replay::empty(),
+                ceiling,
+                spent: Money::ZERO,
+                spawns: 0,
+                dry_run: false,
+                policy: options.policy,
+                deadline_ms: options.deadline_ms,
+                resumed: false,
+                index: 0,
+                lease,
+                accept_rekey: false,
+            };
+            Ok(launch(engine, run_id, workflow, args, meta, segment))
+        }
+        Err(e) => {
+            super::lease::release(&engine, lease.as_ref());
+            Err(e)
+        }
+    }
+}
+
+/// What a fresh run starts with.
+struct Fresh<'a> {
+    name: &'a str,
+    args: &'a Value,
+    options: &'a RunOptions,
+    script: Option<&'a ScriptSource>,
+    ceiling: Option<Money>,
+    now: i64,
+}
+
+/// Writes a fresh run's stored inputs and meta, under its lease.
+fn begin_fresh(
+    engine: &EngineInner,
+    run_id: &RunId,
+    fresh: &Fresh<'_>,
+    lease: Option<&Lease>,
+) -> Result<RunMeta, Error> {
+    let Fresh { name, args, options, script, ceiling, now } = *fresh;
+    // Under the lease: nobody created the run between the check above and the lease.
+    if engine.journal.get_meta(run_id)?.is_some() {
+        return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
+    }
+    let run_id = run_id.clone();
+    let args_canonical = journal::canonical_json(args).map_err(|e| Error::validation(e.to_string()))?;
     engine.transcripts.put(&args_ref(&run_id), args_canonical.as_bytes())?;
     if let Some(script) = &script {
         engine.transcripts.put(&source_ref(&run_id), script.source.as_bytes())?;
@@ -788,10 +893,10 @@ pub(super) fn start(
     if options.policy == ErrorPolicy::Lenient {
         extra.insert("policy".into(), Value::from("lenient"));
     }
-    let meta = RunMeta {
+    let mut meta = RunMeta {
         run_id: run_id.clone(),
         status: RunStatus::Running,
-        name: Some(workflow.name.clone()),
+        name: Some(name.to_owned()),
         tags: options.tags.clone(),
         created_at_ms: now,
         updated_at_ms: now,
@@ -804,20 +909,10 @@ pub(super) fn start(
         segments: 1,
         extra,
     };
-    engine.journal.put_meta(&meta, None)?;
-    let segment = Segment {
-        entries: Vec::new(),
-        replay: Replay::empty(),
-        ceiling,
-        spent: Money::ZERO,
-        spawns: 0,
-        dry_run: false,
-        policy: options.policy,
-        deadline_ms: options.deadline_ms,
-        resumed: false,
-        index: 0,
-    };
-    Ok(launch(engine, run_id, workflow, args, meta, segment))
+    // How calls are routed is part of their identity: a resume reuses it.
+    super::started::Routing::of(engine).store(&mut meta);
+    engine.journal.put_meta(&meta, lease)?;
+    Ok(meta)
 }
 
 /// Resumes a run from its journal.
@@ -839,12 +934,15 @@ fn resume_workflow(
             Error::config(format!("run {run_id} is a {dialect} script, a dialect this engine lacks"))
         })?;
         if let Some(script) = &options.script {
-            if Some(script.source_hash()) != meta.source_hash {
+            if script.dialect() != dialect.name() {
                 return Err(Error::config(format!(
-                    "the script differs from the one run {run_id} started with (source hash mismatch); \
-                     resume without a file to use the stored source"
+                    "run {run_id} is a {} script; an edit must be one too, not {}",
+                    dialect.name(),
+                    script.dialect()
                 )));
             }
+            // A different source is an edit: it replaces the stored one when the resume
+            // starts (see `store_edit`); unchanged calls replay.
             return dialect.prepare(handle, &name, script.source());
         }
         let bytes = engine
@@ -868,6 +966,32 @@ fn resume_workflow(
     }
 }
 
+/// Stores an edited script as the run's source from now on (a new blob, its ref and hash in
+/// meta), keeping the earlier source and listing it in meta's `previous_sources`.
+fn store_edit(
+    engine: &EngineInner,
+    meta: &mut RunMeta,
+    script: &super::Script,
+    index: u32,
+) -> Result<(), Error> {
+    let hash = script.source_hash();
+    if meta.source_hash.as_deref() == Some(hash.as_str()) {
+        return Ok(());
+    }
+    let new_ref = format!("{}.{index}", source_ref(&meta.run_id));
+    engine.transcripts.put(&new_ref, script.source().as_bytes())?;
+    let previous = serde_json::json!({ "source_ref": meta.source_ref, "source_hash": meta.source_hash });
+    match meta.extra.get_mut("previous_sources").and_then(Value::as_array_mut) {
+        Some(list) => list.push(previous),
+        None => {
+            meta.extra.insert("previous_sources".into(), Value::Array(vec![previous]));
+        }
+    }
+    meta.source_ref = Some(new_ref);
+    meta.source_hash = Some(hash);
+    Ok(())
+}
+
 /// Resumes a run from its journal.
 pub(super) fn resume(
     handle: &super::Engine,
@@ -880,6 +1004,37 @@ pub(super) fn resume(
         engine.journal.get_meta(run_id)?.ok_or_else(|| Error::config(format!("unknown run {run_id}")))?;
     validate_deadline(options.deadline_ms, engine.clock.now_ms())?;
     let workflow = resume_workflow(handle, &meta, &options)?;
+    // The run's calls are keyed as it started them, unless the resume overrides the model.
+    let engine = super::started::resume_engine(&engine, &meta, options.model.as_ref())?.unwrap_or(engine);
+    // A dry run writes nothing, so it needs no lease.
+    let lease = if options.dry_run { None } else { super::lease::acquire(&engine, run_id)? };
+    match resume_leased(engine.clone(), run_id, meta, options, workflow, lease.clone()) {
+        Ok(handle) => Ok(handle),
+        Err(e) => {
+            super::lease::release(&engine, lease.as_ref());
+            Err(e)
+        }
+    }
+}
+
+/// The rest of a resume, under the run's lease.
+fn resume_leased(
+    engine: Arc<EngineInner>,
+    run_id: &RunId,
+    meta: RunMeta,
+    options: ResumeOptions,
+    workflow: Workflow,
+    lease: Option<Lease>,
+) -> Result<RunHandle, Error> {
+    // Resolutions left for the previous driver join the journal before it is read.
+    if lease.is_some() {
+        super::lease::drain_stored(&engine, run_id, lease.as_ref())?;
+    }
+    let meta = match lease {
+        // Re-read under the lease: the previous driver may have settled meanwhile.
+        Some(_) => engine.journal.get_meta(run_id)?.unwrap_or(meta),
+        None => meta,
+    };
     let args = match options.args.clone() {
         Some(args) => args,
         None => match engine.transcripts.get(&args_ref(run_id))? {
@@ -899,10 +1054,13 @@ pub(super) fn resume(
     // Segments that ran before this one (a dry run counts as the next, and writes nothing).
     let index = meta.segments;
     if !options.dry_run {
+        if let Some(script) = &options.script {
+            store_edit(&engine, &mut meta, script, index)?;
+        }
         meta.segments += 1;
         meta.status = RunStatus::Running;
         meta.updated_at_ms = engine.clock.now_ms();
-        engine.journal.put_meta(&meta, None)?;
+        engine.journal.put_meta(&meta, lease.as_ref())?;
     }
     let policy = if meta.extra.get("policy").and_then(Value::as_str) == Some("lenient") {
         ErrorPolicy::Lenient
@@ -920,6 +1078,8 @@ pub(super) fn resume(
         deadline_ms: options.deadline_ms,
         resumed: true,
         index,
+        lease,
+        accept_rekey: options.accept_rekey,
     };
     Ok(launch(engine, run_id.clone(), workflow, args, meta, segment))
 }
@@ -935,6 +1095,9 @@ fn launch(
     let deadline_ms = segment.deadline_ms;
     let resumed = segment.resumed;
     let state = new_state(engine, run_id.clone(), segment);
+    if state.lease.is_some() {
+        super::lease::spawn_keeper(&state, state.lease.clone(), state.keeper.clone());
+    }
     let ctx = Ctx::root(state.clone());
     state.emit((state.span_base, None), false, || EventKind::RunStart {
         name: workflow.name.clone(),
@@ -992,6 +1155,9 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         (_, Err(e)) => (RunStatus::Error, None, Some(e)),
     };
     let (mut status, mut value, mut error) = (status, value, error);
+    if let Some(refusal) = state.rekeys.refusal() {
+        (status, value, error) = (RunStatus::Error, None, Some(refusal));
+    }
     if !state.dry_run {
         let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
         let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
@@ -1011,7 +1177,7 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
             // The journal holds the settlement (and, before it, everything this segment
             // queued): the meta row may follow.
             Ok(_) => {
-                if let Err(e) = state.engine.journal.put_meta(&meta, None) {
+                if let Err(e) = state.engine.journal.put_meta(&meta, state.lease.as_ref()) {
                     error.get_or_insert(e.into());
                 }
             }
@@ -1026,6 +1192,9 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
             }
         }
     }
+    // Settled: the run is free for the next driver.
+    state.keeper.cancel();
+    super::lease::release(&state.engine, state.lease.as_ref());
     let (cost, preview, orphans) = {
         let journal = state.lock_journal();
         let preview = journal.replay.preview();
@@ -1056,13 +1225,43 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
     }
 }
 
-/// Appends a resolution to a run that is not live here.
+/// Appends a resolution to a run that is not live here (under its lease, when given).
 pub(super) fn resolve_stored(
     engine: &EngineInner,
     run_id: &RunId,
     key: &str,
     value: Value,
+    lease: Option<&Lease>,
 ) -> Result<bool, Error> {
+    let (entries, target) = stored_wait(engine, run_id, key, &value)?;
+    let applied = !Resolutions::fold(entries.iter()).is_closed(target);
+    let mut entry = resolution_entry(target, key, value);
+    entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
+    entry.ts = Some(engine.clock.now_ms());
+    engine.journal.append(run_id, &[journal::encode(&entry)?], lease)?;
+    Ok(applied)
+}
+
+/// Checks that a stored run waits on `key` and that `value` satisfies the wait.
+///
+/// # Errors
+/// `config` for an unknown run; `validation` for no such wait or a value its schema refuses.
+pub(super) fn check_stored_resolution(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    value: &Value,
+) -> Result<(), Error> {
+    stored_wait(engine, run_id, key, value).map(drop)
+}
+
+/// The stored journal and the seq of the wait on `key` a resolution with `value` targets.
+fn stored_wait(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    value: &Value,
+) -> Result<(Vec<Entry>, Seq), Error> {
     if engine.journal.get_meta(run_id)?.is_none() {
         return Err(Error::config(format!("unknown run {run_id}")));
     }
@@ -1070,11 +1269,6 @@ pub(super) fn resolve_stored(
     let entries = journal::decode_all(&raw)?;
     let target = find_suspension(entries.iter(), key)
         .ok_or_else(|| Error::validation(format!("run {run_id} has no wait on key {key:?}")))?;
-    check_resolution(entries.iter().find(|e| e.seq == target), key, &value)?;
-    let applied = !Resolutions::fold(entries.iter()).is_closed(target);
-    let mut entry = resolution_entry(target, key, value);
-    entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
-    entry.ts = Some(engine.clock.now_ms());
-    engine.journal.append(run_id, &[journal::encode(&entry)?], None)?;
-    Ok(applied)
+    check_resolution(entries.iter().find(|e| e.seq == target), key, value)?;
+    Ok((entries, target))
 }

@@ -495,7 +495,13 @@ async fn the_stream_is_cut_when_the_ceiling_is_crossed() {
     let wf = Workflow::new("long", |ctx, _| async move {
         ctx.agent(
             "write a lot",
-            AgentOptions { est_cost: Some(Money::from_usd(0.0001).unwrap()), ..Default::default() },
+            // The worst turn (the prompt plus 400 output tokens) fits the ceiling; this
+            // provider ignores the cap and is cut instead.
+            AgentOptions {
+                est_cost: Some(Money::from_usd(0.0001).unwrap()),
+                max_output_tokens: Some(400),
+                ..Default::default()
+            },
         )
         .await
     });

@@ -116,3 +116,48 @@ async fn a_wait_times_out_in_a_live_run_while_a_sibling_works() {
     assert_eq!(replayed.status, RunStatus::Ok, "{:?}", replayed.error);
     assert_eq!(replayed.value.unwrap(), value);
 }
+
+#[tokio::test]
+async fn a_fan_out_admits_its_first_branches_even_when_calls_return_at_once() {
+    // Calls return instantly and release most of their reservation: without the round, a
+    // later branch could be admitted into room an earlier sibling freed, depending on timing.
+    for _ in 0..3 {
+        let store = Arc::new(MemoryStore::new());
+        let provider = Arc::new(Counting::default());
+        let engine = engine_with(&store, &provider, |b| b);
+        let wf = Workflow::new("fan", |ctx, _| async move {
+            let items = (0..20).map(|i| json!(i)).collect();
+            let values = ctx
+                .parallel_map(
+                    items,
+                    |c, item| async move {
+                        // Later branches ask later: earlier calls have returned by then.
+                        let delay = item.as_u64().unwrap_or(0) * 3;
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        let opts = AgentOptions {
+                            est_cost: Some(Money::from_usd(0.05).unwrap()),
+                            on_error: Some(OnError::Null),
+                            ..AgentOptions::default()
+                        };
+                        c.agent(&format!("shard {item}"), opts).await
+                    },
+                    ParallelOptions { on_error: Some(OnError::Null), ..Default::default() },
+                )
+                .await?;
+            Ok(json!(values))
+        });
+        let options = RunOptions { budget_usd: Some(0.25), ..RunOptions::default() };
+        let outcome = engine.run(&wf, json!({}), options).unwrap().result().await.unwrap();
+        assert_eq!(outcome.status, RunStatus::Exhausted);
+        let value = outcome.value.unwrap();
+        let admitted: Vec<usize> = value
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(admitted, [0, 1, 2, 3, 4], "{value}");
+    }
+}

@@ -564,6 +564,56 @@ pub struct Entry {
     /// The host function, child workflow or external key the entry is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// A compact summary of an agent call's identity inputs, on its `running` entry, so a
+    /// resume can say which field of a re-keyed call changed. Never part of a key.
+    #[serde(default, rename = "ident", skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Box<IdentitySummary>>,
+}
+
+/// What an agent call was keyed on, compactly (the model and agent type are on the entry).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentitySummary {
+    /// The requested reasoning effort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
+    /// The caller's key, when it keyed the call instead of the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The first 16 hex digits of the prompt's sha256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_hash: Option<String>,
+    /// The prompt's first 80 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_head: Option<String>,
+    /// The response schema's hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_hash: Option<String>,
+    /// The toolset's hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolset_hash: Option<String>,
+}
+
+impl IdentitySummary {
+    /// The summary of an agent call keyed on `key` (when given) or `prompt`.
+    pub fn of_agent(
+        prompt: &str,
+        key: Option<&str>,
+        effort: Option<&str>,
+        schema_hash: Option<&str>,
+        toolset_hash: Option<&str>,
+    ) -> IdentitySummary {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(prompt.as_bytes());
+        let prompt_hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        IdentitySummary {
+            effort: effort.map(str::to_owned),
+            key: key.map(str::to_owned),
+            prompt_hash: Some(prompt_hash),
+            prompt_head: Some(prompt.chars().take(80).collect()),
+            schema_hash: schema_hash.map(str::to_owned),
+            toolset_hash: toolset_hash.map(str::to_owned),
+        }
+    }
 }
 
 impl Entry {
@@ -609,6 +659,7 @@ impl Entry {
             role: None,
             model: None,
             name: None,
+            identity: None,
         }
     }
 }

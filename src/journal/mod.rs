@@ -19,8 +19,8 @@ pub use canon::{
 };
 pub use disposition::{Disposition, DispositionInput, Effective, disposition};
 pub use entry::{
-    ContentKey, Entry, InvalidScopePath, Kind, Name, Payload, ScopePath, Segment, Seq, Status, intern,
-    raw_json,
+    ContentKey, Entry, IdentitySummary, InvalidScopePath, Kind, Name, Payload, ScopePath, Segment, Seq,
+    Status, intern, raw_json,
 };
 pub use fold::{
     Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement,

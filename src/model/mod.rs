@@ -118,6 +118,9 @@ pub struct Price {
     pub cache_read_per_mtok: Money,
     /// Per million cache-write input tokens.
     pub cache_write_per_mtok: Money,
+    /// The output cap a turn is reserved and sent with when the call names none (the
+    /// engine's default, 8192, when `None`).
+    pub max_output_tokens: Option<u32>,
 }
 
 impl Price {
@@ -128,6 +131,7 @@ impl Price {
             output_per_mtok,
             cache_read_per_mtok: input_per_mtok,
             cache_write_per_mtok: input_per_mtok,
+            max_output_tokens: None,
         }
     }
 
@@ -161,6 +165,9 @@ struct PriceRow {
     cache_read: Option<f64>,
     #[serde(default)]
     cache_write: Option<f64>,
+    /// The output cap a turn reserves for when the call names none.
+    #[serde(default)]
+    max_output: Option<u32>,
 }
 
 /// Model prices by model ref, with a version naming the table's date.
@@ -168,14 +175,22 @@ struct PriceRow {
 pub struct PriceTable {
     version: String,
     prices: HashMap<String, Price>,
+    /// Whether an unpriced model may run under a finite ceiling (reserving a flat amount).
+    allow_unpriced: bool,
+    /// Provider names registered under another kind's prices (`claude` → `anthropic`).
+    kinds: HashMap<String, String>,
 }
 
 impl PriceTable {
     /// The table shipped with this release (`src/model/prices.json`, USD per million tokens).
     pub fn shipped() -> PriceTable {
         // The shipped file is tested to parse; an empty table is the safe fallback.
-        PriceTable::from_json(SHIPPED_PRICES)
-            .unwrap_or_else(|_| PriceTable { version: "empty".into(), prices: HashMap::new() })
+        PriceTable::from_json(SHIPPED_PRICES).unwrap_or_else(|_| PriceTable {
+            version: "empty".into(),
+            prices: HashMap::new(),
+            allow_unpriced: false,
+            kinds: HashMap::new(),
+        })
     }
 
     /// A table from JSON `{"version": "...", "models": {"provider:model": {"input": USD/Mtok, "output": ..., "cache_read"?: ..., "cache_write"?: ...}}}`.
@@ -198,10 +213,11 @@ impl PriceTable {
                     output_per_mtok: money(row.output)?,
                     cache_read_per_mtok: row.cache_read.map(money).transpose()?.unwrap_or(input),
                     cache_write_per_mtok: row.cache_write.map(money).transpose()?.unwrap_or(input),
+                    max_output_tokens: row.max_output,
                 },
             );
         }
-        Ok(PriceTable { version: file.version, prices })
+        Ok(PriceTable { version: file.version, prices, allow_unpriced: false, kinds: HashMap::new() })
     }
 
     /// Sets (or overrides) one model's price.
@@ -209,20 +225,101 @@ impl PriceTable {
         self.prices.insert(model.to_owned(), price);
     }
 
-    /// The price of a model ref, if known.
+    /// The price of a `provider:model` ref, if known.
+    ///
+    /// The lookup rule, in order, first for the provider's own name and then for the kind it
+    /// was registered as ([`PriceTable::provider_kind`]): the exact `provider:model`; the
+    /// model with a trailing date stripped (`-YYYYMMDD` or `-YYYY-MM-DD`: a dated snapshot
+    /// such as `claude-sonnet-4-5-20250929` or `gpt-4o-2024-08-06` is priced as its family's
+    /// row); then the provider's catch-all row `provider:*`. Anything else is unpriced.
     pub fn price(&self, model: &str) -> Option<&Price> {
-        self.prices.get(model)
+        let (provider, name) = model.split_once(':')?;
+        let kind = self.kinds.get(provider).map(String::as_str);
+        [Some(provider), kind.filter(|k| *k != provider)].into_iter().flatten().find_map(|provider| {
+            self.prices
+                .get(&format!("{provider}:{name}"))
+                .or_else(|| {
+                    strip_date(name).and_then(|family| self.prices.get(&format!("{provider}:{family}")))
+                })
+                .or_else(|| self.prices.get(&format!("{provider}:*")))
+        })
+    }
+
+    /// Prices the models of provider `name` as those of `kind` (a provider table
+    /// `[providers.claude]` with `kind = "anthropic"` is priced from the `anthropic:` rows).
+    pub fn provider_kind(&mut self, name: &str, kind: &str) {
+        self.kinds.insert(name.to_owned(), kind.to_owned());
     }
 
     /// The table's version.
     pub fn version(&self) -> &str {
         &self.version
     }
+
+    /// Lets models missing from the table run under a finite budget ceiling, each call
+    /// reserving a flat $0.50 (by default such a call is refused with `unpriced_model`,
+    /// since the ceiling cannot bound what it costs).
+    pub fn allow_unpriced(mut self, allow: bool) -> PriceTable {
+        self.allow_unpriced = allow;
+        self
+    }
+
+    /// Whether unpriced models may run under a finite ceiling.
+    pub fn unpriced_allowed(&self) -> bool {
+        self.allow_unpriced
+    }
+}
+
+/// The family of a dated model id: `claude-opus-4-1-20250805` → `claude-opus-4-1`,
+/// `gpt-4o-2024-08-06` → `gpt-4o`; `None` when the id ends in no date.
+pub fn strip_date(model: &str) -> Option<&str> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let bytes = model.as_bytes();
+    // -YYYYMMDD
+    if bytes.len() > 9 && bytes[bytes.len() - 9] == b'-' && digits(&model[bytes.len() - 8..]) {
+        return Some(&model[..bytes.len() - 9]);
+    }
+    // -YYYY-MM-DD
+    if bytes.len() > 11 {
+        let tail = &model[bytes.len() - 11..];
+        let t = tail.as_bytes();
+        if t[0] == b'-'
+            && t[5] == b'-'
+            && t[8] == b'-'
+            && digits(&tail[1..5])
+            && digits(&tail[6..8])
+            && digits(&tail[9..])
+        {
+            return Some(&model[..bytes.len() - 11]);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dated_ids_and_other_kinds_resolve_to_their_family_row() {
+        assert_eq!(strip_date("claude-opus-4-1-20250805"), Some("claude-opus-4-1"));
+        assert_eq!(strip_date("claude-sonnet-4-5-20250929"), Some("claude-sonnet-4-5"));
+        assert_eq!(strip_date("gpt-4o-2024-08-06"), Some("gpt-4o"));
+        assert_eq!(strip_date("gpt-4o"), None);
+        assert_eq!(strip_date("o3"), None);
+        let mut table = PriceTable::shipped();
+        let sonnet = *table.price("anthropic:claude-sonnet-4-5").unwrap();
+        assert_eq!(table.price("anthropic:claude-sonnet-4-5-20250929"), Some(&sonnet));
+        assert!(table.price("openai:gpt-4o-2024-08-06").is_some());
+        assert!(table.price("anthropic:claude-opus-4-1-20250805").is_some());
+        assert!(table.price("claude:claude-sonnet-4-5-20250929").is_none());
+        table.provider_kind("claude", "anthropic");
+        assert_eq!(table.price("claude:claude-sonnet-4-5-20250929"), Some(&sonnet));
+        assert!(table.price("claude:no-such-model").is_none());
+        // Echo is priced (free) whatever the model name.
+        assert!(table.price("echo:anything").is_some_and(|p| p.output_per_mtok.is_zero()));
+        assert!(table.price("nonsense").is_none());
+    }
 
     #[test]
     fn model_refs_parse() {
@@ -251,6 +348,7 @@ mod tests {
             output_per_mtok: Money::from_usd(15.0).unwrap(),
             cache_read_per_mtok: Money::from_usd(0.3).unwrap(),
             cache_write_per_mtok: Money::from_usd(3.75).unwrap(),
+            max_output_tokens: None,
         };
         let usage = Usage {
             input_tokens: 1_000_000,

@@ -117,7 +117,7 @@ impl Provider for AnthropicProvider {
         let http_request = self
             .endpoint
             .client
-            .post(format!("{}/v1/messages", self.endpoint.base_url))
+            .post(self.endpoint.url("v1/messages"))
             .header("x-api-key", self.api_key.expose())
             .header("anthropic-version", AnthropicProvider::API_VERSION)
             .header(reqwest::header::ACCEPT, "text/event-stream")
@@ -493,11 +493,14 @@ impl AnthropicDecoder {
                 } else {
                     match serde_json::from_str::<Value>(&json) {
                         Ok(arguments) => arguments,
+                        // A model mistake, not a transport fault (see `ToolCallInvalid`).
                         Err(err) => {
-                            out.push(ChatEvent::Error(truncated(&format!(
-                                "{}: arguments of tool call {wire_id} ({name}) are not valid json: {err}",
-                                self.context.provider
-                            ))));
+                            out.push(ChatEvent::ToolCallInvalid {
+                                wire_id,
+                                name,
+                                raw_arguments: json,
+                                error: err.to_string(),
+                            });
                             return;
                         }
                     }
@@ -516,6 +519,10 @@ impl AnthropicDecoder {
     }
 
     fn finish(&mut self, out: &mut Vec<ChatEvent>) {
+        if self.stop_reason.is_none() {
+            out.push(ChatEvent::Error(super::stream::incomplete(&self.context.provider)));
+            return;
+        }
         let reason = match self.stop_reason.as_deref() {
             Some("end_turn" | "stop_sequence") => FinishReason::Stop,
             Some("max_tokens") => FinishReason::Length,
@@ -732,10 +739,34 @@ mod tests {
             json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}}}),
             json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"a\":"}}),
             json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 6}}),
+            json!({"type": "message_stop"}),
+        ]);
+        // Broken tool JSON is the model's mistake, carried with its raw text, and the turn ends
+        // normally with its usage.
+        assert!(
+            events.iter().any(|e| matches!(e, ChatEvent::ToolCallInvalid { wire_id, raw_arguments, .. }
+                if wire_id == "t1" && raw_arguments == "{\"a\":")),
+            "{events:?}"
+        );
+        assert!(!events.iter().any(|e| matches!(e, ChatEvent::Error(_))), "{events:?}");
+        assert!(
+            matches!(events.last(), Some(ChatEvent::Finish { reason: FinishReason::ToolUse, usage }) if usage.output_tokens == 6),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn a_message_stop_without_a_stop_reason_is_an_incomplete_stream() {
+        let events = decode(&[
+            start(json!({"input_tokens": 1})),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_stop"}),
         ]);
         let Some(ChatEvent::Error(error)) = events.last() else { panic!("{events:?}") };
-        assert_eq!((error.code, error.retryable), (crate::ErrorCode::Transport, true));
-        assert!(error.message.contains("not valid json"));
+        assert_eq!((error.code, error.retryable), (crate::ErrorCode::ProviderUnavailable, true));
+        assert!(error.message.contains("incomplete stream"), "{error:?}");
     }
 
     #[test]

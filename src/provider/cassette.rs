@@ -74,6 +74,21 @@ impl RecordingProvider {
     }
 }
 
+/// Opens (creating if missing) the cassette at `path` for appending, before anything runs:
+/// a tape that cannot be written is a `config` error naming the path, not a run that
+/// records nothing.
+///
+/// # Errors
+/// `config` when the file cannot be opened for appending.
+pub fn create_tape(path: &Path) -> Result<(), Error> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| Error::config(format!("cannot write the cassette {}: {e}", path.display())))
+}
+
 impl std::fmt::Debug for RecordingProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecordingProvider").field("inner", &self.inner).field("path", &self.path).finish()
@@ -148,7 +163,14 @@ impl ReplayProvider {
             .map_err(|e| Error::config(format!("cannot read cassette {}: {e}", path.display())))?;
         let mut rows: HashMap<String, Vec<CassetteRow>> = HashMap::new();
         for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            let row: CassetteRow = serde_json::from_str(line).map_err(|e| {
+            let value: Value = serde_json::from_str(line).map_err(|e| {
+                Error::config(format!("cassette {} line {}: not JSON: {e}", path.display(), number + 1))
+            })?;
+            if value.get("host_function").is_some() {
+                // A host-function exchange, served by `HostTape`.
+                continue;
+            }
+            let row: CassetteRow = serde_json::from_value(value).map_err(|e| {
                 Error::config(format!(
                     "cassette {} line {}: not a cassette row: {e}",
                     path.display(),
@@ -256,5 +278,135 @@ mod tests {
             recorder.stream(ChatRequest::new("default", vec![Message::user("x")]), cancel).collect().await;
         assert!(matches!(events.as_slice(), [ChatEvent::Error(e)] if e.code == ErrorCode::Cancelled));
         assert!(!path.exists());
+    }
+}
+
+/// One recorded host-function exchange, a line of the same cassette as provider exchanges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostRow {
+    /// The host function's name.
+    pub host_function: String,
+    /// sha256 (hex) of the canonical `{"name", "args"}` JSON.
+    pub key: String,
+    /// The call's arguments.
+    pub args: Value,
+    /// What the call returned.
+    pub result: HostResult,
+}
+
+/// A host function's recorded answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostResult {
+    /// Its JSON result.
+    Ok(Value),
+    /// Its typed failure.
+    Error(Error),
+}
+
+/// Host-function exchanges on a cassette: recorded beside provider exchanges with `--record`,
+/// served from it with `--replay` so a replay never touches the outside world (a call the
+/// tape does not hold is a `config` error that says "cassette miss", as for a provider).
+#[derive(Debug)]
+pub enum HostTape {
+    /// Appends every exchange to the cassette at this path.
+    Record {
+        /// The cassette.
+        path: PathBuf,
+        /// Serializes appends.
+        lock: Mutex<()>,
+    },
+    /// Serves recorded exchanges by key, in recording order (the last one repeating).
+    Replay {
+        /// Rows by key.
+        rows: HashMap<String, Vec<HostResult>>,
+        /// How many times each key was served.
+        served: Mutex<HashMap<String, usize>>,
+    },
+}
+
+impl HostTape {
+    /// Records to the cassette at `path`.
+    pub fn record(path: &Path) -> HostTape {
+        HostTape::Record { path: path.to_owned(), lock: Mutex::new(()) }
+    }
+
+    /// Loads the host-function exchanges of the cassette at `path`.
+    ///
+    /// # Errors
+    /// `config` if the file cannot be read or a host row is malformed.
+    pub fn replay(path: &Path) -> Result<HostTape, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::config(format!("cannot read cassette {}: {e}", path.display())))?;
+        let mut rows: HashMap<String, Vec<HostResult>> = HashMap::new();
+        for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let Ok(value) = serde_json::from_str::<Value>(line) else { continue };
+            if value.get("host_function").is_none() {
+                continue;
+            }
+            let row: HostRow = serde_json::from_value(value).map_err(|e| {
+                Error::config(format!("cassette {} line {}: not a host row: {e}", path.display(), number + 1))
+            })?;
+            rows.entry(row.key).or_default().push(row.result);
+        }
+        Ok(HostTape::Replay { rows, served: Mutex::default() })
+    }
+
+    /// The key of a call: sha256 (hex) of its canonical `{"name", "args"}` JSON.
+    ///
+    /// # Errors
+    /// `internal` if the arguments cannot be canonicalized.
+    pub fn key(name: &str, args: &Value) -> Result<String, Error> {
+        let canonical =
+            serde_json_canonicalizer::to_string(&serde_json::json!({ "name": name, "args": args }))
+                .map_err(|e| Error::internal(format!("canonical host call json: {e}")))?;
+        Ok(hex::encode(Sha256::digest(canonical.as_bytes())))
+    }
+
+    /// On replay, the recorded answer to `name(args)` (or a cassette miss); `None` when
+    /// recording (the call runs live).
+    pub fn serve(&self, name: &str, args: &Value) -> Option<Result<Value, Error>> {
+        let HostTape::Replay { rows, served } = self else { return None };
+        let key = match HostTape::key(name, args) {
+            Ok(key) => key,
+            Err(e) => return Some(Err(e)),
+        };
+        let Some(answers) = rows.get(&key).filter(|a| !a.is_empty()) else {
+            return Some(Err(Error::config(format!(
+                "cassette miss: no recorded call of host function {name} with these arguments (key {})",
+                &key[..12]
+            ))));
+        };
+        let mut served = served.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = served.entry(key).or_default();
+        let answer = &answers[(*count).min(answers.len() - 1)];
+        *count += 1;
+        Some(match answer {
+            HostResult::Ok(value) => Ok(value.clone()),
+            HostResult::Error(error) => Err(error.clone()),
+        })
+    }
+
+    /// When recording, appends the exchange `name(args) -> result` to the cassette.
+    pub fn keep(&self, name: &str, args: &Value, result: &Result<Value, Error>) {
+        let HostTape::Record { path, lock } = self else { return };
+        let Ok(key) = HostTape::key(name, args) else { return };
+        let row = HostRow {
+            host_function: name.to_owned(),
+            key,
+            args: args.clone(),
+            result: match result {
+                Ok(value) => HostResult::Ok(value.clone()),
+                Err(error) => HostResult::Error(error.clone()),
+            },
+        };
+        let written = serde_json::to_string(&row).map_err(std::io::Error::from).and_then(|mut line| {
+            line.push('\n');
+            let _guard = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            OpenOptions::new().create(true).append(true).open(path)?.write_all(line.as_bytes())
+        });
+        if let Err(err) = written {
+            tracing::error!(path = %path.display(), error = %err, "cannot record the host call to the cassette");
+        }
     }
 }

@@ -37,7 +37,8 @@ impl EchoProvider {
     /// Waits `latency` before answering each call (a `tokio::time::sleep`, so paused test time
     /// skips it), to exercise timeouts, concurrency and budgets.
     pub fn with_latency(mut self, latency: Duration) -> EchoProvider {
-        self.latency = Some(latency);
+        // Zero means no sleep at all (a zero timer still waits for the next timer tick).
+        self.latency = (!latency.is_zero()).then_some(latency);
         self
     }
 

@@ -73,9 +73,66 @@ impl Endpoint {
     /// Adds the endpoint's fields (and the redacted key) to an adapter's `Debug`.
     pub(crate) fn debug_fields(&self, f: &mut fmt::DebugStruct<'_, '_>, api_key: &dyn fmt::Debug) {
         f.field("name", &self.name)
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_url(&self.base_url))
             .field("api_key", api_key)
             .field("idle_timeout", &self.idle_timeout);
+    }
+}
+
+impl Endpoint {
+    /// The URL of `path` under the base URL: the path joined before the query, so
+    /// `https://host/v1?key=k` and `chat/completions` give `https://host/v1/chat/completions?key=k`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        join_url(&self.base_url, path)
+    }
+}
+
+/// `path` joined to `base`'s path, before its query and fragment.
+pub(crate) fn join_url(base: &str, path: &str) -> String {
+    match url::Url::parse(base) {
+        Ok(mut url) => {
+            let joined = format!("{}/{}", url.path().trim_end_matches('/'), path.trim_start_matches('/'));
+            url.set_path(&joined);
+            url.into()
+        }
+        Err(_) => format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/')),
+    }
+}
+
+/// Checks that `base_url` is an absolute http(s) URL with a host; says why not.
+pub(crate) fn parse_base_url(base_url: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(base_url.trim()).map_err(|e| format!("not an absolute URL ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("the scheme must be http or https, not {:?}", url.scheme()));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("the URL has no host".into());
+    }
+    Ok(url)
+}
+
+/// `url` with every query value (and any password) replaced by `[redacted]`, for anything
+/// shown, journaled or recorded: a gateway key in `?key=...` never leaves the process.
+pub(crate) fn redact_url(url: &str) -> String {
+    redact_query_values(url).into_owned()
+}
+
+/// Every `?name=value` / `&name=value` in `text` with the value redacted, and any URL's
+/// `user:password@` userinfo dropped.
+fn redact_query_values(text: &str) -> std::borrow::Cow<'_, str> {
+    static QUERY_VALUE: LazyLock<Option<Regex>> =
+        LazyLock::new(|| Regex::new(r#"([?&][^=\s&#?/]+=)[^&\s#)\]}'"]+"#).ok());
+    static USERINFO: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"(https?://)[^/@\s]+@").ok());
+    let (Some(query), Some(userinfo)) = (QUERY_VALUE.as_ref(), USERINFO.as_ref()) else {
+        return std::borrow::Cow::Borrowed(text);
+    };
+    if !text.contains('=') && !text.contains('@') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let text = query.replace_all(text, "${1}[redacted]");
+    match userinfo.replace_all(&text, "${1}[redacted]@") {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(owned) => std::borrow::Cow::Owned(owned),
     }
 }
 
@@ -151,6 +208,8 @@ impl ErrorContext {
             Some(regex) => regex.replace_all(message, "[redacted]").into_owned(),
             None => message.to_owned(),
         };
+        // A URL's query values (`?key=...` of hosted gateways) are secrets too.
+        message = redact_query_values(&message).into_owned();
         if let Some(secret) = &self.secret {
             let key = secret.expose();
             if key.len() >= 4 && message.contains(key) {
@@ -408,6 +467,24 @@ mod tests {
             let err = classify_http(&ctx(), StatusCode::from_u16(status).unwrap(), &none, body.as_bytes());
             assert_eq!((err.code, err.retryable), (code, retryable), "{status} {body}");
         }
+    }
+
+    #[test]
+    fn paths_join_before_the_query_and_query_values_are_redacted() {
+        assert_eq!(join_url("https://h/v1?key=k", "chat/completions"), "https://h/v1/chat/completions?key=k");
+        assert_eq!(join_url("https://h/v1/", "responses"), "https://h/v1/responses");
+        assert_eq!(join_url("https://h", "v1/messages"), "https://h/v1/messages");
+        assert_eq!(
+            redact_url("https://u:pw@h/v1?key=k&b=2#f"),
+            "https://[redacted]@h/v1?key=[redacted]&b=[redacted]#f"
+        );
+        assert_eq!(
+            ctx().scrub("failed for url (http://h/v1/x?key=abc)"),
+            "failed for url (http://h/v1/x?key=[redacted])"
+        );
+        assert!(parse_base_url("127.0.0.1:8080/v1").is_err());
+        assert!(parse_base_url("file:///etc").is_err());
+        assert!(parse_base_url("http://127.0.0.1:8080/v1").is_ok());
     }
 
     #[test]

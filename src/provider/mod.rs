@@ -35,7 +35,9 @@ use crate::{Error, Usage};
 
 pub(crate) use echo::split_deltas as split_text_deltas;
 pub(crate) use estimate::request_tokens as estimate_request_tokens;
+pub(crate) use estimate::tokens_for_chars as estimate_tokens_for_chars;
 pub use http::ApiKey;
+pub(crate) use http::parse_base_url;
 pub(crate) use stream::cancelled as cancelled_error;
 pub use stream::{StreamDecoder, decode_sse};
 
@@ -224,6 +226,18 @@ pub enum ChatEvent {
         name: String,
         /// The parsed arguments.
         arguments: serde_json::Value,
+    },
+    /// A tool call is complete but its arguments are not valid JSON: a model mistake (not a
+    /// transport fault), answered with an error tool result so the model can correct itself.
+    ToolCallInvalid {
+        /// The provider's id of the call.
+        wire_id: String,
+        /// The tool's name.
+        name: String,
+        /// The argument text exactly as the model wrote it.
+        raw_arguments: String,
+        /// Why it does not parse.
+        error: String,
     },
     /// An opaque provider block to keep in the history (see [`Part::ProviderRaw`]).
     ProviderRaw {

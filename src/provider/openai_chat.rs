@@ -165,7 +165,7 @@ impl Provider for OpenAiChatProvider {
         let mut http_request = self
             .endpoint
             .client
-            .post(format!("{}/chat/completions", self.endpoint.base_url))
+            .post(self.endpoint.url("chat/completions"))
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body);
         if let Some(key) = &self.api_key {
@@ -460,12 +460,17 @@ impl ChatDecoder {
                     Ok(arguments) => arguments,
                     // Cut off by the output cap: the call never completed; the finish says why.
                     Err(_) if reason == "length" => continue,
+                    // A model mistake, not a transport fault: the agent answers it with an
+                    // error tool result naming the parse error.
                     Err(err) => {
-                        out.push(ChatEvent::Error(truncated(&format!(
-                            "{}: arguments of tool call {wire_id} ({}) are not valid json: {err}",
-                            self.context.provider, call.name
-                        ))));
-                        return;
+                        self.saw_tool_call = true;
+                        out.push(ChatEvent::ToolCallInvalid {
+                            wire_id,
+                            name: call.name,
+                            raw_arguments: call.arguments,
+                            error: err.to_string(),
+                        });
+                        continue;
                     }
                 }
             };
@@ -475,6 +480,10 @@ impl ChatDecoder {
     }
 
     fn finish(&mut self, out: &mut Vec<ChatEvent>) {
+        if self.finish_reason.is_none() {
+            out.push(ChatEvent::Error(super::stream::incomplete(&self.context.provider)));
+            return;
+        }
         let reason = self.finish_reason.clone().unwrap_or_default();
         self.end_calls(&reason, out);
         if out.last().is_some_and(ChatEvent::is_terminal) {
@@ -743,12 +752,36 @@ mod tests {
             ChatEvent::ToolCallEnd { wire_id: "call_0".into(), name: "f".into(), arguments: json!({"a": 1}) }
         );
         assert!(matches!(events.last(), Some(ChatEvent::Finish { reason: FinishReason::ToolUse, .. })));
-        // Arguments that never parse are an error, not a silent {}; cut by the cap, the call is dropped.
+        // A role chunk and `[DONE]` with no finish reason (llama.cpp, busy) is an incomplete
+        // stream: a retryable error, never an empty answer.
+        let events = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}"#,
+            "[DONE]",
+        ]);
+        assert!(
+            matches!(events.last(), Some(ChatEvent::Error(e)) if e.code == crate::ErrorCode::ProviderUnavailable && e.retryable),
+            "{events:?}"
+        );
+        // Arguments that never parse are a model mistake carried with their raw text (not a
+        // transport error, not a silent {}); cut by the cap, the call is dropped.
         let events = decode(&[
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{\"a\":"}}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#,
+            "[DONE]",
         ]);
-        assert!(matches!(events.last(), Some(ChatEvent::Error(e)) if e.message.contains("not valid json")));
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, ChatEvent::ToolCallInvalid { wire_id, name, raw_arguments, .. }
+                if wire_id == "c" && name == "f" && raw_arguments == "{\"a\":")),
+            "{events:?}"
+        );
+        assert!(!events.iter().any(|e| matches!(e, ChatEvent::Error(_))), "{events:?}");
+        assert!(
+            matches!(events.last(), Some(ChatEvent::Finish { reason: FinishReason::ToolUse, usage }) if usage.output_tokens == 4),
+            "{events:?}"
+        );
         let events = decode(&[
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{\"a\":"}}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#,

@@ -5,7 +5,8 @@
 //! verbatim on the next turn so reasoning survives tool calls without server-side state.
 //! Function calls stream as `output_item.added`, argument deltas and `output_item.done`; the
 //! call's `call_id` is the wire id. Usage arrives only with `response.completed` (or
-//! `response.incomplete`); `response.failed` and `error` events end the stream as typed errors.
+//! `response.incomplete`); `response.failed` and `error` events end the stream as typed errors
+//! (a failed response's usage is reported first, as a `Usage` event).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -98,7 +99,7 @@ impl Provider for OpenAiResponsesProvider {
         let http_request = self
             .endpoint
             .client
-            .post(format!("{}/responses", self.endpoint.base_url))
+            .post(self.endpoint.url("responses"))
             .bearer_auth(self.api_key.expose())
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body);
@@ -312,11 +313,15 @@ impl ResponsesDecoder {
                 } else {
                     match serde_json::from_str::<Value>(&call.arguments) {
                         Ok(arguments) => arguments,
+                        // A model mistake, not a transport fault (see `ToolCallInvalid`).
                         Err(err) => {
-                            out.push(ChatEvent::Error(truncated(&format!(
-                                "{}: arguments of tool call {} ({}) are not valid json: {err}",
-                                self.context.provider, call.wire_id, call.name
-                            ))));
+                            self.saw_tool_call = true;
+                            out.push(ChatEvent::ToolCallInvalid {
+                                wire_id: call.wire_id.clone(),
+                                name: call.name.clone(),
+                                raw_arguments: call.arguments.clone(),
+                                error: err.to_string(),
+                            });
                             return;
                         }
                     }
@@ -447,6 +452,11 @@ impl StreamDecoder for ResponsesDecoder {
             "response.completed" => self.finish(value.get("response").unwrap_or(&Value::Null), false, out),
             "response.incomplete" => self.finish(value.get("response").unwrap_or(&Value::Null), true, out),
             "response.failed" => {
+                // A failed response still bills what it used, and says so: report it before
+                // the error, so the turn is charged the provider's figure, not an estimate.
+                if let Some(usage) = value.pointer("/response/usage").filter(|u| u.is_object()) {
+                    out.push(ChatEvent::Usage(parse_usage(usage)));
+                }
                 let error = value.pointer("/response/error").cloned().unwrap_or(Value::Null);
                 out.push(ChatEvent::Error(classify_stream_error(&self.context, &error)));
             }
@@ -460,6 +470,30 @@ impl StreamDecoder for ResponsesDecoder {
 mod tests {
     use super::*;
     use crate::provider::ToolSpec;
+
+    #[test]
+    fn broken_tool_json_is_a_model_mistake_with_its_raw_text() {
+        let events: Vec<Value> = vec![
+            json!({"type": "response.created", "response": {"id": "r", "status": "in_progress", "usage": null}}),
+            json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": ""}}),
+            json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": "{\"a\":"}),
+            json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{\"a\":"}}),
+            json!({"type": "response.completed", "response": {"id": "r", "status": "completed", "usage": {"input_tokens": 9, "output_tokens": 5, "total_tokens": 14}}}),
+        ];
+        let body: String =
+            events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
+        let events = crate::provider::decode_sse(&mut ResponsesDecoder::new("openai", 0), body.as_bytes());
+        assert!(
+            events.iter().any(|e| matches!(e, ChatEvent::ToolCallInvalid { wire_id, raw_arguments, .. }
+                if wire_id == "call_1" && raw_arguments == "{\"a\":")),
+            "{events:?}"
+        );
+        assert!(!events.iter().any(|e| matches!(e, ChatEvent::Error(_))), "{events:?}");
+        assert!(
+            matches!(events.last(), Some(ChatEvent::Finish { reason: FinishReason::ToolUse, usage }) if usage.output_tokens == 5),
+            "{events:?}"
+        );
+    }
 
     #[test]
     fn compiles_stateless_history() {

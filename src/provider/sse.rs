@@ -21,6 +21,10 @@ pub struct SseEvent {
     pub id: Option<String>,
 }
 
+/// The default bound on one line, and on the data of one event: a server that never sends a
+/// newline (or never ends an event) cannot make the parser buffer without end.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
 /// The incremental parser. Feed it chunks with [`SseParser::feed`], then call
 /// [`SseParser::finish`] at the end of the stream.
 #[derive(Debug, Default)]
@@ -36,16 +40,41 @@ pub struct SseParser {
     /// Whether any `data` field was seen for the event being built.
     has_data: bool,
     last_id: Option<String>,
+    /// The bound on a line and on one event's data (0 means [`DEFAULT_MAX_LINE_BYTES`]).
+    max_line: usize,
+    /// Set once a line or an event outgrew `max_line`; the rest of the stream is ignored.
+    overflowed: bool,
 }
 
 impl SseParser {
     /// A parser at the start of a stream.
     pub fn new() -> SseParser {
-        SseParser { at_start: true, ..SseParser::default() }
+        SseParser { at_start: true, max_line: DEFAULT_MAX_LINE_BYTES, ..SseParser::default() }
+    }
+
+    /// A parser whose lines and events may hold at most `max` bytes.
+    pub fn with_max_line(max: usize) -> SseParser {
+        SseParser { max_line: max.max(1), ..SseParser::new() }
+    }
+
+    /// Whether a line or an event outgrew the bound: the stream is broken (a typed error for
+    /// the caller), and nothing more was parsed.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    fn overflow(&mut self) {
+        self.overflowed = true;
+        self.line = Vec::new();
+        self.data = String::new();
+        self.has_data = false;
     }
 
     /// Parses one chunk, appending every event it completes to `out`.
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
+        if self.overflowed {
+            return;
+        }
         let mut rest = chunk;
         if self.pending_cr {
             self.pending_cr = false;
@@ -55,9 +84,15 @@ impl SseParser {
         }
         while !rest.is_empty() {
             let Some(pos) = memchr::memchr2(b'\n', b'\r', rest) else {
+                if self.line.len() + rest.len() > self.max_line {
+                    return self.overflow();
+                }
                 self.line.extend_from_slice(rest);
                 break;
             };
+            if self.line.len() + pos > self.max_line || self.data.len() > self.max_line {
+                return self.overflow();
+            }
             let terminator = rest[pos];
             // A line wholly inside this chunk is parsed in place; only a line split across
             // chunks goes through the buffer.
@@ -85,6 +120,9 @@ impl SseParser {
     /// built is dispatched: the final blank line is often missing from recorded or proxied
     /// streams, and the decoder (not the framing) decides whether the stream was complete.
     pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
+        if self.overflowed {
+            return;
+        }
         if !self.line.is_empty() {
             let line = mem::take(&mut self.line);
             self.end_line(&line, out);
@@ -203,6 +241,30 @@ mod tests {
             [ev("", "{\"type\":\"message_stop\"}")]
         );
         assert_eq!(parse_chunks(&[b"data: a\n"]), [ev("", "a")]);
+    }
+
+    #[test]
+    fn a_line_or_event_past_the_bound_overflows_and_stops_parsing() {
+        let mut parser = SseParser::with_max_line(64);
+        let mut out = Vec::new();
+        for _ in 0..100 {
+            parser.feed(&[b'a'; 10], &mut out);
+        }
+        assert!(parser.overflowed());
+        parser.feed(b"\ndata: late\n\n", &mut out);
+        parser.finish(&mut out);
+        assert_eq!(out, []);
+        // Many short data lines of one endless event are bounded too.
+        let mut parser = SseParser::with_max_line(64);
+        for _ in 0..100 {
+            parser.feed(b"data: 0123456789\n", &mut out);
+        }
+        assert!(parser.overflowed());
+        // Within the bound nothing changes.
+        let mut parser = SseParser::with_max_line(64);
+        parser.feed(b"data: ok\n\n", &mut out);
+        assert!(!parser.overflowed());
+        assert_eq!(out, [ev("", "ok")]);
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub fn decode_sse(decoder: &mut dyn StreamDecoder, bytes: &[u8]) -> Vec<ChatEven
     let mut events = Vec::new();
     parser.feed(bytes, &mut events);
     parser.finish(&mut events);
+    if parser.overflowed() {
+        return vec![ChatEvent::Error(line_too_long("the recorded stream"))];
+    }
     let mut out = Vec::new();
     for event in &events {
         let before = out.len();
@@ -67,9 +70,31 @@ pub fn decode_sse(decoder: &mut dyn StreamDecoder, bytes: &[u8]) -> Vec<ChatEven
     out
 }
 
+/// A server that sends a line (or an event) past the parser's bound: a typed `transport`
+/// error, never an unbounded buffer.
+fn line_too_long(provider: &str) -> Error {
+    Error::new(
+        ErrorCode::Transport,
+        format!(
+            "{provider}: an event-stream line or event exceeds {} MiB; the stream was abandoned",
+            super::sse::DEFAULT_MAX_LINE_BYTES / (1024 * 1024)
+        ),
+    )
+}
+
 /// A retryable transport error for a stream that broke off.
 pub(crate) fn truncated(message: &str) -> Error {
     Error::new(ErrorCode::Transport, message)
+}
+
+/// A retryable `provider_unavailable` error for a stream the server closed properly but
+/// without saying why the turn ended (llama.cpp answers a request that arrives while it is busy
+/// with a role chunk and `[DONE]`): an incomplete turn is never an answer.
+pub(crate) fn incomplete(provider: &str) -> Error {
+    Error::new(
+        ErrorCode::ProviderUnavailable,
+        format!("{provider}: incomplete stream: it ended without a finish reason"),
+    )
 }
 
 /// One HTTP call to drive: the prepared request and how to read its answer.
@@ -209,6 +234,9 @@ impl Driver {
         match chunk {
             Ok(Some(bytes)) => {
                 self.parser.feed(&bytes, &mut self.sse_events);
+                if self.parser.overflowed() {
+                    return self.fail(line_too_long(&self.context.provider));
+                }
                 self.decode_pending(false);
             }
             Ok(None) => {

@@ -87,14 +87,6 @@ pub(crate) fn held_by(run: &RunId, held: &HeldLease) -> Error {
     }
 }
 
-/// The refusal of a lease given to a store that grants none: no lease can be current there.
-pub(crate) fn no_leases(run: &RunId) -> Error {
-    Error::LeaseHeld {
-        run: run.clone(),
-        detail: "this store grants no leases, so no lease is current".into(),
-    }
-}
-
 /// The deadline of a lease taken at `now_ms` for `ttl`, saturating instead of wrapping.
 pub(crate) fn expiry(now_ms: i64, ttl: Duration) -> i64 {
     now_ms.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))

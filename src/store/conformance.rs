@@ -124,6 +124,36 @@ pub fn leasable_store_conformance(make: &dyn Fn(SharedClock) -> Box<dyn Leasable
     }
 }
 
+/// Runs the lease checks that need no clock: exclusivity (also against a second instance over
+/// the same location, as another process would open it), epochs that grow across release and
+/// delete, fencing of forged, released and wrong-run leases, release, and unfenced unleased
+/// writes. Every shipped store passes these, including the JSONL store, whose leases are OS file
+/// locks that hold until released (or the holder exits) whatever the ttl. `make` must build
+/// a fresh location per call; `reopen` a second instance over the location of the last one.
+///
+/// # Panics
+/// On the first violation, naming the check.
+pub fn exclusive_lease_conformance(
+    make: &dyn Fn() -> Box<dyn LeasableStore>,
+    reopen: &dyn Fn() -> Box<dyn LeasableStore>,
+) {
+    let checks: &[LeaseCheck] = &[
+        ("lease-exclusive", lease_exclusive),
+        ("forged-lease-fenced", forged_lease_fenced),
+        ("release-frees-the-run", release_frees_the_run),
+        ("lease-guards-only-its-run", lease_guards_only_its_run),
+        ("unleased-writes-unfenced", unleased_writes_unfenced),
+    ];
+    let clock = ManualClock::new(1_700_000_000_000);
+    for (name, check) in checks {
+        let store = make();
+        report("exclusive lease", name, check(&*store, &clock));
+    }
+    let store = make();
+    let other = reopen();
+    report("exclusive lease", "exclusive-across-instances", exclusive_across_instances(&*store, &*other));
+}
+
 /// Runs the blob checks: exact bytes, replacement, missing refs, sorted per-run listing
 /// and refusal of refs that could escape their run.
 ///
@@ -848,5 +878,26 @@ fn unsafe_refs_refused(store: &dyn TranscriptStore) -> Outcome {
         refused(&format!("get {bad:?}"), store.get(bad), "Config", config)?;
         refused(&format!("delete {bad:?}"), store.delete(bad), "Config", config)?;
     }
+    Ok(())
+}
+
+fn exclusive_across_instances(store: &dyn LeasableStore, other: &dyn LeasableStore) -> Outcome {
+    let run = run_id("across");
+    let lease = ok("acquire", store.acquire(&run, "w1", TTL))?;
+    refused("acquire from another instance", other.acquire(&run, "w2", TTL), "LeaseHeld", lease_held)?;
+    ok("append with the lease", store.append(&run, &entries(&[1]), Some(&lease)))?;
+    ok("release", store.release(&lease))?;
+    let next = ok("acquire from another instance after release", other.acquire(&run, "w2", TTL))?;
+    ensure!(next.epoch > lease.epoch, "the epoch did not grow across instances");
+    refused(
+        "acquire back while the other holds it",
+        store.acquire(&run, "w1", TTL),
+        "LeaseHeld",
+        lease_held,
+    )?;
+    ok("append with the other instance's lease", other.append(&run, &entries(&[2]), Some(&next)))?;
+    ok("delete with the lease", other.delete(&run, Some(&next)))?;
+    let after = ok("acquire after delete", store.acquire(&run, "w1", TTL))?;
+    ensure!(after.epoch > next.epoch, "the epoch did not grow across a delete");
     Ok(())
 }

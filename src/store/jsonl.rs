@@ -20,8 +20,12 @@
 //! the middle of a multi-entry append, a prefix of that unacknowledged batch can survive
 //! (at entry granularity), as if the crash had come between two single appends.
 //!
-//! The store is single-writer by contract: one process per directory, and no leases.
-//! Run meta is replaced atomically (temp file, fsync, rename); blobs likewise, fsync'd only
+//! One driver per run: the store grants leases as exclusive OS file locks (`<run>.lock`,
+//! `flock`), held until released or until the holder exits, whatever the ttl; the lock file
+//! keeps the run's epoch high-water mark, so fencing works as in the other stores. Only a
+//! writer (an appender, or the lease holder) repairs a torn tail: a reader that holds no
+//! lease serves the sound prefix and leaves the file as it is, since the tail may be another
+//! process's append in progress. Run meta is replaced atomically (temp file, fsync, rename); blobs likewise, fsync'd only
 //! under [`Durability::Full`].
 
 use std::collections::HashMap;
@@ -34,9 +38,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::Deserialize;
 
-use super::common;
+use super::common::{self, HeldLease};
 use super::{
-    Durability, Error, JournalStore, Lease, RawEntry, Result, RunFilter, RunId, RunMeta, TranscriptStore,
+    Durability, Error, JournalStore, LeasableStore, Lease, RawEntry, Result, RunFilter, RunId, RunMeta,
+    TranscriptStore,
 };
 
 /// How many journal files stay open at once; past it, idle runs' files are closed (and
@@ -57,6 +62,24 @@ pub struct JsonlStore {
     open_journals: AtomicUsize,
     /// Makes temp file names unique within the process.
     temp_counter: AtomicU64,
+    /// The leases this store holds: per run, the locked file and the lease it backs.
+    locks: Mutex<HashMap<RunId, HeldLock>>,
+}
+
+/// A run's lease as this store holds it: the open, exclusively locked `<run>.lock` file.
+struct HeldLock {
+    /// Unlocked when closed (released, or the process ends).
+    _file: File,
+    lease: Lease,
+}
+
+/// What a lock file holds: the last holder and the run's epoch high-water mark.
+#[derive(Debug, Default, serde::Serialize, Deserialize)]
+struct LockRecord {
+    #[serde(default)]
+    owner: String,
+    #[serde(default)]
+    epoch: u64,
 }
 
 /// The state of one run's journal file.
@@ -109,6 +132,7 @@ impl JsonlStore {
             slots: Mutex::new(HashMap::new()),
             open_journals: AtomicUsize::new(0),
             temp_counter: AtomicU64::new(0),
+            locks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -123,6 +147,37 @@ impl JsonlStore {
 
     fn meta_path(&self, run: &RunId) -> PathBuf {
         self.dir.join(format!("{run}.meta.json"))
+    }
+
+    fn lock_path(&self, run: &RunId) -> PathBuf {
+        self.dir.join(format!("{run}.lock"))
+    }
+
+    /// Refuses a lease this store does not hold as the run's current one.
+    fn check_held(&self, run: &RunId, given: &Lease) -> Result<()> {
+        let locks = lock(&self.locks);
+        let held = locks.get(run).map(|held| HeldLease {
+            owner: held.lease.owner.clone(),
+            epoch: held.lease.epoch,
+            expires_at_ms: i64::MAX,
+        });
+        common::check_lease(run, given, held.as_ref(), 0)
+    }
+
+    /// Whether this store holds the run's lease.
+    fn holds(&self, run: &RunId) -> bool {
+        lock(&self.locks).contains_key(run)
+    }
+
+    /// Reads the run's journal without repairing or keeping anything: for a reader that is
+    /// not the run's writer.
+    fn read_journal(&self, run: &RunId) -> Result<Vec<RawEntry>> {
+        let mut file = match File::open(self.journal_path(run)) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(err) => return Err(err.into()),
+        };
+        Ok(scan(run, &mut file)?.entries)
     }
 
     fn blob_dir(&self, run: &RunId) -> PathBuf {
@@ -292,8 +347,8 @@ impl JournalStore for JsonlStore {
         if entries.is_empty() {
             return Ok(());
         }
-        if lease.is_some() {
-            return Err(common::no_leases(run));
+        if let Some(lease) = lease {
+            self.check_held(run, lease)?;
         }
         common::check_batch(run, entries)?;
         // The file is the only record of seq, so an entry whose text disagrees with its seq
@@ -323,12 +378,17 @@ impl JournalStore for JsonlStore {
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {
         let slot = self.slot(run);
         let mut slot = lock(&slot);
+        // Only the run's writer repairs a torn tail; anyone else may be looking at another
+        // process's append in progress.
+        if slot.journal.is_none() && !self.holds(run) {
+            return self.read_journal(run);
+        }
         Ok(self.scan_journal(run, &mut slot, false)?.unwrap_or_default())
     }
 
     fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()> {
-        if lease.is_some() {
-            return Err(common::no_leases(&meta.run_id));
+        if let Some(lease) = lease {
+            self.check_held(&meta.run_id, lease)?;
         }
         let bytes = serde_json::to_vec(meta).map_err(|err| Error::Corrupt {
             what: format!("meta of run {}", meta.run_id),
@@ -362,10 +422,16 @@ impl JournalStore for JsonlStore {
         Ok(common::select_runs(metas, filter))
     }
 
+    fn leases(&self) -> Option<&dyn LeasableStore> {
+        Some(self)
+    }
+
     fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()> {
-        if lease.is_some() {
-            return Err(common::no_leases(run));
+        if let Some(lease) = lease {
+            self.check_held(run, lease)?;
         }
+        // The lease goes with the run (its lock file stays: it keeps the epoch high-water).
+        lock(&self.locks).remove(run);
         let slot = self.slot(run);
         let mut slot = lock(&slot);
         self.close_journal(&mut slot);
@@ -376,6 +442,84 @@ impl JournalStore for JsonlStore {
         if self.durability == Durability::Full {
             sync_dir(&self.dir)?;
         }
+        Ok(())
+    }
+}
+
+impl LeasableStore for JsonlStore {
+    /// Takes the run's exclusive OS file lock. The ttl is not used: the lock holds until
+    /// [`LeasableStore::release`], a `delete`, or the end of the holding process (a killed
+    /// driver frees the run at once).
+    fn acquire(&self, run: &RunId, owner: &str, _ttl: std::time::Duration) -> Result<Lease> {
+        let mut locks = lock(&self.locks);
+        if let Some(held) = locks.get(run) {
+            return Err(Error::LeaseHeld {
+                run: run.clone(),
+                detail: format!("owner {} holds it at epoch {}", held.lease.owner, held.lease.epoch),
+            });
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.lock_path(run))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                // The holder writes its name just after locking: give it a moment to.
+                let mut holder = String::new();
+                for _ in 0..10 {
+                    let mut text = String::new();
+                    let _ = file.seek(SeekFrom::Start(0)).and_then(|_| file.read_to_string(&mut text));
+                    holder = serde_json::from_str::<LockRecord>(&text).map(|r| r.owner).unwrap_or_default();
+                    if !holder.is_empty() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                let holder = if holder.is_empty() { "another process".to_owned() } else { holder };
+                return Err(Error::LeaseHeld {
+                    run: run.clone(),
+                    detail: format!("owner {holder} holds its file lock"),
+                });
+            }
+            Err(fs::TryLockError::Error(err)) => return Err(err.into()),
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        let record: LockRecord = if text.trim().is_empty() {
+            LockRecord::default()
+        } else {
+            serde_json::from_str(&text).map_err(|err| Error::Corrupt {
+                what: self.lock_path(run).display().to_string(),
+                detail: err.to_string(),
+            })?
+        };
+        let epoch = record.epoch.checked_add(1).ok_or_else(|| Error::Corrupt {
+            what: format!("epochs of run {run}"),
+            detail: "the epoch counter is exhausted".into(),
+        })?;
+        let next = LockRecord { owner: owner.to_owned(), epoch };
+        let bytes = serde_json::to_vec(&next)
+            .map_err(|err| Error::Corrupt { what: format!("lock of run {run}"), detail: err.to_string() })?;
+        file.set_len(0)?;
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&bytes)?;
+        file.sync_data()?;
+        let lease = Lease { run_id: run.clone(), owner: owner.to_owned(), epoch };
+        locks.insert(run.clone(), HeldLock { _file: file, lease: lease.clone() });
+        Ok(lease)
+    }
+
+    fn renew(&self, lease: &Lease, _ttl: std::time::Duration) -> Result<()> {
+        self.check_held(&lease.run_id, lease)
+    }
+
+    fn release(&self, lease: &Lease) -> Result<()> {
+        self.check_held(&lease.run_id, lease)?;
+        // Closing the file drops the OS lock.
+        lock(&self.locks).remove(&lease.run_id);
         Ok(())
     }
 }

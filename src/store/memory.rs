@@ -115,6 +115,10 @@ impl JournalStore for MemoryStore {
         Ok(common::select_runs(metas, filter))
     }
 
+    fn leases(&self) -> Option<&dyn LeasableStore> {
+        Some(self)
+    }
+
     fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()> {
         let mut state = self.state();
         state.fence(run, lease, self.clock.now_ms())?;

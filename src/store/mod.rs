@@ -25,7 +25,7 @@ mod url;
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
 pub use sqlite::{DEFAULT_SQLITE_PATH, SqliteOptions, SqliteStore};
-pub use url::{OpenedStore, open};
+pub use url::{OpenedStore, open, open_read_only};
 
 use std::fmt;
 use std::str::FromStr;
@@ -326,12 +326,57 @@ pub enum Error {
 
 impl From<Error> for crate::error::Error {
     fn from(err: Error) -> crate::error::Error {
+        use crate::error::ErrorCode;
+        if let Some(cause) = io_cause(&err) {
+            return crate::error::Error::new(
+                ErrorCode::StoreIo,
+                format!("the store cannot be written: {cause} ({err})"),
+            );
+        }
         let code = match err {
-            Error::Config(_) => crate::error::ErrorCode::Config,
-            _ => crate::error::ErrorCode::Internal,
+            Error::Config(_) => ErrorCode::Config,
+            Error::LeaseHeld { .. } => ErrorCode::RunBusy,
+            _ => ErrorCode::Internal,
         };
         crate::error::Error::new(code, err.to_string())
     }
+}
+
+/// What a failure of the machine under a store was, in words a person acts on: no space, a
+/// file-size limit, a read-only file or file system, an I/O error. `None` for every other
+/// failure (order, lease, corruption, configuration).
+fn io_cause(err: &Error) -> Option<String> {
+    use std::io::ErrorKind;
+    match err {
+        Error::Io(io) => Some(match io.kind() {
+            ErrorKind::StorageFull | ErrorKind::QuotaExceeded => "no space left on the device".into(),
+            ErrorKind::FileTooLarge => file_size_limit().unwrap_or_else(|| "a file grew too large".into()),
+            ErrorKind::ReadOnlyFilesystem => "the file system is read-only".into(),
+            ErrorKind::PermissionDenied => "the store's files are not writable (permission denied)".into(),
+            _ => format!("an I/O error: {io}"),
+        }),
+        Error::Sqlite(rusqlite::Error::SqliteFailure(failure, _)) => match failure.code {
+            rusqlite::ErrorCode::DiskFull => Some("no space left on the device".into()),
+            rusqlite::ErrorCode::ReadOnly => Some("the database file or its directory is read-only".into()),
+            rusqlite::ErrorCode::CannotOpen => Some("the database file cannot be opened".into()),
+            rusqlite::ErrorCode::SystemIoFailure => Some(
+                file_size_limit()
+                    .unwrap_or_else(|| "a disk I/O error (the disk may be full or failing)".into()),
+            ),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The process's file-size limit (`ulimit -f`), when one is set: the likeliest cause of a
+/// write that fails with "file too large" or a bare I/O error while space is left.
+fn file_size_limit() -> Option<String> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max file size"))?;
+    let soft = line.split_whitespace().nth(3)?;
+    let bytes: u64 = soft.parse().ok()?;
+    Some(format!("file too large: the process's file-size limit (ulimit -f) of {bytes} bytes was reached"))
 }
 
 /// How hard a store works before it acknowledges a write.
@@ -381,6 +426,13 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
     /// recreated run's leases still fence the deleted incarnation's. Fenced when given a
     /// lease. Deleting an unknown run is a no-op. Transcript blobs are not touched.
     fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()>;
+
+    /// The store's lease capability, when it grants leases. The engine drives a run only
+    /// while it holds the run's lease here, and fences every write with it; a store that
+    /// grants none (the default) leaves single-driver to its user.
+    fn leases(&self) -> Option<&dyn LeasableStore> {
+        None
+    }
 }
 
 /// A journal store that can grant one owner at a time the right to write a run.

@@ -15,7 +15,7 @@ use super::{
 pub struct OpenedStore {
     /// The journal and run meta.
     pub journal: Arc<dyn JournalStore>,
-    /// The lease capability, when the store has one (`sqlite`, `memory`; not `jsonl`).
+    /// The lease capability (every shipped store has one; `jsonl`'s are OS file locks).
     pub leases: Option<Arc<dyn LeasableStore>>,
     /// The blob store.
     pub transcripts: Arc<dyn TranscriptStore>,
@@ -52,10 +52,41 @@ pub fn open(url: &str) -> Result<OpenedStore> {
                 return Err(bad_url(url, "write jsonl:DIR with no '//' (e.g. jsonl:./runs)"));
             }
             let store = Arc::new(JsonlStore::open(Path::new(dir), Durability::Normal)?);
-            Ok(OpenedStore { journal: store.clone(), leases: None, transcripts: store })
+            Ok(OpenedStore { journal: store.clone(), leases: Some(store.clone()), transcripts: store })
         }
         ("jsonl", _) => Err(bad_url(url, "a jsonl store needs a directory: jsonl:DIR")),
         _ => Err(bad_url(url, "expected sqlite:PATH, sqlite, jsonl:DIR or memory")),
+    }
+}
+
+/// Opens the store a URL names for reading only, as `cairn runs`, `inspect` and `replay` do:
+/// nothing is created, migrated or changed, so a read never alters the store's files (a
+/// SQLite file that is not a cairn store is refused and left as it was). `Ok(None)` when
+/// nothing exists at the URL's location yet.
+///
+/// # Errors
+/// As [`open`]; [`Error::Config`] for a file that is not a cairn store.
+pub fn open_read_only(url: &str) -> Result<Option<OpenedStore>> {
+    let (scheme, rest) = match url.split_once(':') {
+        Some((scheme, rest)) => (scheme, Some(rest)),
+        None => (url, None),
+    };
+    match (scheme, rest) {
+        ("sqlite", rest) => {
+            let path = rest.filter(|path| !path.is_empty()).unwrap_or(DEFAULT_SQLITE_PATH);
+            if path.starts_with("//") {
+                return Err(bad_url(url, "write sqlite:PATH with no '//' (e.g. sqlite:/var/lib/cairn.db)"));
+            }
+            let Some(store) = SqliteStore::open_read_only(Path::new(path), SqliteOptions::new())? else {
+                return Ok(None);
+            };
+            let store = Arc::new(store);
+            Ok(Some(OpenedStore { journal: store.clone(), leases: None, transcripts: store }))
+        }
+        ("jsonl", Some(dir)) if !dir.is_empty() && !dir.starts_with("//") && !Path::new(dir).is_dir() => {
+            Ok(None)
+        }
+        _ => open(url).map(Some),
     }
 }
 
@@ -84,6 +115,6 @@ mod tests {
         let sqlite = open(&format!("sqlite:{}", db.display())).unwrap();
         assert!(sqlite.leases.is_some() && db.exists());
         let jsonl = open(&format!("jsonl:{}", dir.path().join("runs").display())).unwrap();
-        assert!(jsonl.leases.is_none() && dir.path().join("runs").is_dir());
+        assert!(jsonl.leases.is_some() && dir.path().join("runs").is_dir());
     }
 }

@@ -23,7 +23,7 @@ const PRICED_ECHO: &str = r#"
 default = "echo:default"
 [providers.echo]
 kind = "echo"
-prices = { default = [1000.0, 2000.0] }
+prices = { default = [1.0, 2.0] }
 "#;
 
 fn write(dir: &Path, name: &str, text: &str) {

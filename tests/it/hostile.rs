@@ -1,6 +1,6 @@
 //! The hostile-script corpus (`tests/hostile/*.rhai`): every script is rejected by lint or
-//! ends its run with `sandbox_limit` in bounded time; the host never crashes, hangs or
-//! overflows its stack.
+//! ends its run with `sandbox_limit` in bounded time and bounded memory; the host never
+//! crashes, hangs or overflows its stack.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ enum Expect {
     SandboxLimit,
 }
 
-const CORPUS: [(&str, Expect); 15] = [
+const CORPUS: [(&str, Expect); 21] = [
     ("fork_bomb", Expect::SandboxLimit),
     ("parallel_memory_bomb", Expect::SandboxLimit),
     ("infinite_loop", Expect::SandboxLimit),
@@ -30,6 +30,12 @@ const CORPUS: [(&str, Expect); 15] = [
     ("deep_recursion", Expect::SandboxLimit),
     ("catch_own_limit", Expect::SandboxLimit),
     ("recursion_in_branch", Expect::SandboxLimit),
+    ("memory_many_strings", Expect::SandboxLimit),
+    ("memory_copies_in_variables", Expect::SandboxLimit),
+    ("memory_in_branches", Expect::SandboxLimit),
+    ("memory_recursion_holding_strings", Expect::SandboxLimit),
+    ("slow_operations", Expect::SandboxLimit),
+    ("deep_step_result", Expect::SandboxLimit),
     ("forbidden_eval", Expect::Rejected("forbidden")),
     ("forbidden_time", Expect::Rejected("forbidden")),
     ("forbidden_print", Expect::Rejected("forbidden")),
@@ -43,7 +49,11 @@ fn every_hostile_script_is_rejected_or_stopped_in_bounded_time() {
     assert_eq!(files, CORPUS.len(), "every corpus file has an expectation");
     // A smaller operation budget keeps the loops short in debug builds; every other limit
     // is the standard one.
-    let limits = SandboxLimits { max_operations: 2_000_000, ..SandboxLimits::STANDARD };
+    let limits = SandboxLimits {
+        max_operations: 2_000_000,
+        max_wall_time: Duration::from_secs(5),
+        ..SandboxLimits::STANDARD
+    };
     let store = Arc::new(MemoryStore::new());
     let engine = Engine::builder(store.clone(), store)
         .dialect(Arc::new(RhaiDialect::with_limits(limits)))
@@ -76,5 +86,72 @@ fn every_hostile_script_is_rejected_or_stopped_in_bounded_time() {
             }
         }
         assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
+    }
+}
+
+/// The peak resident memory of a child process and how it ended, waiting at most `limit`
+/// (then it is killed and the test fails).
+#[allow(clippy::zombie_processes, reason = "wait4 reaps the child; Child::wait would lose its rusage")]
+fn run_measured(mut command: std::process::Command, limit: Duration) -> (u64, i32, String) {
+    use std::io::Read;
+    let mut child =
+        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let started = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: a plain wait4 on our own child; rusage is written by the kernel.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let waited = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if waited == pid {
+            let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
+            // ru_maxrss is in KiB on Linux.
+            return (usage.ru_maxrss as u64 * 1024, code, reader.join().unwrap());
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("the child ran past {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every corpus script the sandbox must stop, through the `cairn` binary: it ends with
+/// `sandbox_limit` within the time bound, and the process's peak memory stays near the
+/// configured limit (64 MiB of script memory), however much the script tries to take.
+#[test]
+fn hostile_scripts_end_in_bounded_time_and_memory_through_the_binary() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile");
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(
+        work.path().join("cairn.toml"),
+        "[sandbox]\nmemory_mb = 64\nwall_time_s = 5\nmax_operations = 2000000\n",
+    )
+    .unwrap();
+    let binary = assert_cmd::cargo::cargo_bin("cairn");
+    for (name, expect) in CORPUS {
+        if !matches!(expect, Expect::SandboxLimit) {
+            continue;
+        }
+        let mut command = std::process::Command::new(&binary);
+        command
+            .current_dir(work.path())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .args(["--store", "memory", "run", "-q"])
+            .arg(dir.join(format!("{name}.rhai")));
+        let started = Instant::now();
+        let (peak, code, stderr) = run_measured(command, Duration::from_secs(60));
+        assert_eq!(code, 1, "{name}: {stderr}");
+        assert!(stderr.contains("sandbox_limit"), "{name}: {stderr}");
+        assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
+        assert!(peak < 320 << 20, "{name} peaked at {} MiB", peak >> 20);
     }
 }

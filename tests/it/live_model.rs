@@ -34,6 +34,9 @@ fn engine(url: &str, model: &str) -> Engine {
     Engine::builder(store.clone(), store)
         .provider(Arc::new(provider))
         .default_model(cairn::model::ModelRef::parse(&format!("local:{model}")).unwrap())
+        // A llama.cpp server busy with another test's request answers an incomplete stream
+        // (a role chunk, then `[DONE]`): a retryable error, so give the busy server time.
+        .retries(8, std::time::Duration::from_millis(250))
         .build()
         .unwrap()
 }
@@ -80,8 +83,21 @@ fn live_forced_tool_call() {
     }];
     request.tool_choice = ToolChoice::Tool("get_weather".into());
     request.max_output_tokens = Some(64);
-    let events: Vec<ChatEvent> =
-        runtime().block_on(provider.stream(request, CancellationToken::new()).collect());
+    // Adapters never retry; the caller does, as the agent loop would, while the server is busy
+    // with another test's request and answers an incomplete (retryable) stream.
+    let events: Vec<ChatEvent> = runtime().block_on(async {
+        let mut attempt = 0;
+        loop {
+            let events: Vec<ChatEvent> =
+                provider.stream(request.clone(), CancellationToken::new()).collect().await;
+            let retry = matches!(events.last(), Some(ChatEvent::Error(e)) if e.retryable);
+            if !retry || attempt == 8 {
+                return events;
+            }
+            attempt += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(250 << attempt.min(4))).await;
+        }
+    });
     let call = events.iter().find_map(|e| match e {
         ChatEvent::ToolCallEnd { name, arguments, .. } => Some((name.clone(), arguments.clone())),
         _ => None,

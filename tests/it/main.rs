@@ -1,15 +1,27 @@
 //! The one integration test binary (one binary links the crate once; see STYLE.md §7).
 
+/// Counted allocations, as in the `cairn` binary, so in-process runs have their memory limit.
+#[global_allocator]
+static ALLOCATOR: cairn::CountingAlloc = cairn::CountingAlloc;
+
 mod adapters_e2e;
+mod agent_contract;
 mod cli;
 mod concurrency;
 mod crash;
 mod determinism_journal;
+mod determinism_sandbox;
+mod edges;
 mod hostile;
+mod hostile_cli;
 mod jcs;
+mod lease;
 mod lint;
 mod live_model;
+mod money;
 mod provider;
+mod resume_explain;
 mod samples;
 mod script;
+mod scripted_server;
 mod store;

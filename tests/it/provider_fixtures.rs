@@ -129,6 +129,9 @@ fn render(rel: &str, index: usize, events: &[ChatEvent]) -> String {
                 usage = *u;
             }
             ChatEvent::Error(error) => finish = format!("error:{}", error.code),
+            ChatEvent::ToolCallInvalid { name, raw_arguments, .. } => {
+                tools.push(format!("{name}!{raw_arguments}"))
+            }
             ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) => {}
         }
     }
@@ -437,6 +440,7 @@ derived/packages/openai/src/responses/__fixtures__/parallel-tool-call-wrapper.1.
 derived/packages/openai/src/responses/__fixtures__/programmatic-tool-calling.1.sse#0 tool_use in=631 out=87 cr=0 cw=0 rs=37 text=0:"" reasoning=0 tools=[getInventory{"sku":"sku_123"}] raws=[reasoning,program]
 derived/packages/openai/src/responses/__fixtures__/programmatic-tool-calling.2.sse#0 tool_use in=0 out=0 cr=0 cw=0 rs=0 text=0:"" reasoning=0 tools=[getDemand{"sku":"sku_123"}] raws=[]
 derived/packages/openai/src/responses/__fixtures__/programmatic-tool-calling.3.sse#0 stop in=757 out=35 cr=0 cw=0 rs=0 text=127:"Inventory is suffici" reasoning=0 tools=[] raws=[program_output]
+llama-cpp-python-recorded/concurrent-empty.sse#0 error:provider_unavailable in=0 out=0 cr=0 cw=0 rs=0 text=0:"" reasoning=0 tools=[] raws=[]
 llama-cpp-python-recorded/stream.sse#0 stop in=100 out=4 cr=0 cw=0 rs=0 approx text=14:"1. 1\n2. 2\n3. 3" reasoning=0 tools=[] raws=[]
 llama-cpp-python-recorded/toolstream.sse#0 tool_use in=100 out=8 cr=0 cw=0 rs=0 approx text=0:"" reasoning=0 tools=[get_weather{"city":"Paris"}] raws=[]
 openai-python/chat_completions/.inline-snapshot/external/173417d553406f034f643e5db3f8d591fb691ebac56f5ae39a22cc7d455c5353.bin#0 refusal in=79 out=11 cr=0 cw=0 rs=0 text=0:"" reasoning=0 tools=[] raws=[refusal]

@@ -76,6 +76,15 @@ fn jsonl_store_conforms() {
     conformance::transcript_store_conformance(&|| {
         Box::new(JsonlStore::open(&fresh.path("runs"), Durability::Normal).unwrap())
     });
+    let last = std::sync::Mutex::new(PathBuf::new());
+    conformance::exclusive_lease_conformance(
+        &|| {
+            let dir = fresh.path("runs");
+            *last.lock().unwrap() = dir.clone();
+            Box::new(JsonlStore::open(&dir, Durability::Normal).unwrap())
+        },
+        &|| Box::new(JsonlStore::open(&last.lock().unwrap(), Durability::Normal).unwrap()),
+    );
     for durability in [Durability::Normal, Durability::Full] {
         conformance::durable_store_conformance(&|| {
             let dir = fresh.path("runs");
@@ -99,6 +108,15 @@ fn sqlite_store_conforms() {
     conformance::leasable_store_conformance(&|clock| {
         Box::new(sqlite(&fresh.path("cairn.db"), Some(clock), Durability::Normal, true))
     });
+    let last = std::sync::Mutex::new(PathBuf::new());
+    conformance::exclusive_lease_conformance(
+        &|| {
+            let path = fresh.path("cairn.db");
+            *last.lock().unwrap() = path.clone();
+            Box::new(sqlite(&path, None, Durability::Normal, true))
+        },
+        &|| Box::new(sqlite(&last.lock().unwrap(), None, Durability::Normal, true)),
+    );
     conformance::transcript_store_conformance(&|| {
         Box::new(sqlite(&fresh.path("cairn.db"), None, Durability::Normal, true))
     });
@@ -141,7 +159,7 @@ fn opened_urls_share_one_store_across_seams() {
     ));
 
     let jsonl = store::open(&format!("jsonl:{}", fresh.path("runs").display())).unwrap();
-    assert!(jsonl.leases.is_none());
+    assert!(jsonl.leases.is_some());
     jsonl.journal.append(&run("r"), &[entry(1)], None).unwrap();
     jsonl.transcripts.put("r/x", b"1").unwrap();
     assert_eq!(jsonl.transcripts.list(&run("r")).unwrap(), ["r/x"]);
@@ -161,11 +179,19 @@ fn damaged_jsonl(content: &str) -> (TempDir, JsonlStore, PathBuf) {
 
 #[test]
 fn jsonl_repairs_a_torn_last_line() {
-    let (_dir, store, path) = damaged_jsonl("{\"seq\":1}\n{\"seq\":2,\"v\":[1.50]}\n{\"seq\":3,\"v\":\"hal");
+    let torn = "{\"seq\":1}\n{\"seq\":2,\"v\":[1.50]}\n{\"seq\":3,\"v\":\"hal";
+    let (_dir, store, path) = damaged_jsonl(torn);
+    // A reader serves the sound prefix and leaves the file alone: the tail may be another
+    // process's append in progress.
     let loaded = store.load(&run("r")).unwrap();
     assert_eq!(seqs(&loaded), [1, 2]);
     assert_eq!(loaded[1].json(), r#"{"seq":2,"v":[1.50]}"#);
+    assert_eq!(fs::read_to_string(&path).unwrap(), torn);
+    // The lease holder repairs it.
+    let lease = store.acquire(&run("r"), "w", Duration::from_secs(1)).unwrap();
+    assert_eq!(seqs(&store.load(&run("r")).unwrap()), [1, 2]);
     assert_eq!(fs::read_to_string(&path).unwrap(), "{\"seq\":1}\n{\"seq\":2,\"v\":[1.50]}\n");
+    store.release(&lease).unwrap();
     store.append(&run("r"), &[entry(3)], None).unwrap();
     assert_eq!(seqs(&store.load(&run("r")).unwrap()), [1, 2, 3]);
     assert_eq!(fs::read_to_string(&path).unwrap(), "{\"seq\":1}\n{\"seq\":2,\"v\":[1.50]}\n{\"seq\":3}\n");
@@ -227,7 +253,7 @@ fn jsonl_refuses_a_corrupt_middle_line() {
 }
 
 #[test]
-fn jsonl_grants_no_leases_and_checks_entry_text() {
+fn jsonl_refuses_leases_it_never_granted_and_checks_entry_text() {
     let dir = tempfile::tempdir().unwrap();
     let store = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
     let lease = Lease { run_id: run("r"), owner: "w".into(), epoch: 1 };

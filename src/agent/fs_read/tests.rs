@@ -332,9 +332,63 @@ fn an_opened_file_outside_the_root_is_refused() {
     // Stands in for a link swapped in after the path was resolved: the check that runs on
     // the open file sees where it really is.
     let fx = Fixture::new();
-    let root = Root { path: fs::canonicalize(fx.root()).unwrap() };
+    let path = fs::canonicalize(fx.root()).unwrap();
+    let dir = cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority()).unwrap();
+    let root = Root { path, dir };
     let outside = File::open(fx.dir.path().join("outside/secret.txt")).unwrap();
     assert_eq!(root.verify_opened("x", &outside).unwrap_err().code, ErrorCode::ToolDenied);
     let inside = File::open(fx.root().join("a.txt")).unwrap();
     root.verify_opened("a.txt", &inside).unwrap();
+}
+
+async fn search_with(bounds: SearchBounds, root: &Path, args: Value) -> String {
+    let tools = fs_read_toolset_bounded(root, bounds).unwrap();
+    let tool = tools.tools().iter().find(|t| t.name() == "search_text").unwrap().clone();
+    tool.call(args).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_search_stops_early_at_its_scan_budget_and_says_so() {
+    let fx = Fixture::new();
+    let bounds = SearchBounds { max_scan_bytes: 64, ..SearchBounds::default() };
+    let text = search_with(bounds, &fx.root(), json!({"pattern": "needle"})).await;
+    assert!(text.contains("[stopped early after scanning"), "{text}");
+    let unbounded = search_with(SearchBounds::default(), &fx.root(), json!({"pattern": "needle"})).await;
+    assert!(!unbounded.contains("stopped early"), "{unbounded}");
+}
+
+#[tokio::test]
+async fn a_search_stops_early_at_its_deadline_and_says_so() {
+    let fx = Fixture::new();
+    let bounds = SearchBounds { timeout: Duration::ZERO, ..SearchBounds::default() };
+    let text = search_with(bounds, &fx.root(), json!({"pattern": "needle"})).await;
+    assert!(text.contains("[stopped early at the 0 s time limit"), "{text}");
+}
+
+#[test]
+fn a_pathological_pattern_is_refused_by_the_size_limits() {
+    let args = json!({"pattern": "(?:a{1,1000}){1,1000}"});
+    let Err(error) = Request::parse(Kind::SearchText, &args) else { panic!("compiled") };
+    assert_eq!(error.code, ErrorCode::Validation, "{error}");
+}
+
+#[tokio::test]
+async fn an_abandoned_search_stops_its_blocking_work() {
+    // A tree large enough that a full scan takes a while; the call is dropped at once.
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..200 {
+        fs::write(dir.path().join(format!("f{i:03}.txt")), "x".repeat(100_000)).unwrap();
+    }
+    let abandoned = Arc::new(AtomicBool::new(true));
+    let limits = Limits {
+        deadline: Instant::now() + Duration::from_secs(600),
+        bounds: SearchBounds::default(),
+        abandoned,
+    };
+    let path = fs::canonicalize(dir.path()).unwrap();
+    let root =
+        Root { dir: cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority()).unwrap(), path };
+    let pattern = Regex::new("y").unwrap();
+    let error = search_text(&root, &pattern, ".", 10, &limits).unwrap_err();
+    assert_eq!(error.code, ErrorCode::Cancelled);
 }

@@ -7,9 +7,14 @@
 //! a malformed, hostile or empty script yields diagnostics, never a panic or an `Err` of another
 //! kind.
 
+mod guard;
+mod isolate;
+mod json;
 mod lint;
 mod runner;
 pub mod sandbox;
+mod text;
+mod threads;
 
 pub use runner::RhaiDialect;
 #[cfg(test)]
@@ -62,6 +67,15 @@ pub fn compile(source: &str, ctx: &LintContext) -> Result<CompiledRhai, Vec<Diag
         }
         _ => Err(diagnostics),
     }
+}
+
+/// Parses a script for the sandbox without linting it (the `without_lint` test seam).
+pub(crate) fn parse_only(source: &str) -> Result<CompiledRhai, Vec<Diagnostic>> {
+    let engine = parser_engine(&SandboxLimits::STANDARD);
+    engine
+        .compile_with_scope(&compile_scope(), source)
+        .map(|ast| CompiledRhai { ast, warnings: Vec::new() })
+        .map_err(|error| vec![parse_diagnostic(&error, source)])
 }
 
 /// Lints a script: every finding of every rule, sorted by position. An empty list means the

@@ -10,7 +10,6 @@
 //! `validation` error.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -91,17 +90,25 @@ fn bounded(value: Value, limit: usize, what: &str) -> Result<Value, Error> {
 #[derive(Debug, Clone, Copy)]
 pub struct RhaiDialect {
     limits: SandboxLimits,
+    lint: bool,
 }
 
 impl RhaiDialect {
     /// The dialect with [`SandboxLimits::STANDARD`].
     pub const fn new() -> RhaiDialect {
-        RhaiDialect { limits: SandboxLimits::STANDARD }
+        RhaiDialect { limits: SandboxLimits::STANDARD, lint: true }
     }
 
     /// The dialect with other limits (register it with `EngineBuilder::dialect`).
     pub const fn with_limits(limits: SandboxLimits) -> RhaiDialect {
-        RhaiDialect { limits }
+        RhaiDialect { limits, lint: true }
+    }
+
+    /// The dialect without the lint gate: scripts are only parsed before they run. For tests
+    /// of the sandbox's own defences against what lint would have refused; never for real runs.
+    #[doc(hidden)]
+    pub const fn without_lint(self) -> RhaiDialect {
+        RhaiDialect { lint: false, ..self }
     }
 }
 
@@ -125,7 +132,9 @@ impl ScriptDialect for RhaiDialect {
             child_workflows: registered.workflows.into_iter().collect(),
             models: None,
         };
-        let compiled = super::compile(source, &lint_context).map_err(|diagnostics| {
+        let compiled =
+            if self.lint { super::compile(source, &lint_context) } else { super::parse_only(source) };
+        let compiled = compiled.map_err(|diagnostics| {
             let errors: Vec<_> = diagnostics.into_iter().filter(|d| d.is_error()).collect();
             Error::validation(format!(
                 "script rejected: {}",
@@ -160,15 +169,16 @@ async fn run_on_thread(ast: Arc<AST>, ctx: Ctx, args: Value, limits: SandboxLimi
 /// What every thread of one script run shares.
 struct Shared {
     handle: Handle,
-    cancel: CancellationToken,
-    operations: AtomicU64,
     limits: SandboxLimits,
-    /// Branch threads alive across the whole run (nested fan-outs included).
-    threads: std::sync::atomic::AtomicUsize,
+    /// Operations, memory, wall-clock time, cancellation and the run's sandbox-error latch.
+    guard: super::guard::RunGuard,
+    /// The script's closures' parameters, to name what a branch captured.
+    closure_params: super::isolate::ClosureParams,
 }
 
-/// The most branch threads one run may have alive at once, nested fan-outs included; a
-/// fan-out that would need more waits for none: it fails with `sandbox_limit`.
+/// The most branch threads one run may have alive at once, nested fan-outs included, divided
+/// among nested fan-outs by structure (see `threads`), so whether a script fits never depends
+/// on timing.
 const MAX_RUN_THREADS: usize = 1024;
 
 thread_local! {
@@ -201,16 +211,20 @@ fn execute(
 ) -> Result<Value, Error> {
     let shared = Arc::new(Shared {
         handle,
-        cancel,
-        operations: AtomicU64::new(0),
+        guard: super::guard::RunGuard::new(&limits, cancel),
         limits,
-        threads: std::sync::atomic::AtomicUsize::new(0),
+        closure_params: super::isolate::ClosureParams::of(ast),
     });
+    let _charged = shared.guard.enter();
     let engine = build_engine(&shared);
     let mut scope = Scope::new();
     scope.push_constant("args", to_dynamic(&args));
     scope.push_constant("budget", BudgetView);
     let result = with_ctx(ctx, || engine.eval_ast_with_scope::<Dynamic>(&mut scope, ast));
+    // A sandbox error in a branch whose errors were dropped (a pipeline) still ends the run.
+    if let Some(error) = shared.guard.tripped() {
+        return Err(error);
+    }
     match result {
         Ok(value) => {
             to_json(&value).map_err(|e| Error::new(e.code, format!("the script's result: {}", e.message)))
@@ -228,19 +242,8 @@ fn build_engine(shared: &Arc<Shared>) -> Rhai {
     // The per-evaluation limit is a backstop; the shared counter is the run's budget.
     engine.set_max_operations(0);
     let progress = shared.clone();
-    engine.on_progress(move |_| {
-        let n = progress.operations.fetch_add(1, Ordering::Relaxed) + 1;
-        if n > progress.limits.max_operations {
-            return Some(error_token(&Error::new(
-                ErrorCode::SandboxLimit,
-                format!("the script exceeded its budget of {} operations", progress.limits.max_operations),
-            )));
-        }
-        if n.is_multiple_of(256) && progress.cancel.is_cancelled() {
-            return Some(error_token(&Error::new(ErrorCode::Cancelled, "the run was stopped")));
-        }
-        None
-    });
+    engine.on_progress(move |_| progress.guard.operation().map(|error| error_token(&error)));
+    super::text::register_closure_text(&mut engine);
     register_agent(&mut engine, shared);
     register_fanout(&mut engine, shared);
     register_effects(&mut engine, shared);
@@ -265,44 +268,9 @@ fn to_dynamic(value: &Value) -> Dynamic {
     }
 }
 
-/// A script value as JSON; closures and other non-JSON values are refused.
+/// A script value as JSON; closures and other non-JSON values are refused (see `json`).
 fn to_json(value: &Dynamic) -> Result<Value, Error> {
-    let value = value.flatten_clone();
-    if value.is_unit() {
-        return Ok(Value::Null);
-    }
-    if let Some(b) = value.clone().try_cast::<bool>() {
-        return Ok(Value::Bool(b));
-    }
-    if let Some(i) = value.clone().try_cast::<i64>() {
-        return Ok(json!(i));
-    }
-    if let Some(f) = value.clone().try_cast::<f64>() {
-        return serde_json::Number::from_f64(f)
-            .map(Value::Number)
-            .ok_or_else(|| Error::validation(format!("{f} is not a JSON number")));
-    }
-    if value.is_string() || value.is_char() {
-        return Ok(Value::String(value.to_string()));
-    }
-    if value.is_array() {
-        let items = value.cast::<Array>();
-        return items.iter().map(to_json).collect::<Result<Vec<_>, _>>().map(Value::Array);
-    }
-    if value.is_map() {
-        let map = value.cast::<Map>();
-        let mut out = serde_json::Map::with_capacity(map.len());
-        for (k, v) in &map {
-            out.insert(k.to_string(), to_json(v)?);
-        }
-        return Ok(Value::Object(out));
-    }
-    if value.is_fnptr() {
-        return Err(Error::validation(
-            "a closure is not a JSON value; closures go only where a global runs them",
-        ));
-    }
-    Err(Error::validation(format!("a value of type {} is not JSON", value.type_name())))
+    super::json::to_json(value)
 }
 
 fn error_token(error: &Error) -> Dynamic {
@@ -344,16 +312,21 @@ fn at(pos: Position) -> String {
 
 /// A script error as a cairn error, keeping the code of a cairn error that crossed it.
 fn from_rhai(err: EvalAltResult) -> Error {
+    if let Some(violation) = super::isolate::violation(&err) {
+        return violation;
+    }
     match err {
         EvalAltResult::ErrorTerminated(token, pos) => error_from_token(&token).unwrap_or_else(|| {
             Error::new(ErrorCode::SandboxLimit, format!("the script was terminated{}", at(pos)))
         }),
         EvalAltResult::ErrorRuntime(value, pos) => error_from_token(&value).unwrap_or_else(|| {
-            Error::new(ErrorCode::ScriptError, format!("the script threw {value}{}", at(pos)))
+            let thrown = super::text::scrub(&value.to_string()).into_owned();
+            Error::new(ErrorCode::ScriptError, format!("the script threw {thrown}{}", at(pos)))
         }),
         EvalAltResult::ErrorInFunctionCall(name, _, inner, _) => {
             let mut error = from_rhai(*inner);
-            if error.code == ErrorCode::ScriptError {
+            // A closure's internal name is process text, never shown (see `text`).
+            if error.code == ErrorCode::ScriptError && !super::text::is_closure_name(&name) {
                 error.message = format!("in {name}: {}", error.message);
             }
             error
@@ -362,12 +335,16 @@ fn from_rhai(err: EvalAltResult) -> Error {
         | EvalAltResult::ErrorTooManyVariables(..)
         | EvalAltResult::ErrorTooManyModules(..)
         | EvalAltResult::ErrorStackOverflow(..)
-        | EvalAltResult::ErrorDataTooLarge(..)) => Error::new(ErrorCode::SandboxLimit, err.to_string()),
-        other => Error::new(ErrorCode::ScriptError, other.to_string()),
+        | EvalAltResult::ErrorDataTooLarge(..)) => {
+            Error::new(ErrorCode::SandboxLimit, super::text::scrub(&err.to_string()))
+        }
+        other => Error::new(ErrorCode::ScriptError, super::text::scrub(&other.to_string())),
     }
 }
 
 fn block<T>(shared: &Shared, future: impl std::future::Future<Output = Result<T, Error>>) -> RhaiResult<T> {
+    // The engine's work for the script is not the script's memory.
+    let _engine_work = crate::alloc::MemoryAccount::suspend();
     shared.handle.block_on(future).map_err(to_rhai)
 }
 
@@ -429,6 +406,7 @@ fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
         initial_backoff: Duration::from_millis(
             r.get("initial_backoff_ms").and_then(Value::as_u64).unwrap_or(250),
         ),
+        max_backoff: r.get("max_backoff_ms").and_then(Value::as_u64).map(Duration::from_millis),
     });
     Ok(AgentOptions {
         label: str_opt(opts, "label"),
@@ -453,6 +431,7 @@ fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
             .map(|tools| tools.iter().filter_map(Value::as_str).map(str::to_owned).collect())
             .unwrap_or_default(),
         max_tool_calls: opts.get("max_tool_calls").and_then(Value::as_u64).map(|n| n as u32),
+        max_context_tokens: opts.get("max_context_tokens").and_then(Value::as_u64),
     })
 }
 
@@ -500,34 +479,27 @@ fn with_workers<R>(
     workers: usize,
     body: impl FnOnce(mpsc::Sender<Job>, usize) -> R,
 ) -> Result<R, Error> {
-    let wanted = workers.max(1);
-    let granted = shared
-        .threads
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |alive| {
-            (alive < MAX_RUN_THREADS).then(|| alive + wanted.min(MAX_RUN_THREADS - alive))
-        })
-        .map(|alive| wanted.min(MAX_RUN_THREADS - alive))
-        .unwrap_or(0);
-    if granted == 0 {
-        return Err(Error::new(
-            ErrorCode::SandboxLimit,
-            format!("the run already has {MAX_RUN_THREADS} branch threads; nest fewer fan-outs"),
-        ));
-    }
+    // The grant depends on the script's fan-outs only, never on which are alive (see `threads`).
+    let grant = super::threads::grant(workers, MAX_RUN_THREADS)?;
+    let granted = grant.workers;
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
-    let outcome = std::thread::scope(|scope| {
+    let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
+    std::thread::scope(|scope| {
         let mut started = 0;
         for _ in 0..granted {
             let rx = &rx;
+            let isolation = &isolation;
             let spawned =
                 std::thread::Builder::new().stack_size(SCRIPT_STACK).spawn_scoped(scope, move || {
+                    let _charged = shared.guard.enter();
+                    super::threads::hold(grant.nested_budget);
                     loop {
                         let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                         let Ok(job) = job else { break };
                         let result = with_ctx(job.ctx, || {
-                            fns[job.index]
-                                .call_within_context::<Dynamic>(context, job.args)
+                            isolation
+                                .call_branch(&fns[job.index], context, job.args)
                                 .map_err(|e| from_rhai(*e))
                                 .and_then(|v| to_json(&v))
                                 .and_then(|v| bounded(v, MAX_BRANCH_RESULT, "a branch's result"))
@@ -545,9 +517,7 @@ fn with_workers<R>(
             return Err(Error::new(ErrorCode::SandboxLimit, "no thread could be started for the branches"));
         }
         Ok(body(tx, started))
-    });
-    shared.threads.fetch_sub(granted, Ordering::SeqCst);
-    outcome
+    })
 }
 
 /// Submits a job and awaits its result.
@@ -577,7 +547,7 @@ fn fn_ptrs(items: &Array, what: &str) -> Result<Vec<FnPtr>, Error> {
 fn parallel_options(opts: &Value) -> ParallelOptions {
     ParallelOptions {
         settle: opts.get("settle").and_then(Value::as_bool).unwrap_or(false),
-        concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n as usize),
+        concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n.clamp(1, 10_000) as usize),
         on_error: on_error(opts),
         label: str_opt(opts, "label"),
     }

@@ -48,6 +48,13 @@ pub struct SandboxLimits {
     /// Longest script source, in bytes, that compile and lint will parse; a bound on the time
     /// either can take.
     pub max_source_size: usize,
+    /// The most memory, in bytes, a run's script threads may hold at once, all branches
+    /// together. Measured by [`crate::CountingAlloc`] when it is the global allocator;
+    /// without it only the per-value limits above hold.
+    pub max_memory: u64,
+    /// The longest a script may run, wall-clock time from its start (waits for model calls
+    /// included), besides the operation budget: a script of expensive operations still ends.
+    pub max_wall_time: std::time::Duration,
 }
 
 impl SandboxLimits {
@@ -63,6 +70,8 @@ impl SandboxLimits {
         max_variables: 2_048,
         max_functions: 1_024,
         max_source_size: 1 << 20,
+        max_memory: 256 << 20,
+        max_wall_time: std::time::Duration::from_secs(300),
     };
 }
 
@@ -93,6 +102,7 @@ pub fn sandbox_engine(limits: &SandboxLimits) -> Engine {
 /// the AST mirrors the source, dead branches included), and no disabled symbols (so lint can
 /// explain them). It registers no functions: parsing needs none.
 pub(crate) fn parser_engine(limits: &SandboxLimits) -> Engine {
+    stable_hashing();
     let mut engine = Engine::new_raw();
     engine.set_strict_variables(true);
     engine.set_optimization_level(OptimizationLevel::None);
@@ -106,6 +116,30 @@ pub(crate) fn parser_engine(limits: &SandboxLimits) -> Engine {
     engine.set_max_functions(limits.max_functions);
     engine.set_max_modules(0);
     engine
+}
+
+/// The seed of Rhai's function hashing in every cairn process.
+///
+/// Rhai names each closure `anon$<hash of its parameters and body>` and hashes with a seed that
+/// is random per process unless one is set, so without this a closure's name (and any text
+/// built from it) would differ from process to process. Scripts never see these names (closures
+/// print as `<closure>`, errors drop them), but Rhai's own caught-error maps may carry them.
+pub const HASHING_SEED: [u64; 4] = [0x6361_6972_6e00_0001, 0x7361_6e64_626f_7801, 0x0123_4567_89ab_cdef, 0x1];
+
+/// Fixes Rhai's hashing seed to [`HASHING_SEED`], process-wide, once.
+///
+/// Rhai allows the seed to be set only once and only before any Rhai engine exists, since
+/// engines cache hashes computed with it. cairn calls this before it builds its first engine
+/// (compile, lint and every run do), and the `cairn` binary calls it first thing. An embedder
+/// that builds Rhai engines of its own before cairn's should call this first; if another seed
+/// was set already, that seed stays (it is fixed too, so names are still stable) and this
+/// returns it.
+pub fn stable_hashing() -> Option<[u64; 4]> {
+    static SEED: OnceLock<Option<[u64; 4]>> = OnceLock::new();
+    *SEED.get_or_init(|| match ::rhai::config::hashing::set_hashing_seed(Some(HASHING_SEED)) {
+        Ok(()) => Some(HASHING_SEED),
+        Err(existing) => existing,
+    })
 }
 
 /// The scope a script is compiled against: `args` and `budget` as constants, so strict

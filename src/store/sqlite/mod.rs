@@ -51,6 +51,10 @@ pub const DEFAULT_SQLITE_PATH: &str = ".cairn/cairn.db";
 /// stamped lower is migrated on open.
 const SCHEMA_VERSION: i64 = 2;
 
+/// cairn's `PRAGMA application_id` ("cair"): a database stamped with another id is some other
+/// program's, and cairn neither reads nor writes it.
+pub(crate) const APPLICATION_ID: i32 = 0x6361_6972;
+
 /// The low bits of a journal row's key that hold the seq; the run's number is above them.
 const SEQ_BITS: u32 = 32;
 
@@ -111,8 +115,11 @@ pub struct SqliteStore {
     group_done: Condvar,
     /// Run numbers seen committed; a number, once assigned, never changes.
     numbers: RunNumbers,
-    /// Dropped after the writer's last use: it holds the WAL hook's other end.
-    _checkpointer: Checkpointer,
+    /// Dropped after the writer's last use: it holds the WAL hook's other end. None for a
+    /// read-only store.
+    _checkpointer: Option<Checkpointer>,
+    /// Opened read-only: every write is refused, and nothing ever touches the file.
+    read_only: bool,
 }
 
 /// Each run's number, the high half of its journal rows' keys: a cache of the
@@ -238,8 +245,59 @@ impl SqliteStore {
             group: Mutex::new(Group::default()),
             group_done: Condvar::new(),
             numbers: RunNumbers::default(),
-            _checkpointer: checkpointer,
+            _checkpointer: Some(checkpointer),
+            read_only: false,
         })
+    }
+
+    /// Opens an existing database for reading only: no WAL switch, no migration, no write of
+    /// any kind, so a read leaves the file byte for byte as it was. `Ok(None)` when there is
+    /// no file at `path`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a file that is not a cairn store (another program's database, or
+    /// not SQLite at all), a store from a newer cairn, or a version-1 store (open it once for
+    /// writing to migrate it); [`Error::Sqlite`] when the file cannot be read.
+    pub fn open_read_only(path: &Path, options: SqliteOptions) -> Result<Option<SqliteStore>> {
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let conn = open_connection(path, &options, true)?;
+        match check_identity(&conn, path)? {
+            Identity::Fresh => {
+                return Err(Error::Config(format!(
+                    "{} is an empty database, not a cairn store",
+                    path.display()
+                )));
+            }
+            Identity::Cairn { version } if version < SCHEMA_VERSION => {
+                return Err(Error::Config(format!(
+                    "sqlite store {} has schema version {version}; open it once with a writing command \
+                     (cairn run or resume) to migrate it",
+                    path.display()
+                )));
+            }
+            Identity::Cairn { .. } => {}
+        }
+        Ok(Some(SqliteStore {
+            path: path.to_path_buf(),
+            options,
+            writer: Mutex::new(conn),
+            readers: Mutex::new(Vec::new()),
+            group: Mutex::new(Group::default()),
+            group_done: Condvar::new(),
+            numbers: RunNumbers::default(),
+            _checkpointer: None,
+            read_only: true,
+        }))
+    }
+
+    /// The refusal of a write to a read-only store.
+    fn refuse_write(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::Config(format!("sqlite store {} is open read-only", self.path.display())));
+        }
+        Ok(())
     }
 
     /// Opens the database at [`DEFAULT_SQLITE_PATH`].
@@ -258,6 +316,7 @@ impl SqliteStore {
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer, committing when it
     /// succeeds and rolling back when it fails.
     fn write<T>(&self, f: impl FnOnce(&Connection, i64) -> Result<T>) -> Result<T> {
+        self.refuse_write()?;
         let conn = lock(&self.writer);
         let tx = Immediate::begin(&conn)?;
         // Read the clock only once the write lock is held: that is the instant the fence
@@ -272,7 +331,7 @@ impl SqliteStore {
         let idle = lock(&self.readers).pop();
         let conn = match idle {
             Some(conn) => conn,
-            None => open_reader(&self.path, &self.options)?,
+            None => open_connection(&self.path, &self.options, self.read_only)?,
         };
         let value = f(&conn);
         lock(&self.readers).push(conn);
@@ -566,6 +625,8 @@ fn open_flags() -> OpenFlags {
 fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection> {
     let mut conn = Connection::open_with_flags(path, open_flags())?;
     configure(&conn, options)?;
+    // Before anything writes: another program's database is left exactly as it is.
+    check_identity(&conn, path)?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::Config(format!(
@@ -588,6 +649,11 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection> {
             migrate_v1(&tx)?;
         }
         tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
+    }
+    // Stores made before cairn stamped its id get it on their first write open.
+    let id: i32 = tx.query_row("PRAGMA application_id", [], |row| row.get(0))?;
+    if id != APPLICATION_ID {
+        tx.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}"))?;
     }
     tx.commit()?;
     Ok(conn)
@@ -618,9 +684,83 @@ fn migrate_v1(tx: &Connection) -> Result<()> {
     Ok(())
 }
 
-fn open_reader(path: &Path, options: &SqliteOptions) -> Result<Connection> {
-    let conn = Connection::open_with_flags(path, open_flags())?;
-    configure(&conn, options)?;
+/// What a database file is, as far as cairn is concerned.
+enum Identity {
+    /// No tables yet: a new store.
+    Fresh,
+    /// A cairn store at this schema version.
+    Cairn { version: i64 },
+}
+
+/// Tells a cairn store from anything else, reading only: the application id, else (for stores
+/// made before cairn stamped it) the schema version and cairn's tables.
+///
+/// # Errors
+/// [`Error::Config`] for another program's database, a file that is not SQLite, or a store
+/// from a newer cairn.
+fn check_identity(conn: &Connection, path: &Path) -> Result<Identity> {
+    let not_ours = |why: String| {
+        Error::Config(format!(
+            "{} is not a cairn store ({why}); it was left untouched: point --store at a cairn database",
+            path.display()
+        ))
+    };
+    let id: i32 = match conn.query_row("PRAGMA application_id", [], |row| row.get(0)) {
+        Ok(id) => id,
+        Err(err) if err.sqlite_error_code() == Some(ErrorCode::NotADatabase) => {
+            return Err(not_ours("it is not a SQLite database".into()));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if id != APPLICATION_ID && id != 0 {
+        return Err(not_ours(format!("its application_id is {id:#x}, another program's")));
+    }
+    if version > SCHEMA_VERSION {
+        return Err(Error::Config(format!(
+            "sqlite store {} has schema version {version}, newer than this cairn's {SCHEMA_VERSION}; \
+             use a newer cairn",
+            path.display()
+        )));
+    }
+    let mut tables: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    if id == APPLICATION_ID {
+        return Ok(Identity::Cairn { version });
+    }
+    if tables.is_empty() && version == 0 {
+        return Ok(Identity::Fresh);
+    }
+    let has = |name: &str| tables.iter().any(|t| t == name);
+    let cairn_v1 = version == 1 && has("runs") && has("entries");
+    let cairn_v2 = version == 2 && has("runs") && has("journal") && has("run_numbers");
+    if cairn_v1 || cairn_v2 {
+        return Ok(Identity::Cairn { version });
+    }
+    tables.truncate(5);
+    Err(not_ours(format!("schema version {version}, tables: {}", tables.join(", "))))
+}
+
+/// A connection for reading: read-only to SQLite too when the store is (then it cannot
+/// create or change anything), else read-write but `query_only`.
+fn open_connection(path: &Path, options: &SqliteOptions, read_only: bool) -> Result<Connection> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        open_flags()
+    };
+    let conn = Connection::open_with_flags(path, flags)?;
+    if read_only {
+        conn.busy_timeout(options.busy_timeout)?;
+        conn.set_prepared_statement_cache_capacity(64);
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    } else {
+        configure(&conn, options)?;
+    }
     conn.execute_batch("PRAGMA query_only = ON")?;
     Ok(conn)
 }
@@ -665,6 +805,7 @@ impl JournalStore for SqliteStore {
         if entries.is_empty() {
             return Ok(());
         }
+        self.refuse_write()?;
         common::check_batch(run, entries)?;
         if let Some(last) = entries.last() {
             row_key(run, 0, last.seq())?;
@@ -777,6 +918,10 @@ impl JournalStore for SqliteStore {
             }
             Ok(metas)
         })
+    }
+
+    fn leases(&self) -> Option<&dyn LeasableStore> {
+        if self.read_only { None } else { Some(self) }
     }
 
     fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()> {
@@ -900,6 +1045,32 @@ mod tests {
         let entries =
             seqs.iter().map(|seq| RawEntry::new(*seq, format!(r#"{{"seq":{seq}}}"#)).unwrap()).collect();
         Pending { ticket, run: RunId::parse(run).unwrap(), entries, lease }
+    }
+
+    fn application_id(path: &Path) -> i32 {
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        conn.query_row("PRAGMA application_id", [], |row| row.get(0)).unwrap()
+    }
+
+    #[test]
+    fn stores_are_stamped_and_unstamped_ones_of_ours_still_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        drop(SqliteStore::open(&path, SqliteOptions::new()).unwrap());
+        assert_eq!(application_id(&path), APPLICATION_ID);
+        // A store from before the stamp: opened for writing, stamped then.
+        Connection::open(&path).unwrap().execute_batch("PRAGMA application_id = 0").unwrap();
+        assert_eq!(application_id(&path), 0);
+        let store = SqliteStore::open_read_only(&path, SqliteOptions::new()).unwrap().unwrap();
+        assert!(store.list_runs(&RunFilter::default()).unwrap().is_empty());
+        drop(store);
+        assert_eq!(application_id(&path), 0, "a read-only open never stamps");
+        drop(SqliteStore::open(&path, SqliteOptions::new()).unwrap());
+        assert_eq!(application_id(&path), APPLICATION_ID);
+        // Another program's id is refused, for reading and for writing.
+        Connection::open(&path).unwrap().execute_batch("PRAGMA application_id = 42").unwrap();
+        assert!(matches!(SqliteStore::open(&path, SqliteOptions::new()), Err(Error::Config(_))));
+        assert!(matches!(SqliteStore::open_read_only(&path, SqliteOptions::new()), Err(Error::Config(_))));
     }
 
     #[test]

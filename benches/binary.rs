@@ -1,0 +1,143 @@
+//! Benchmarks through the `cairn` binary, as a user meets the engine: `cairn run` of a Rhai
+//! script on the SQLite store with the echo provider, each run a fresh process and a fresh
+//! database. Process start is subtracted: every workload also runs with zero calls (the same
+//! script, the same config), and a figure is `(t(n) - t(0)) / n`.
+//!
+//! ```sh
+//! cargo bench --bench binary
+//! CAIRN_BENCH_ROUNDS=11 cargo bench --bench binary agent_seq   # one workload, more rounds
+//! ```
+//!
+//! Workloads:
+//! - `agent_seq`: 2,000 sequential `agent` calls, echo latency 0 (per call);
+//! - `step_seq`: 10,000 sequential `step`s (per step);
+//! - `parallel_500`: `parallel` over 500 items, each a 50 ms echo call, concurrency 500 (total,
+//!   process start subtracted);
+//! - `trivial`: `cairn run` of a script with no effects, process start to exit (total).
+//!
+//! Each round runs the zero-call baseline and the workload back to back; the figure printed is
+//! the median over the rounds, with the range.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const AGENT_CALLS: u64 = 2_000;
+const STEPS: u64 = 10_000;
+const PARALLEL: u64 = 500;
+
+const AGENT_SEQ: &str = r#"
+let n = args.n;
+let done = 0;
+for i in 0..n {
+    agent(`summarize item ${i}`);
+    done += 1;
+}
+done
+"#;
+
+const STEP_SEQ: &str = r#"
+let n = args.n;
+let total = 0;
+for i in 0..n {
+    total += step(`step ${i}`, || 1);
+}
+total
+"#;
+
+const PARALLEL_N: &str = r#"
+let items = [];
+for i in 0..args.n { items.push(i); }
+let out = parallel(items, |i| agent(`question ${i}`));
+out.len()
+"#;
+
+const TRIVIAL: &str = "let x = 40 + 2; x";
+
+struct Workload {
+    name: &'static str,
+    script: &'static str,
+    n: u64,
+    latency_ms: u64,
+    /// Divide by `n` (a per-call figure) or report the total.
+    per_call: bool,
+}
+
+const WORKLOADS: &[Workload] = &[
+    Workload { name: "agent_seq", script: AGENT_SEQ, n: AGENT_CALLS, latency_ms: 0, per_call: true },
+    Workload { name: "step_seq", script: STEP_SEQ, n: STEPS, latency_ms: 0, per_call: true },
+    Workload { name: "parallel_500", script: PARALLEL_N, n: PARALLEL, latency_ms: 50, per_call: false },
+    Workload { name: "trivial", script: TRIVIAL, n: 0, latency_ms: 0, per_call: false },
+];
+
+fn config(latency_ms: u64) -> String {
+    format!(
+        "concurrency = 1000\nmax_spawns = 100000\n\n[routing]\ndefault = \"echo:default\"\n\n[providers.echo]\nkind = \"echo\"\nlatency_ms = {latency_ms}\n"
+    )
+}
+
+/// One `cairn run` in a fresh directory; the wall time from spawn to exit.
+fn run_once(dir: &Path, workload: &Workload, n: u64) -> Duration {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("bench dir");
+    std::fs::write(dir.join("cairn.toml"), config(workload.latency_ms)).expect("write config");
+    std::fs::write(dir.join("w.rhai"), workload.script).expect("write script");
+    let start = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .current_dir(dir)
+        .args(["--store", "sqlite:bench.db", "run", "-q", "w.rhai", "--args"])
+        .arg(format!("{{\"n\": {n}}}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn cairn");
+    let elapsed = start.elapsed();
+    assert!(
+        output.status.success(),
+        "{} (n = {n}) failed: {}\n{}",
+        workload.name,
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    elapsed
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let rounds: usize = std::env::var("CAIRN_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(7);
+    let root = tempfile::tempdir().expect("tempdir");
+    for workload in WORKLOADS {
+        if !filter.is_empty() && !filter.iter().any(|f| workload.name.contains(f.as_str())) {
+            continue;
+        }
+        let dir = root.path().join(workload.name);
+        // One warm-up round: the page cache, the binary, the dynamic loader.
+        run_once(&dir, workload, 0);
+        let mut figures = Vec::with_capacity(rounds);
+        let mut starts = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let base = run_once(&dir, workload, 0).as_secs_f64();
+            starts.push(base * 1e3);
+            if workload.n == 0 {
+                figures.push(base * 1e3);
+                continue;
+            }
+            let full = run_once(&dir, workload, workload.n).as_secs_f64();
+            let net = (full - base).max(0.0);
+            figures.push(if workload.per_call { net / workload.n as f64 * 1e6 } else { net * 1e3 });
+        }
+        let (lo, hi) = figures.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        let unit = if workload.per_call { "µs per call" } else { "ms" };
+        let med = median(&mut figures);
+        let start = median(&mut starts);
+        println!(
+            "{:<14} median {med:>9.2} {unit} (range {lo:.2}–{hi:.2}; process start {start:.1} ms, {rounds} rounds)",
+            workload.name
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! Memory accounting for script runs: a counting global allocator.
+//!
+//! Rhai's own limits bound each value (a string's length, an array's length, a map's size) but
+//! not their total, so a short script holding many large values can take gigabytes. cairn
+//! measures where memory is really allocated instead: [`CountingAlloc`] wraps the system
+//! allocator and charges every allocation made on a thread that runs a script (the script's
+//! thread and each of its branch threads) to that run's [`MemoryAccount`], and credits every
+//! free made there. The runner checks the account from Rhai's progress callback (every
+//! operation) and at the JSON boundary, and ends the run with `sandbox_limit` once it is over
+//! the run's limit.
+//!
+//! Install it in the binary that embeds cairn (the `cairn` binary and the test binaries do):
+//!
+//! ```
+//! #[global_allocator]
+//! static ALLOCATOR: cairn::CountingAlloc = cairn::CountingAlloc;
+//! # fn main() {}
+//! ```
+//!
+//! Without it, [`CountingAlloc::is_installed`] is false and a run's memory is bounded only by
+//! Rhai's per-value limits (`SandboxLimits`): the total is not measured.
+//!
+//! What is counted: the interpreter's allocations on the run's threads while the script
+//! computes. Work the engine does for a script (a model call, a journal write) runs with the
+//! account suspended, so the engine's own buffers are never charged to the script. Memory
+//! allocated on a run's thread and freed on another thread stays charged (the count errs
+//! high); memory allocated elsewhere and freed on a run's thread is credited, and the count
+//! never reads below zero. Both are small per host call (the options a call hands over).
+//! The cost is one thread-local read per allocation and, on a run's threads, one atomic add.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+/// A global allocator that charges allocations on a script run's threads to that run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CountingAlloc;
+
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The account of the run whose script this thread is running, or null. A `const`
+    /// initialiser with no destructor, so the allocator can read it at any time.
+    static ACCOUNT: Cell<*const MemoryAccount> = const { Cell::new(std::ptr::null()) };
+}
+
+impl CountingAlloc {
+    /// Whether the process allocates through [`CountingAlloc`] (it has allocated through it at
+    /// least once, which every process does before a script runs).
+    pub fn is_installed() -> bool {
+        INSTALLED.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn charge(bytes: usize, sign: i64) {
+        // `try_with`: during thread teardown the slot may be gone; then nothing is charged.
+        let _ = ACCOUNT.try_with(|account| {
+            let account = account.get();
+            if !account.is_null() {
+                // SAFETY: a pointer is set only by `MemoryAccount::enter`, whose guard clears
+                // it before the account can be dropped (the guard borrows the account).
+                let account = unsafe { &*account };
+                account.bytes.fetch_add(sign * bytes as i64, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+// SAFETY: every method forwards to `System` unchanged; the counting touches only atomics and a
+// const thread-local, and never allocates.
+unsafe impl GlobalAlloc for CountingAlloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !INSTALLED.load(Ordering::Relaxed) {
+            INSTALLED.store(true, Ordering::Relaxed);
+        }
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            CountingAlloc::charge(layout.size(), 1);
+        }
+        ptr
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            CountingAlloc::charge(layout.size(), 1);
+        }
+        ptr
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        CountingAlloc::charge(layout.size(), -1);
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            CountingAlloc::charge(layout.size(), -1);
+            CountingAlloc::charge(new_size, 1);
+        }
+        new
+    }
+}
+
+/// The memory a run's script threads hold, in bytes, as [`CountingAlloc`] counts it.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryAccount {
+    bytes: AtomicI64,
+}
+
+impl MemoryAccount {
+    /// A new account holding nothing.
+    pub(crate) fn new() -> MemoryAccount {
+        MemoryAccount::default()
+    }
+
+    /// The bytes charged and not yet freed (never below zero).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Charges this thread's allocations to the account until the guard is dropped (the guard
+    /// restores whatever the thread charged before).
+    pub(crate) fn enter(&self) -> AccountGuard<'_> {
+        let previous = ACCOUNT.with(|slot| slot.replace(self as *const MemoryAccount));
+        AccountGuard { previous, _account: std::marker::PhantomData }
+    }
+
+    /// Suspends this thread's charging (for work the engine does on the script's behalf)
+    /// until the guard is dropped.
+    pub(crate) fn suspend() -> AccountGuard<'static> {
+        let previous = ACCOUNT.with(|slot| slot.replace(std::ptr::null()));
+        AccountGuard { previous, _account: std::marker::PhantomData }
+    }
+}
+
+/// Restores the thread's previous account when dropped.
+#[derive(Debug)]
+pub(crate) struct AccountGuard<'a> {
+    previous: *const MemoryAccount,
+    _account: std::marker::PhantomData<&'a MemoryAccount>,
+}
+
+impl Drop for AccountGuard<'_> {
+    fn drop(&mut self) {
+        let previous = self.previous;
+        let _ = ACCOUNT.try_with(|slot| slot.set(previous));
+    }
+}

@@ -1,0 +1,68 @@
+//! Usage a rerun carries: each paid turn is charged exactly once across any sequence of
+//! failures, suspensions and crashes.
+//!
+//! An agent's checkpoint holds the usage of every turn it completed, across attempts. An
+//! attempt that ends writes a terminal entry with its own usage; an attempt that crashes
+//! writes none, so the next attempt carries the crashed one's completed turns. What it must
+//! carry is the checkpoint's usage *minus what earlier terminal entries already journaled*:
+//! after each terminal entry is durable, the checkpoint usage it covered is recorded beside
+//! the checkpoint (`<checkpoint>/journaled`). Adding the whole checkpoint usage counted the
+//! turns before a failure twice (#18.3).
+//!
+//! The marker is written after the terminal entry: a crash between the two makes the next
+//! attempt count that attempt's turns again (an overcount, never an undercount, so the
+//! ceiling still holds).
+
+use crate::agent::Checkpoint;
+use crate::store::TranscriptStore;
+use crate::usage::Usage;
+
+fn marker_ref(checkpoint_ref: &str) -> String {
+    format!("{checkpoint_ref}/journaled")
+}
+
+/// The usage of turns a crashed attempt completed that no terminal entry holds yet.
+pub(crate) fn unjournaled(
+    transcripts: &dyn TranscriptStore,
+    checkpoint_ref: &str,
+    previous_attempt_ended: bool,
+    checkpoint: Option<&Checkpoint>,
+) -> Option<Usage> {
+    // The latest attempt wrote a terminal entry: it covered the checkpoint as it stands.
+    if previous_attempt_ended {
+        return None;
+    }
+    let checkpoint = checkpoint?;
+    let journaled: Usage = transcripts
+        .get(&marker_ref(checkpoint_ref))
+        .ok()
+        .flatten()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    let carried = minus(&checkpoint.usage, &journaled);
+    (carried.total_tokens() > 0).then_some(carried)
+}
+
+/// Records that terminal entries now hold every turn of `checkpoint_usage`.
+pub(crate) fn mark_journaled(
+    transcripts: &dyn TranscriptStore,
+    checkpoint_ref: &str,
+    checkpoint_usage: &Usage,
+) {
+    // A lost marker costs at most an overcount on a later crash.
+    if let Ok(bytes) = serde_json::to_vec(checkpoint_usage) {
+        let _ = transcripts.put(&marker_ref(checkpoint_ref), &bytes);
+    }
+}
+
+/// `a − b`, field by field, never below zero.
+fn minus(a: &Usage, b: &Usage) -> Usage {
+    Usage {
+        input_tokens: a.input_tokens.saturating_sub(b.input_tokens),
+        output_tokens: a.output_tokens.saturating_sub(b.output_tokens),
+        cache_read_tokens: a.cache_read_tokens.saturating_sub(b.cache_read_tokens),
+        cache_write_tokens: a.cache_write_tokens.saturating_sub(b.cache_write_tokens),
+        reasoning_tokens: a.reasoning_tokens.saturating_sub(b.reasoning_tokens),
+        approximate: a.approximate,
+    }
+}

@@ -1,0 +1,179 @@
+//! Explaining a resume before paying for it: when a resumed run's agent call misses the
+//! journal while a completed, paid agent call that is recognizably the same call waits ahead
+//! in the same scope (not yet taken by a live call, and sharing the live call's label, its
+//! caller key or its prompt), the call was re-keyed: its model, prompt, tools, schema or
+//! options changed. Unless the resume accepts re-keying, the engine refuses to dispatch it,
+//! names the call and each identity field that changed (old value against new), stops the
+//! run and reports every such call it met as one `rekey_refused` error.
+//!
+//! A call whose prompt changed and that has no label (or key) to pin it is indistinguishable
+//! from a newly inserted call: it runs live, and the journaled call it replaced is counted as
+//! orphaned in the preview. Label calls whose prompts you edit to have those explained too.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use super::run::RunState;
+use crate::error::{Error, ErrorCode};
+use crate::journal::{Entry, IdentitySummary, Kind, ScopePath, Seq, Status};
+
+/// A resume's re-key policy and what it found.
+#[derive(Debug, Default)]
+pub(crate) struct Rekeys {
+    /// Re-keyed calls run live without asking.
+    accept: bool,
+    /// Journaled calls already paired with a re-keyed live call.
+    claimed: Mutex<HashSet<Seq>>,
+    /// One line per refused call.
+    refused: Mutex<Vec<String>>,
+}
+
+/// A live agent call, as its identity summary and the fields kept beside it.
+pub(crate) struct LiveAgent<'a> {
+    pub(crate) model: &'a str,
+    pub(crate) agent_type: Option<&'a str>,
+    pub(crate) summary: &'a IdentitySummary,
+    pub(crate) label: Option<&'a str>,
+}
+
+impl Rekeys {
+    /// The policy of a run: `accept` lets re-keyed calls run live.
+    pub(crate) fn new(accept: bool) -> Rekeys {
+        Rekeys { accept, ..Rekeys::default() }
+    }
+
+    /// The refusal to report when the run ends, if any call was refused.
+    pub(crate) fn refusal(&self) -> Option<Error> {
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.is_empty() {
+            return None;
+        }
+        let n = refused.len();
+        let mut message = format!(
+            "resuming would run again {n} completed, paid call{} whose identity changed:",
+            if n == 1 { "" } else { "s" }
+        );
+        for line in refused.iter() {
+            message.push_str("\n  ");
+            message.push_str(line);
+        }
+        message.push_str(
+            "\nnothing was dispatched; resume with --accept-rekey to run them again (each is paid anew), \
+             or with the settings the run started with",
+        );
+        Some(Error::new(ErrorCode::RekeyRefused, message))
+    }
+}
+
+/// Checks a live agent call of a resumed run against the journal; `Ok(None)` lets it run,
+/// `Ok(Some(line))` describes the re-key it is (in a dry run, to report), `Err` refuses it.
+///
+/// # Errors
+/// `rekey_refused` when the call re-keys a completed call and the resume did not accept it;
+/// the run is stopped and the refusal lists every such call at settlement.
+pub(crate) fn check(
+    state: &RunState,
+    scope: &ScopePath,
+    live: &LiveAgent<'_>,
+) -> Result<Option<String>, Error> {
+    let rekeys = &state.rekeys;
+    if rekeys.accept && !state.dry_run {
+        return Ok(None);
+    }
+    let candidates = state.unconsumed_at_cursor(scope);
+    let line = {
+        let mut claimed = rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((first, terminal)) = candidates.iter().find(|(first, _)| {
+            first.kind == Kind::Agent && !claimed.contains(&first.seq) && same_call(first, live)
+        }) else {
+            return Ok(None);
+        };
+        let Some(terminal) = terminal.as_ref().filter(|t| t.status == Status::Ok) else {
+            // Not completed (failed, cancelled or cut off): it would run again anyway.
+            return Ok(None);
+        };
+        claimed.insert(first.seq);
+        describe(first, terminal, live)
+    };
+    if state.dry_run {
+        return Ok(Some(line));
+    }
+    rekeys.refused.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+    state.refuse_rekey();
+    Err(Error::new(ErrorCode::RekeyRefused, "the call's identity changed since it was paid"))
+}
+
+/// Whether a journaled agent call is recognizably the live one: the same label, the same
+/// caller key, or the same prompt.
+fn same_call(old: &Entry, live: &LiveAgent<'_>) -> bool {
+    if old.label.is_some() && old.label.as_deref() == live.label {
+        return true;
+    }
+    let Some(was) = old.identity.as_deref() else { return false };
+    let now = live.summary;
+    match (&was.key, &now.key) {
+        (Some(a), Some(b)) => a == b,
+        (None, None) => was.prompt_hash.is_some() && was.prompt_hash == now.prompt_hash,
+        _ => false,
+    }
+}
+
+/// `agent call seq 3 (label x): model: echo:a → echo:b; prompt: "…" → "…"`.
+fn describe(old: &Entry, terminal: &Entry, live: &LiveAgent<'_>) -> String {
+    let mut changes = Vec::new();
+    let show = |v: Option<&str>| v.map_or_else(|| "none".to_owned(), |v| format!("{v:?}"));
+    let old_model = old.model.as_deref().unwrap_or("?");
+    if old_model != live.model {
+        changes.push(format!("model: {old_model} → {}", live.model));
+    }
+    if old.agent_type.as_deref() != live.agent_type {
+        changes.push(format!("agent type: {} → {}", show(old.agent_type.as_deref()), show(live.agent_type)));
+    }
+    match old.identity.as_deref() {
+        Some(was) => {
+            let now = live.summary;
+            if was.key != now.key {
+                changes.push(format!("key: {} → {}", show(was.key.as_deref()), show(now.key.as_deref())));
+            }
+            if was.prompt_hash != now.prompt_hash && (was.key.is_none() || now.key.is_none()) {
+                changes.push(format!(
+                    "prompt: {} → {}",
+                    show(was.prompt_head.as_deref()),
+                    show(now.prompt_head.as_deref())
+                ));
+            }
+            if was.effort != now.effort {
+                changes.push(format!(
+                    "effort: {} → {}",
+                    show(was.effort.as_deref()),
+                    show(now.effort.as_deref())
+                ));
+            }
+            if was.schema_hash != now.schema_hash {
+                changes.push(format!(
+                    "schema: {} → {}",
+                    show(was.schema_hash.as_deref()),
+                    show(now.schema_hash.as_deref())
+                ));
+            }
+            if was.toolset_hash != now.toolset_hash {
+                changes.push(format!(
+                    "tools: {} → {}",
+                    show(was.toolset_hash.as_deref()),
+                    show(now.toolset_hash.as_deref())
+                ));
+            }
+        }
+        None if changes.is_empty() => {
+            changes.push("prompt or options (the journal predates identity summaries)".into());
+        }
+        None => {}
+    }
+    if changes.is_empty() {
+        changes.push("its identity (no summarized field differs)".into());
+    }
+    let label = old.label.as_deref().or(live.label).map(|l| format!(" '{l}'")).unwrap_or_default();
+    let scope = if old.scope.is_root() { String::new() } else { format!(" in scope '{}'", old.scope) };
+    let cost = terminal.cost.map(|c| format!(", paid {c}")).unwrap_or_default();
+    format!("agent call{label} (seq {}{scope}{cost}): {}", old.seq.0, changes.join("; "))
+}

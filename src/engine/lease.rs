@@ -1,0 +1,233 @@
+//! One driver per run: the run's lease, taken when a run starts or resumes, renewed while it
+//! runs, fencing every journal append and meta write, and released when it settles; and the
+//! inbox through which another process resolves a wait of a run being driven.
+//!
+//! A store that grants leases ([`JournalStore::leases`](crate::store::JournalStore::leases))
+//! refuses a second driver at once: the engine reports `run_busy`, naming the holder. A
+//! driver that dies keeps the run until its lease expires (the ttl, 30 s by default; the JSONL
+//! store's OS file locks free it at once).
+//!
+//! Resolutions while a run is driven elsewhere: the resolver cannot append to the journal (the
+//! driver owns its seqs), so it leaves the resolution in the run's inbox (blobs under
+//! `<run>/inbox/`). The driver drains the inbox while it has open waits, appending each as its
+//! own resolution entry; a resume drains what a driver left before it loads the journal. An
+//! inbox item is deleted only after its resolution is durable, so nothing is lost; a crash in
+//! between records the same resolution twice, and the second attempt is recorded as not
+//! applied.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::EngineInner;
+use super::run::RunState;
+use crate::error::{Error, ErrorCode};
+use crate::store::{self, Lease, RunId};
+
+/// How long a run's lease lasts without renewal, unless the engine is told otherwise.
+pub(crate) const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// How often a driver with open waits looks for resolutions left in its inbox.
+const INBOX_POLL: Duration = Duration::from_millis(200);
+
+/// How a resolution of an external wait was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resolution {
+    /// It closed the wait.
+    Applied,
+    /// An earlier resolution had closed the wait; this attempt is recorded, not applied.
+    AlreadyResolved,
+    /// Another process is driving the run: the resolution waits in the run's inbox, and the
+    /// driver (or the next resume) applies it.
+    Queued,
+}
+
+/// One resolution waiting in a run's inbox.
+#[derive(Debug, Serialize, Deserialize)]
+struct InboxItem {
+    key: String,
+    value: Value,
+}
+
+/// Who this process is, as a lease's owner: `pid N on HOST`.
+pub(crate) fn owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "an unknown host".into());
+    format!("pid {} on {host}", std::process::id())
+}
+
+/// The refusal of a run another process drives.
+fn busy(run: &RunId, detail: &str, ttl: Duration) -> Error {
+    Error::new(
+        ErrorCode::RunBusy,
+        format!(
+            "run {run} is being driven by another process ({detail}); wait for it to finish, or use \
+             `cairn resume {run} --wait` (a driver that died frees the run within {} s)",
+            ttl.as_secs().max(1)
+        ),
+    )
+}
+
+/// Takes the run's lease, when the store grants leases.
+///
+/// # Errors
+/// `run_busy` while another driver holds it; the store's failure otherwise.
+pub(crate) fn acquire(engine: &EngineInner, run: &RunId) -> Result<Option<Lease>, Error> {
+    let Some(leases) = engine.journal.leases() else { return Ok(None) };
+    let owner = owner();
+    let started = Instant::now();
+    loop {
+        match leases.acquire(run, &owner, engine.lease_ttl) {
+            Ok(lease) => return Ok(Some(lease)),
+            // A `cairn resolve` holds the lease for a moment: give it that moment.
+            Err(store::Error::LeaseHeld { .. }) if started.elapsed() < BRIEF_HOLD => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(store::Error::LeaseHeld { detail, .. }) => return Err(busy(run, &detail, engine.lease_ttl)),
+            Err(other) => return Err(other.into()),
+        }
+    }
+}
+
+/// How long a driver waits for a lease held briefly (by a resolver) before giving up.
+const BRIEF_HOLD: Duration = Duration::from_millis(250);
+
+/// Gives the lease up (best effort: an expired lease frees the run anyway).
+pub(crate) fn release(engine: &EngineInner, lease: Option<&Lease>) {
+    if let (Some(leases), Some(lease)) = (engine.journal.leases(), lease) {
+        let _ = leases.release(lease);
+    }
+}
+
+/// Keeps a driven run's lease alive (renewed every third of its ttl) and drains its inbox
+/// while it has open waits, until `stop` fires or the run is gone.
+pub(crate) fn spawn_keeper(state: &Arc<RunState>, lease: Option<Lease>, stop: CancellationToken) {
+    let weak: Weak<RunState> = Arc::downgrade(state);
+    let ttl = state.engine.lease_ttl;
+    let renew_every = (ttl / 3).max(Duration::from_millis(10));
+    tokio::spawn(async move {
+        let mut renewed = Instant::now();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(INBOX_POLL.min(renew_every)) => {}
+                _ = stop.cancelled() => return,
+            }
+            let Some(state) = weak.upgrade() else { return };
+            if let Some(lease) = &lease
+                && renewed.elapsed() >= renew_every
+            {
+                let engine = state.engine.clone();
+                let held = lease.clone();
+                let renewal = tokio::task::spawn_blocking(move || match engine.journal.leases() {
+                    Some(leases) => leases.renew(&held, engine.lease_ttl),
+                    None => Ok(()),
+                })
+                .await;
+                match renewal {
+                    Ok(Ok(())) => renewed = Instant::now(),
+                    Ok(Err(e)) => {
+                        // Every later write is fenced off anyway: stop dispatching now.
+                        state.lease_lost(Error::from(e));
+                        return;
+                    }
+                    Err(_) => {}
+                }
+            }
+            if state.has_waits() && !stop.is_cancelled() {
+                let drained = state.clone();
+                let _ = tokio::task::spawn_blocking(move || drain_live(&drained)).await;
+            }
+        }
+    });
+}
+
+fn inbox_prefix(run: &RunId) -> String {
+    format!("{run}/inbox/")
+}
+
+/// The inbox's items, oldest first.
+fn inbox(engine: &EngineInner, run: &RunId) -> Result<Vec<(String, InboxItem)>, Error> {
+    let prefix = inbox_prefix(run);
+    let mut items = Vec::new();
+    for blob_ref in engine.transcripts.list(run)?.into_iter().filter(|r| r.starts_with(&prefix)) {
+        let Some(bytes) = engine.transcripts.get(&blob_ref)? else { continue };
+        match serde_json::from_slice::<InboxItem>(&bytes) {
+            Ok(item) => items.push((blob_ref, item)),
+            // Not one of ours: leave it for a person to look at, and never apply it.
+            Err(_) => continue,
+        }
+    }
+    Ok(items)
+}
+
+/// Applies the inbox of a live run through its own journal writer.
+fn drain_live(state: &Arc<RunState>) {
+    let engine = &state.engine;
+    let Ok(items) = inbox(engine, &state.run_id) else { return };
+    for (blob_ref, item) in items {
+        match state.resolve_external(&item.key, item.value) {
+            // Durable (applied or recorded as not applied), or refused for good: done with it.
+            Ok(_) => {}
+            Err(e) if e.code == ErrorCode::Validation => {}
+            Err(_) => return,
+        }
+        let _ = engine.transcripts.delete(&blob_ref);
+    }
+}
+
+/// Applies what a driver left in the inbox, under the resuming driver's lease, before the
+/// journal is loaded.
+pub(crate) fn drain_stored(engine: &EngineInner, run: &RunId, lease: Option<&Lease>) -> Result<(), Error> {
+    for (blob_ref, item) in inbox(engine, run)? {
+        match super::run::resolve_stored(engine, run, &item.key, item.value, lease) {
+            Ok(_) => {}
+            Err(e) if e.code == ErrorCode::Validation => {}
+            Err(e) => return Err(e),
+        }
+        engine.transcripts.delete(&blob_ref)?;
+    }
+    Ok(())
+}
+
+/// Resolves a wait of a run that is not live in this process: appended under the run's lease
+/// when nobody drives it, queued in its inbox when someone does.
+pub(crate) fn resolve(
+    engine: &EngineInner,
+    run: &RunId,
+    key: &str,
+    value: Value,
+) -> Result<Resolution, Error> {
+    let of = |applied: bool| if applied { Resolution::Applied } else { Resolution::AlreadyResolved };
+    let Some(leases) = engine.journal.leases() else {
+        return super::run::resolve_stored(engine, run, key, value, None).map(of);
+    };
+    // An unknown run is refused before any lease is taken: a lease on a run about to start
+    // would keep its driver out.
+    if engine.journal.get_meta(run)?.is_none() {
+        return Err(Error::config(format!("unknown run {run}")));
+    }
+    match leases.acquire(run, &owner(), engine.lease_ttl) {
+        Ok(lease) => {
+            let outcome = super::run::resolve_stored(engine, run, key, value, Some(&lease));
+            let _ = leases.release(&lease);
+            outcome.map(of)
+        }
+        Err(store::Error::LeaseHeld { .. }) => {
+            super::run::check_stored_resolution(engine, run, key, &value)?;
+            let item = InboxItem { key: key.to_owned(), value };
+            let bytes = serde_json::to_vec(&item).map_err(|e| Error::validation(e.to_string()))?;
+            let name = format!("{}{}", inbox_prefix(run), ulid::Ulid::generate());
+            engine.transcripts.put(&name, &bytes)?;
+            Ok(Resolution::Queued)
+        }
+        Err(other) => Err(other.into()),
+    }
+}

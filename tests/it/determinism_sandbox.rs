@@ -1,0 +1,232 @@
+//! Determinism of what the sandbox shows a script: the same script gives the same journal in
+//! every process, however branches interleave (issue 17 §1–2, issue 10 §3).
+//!
+//! Scripts run through the `cairn` binary twice, each in its own process with a JSONL store,
+//! and the journals are compared on what identifies and answers each entry (kind, status,
+//! scope, content key, ordinal, value, error), never on timestamps.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn cairn_in(dir: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("cairn").unwrap();
+    cmd.current_dir(dir)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("RHAI_HASHING_SEED");
+    cmd
+}
+
+/// A journal as the fields that must not depend on the process: one line per entry.
+pub(crate) fn journal_projection(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let entry: Value = serde_json::from_str(line).unwrap();
+            let keep = ["kind", "status", "scope", "key", "ordinal", "value", "error"];
+            let projected: serde_json::Map<String, Value> = keep
+                .iter()
+                .filter_map(|field| entry.get(*field).map(|v| ((*field).to_owned(), v.clone())))
+                .collect();
+            Value::Object(projected).to_string()
+        })
+        .collect();
+    // Entries of concurrent branches are queued in the order they finish; the journal's
+    // identity is (scope, key, ordinal), so compare as a set.
+    lines.sort();
+    lines
+}
+
+/// Runs `source` in a fresh process with a JSONL store and returns the journal's projection
+/// and the process's stdout and exit code.
+pub(crate) fn run_once(source: &str, args: &[&str]) -> (Vec<String>, String, Option<i32>) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("w.rhai"), source).unwrap();
+    let out = cairn_in(dir.path())
+        .args(["--store", "jsonl:j", "run", "w.rhai", "--run-id", "r1", "-q"])
+        .args(args)
+        .output()
+        .unwrap();
+    let journal = journal_projection(&dir.path().join("j/r1.jsonl"));
+    (journal, String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code())
+}
+
+/// Closures shown to a script, and errors that passed through one, read the same in every
+/// process: a prompt built from them keys the same way.
+#[test]
+fn closure_text_and_closure_errors_are_the_same_in_every_process() {
+    let source = r#"
+let f = |x| x + 1;
+let g = || { let z = 1 / 0; z };
+let caught = "";
+try { g.call(); } catch (e) { caught = `${e.message}`; }
+let q = "";
+try { parallel([|| { let z = 1 / 0; z }, || 2]); } catch (e) { q = e.message; }
+let s = "";
+try { step("s", || { let z = 1 / 0; z }); } catch (e) { s = e.message; }
+let p = agent(`closure ${f} ${f.name()} ${f.name} ${f.to_debug()} ${[f]} ${#{f: f}} caught ${caught} q ${q} s ${s}`);
+#{p: p, q: q, s: s}
+"#;
+    let (first, out1, code1) = run_once(source, &[]);
+    let (second, out2, code2) = run_once(source, &[]);
+    assert_eq!(code1, Some(0), "{out1}");
+    assert_eq!((&first, &out1, code1), (&second, &out2, code2));
+    assert!(!out1.contains("anon$"), "a closure's internal name reached the script: {out1}");
+    assert!(out1.contains("closure <closure> <closure> <closure> <closure> [<closure>]"), "{out1}");
+}
+
+// ---- in-process runs -------------------------------------------------------------------------
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::script::rhai::RhaiDialect;
+use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunOutcome, RunStatus, Script};
+
+/// An engine on the memory store whose Rhai dialect skips lint when `lint` is false, so the
+/// runtime's own defences are tried on what lint would refuse.
+pub(crate) fn engine(lint: bool) -> Engine {
+    let store = Arc::new(MemoryStore::new());
+    let dialect = if lint { RhaiDialect::new() } else { RhaiDialect::new().without_lint() };
+    Engine::builder(store.clone(), store).dialect(Arc::new(dialect)).max_spawns(10_000).build().unwrap()
+}
+
+pub(crate) fn run_in_process(engine: &Engine, source: &str) -> RunOutcome {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let handle = engine
+            .run_script(&Script::rhai("t", source), serde_json::json!({}), RunOptions::default())
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(60), handle.result()).await.expect("the run hung").unwrap()
+    })
+}
+
+/// What a run's ending shows, for comparing runs.
+fn ending(outcome: &RunOutcome) -> (RunStatus, Option<ErrorCode>, Option<String>, Option<Value>) {
+    (
+        outcome.status,
+        outcome.error.as_ref().map(|e| e.code),
+        outcome.error.as_ref().map(|e| e.message.clone()),
+        outcome.value.clone(),
+    )
+}
+
+/// Every route by which a branch could write a value it shares with its siblings is refused
+/// at the write, the same way on every run, naming the variable and saying what to do.
+#[test]
+fn every_route_to_a_shared_write_fails_the_same_way_on_every_run() {
+    let routes: [(&str, &str, &str); 8] = [
+        (
+            "a closure stored in a variable, called in the branch",
+            "let seen = []; let note = |x| seen.push(x);
+             parallel([1, 2, 3, 4, 5, 6, 7, 8], |i| { note.call(i); agent(`item ${i}`) }); seen",
+            "'seen'",
+        ),
+        (
+            "a user method changing this, on a captured value",
+            "fn remember(x) { this.push(x) } let log = [];
+             parallel([1, 2, 3, 4, 5, 6], |i| { log.remember(i); i }); log",
+            "'log'",
+        ),
+        (
+            "for_each assigning this on a captured array",
+            "let arr = [1, 2, 3]; parallel([1, 2, 3, 4], |i| { arr.for_each(|| this = this + i); i }); arr",
+            "'arr'",
+        ),
+        (
+            "a branch function that is a map property",
+            "let seen = []; let worker = #{run: |i| { seen.push(i); i }}; parallel([1, 2, 3, 4], worker.run); seen",
+            "'seen'",
+        ),
+        (
+            "closures pushed into an array",
+            "let seen = []; let branches = [];
+             for x in [1, 2, 3, 4] { let j = x; branches.push(|| { seen.push(j); j }); }
+             parallel(branches); seen",
+            "'seen'",
+        ),
+        (
+            "parallel reached through a computed Fn name",
+            "let total = 0; let p = Fn(\"para\" + \"llel\"); p.call([1, 2, 3], |i| { total += i; i }); total",
+            "'total'",
+        ),
+        (
+            "an assignment into a captured map, in a pipeline stage",
+            "let state = #{n: 0}; pipeline([1, 2, 3], [|x| { state.n = x; x }]); state",
+            "'state'",
+        ),
+        (
+            "a write inside a step inside a branch",
+            "let seen = []; parallel([1, 2, 3], |i| step(`s${i}`, || { seen.push(i); i })); seen",
+            "'seen'",
+        ),
+    ];
+    let engine = engine(false);
+    for (route, source, variable) in routes {
+        let first = ending(&run_in_process(&engine, source));
+        assert_eq!(first.0, RunStatus::Error, "{route}: {first:?}");
+        assert_eq!(first.1, Some(ErrorCode::SandboxLimit), "{route}: {first:?}");
+        let message = first.2.clone().unwrap_or_default();
+        assert!(message.contains("sandbox violation") && message.contains(variable), "{route}: {message}");
+        assert!(message.contains("return values from the branch"), "{route}: {message}");
+        for _ in 0..4 {
+            assert_eq!(ending(&run_in_process(&engine, source)), first, "{route}");
+        }
+    }
+}
+
+/// Branches that only read what they captured never meet a data race, however many run at
+/// once; a branch may change its own copy (a local, an argument).
+#[test]
+fn branches_read_captured_values_without_races() {
+    let source = "
+        let base = []; for i in 0..64 { base.push(i); }
+        let table = #{k: base};
+        let items = []; for i in 0..128 { items.push(i); }
+        let out = parallel(items, |i| {
+            let n = 0;
+            for r in 0..200 { n += base.len() + table.k[r % 64]; }
+            let mine = base; mine.push(i);
+            i.to_string() + \":\" + n + \":\" + mine.len()
+        });
+        #{out: out.len(), first: out[0], base: base.len()}";
+    let engine = engine(true);
+    let first = ending(&run_in_process(&engine, source));
+    assert_eq!(first.0, RunStatus::Ok, "{first:?}");
+    for _ in 0..2 {
+        assert_eq!(ending(&run_in_process(&engine, source)), first);
+    }
+}
+
+/// Whether nested fan-outs fit the run's branch threads depends on the script alone: the same
+/// script ends the same way on every run, whichever branches happen to overlap.
+#[test]
+fn nested_fan_outs_near_the_thread_cap_end_the_same_way_every_run() {
+    // 8 branches each fanning out 200 agent calls: more than 1,024 threads if every fan-out
+    // got all it wants at once; each inner fan-out gets its share and queues the rest.
+    let fits = "
+        let outer = []; for i in 0..8 { outer.push(i); }
+        let inner = []; for j in 0..200 { inner.push(j); }
+        let out = parallel(outer, |i| parallel(inner, |j| agent(`${i}/${j}`)).len());
+        out";
+    // Three levels of 256: the third level's threads hold no share, on every run.
+    let too_deep = "
+        let xs = []; for i in 0..256 { xs.push(i); }
+        parallel(xs, |i| parallel(xs, |j| parallel([1, 2], |k| agent(`${i}/${j}/${k}`)).len()).len())";
+    let engine = engine(true);
+    for (source, expect_ok) in [(fits, true), (too_deep, false)] {
+        let first = ending(&run_in_process(&engine, source));
+        assert_eq!(first.0 == RunStatus::Ok, expect_ok, "{first:?}");
+        if !expect_ok {
+            assert_eq!(first.1, Some(ErrorCode::SandboxLimit), "{first:?}");
+        }
+        for _ in 0..4 {
+            assert_eq!(ending(&run_in_process(&engine, source)), first);
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! One driver per run, through the binary: two `cairn resume` at once (one drives, the other
+//! is refused at once), a killed driver whose lease expires, and `cairn resolve` reaching a run
+//! another process is driving. Every case runs on the SQLite and the JSONL store.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub(crate) fn bin() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("cairn")
+}
+
+pub(crate) fn cairn(dir: &Path, store: &str) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(dir)
+        .arg("--store")
+        .arg(store)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("CAIRN_LEASE_TTL_MS")
+        .stdin(Stdio::null());
+    cmd
+}
+
+pub(crate) fn run(dir: &Path, store: &str, args: &[&str]) -> Output {
+    cairn(dir, store).args(args).output().unwrap()
+}
+
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The run id a `cairn run` printed in its suspension hint or error line.
+pub(crate) fn run_id_of(out: &Output) -> String {
+    let stderr = text(&out.stderr);
+    stderr
+        .split_whitespace()
+        .skip_while(|w| *w != "run")
+        .nth(1)
+        .map(|w| w.trim_end_matches(':').to_owned())
+        .unwrap_or_else(|| panic!("no run id in {stderr}"))
+}
+
+/// The run's journal, as `cairn inspect --json` shows it.
+pub(crate) fn entries(dir: &Path, store: &str, id: &str) -> Vec<Value> {
+    let out = run(dir, store, &["inspect", id, "--json"]);
+    assert!(out.status.success(), "inspect failed: {}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["entries"].as_array().cloned().unwrap_or_default()
+}
+
+fn count(entries: &[Value], kind: &str, status: &str) -> usize {
+    entries.iter().filter(|e| e["kind"] == kind && e["status"] == status).count()
+}
+
+fn stores(dir: &Path) -> [String; 2] {
+    [format!("sqlite:{}", dir.join("c.db").display()), format!("jsonl:{}", dir.join("runs").display())]
+}
+
+fn setup(latency_ms: u64, script: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cairn.toml"),
+        format!("[providers.echo]\nkind = \"echo\"\nlatency_ms = {latency_ms}\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("flow.rhai"), script).unwrap();
+    dir
+}
+
+/// A suspended run whose next call, once `go` is resolved, is slow.
+fn suspended_before_a_slow_call(dir: &Path, store: &str) -> String {
+    let out = run(dir, store, &["run", "flow.rhai", "-q"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let id = run_id_of(&out);
+    let resolved = run(dir, store, &["resolve", &id, "go", "\"x\""]);
+    assert!(resolved.status.success(), "{}", text(&resolved.stderr));
+    id
+}
+
+fn wait_with_deadline(mut child: Child, limit: Duration) -> Output {
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("a cairn process did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn two_resumes_at_once_one_drives_the_other_is_refused_at_once() {
+    for which in 0..2 {
+        let dir = setup(1_500, "let k = await_external(\"go\"); agent(\"slow \" + k)");
+        let store = stores(dir.path())[which].clone();
+        let id = suspended_before_a_slow_call(dir.path(), &store);
+        let spawn = || {
+            cairn(dir.path(), &store)
+                .args(["resume", &id, "-q"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let started = Instant::now();
+        let (a, b) = (spawn(), spawn());
+        let outs =
+            [wait_with_deadline(a, Duration::from_secs(30)), wait_with_deadline(b, Duration::from_secs(30))];
+        let codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+        let winners = codes.iter().filter(|c| **c == Some(0)).count();
+        assert_eq!(
+            winners,
+            1,
+            "{store}: exit codes {codes:?}: {:?}",
+            outs.iter().map(|o| text(&o.stderr)).collect::<Vec<_>>()
+        );
+        let loser = outs.iter().find(|o| o.status.code() != Some(0)).unwrap();
+        assert_eq!(loser.status.code(), Some(1), "{store}: {}", text(&loser.stderr));
+        let message = text(&loser.stderr);
+        assert!(
+            message.contains(&format!("run {id} is being driven by another process")),
+            "{store}: {message}"
+        );
+        assert!(message.contains("pid "), "{store}: the holder is named: {message}");
+        assert!(started.elapsed() >= Duration::from_millis(1_500));
+        // Exactly one dispatch of the slow call, and it completed.
+        let journal = entries(dir.path(), &store, &id);
+        assert_eq!(count(&journal, "agent", "running"), 1, "{store}: {journal:#?}");
+        assert_eq!(count(&journal, "agent", "ok"), 1, "{store}: {journal:#?}");
+    }
+}
+
+#[test]
+fn resume_wait_waits_for_the_driver_and_then_replays() {
+    let dir = setup(800, "let k = await_external(\"go\"); agent(\"slow \" + k)");
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let id = suspended_before_a_slow_call(dir.path(), &store);
+    let first = cairn(dir.path(), &store).args(["resume", &id, "-q"]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let second = run(dir.path(), &store, &["resume", &id, "--wait"]);
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
+    assert!(text(&second.stderr).contains("waiting for it"), "{}", text(&second.stderr));
+    let first = wait_with_deadline(first, Duration::from_secs(30));
+    assert_eq!(first.status.code(), Some(0));
+    let journal = entries(dir.path(), &store, &id);
+    assert_eq!(count(&journal, "agent", "running"), 1, "the waiter replayed: {journal:#?}");
+}
+
+#[test]
+fn a_killed_driver_frees_the_run_when_its_lease_expires() {
+    for jsonl in [false, true] {
+        let dir = setup(5_000, "let k = await_external(\"go\"); agent(\"slow \" + k)");
+        let store = if jsonl {
+            format!("jsonl:{}", dir.path().join("runs").display())
+        } else {
+            format!("sqlite:{}", dir.path().join("c.db").display())
+        };
+        let id = suspended_before_a_slow_call(dir.path(), &store);
+        let mut driver = cairn(dir.path(), &store)
+            .args(["resume", &id, "-q"])
+            .env("CAIRN_LEASE_TTL_MS", "1500")
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        driver.kill().unwrap(); // SIGKILL
+        driver.wait().unwrap();
+        if !jsonl {
+            // The dead driver's lease still holds the run until it expires.
+            let early = run(dir.path(), &store, &["resume", &id, "-q"]);
+            assert_eq!(early.status.code(), Some(1), "{}", text(&early.stderr));
+            assert!(text(&early.stderr).contains("being driven by another process"));
+            std::thread::sleep(Duration::from_millis(1_600));
+        }
+        let mut later = cairn(dir.path(), &store);
+        later.args(["resume", &id, "-q"]).env("CAIRN_LEASE_TTL_MS", "1500");
+        // The echo latency is config: shorten it for the finishing resume.
+        std::fs::write(dir.path().join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\nlatency_ms = 10\n")
+            .unwrap();
+        let out = later.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "jsonl={jsonl}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn resolve_reaches_a_run_another_process_is_driving() {
+    for jsonl in [false, true] {
+        let dir = setup(2_500, "let r = parallel([|| await_external(\"k\"), || agent(\"slow\")]); r[0]");
+        let store = if jsonl {
+            format!("jsonl:{}", dir.path().join("runs").display())
+        } else {
+            format!("sqlite:{}", dir.path().join("c.db").display())
+        };
+        let driver = cairn(dir.path(), &store)
+            .args(["run", "flow.rhai", "--run-id", "live-1", "-q"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Once the wait is journaled, resolve it from this (another) process.
+        let started = Instant::now();
+        loop {
+            let out = run(dir.path(), &store, &["resolve", "live-1", "k", "\"from outside\""]);
+            if out.status.success() {
+                assert!(text(&out.stdout).contains("handed to it"), "{}", text(&out.stdout));
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "resolve kept failing: {}",
+                text(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = wait_with_deadline(driver, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(0), "jsonl={jsonl}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).trim(), "\"from outside\"");
+        let journal = entries(dir.path(), &store, "live-1");
+        assert_eq!(count(&journal, "resolution", "ok"), 1, "{journal:#?}");
+    }
+}
+
+/// A file's bytes and modification time.
+fn snapshot(path: &Path) -> (Vec<u8>, std::time::SystemTime) {
+    (std::fs::read(path).unwrap(), std::fs::metadata(path).unwrap().modified().unwrap())
+}
+
+#[test]
+fn inspect_leaves_a_torn_jsonl_tail_to_its_writer() {
+    let dir = setup(0, "agent(\"one\")");
+    let store = format!("jsonl:{}", dir.path().join("runs").display());
+    let out = run(dir.path(), &store, &["run", "flow.rhai", "--run-id", "torn", "-q"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Another process's append in progress, as a reader sees it.
+    let journal = dir.path().join("runs/torn.jsonl");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&journal).unwrap();
+    std::io::Write::write_all(&mut file, b"{\"seq\":99,\"kind\":\"ag").unwrap();
+    drop(file);
+    let before = snapshot(&journal);
+    for args in [&["inspect", "torn"][..], &["inspect", "torn", "--json"], &["runs"], &["replay", "torn"]] {
+        let out = run(dir.path(), &store, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    assert_eq!(snapshot(&journal), before, "a reader changed the journal");
+}
+
+#[test]
+fn read_commands_refuse_a_foreign_sqlite_file_and_leave_it_unchanged() {
+    let dir = setup(0, "agent(\"one\")");
+    let path = dir.path().join("other.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('ada');").unwrap();
+    drop(conn);
+    std::thread::sleep(Duration::from_millis(20));
+    let before = snapshot(&path);
+    let store = format!("sqlite:{}", path.display());
+    for args in [&["runs"][..], &["inspect", "x"], &["replay", "x"], &["run", "flow.rhai"], &["resume", "x"]]
+    {
+        let out = run(dir.path(), &store, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("is not a cairn store"), "{args:?}: {}", text(&out.stderr));
+    }
+    assert_eq!(snapshot(&path), before, "the foreign database changed");
+    assert!(!dir.path().join("other.db-wal").exists());
+}
+
+#[test]
+fn read_commands_read_a_read_only_cairn_store_without_writing() {
+    let dir = setup(0, "agent(\"one\")");
+    let path = dir.path().join("c.db");
+    let store = format!("sqlite:{}", path.display());
+    let out = run(dir.path(), &store, &["run", "flow.rhai", "--run-id", "ro", "-q"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::thread::sleep(Duration::from_millis(20));
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&path, perms).unwrap();
+    let before = snapshot(&path);
+    for args in [&["runs"][..], &["inspect", "ro", "--json"], &["replay", "ro"]] {
+        let out = run(dir.path(), &store, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    assert_eq!(snapshot(&path), before, "a read command changed the store");
+    // Nor does a read create a store where there is none.
+    let missing = format!("sqlite:{}", dir.path().join("nothing/here.db").display());
+    assert!(run(dir.path(), &missing, &["runs"]).status.success());
+    assert_eq!(run(dir.path(), &missing, &["inspect", "ro"]).status.code(), Some(2));
+    assert_eq!(run(dir.path(), &missing, &["replay", "ro"]).status.code(), Some(2));
+    assert!(!dir.path().join("nothing").exists(), "a read command created a store");
+}
+
+#[test]
+fn a_file_size_limit_ends_the_run_with_a_typed_store_error_and_a_resume_finishes_it() {
+    for jsonl in [false, true] {
+        let dir = setup(0, "let out = []; for i in 0..300 { out.push(agent(\"call \" + i)); } out.len()");
+        let store = if jsonl {
+            format!("jsonl:{}", dir.path().join("runs").display())
+        } else {
+            format!("sqlite:{}", dir.path().join("c.db").display())
+        };
+        // SIGXFSZ ignored, so a write past the limit fails with EFBIG instead of killing.
+        let script = format!(
+            "trap '' XFSZ; ulimit -f {}; exec {} --store {store} run flow.rhai --run-id full -q",
+            if jsonl { 48 } else { 256 },
+            bin().display()
+        );
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .current_dir(dir.path())
+            .env("CAIRN_LEASE_TTL_MS", "300")
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "jsonl={jsonl}: {stderr}");
+        assert!(stderr.contains("store_io"), "jsonl={jsonl}: {stderr}");
+        assert!(stderr.contains("file-size limit"), "jsonl={jsonl}: {stderr}");
+        assert!(stderr.contains("cairn resume full"), "jsonl={jsonl}: {stderr}");
+        let out = cairn(dir.path(), &store)
+            .args(["resume", "full", "--wait", "--json", "-q"])
+            .env("CAIRN_LEASE_TTL_MS", "300")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "jsonl={jsonl}: {}", text(&out.stderr));
+        let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(outcome["value"], 300);
+        assert!(outcome["preview"]["hits"].as_u64().unwrap() > 0, "earlier calls replay: {outcome:#}");
+        assert_eq!(outcome["preview"]["orphaned"], 0, "{outcome:#}");
+    }
+}
