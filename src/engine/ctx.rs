@@ -196,6 +196,9 @@ pub(crate) struct ScopeCounters {
     children: Mutex<HashMap<String, u32>>,
     /// Uses of each site label in this scope.
     labels: Mutex<HashMap<String, u32>>,
+    /// Pipelines begun in this scope (they key their fail-fast decisions; their items'
+    /// scopes do not depend on it).
+    pipelines: AtomicU32,
 }
 
 /// The workflow's view of its run: one scope of it, with its phase, budget account and
@@ -262,6 +265,11 @@ impl Ctx {
     /// The next `parallel` site index of this scope.
     pub(crate) fn next_parallel_site(&self) -> u32 {
         self.counters.parallel_sites.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The next pipeline's index in this scope.
+    pub(crate) fn next_pipeline(&self) -> u32 {
+        self.counters.pipelines.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The context a labelled site runs in: scope `at:LABEL:n` (the `n`-th use of the label

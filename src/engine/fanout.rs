@@ -81,6 +81,12 @@ impl FailFast {
             .map_err(|e| Error::internal(e.to_string()))
     }
 
+    /// The key of the `n`-th pipeline's decision in a scope.
+    fn pipeline_key(n: u32) -> Result<ContentKey, Error> {
+        crate::journal::content_key(&json!({ "kind": "decision", "type": FAIL_FAST_DECISION, "pipeline": n }))
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+
     fn new(ctx: &Ctx, key: ContentKey, ordinal: u32, total: usize) -> FailFast {
         FailFast {
             run: ctx.run.clone(),
@@ -373,6 +379,32 @@ impl Ctx {
         if items.is_empty() {
             return Ok(Vec::new());
         }
+        let throw = opts.on_item_error == OnItemError::Throw;
+        let pipeline = self.next_pipeline();
+        let fail_fast = if throw {
+            let key = FailFast::pipeline_key(pipeline)?;
+            let (ordinal, recorded) = self.run.decision(&self.scope, key);
+            if let Some(entry) = recorded
+                && let Some(error) = FailFast::replayed(&entry)
+            {
+                // As for `parallel`: the journaled failure is raised again, nothing runs.
+                // Pipelines share their `pipe:s:i` scopes with the scope's other pipelines,
+                // so the cover is as wide as those scopes.
+                for index in 0..items.len() {
+                    for stage in 0..stages.len() {
+                        let segment = Segment::Pipe { stage: stage as u32, item: index as u32 };
+                        self.run.cover(&self.scope.child(&segment));
+                    }
+                }
+                if error.code == ErrorCode::BudgetExhausted {
+                    self.run.mark_exhausted();
+                }
+                return Err(error);
+            }
+            Some(Arc::new(FailFast::new(self, key, ordinal, items.len())))
+        } else {
+            None
+        };
         let group = self.cancel.child_token();
         let stages = Arc::new(stages);
         let turns = Turns::new(items.len(), self.account);
@@ -384,7 +416,7 @@ impl Ctx {
                 let stages = stages.clone();
                 let group = group.clone();
                 let parent = self.clone();
-                let throw = opts.on_item_error == OnItemError::Throw;
+                let fail_fast = fail_fast.clone();
                 async move {
                     let mut value = item;
                     let mut result = Ok(());
@@ -401,14 +433,20 @@ impl Ctx {
                         }
                     }
                     ticket.pass();
-                    if result.is_err() && throw {
-                        group.cancel();
+                    let result = result.map(|()| value);
+                    if let Some(fail_fast) = &fail_fast {
+                        fail_fast.finished(index, &result, &group);
                     }
-                    result.map(|()| value)
+                    result
                 }
             })
             .collect();
         let results = self.run_fanout(runs, opts.concurrency).await;
+        if let Some(index) = fail_fast.as_ref().and_then(|f| f.failed())
+            && let Some(Err(error)) = results.get(index)
+        {
+            return Err(error.clone());
+        }
         match opts.on_item_error {
             OnItemError::Throw => {
                 if let Some(error) = root_cause(results.iter().filter_map(|r| r.as_ref().err().cloned())) {

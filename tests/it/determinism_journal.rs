@@ -511,3 +511,33 @@ fn a_ceiling_admits_the_same_shards_on_every_run() {
         assert_eq!(shape, &shapes[0], "run {n}'s journal differs from run 0's");
     }
 }
+
+#[test]
+fn a_caught_fail_fast_pipeline_error_replays_with_nothing_live() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "cairn.toml", SLOW_ECHO);
+    write(
+        dir.path(),
+        "s.rhai",
+        r#"
+        let caught = "";
+        try {
+            pipeline([1, 2, 3, 4], [|n| if n == 1 { throw "boom"; } else { agent(`p${n}`) }], #{on_item_error: "throw"});
+        } catch (e) {
+            caught = "caught";
+        }
+        [caught, agent("after")]
+        "#,
+    );
+    let (code, first) = run_json(dir.path(), &["run", "s.rhai", "--run-id", "r1"]);
+    assert_eq!(code, 0, "{first}");
+    assert_eq!(first["value"], json!(["caught", "echo: after"]));
+    let (code, text) = replay(dir.path(), "r1");
+    assert_eq!(code, 0, "{text}");
+    let (code, resumed) = run_json(dir.path(), &["resume", "r1"]);
+    assert_eq!(code, 0, "{resumed}");
+    assert_eq!(resumed["value"], first["value"]);
+    assert_eq!(resumed["preview"]["misses"], 0, "{resumed}");
+    assert_eq!(resumed["preview"]["reruns"], 0, "{resumed}");
+    assert_eq!(resumed["preview"]["orphaned"], 0, "{resumed}");
+}
