@@ -5,6 +5,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::engine::{EventKind, EventStream};
@@ -31,16 +32,22 @@ pub(super) async fn render(mut events: EventStream, quiet: bool) {
     let mut tokens = 0u64;
     let mut spent = Money::ZERO;
     let mut ceiling: Option<Money> = None;
-    // Labels, log messages, errors and prompts come from scripts, models and providers:
-    // every line is escaped for the terminal.
-    let line = |text: String| {
-        let text = crate::text::for_terminal(&text);
-        match &bar {
-            Some(bar) => bar.println(text),
-            None => errln!("{text}"),
-        }
-    };
-    while let Some(event) = events.next().await {
+    let mut out = Lines { bar: bar.as_ref(), pending: String::new() };
+    loop {
+        // Lines are written in batches: whatever is already emitted is rendered, then written
+        // with one system call before waiting for more.
+        let event = match events.next().now_or_never() {
+            Some(Some(event)) => event,
+            Some(None) => break,
+            None => {
+                out.flush();
+                match events.next().await {
+                    Some(event) => event,
+                    None => break,
+                }
+            }
+        };
+        let mut line = |text: String| out.line(text);
         match &event.kind {
             EventKind::RunStart { name, resumed, ceiling: c } => {
                 ceiling = *c;
@@ -92,8 +99,39 @@ pub(super) async fn render(mut events: EventStream, quiet: bool) {
             bar.set_message(format!("{in_flight} agents in flight · {tokens} tokens · {spent}{of}"));
         }
     }
+    out.flush();
     if let Some(bar) = bar {
         bar.finish_and_clear();
+    }
+}
+
+/// Where progress lines go: above the live line on a terminal, else batched for stderr.
+struct Lines<'a> {
+    bar: Option<&'a ProgressBar>,
+    pending: String,
+}
+
+impl Lines<'_> {
+    /// One line for a person, escaped for the terminal: labels, log messages, errors and
+    /// prompts come from scripts, models and providers.
+    fn line(&mut self, text: String) {
+        let text = crate::text::for_terminal(&text);
+        match self.bar {
+            Some(bar) => bar.println(text),
+            None => {
+                self.pending.push_str(&text);
+                self.pending.push('\n');
+            }
+        }
+    }
+
+    /// Writes the batched lines.
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            use std::io::Write as _;
+            let _ = std::io::stderr().lock().write_all(self.pending.as_bytes());
+            self.pending.clear();
+        }
     }
 }
 

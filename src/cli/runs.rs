@@ -344,10 +344,16 @@ fn parse_run_id(text: &str) -> Result<RunId, Exit> {
 }
 
 /// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
-async fn follow(handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
+async fn follow(mut handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
     // Listening before anything is printed: once "running" shows, a signal is handled.
     let mut interrupts = super::Interrupts::listen();
-    let renderer = tokio::spawn(progress::render(handle.events(), quiet));
+    // Quiet: nobody reads the events, so the run builds none.
+    let renderer = if quiet {
+        handle.release_events();
+        None
+    } else {
+        Some(tokio::spawn(progress::render(handle.events(), quiet)))
+    };
     let outcome = tokio::select! {
         outcome = handle_result(&handle) => outcome,
         why = interrupts.next() => {
@@ -365,7 +371,9 @@ async fn follow(handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
             }
         }
     };
-    let _ = renderer.await;
+    if let Some(renderer) = renderer {
+        let _ = renderer.await;
+    }
     drop(handle);
     outcome
 }

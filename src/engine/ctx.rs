@@ -477,6 +477,11 @@ impl Ctx {
         let key = identity.key()?;
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, key);
+        let approvals_scope = self.scope.child(&approvals_segment(key, matched.ordinal));
+        if matches!(matched.outcome, Outcome::Replay(_) | Outcome::Skip) {
+            // The loop will not run: its approval waits are served by the call's result.
+            self.run.cover(&approvals_scope);
+        }
         let start_event = || EventKind::AgentStart {
             label: label.clone(),
             agent_type: opts.profile.clone(),
@@ -691,8 +696,10 @@ impl Ctx {
                 .or_else(|| profile.and_then(|p| p.max_context_tokens))
                 .unwrap_or(agent::DEFAULT_MAX_CONTEXT_TOKENS),
         };
+        let approvals = Ctx { scope: approvals_scope, counters: Arc::default(), ..self.clone() };
         let hooks = AccountHooks {
             ctx: self,
+            approvals,
             checkpoint_ref,
             wrote_checkpoint: Default::default(),
             reservation: reservation.id(),
@@ -1236,6 +1243,14 @@ impl Ctx {
 
 /// The scope segment of a step's body: from its content key and its ordinal among same-key
 /// steps of its scope, never from a running counter.
+/// The scope of an agent call's approval waits: `at:agent-KEY:ordinal`, from the call's
+/// identity (KEY: the first 16 hex digits of its content key).
+fn approvals_segment(key: ContentKey, ordinal: u32) -> Segment {
+    let mut hex = key.to_hex();
+    hex.truncate(16);
+    Segment::Site { label: format!("agent-{hex}"), index: ordinal }
+}
+
 fn step_segment(key: ContentKey, ordinal: u32) -> Segment {
     let mut hex = key.to_hex();
     hex.truncate(16);
@@ -1304,6 +1319,9 @@ fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
 /// its checkpoint, and approvals as waits on external input.
 struct AccountHooks<'a> {
     ctx: &'a Ctx,
+    /// Where the call's approval waits are journaled: a scope of their own, covered when the
+    /// call replays whole.
+    approvals: Ctx,
     checkpoint_ref: String,
     wrote_checkpoint: std::sync::atomic::AtomicBool,
     /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
@@ -1371,50 +1389,12 @@ impl BudgetHooks for AccountHooks<'_> {
                     "required": ["approved"],
                     "properties": { "approved": { "type": "boolean" } }
                 })),
-                timeout: None,
+                // An unanswered ask past its deadline resolves as timed out: denied.
+                timeout: request.timeout,
             };
-            let answer = match request.timeout {
-                None => self.ctx.await_external(&request.key, opts).await?,
-                Some(timeout) => self.await_approval_until(request, timeout, opts).await?,
-            };
+            let answer = self.approvals.await_external(&request.key, opts).await?;
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
         })
-    }
-}
-
-impl AccountHooks<'_> {
-    /// Waits for an approval with a deadline `timeout` after the ask was first made (that
-    /// moment is journaled, so a resume measures from it). At the deadline the wait is resolved
-    /// as denied through the journal, like `cairn resolve` would (a person's earlier answer wins),
-    /// so the expiry replays.
-    async fn await_approval_until(
-        &self,
-        request: &agent::ApprovalRequest,
-        timeout: std::time::Duration,
-        opts: ExternalOptions,
-    ) -> Result<Value, Error> {
-        let identity = json!({ "kind": "rand", "fn": "approval_asked", "key": request.key });
-        let asked = self.ctx.journaled_fact(identity, |run| json!(run.now_ms())).await?;
-        let deadline_ms = asked.as_i64().unwrap_or_default().saturating_add(timeout.as_millis() as i64);
-        let expired = json!({ "approved": false, "expired": true });
-        let run = self.ctx.run.clone();
-        let key = request.key.clone();
-        // Resolving fails only when nothing waits on the key yet (the first ask): then the
-        // timer below resolves it once the wait exists.
-        if run.now_ms() >= deadline_ms {
-            let _ = run.resolve_external(&key, expired.clone());
-        }
-        let expire = async move {
-            let left = deadline_ms.saturating_sub(run.now_ms()).max(0) as u64;
-            tokio::time::sleep(std::time::Duration::from_millis(left)).await;
-            let _ = run.resolve_external(&key, expired);
-            std::future::pending::<()>().await;
-        };
-        tokio::select! {
-            biased;
-            answer = self.ctx.await_external(&request.key, opts) => answer,
-            () = expire => Err(Error::internal("the approval timer ended")),
-        }
     }
 }
 

@@ -367,6 +367,13 @@ impl RunHandle {
         self.state.resolve_external(key, value)
     }
 
+    /// Gives up the handle's claim on the run's events without consuming it: streams opened
+    /// before keep theirs, and from now on no event is built or buffered for a stream that
+    /// nobody opened. For a caller that waits with [`RunHandle::wait`] and never reads events.
+    pub fn release_events(&mut self) {
+        self.claim = None;
+    }
+
     /// Waits for the run to settle. Consuming the handle releases its claim on the run's
     /// events: streams opened before keep theirs, and no event is buffered for anyone else.
     ///

@@ -142,6 +142,8 @@ fn an_ask_suspends_and_resolve_then_resume_runs_or_refuses_the_call() {
         let second = sent_text(&requests[1]);
         assert_eq!(second.contains("secret is 42"), expect_read, "{second}");
         assert_eq!(second.contains("denied"), !expect_read, "{second}");
+        let (code, _, stderr) = run(dir.path(), &["replay", &id]);
+        assert_eq!(code, 0, "a strict replay needs nothing live: {stderr}");
     }
 }
 
@@ -275,6 +277,7 @@ fn kill_at_request(dir: &std::path::Path, id: &str, server: &ScriptedServer, n: 
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
+        .env("CAIRN_LEASE_TTL_MS", "300")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -301,7 +304,7 @@ fn a_kill_during_the_schema_repair_turn_resumes_without_re_asking() {
     let repair = kill_at_request(dir.path(), "repair1", &server, 2);
     let second = ScriptedServer::start(vec![text(r#"{"answer": "Paris"}"#, 30, 6)]);
     point_at(dir.path(), &server, &second);
-    let (code, stdout, stderr) = run(dir.path(), &["resume", "repair1"]);
+    let (code, stdout, stderr) = run(dir.path(), &["resume", "repair1", "--wait"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert_eq!(value_of(&stdout), json!({"answer": "Paris"}));
     let resumed = second.requests();
@@ -366,7 +369,7 @@ fn the_context_stays_under_its_bound_as_tool_results_pile_up() {
 fn an_ask_deadline_passing_while_the_run_is_busy_denies_in_process() {
     let server =
         ScriptedServer::start(vec![tool_call("c1", "read_file", READ_NOTES, 10, 5), text("ok", 20, 2)]);
-    let rules = "[permissions]\nask = [\"read_*\"]\nask_timeout_ms = 200\n\n[host_functions.slow]\ncommand = [\"sh\", \"-c\", \"sleep 1; echo 1\"]\n";
+    let rules = "[permissions]\nask = [\"read_*\"]\nask_timeout_ms = 200\n\n[host_functions.slow]\ncommand = [\"sh\", \"-c\", \"sleep 3; echo 1\"]\n";
     let script = "parallel([|| agent(\"go\", #{tools: [\"files\"]}), || host_call(\"slow\", #{})])";
     let dir = permissions_project(&server, rules, script);
     let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai"]);
@@ -390,7 +393,7 @@ fn a_resume_sends_the_same_bounded_context() {
     assert!(sent_text(&stalled).contains("was elided"), "the bound applied before the kill");
     let second = ScriptedServer::start(vec![text("done", 10, 2)]);
     point_at(dir.path(), &server, &second);
-    let (code, stdout, stderr) = run(dir.path(), &["resume", "bounded1"]);
+    let (code, stdout, stderr) = run(dir.path(), &["resume", "bounded1", "--wait"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     let resumed = second.requests();
     assert_eq!(resumed.len(), 1, "completed turns are not asked again");

@@ -225,6 +225,8 @@ fn tool_engine(fake: &FakeProvider, dir: &std::path::Path) -> (Arc<MemoryStore>,
         .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
         .toolset(cairn::fs_read_toolset(dir).unwrap())
         .retries(0, Duration::from_millis(1))
+        // A driver "killed" in-process (its runtime dropped) frees the run this soon.
+        .lease_ttl(Duration::from_millis(60))
         .build()
         .unwrap();
     (store, engine)
@@ -377,6 +379,8 @@ fn each_paid_turn_is_charged_once_across_a_failure_a_crash_and_resumes() {
         std::mem::forget(handle);
     });
     crashing.shutdown_background();
+    // The dead driver's lease runs out.
+    std::thread::sleep(Duration::from_millis(200));
     // A new process: same store, new engine.
     phase.store(2, Ordering::SeqCst);
     let engine2 = Engine::builder(store.clone(), store.clone())
@@ -384,6 +388,7 @@ fn each_paid_turn_is_charged_once_across_a_failure_a_crash_and_resumes() {
         .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
         .toolset(cairn::fs_read_toolset(dir.path()).unwrap())
         .retries(0, Duration::from_millis(1))
+        .lease_ttl(Duration::from_millis(60))
         .build()
         .unwrap();
     let done = rt.block_on(async {
@@ -571,6 +576,7 @@ fn an_ask_suspended_turn_is_charged_once_across_a_crash() {
                 ..cairn::Permissions::allow_all()
             })
             .retries(0, Duration::from_millis(1))
+            .lease_ttl(Duration::from_millis(60))
             .build()
             .unwrap()
     };
@@ -601,6 +607,8 @@ fn an_ask_suspended_turn_is_charged_once_across_a_crash() {
         std::mem::forget(handle);
     });
     crashing.shutdown_background();
+    // The dead driver's lease runs out.
+    std::thread::sleep(Duration::from_millis(200));
     phase.store(2, Ordering::SeqCst);
     let engine = build();
     let done = rt.block_on(async { engine.resume(&run, resume()).unwrap().result().await.unwrap() });

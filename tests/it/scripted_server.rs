@@ -178,6 +178,8 @@ pub fn cairn_in(dir: &Path) -> assert_cmd::Command {
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
+        // A killed driver's run lease frees quickly (resumes after a kill pass `--wait`).
+        .env("CAIRN_LEASE_TTL_MS", "300")
         .timeout(Duration::from_secs(60));
     cmd
 }
