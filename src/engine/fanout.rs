@@ -59,8 +59,8 @@ pub enum OnItemError {
 /// The most stages a pipeline may have.
 const MAX_STAGES: usize = 6;
 
-/// The fail-fast decision of one `parallel` or `pipeline`: the first branch to fail and its
-/// error, journaled as a `decision` entry before the cancellation of its unfinished siblings
+/// The fail-fast decision of one `parallel` or `pipeline`: the error of the first branch to
+/// fail, journaled as a `decision` entry before the cancellation of its unfinished siblings
 /// takes effect (timing chose it; a replay must not).
 struct FailFast {
     run: Arc<super::RunState>,
@@ -108,17 +108,14 @@ impl FailFast {
             return;
         }
         if self.failed.compare_exchange(0, index + 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            // Which siblings were still unfinished (and are cancelled now) is not written
-            // here: their own entries say so, and a replay runs none of them anyway. The
-            // decision holds only what decides the fan-out's outcome, so two runs whose
-            // siblings happen to finish at different moments journal the same decision.
+            // The decision holds what decides the fan-out's outcome: the error it raises.
+            // Which branch failed first and which siblings were still unfinished are not
+            // written (the branches' own entries say so, and a replay runs none of them), so
+            // two runs in which several branches fail alike, or siblings finish at different
+            // moments, journal the same decision.
             let mut entry =
                 Entry::new(Seq(0), Kind::Decision, Status::Ok, self.scope.clone(), self.key, self.ordinal);
-            entry.set_value(Some(&json!({
-                "type": FAIL_FAST_DECISION,
-                "failed": index,
-                "error": error,
-            })));
+            entry.set_value(Some(&json!({ "type": FAIL_FAST_DECISION, "error": error })));
             // Queued before the cancellation: the cancelled siblings' entries follow it in the
             // journal. A write failure latches and fails the run; the cancel happens anyway.
             let _ = self.run.append_one(entry, super::run::Durability::Deferred);
