@@ -40,10 +40,11 @@ use crate::script::{LintContext, option_schema};
 /// The stack of every script thread.
 const SCRIPT_STACK: usize = 16 << 20;
 
-/// The most threads one `parallel` or `pipeline` runs at once; further branches start as
+/// The most threads one `parallel` or `pipeline` runs at once (the run's whole budget, so a
+/// 500-way fan-out of model calls has every branch in flight); further branches start as
 /// earlier ones finish (the engine's fan-out hands their liveness over, so waits still
 /// suspend the run correctly).
-const MAX_BRANCH_THREADS: usize = 256;
+const MAX_BRANCH_THREADS: usize = 1024;
 
 /// The most JSON one branch (or item) may hand back, and a fan-out in all: the values that
 /// cross the sandbox boundary are bounded like the values inside it.
