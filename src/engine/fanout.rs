@@ -7,7 +7,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -59,15 +59,14 @@ pub enum OnItemError {
 /// The most stages a pipeline may have.
 const MAX_STAGES: usize = 6;
 
-/// The fail-fast decision of one `parallel`: the first branch to fail, and the siblings
-/// still unfinished when it did, journaled as a `decision` entry before the cancellation
-/// takes effect (timing chose them; a replay must not).
+/// The fail-fast decision of one `parallel` or `pipeline`: the error of the first branch to
+/// fail, journaled as a `decision` entry before the cancellation of its unfinished siblings
+/// takes effect (timing chose it; a replay must not).
 struct FailFast {
     run: Arc<super::RunState>,
     scope: crate::journal::ScopePath,
     key: ContentKey,
     ordinal: u32,
-    done: Vec<AtomicBool>,
     /// The failed branch's index + 1 once decided (0: undecided).
     failed: AtomicUsize,
 }
@@ -87,15 +86,8 @@ impl FailFast {
             .map_err(|e| Error::internal(e.to_string()))
     }
 
-    fn new(ctx: &Ctx, key: ContentKey, ordinal: u32, total: usize) -> FailFast {
-        FailFast {
-            run: ctx.run.clone(),
-            scope: ctx.scope.clone(),
-            key,
-            ordinal,
-            done: (0..total).map(|_| AtomicBool::new(false)).collect(),
-            failed: AtomicUsize::new(0),
-        }
+    fn new(ctx: &Ctx, key: ContentKey, ordinal: u32) -> FailFast {
+        FailFast { run: ctx.run.clone(), scope: ctx.scope.clone(), key, ordinal, failed: AtomicUsize::new(0) }
     }
 
     /// The error a journaled decision raises again, if the entry is one.
@@ -109,7 +101,6 @@ impl FailFast {
 
     /// Branch `index` finished: the first failure journals the decision, then cancels.
     fn finished(&self, index: usize, result: &Result<Value, Error>, group: &CancellationToken) {
-        self.done[index].store(true, Ordering::SeqCst);
         let Err(error) = result else { return };
         // A branch stopped with the run, or a dry run's miss, decides nothing.
         if matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss) {
@@ -117,17 +108,14 @@ impl FailFast {
             return;
         }
         if self.failed.compare_exchange(0, index + 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            let cancelled: Vec<usize> = (0..self.done.len())
-                .filter(|&j| j != index && !self.done[j].load(Ordering::SeqCst))
-                .collect();
+            // The decision holds what decides the fan-out's outcome: the error it raises.
+            // Which branch failed first and which siblings were still unfinished are not
+            // written (the branches' own entries say so, and a replay runs none of them), so
+            // two runs in which several branches fail alike, or siblings finish at different
+            // moments, journal the same decision.
             let mut entry =
                 Entry::new(Seq(0), Kind::Decision, Status::Ok, self.scope.clone(), self.key, self.ordinal);
-            entry.set_value(Some(&json!({
-                "type": FAIL_FAST_DECISION,
-                "failed": index,
-                "error": error,
-                "cancelled": cancelled,
-            })));
+            entry.set_value(Some(&json!({ "type": FAIL_FAST_DECISION, "error": error })));
             // Queued before the cancellation: the cancelled siblings' entries follow it in the
             // journal. A write failure latches and fails the run; the cancel happens anyway.
             let _ = self.run.append_one(entry, super::run::Durability::Deferred);
@@ -245,7 +233,7 @@ impl Ctx {
                 }
                 return Err(error);
             }
-            Some(Arc::new(FailFast::new(self, site_key, ordinal, total)))
+            Some(Arc::new(FailFast::new(self, site_key, ordinal)))
         } else {
             None
         };
@@ -401,7 +389,7 @@ impl Ctx {
                 }
                 return Err(error);
             }
-            Some(Arc::new(FailFast::new(self, key, ordinal, items.len())))
+            Some(Arc::new(FailFast::new(self, key, ordinal)))
         } else {
             None
         };
