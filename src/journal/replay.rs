@@ -145,6 +145,10 @@ struct Scope {
     cursor: usize,
     /// Per key: positions in `records` not yet passed, in order.
     by_key: HashMap<ContentKey, VecDeque<usize>>,
+    /// Per key: positions the cursor passed while they were still unconsumed, in order. A
+    /// call an edit inserted is journaled after every record of its first segment, so once it
+    /// replays the cursor lies past its neighbours; they are still theirs to claim.
+    passed: HashMap<ContentKey, VecDeque<usize>>,
     /// Per key: how many live calls this execution has made (for ordinals).
     seen: HashMap<ContentKey, u32>,
 }
@@ -285,9 +289,23 @@ impl Replay {
 
         let mut found = None;
         if let Some(positions) = state.by_key.get_mut(&key) {
-            while let Some(&position) = positions.front() {
-                positions.pop_front();
-                if position >= state.cursor && !self.records[state.records[position]].consumed {
+            while let Some(position) = positions.pop_front() {
+                if self.records[state.records[position]].consumed {
+                    continue;
+                }
+                if position >= state.cursor {
+                    found = Some(position);
+                    break;
+                }
+                state.passed.entry(key).or_default().push_back(position);
+            }
+        }
+        // Nothing ahead of the cursor: the earliest record the cursor passed unconsumed.
+        if found.is_none()
+            && let Some(passed) = state.passed.get_mut(&key)
+        {
+            while let Some(position) = passed.pop_front() {
+                if !self.records[state.records[position]].consumed {
                     found = Some(position);
                     break;
                 }
@@ -301,7 +319,7 @@ impl Replay {
             self.preview.misses += 1;
             return Match { ordinal, outcome: Outcome::Live };
         };
-        state.cursor = position + 1;
+        state.cursor = state.cursor.max(position + 1);
         let index = state.records[position];
         let record = &mut self.records[index];
         record.consumed = true;
@@ -360,7 +378,18 @@ impl Replay {
     /// is journaled if it fails again).
     pub fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
         let Some(state) = self.scopes.get(scope) else { return (0, None) };
-        let Some(positions) = state.by_key.get(&key) else { return (0, None) };
+        let mut positions: Vec<usize> = state
+            .by_key
+            .get(&key)
+            .into_iter()
+            .chain(state.passed.get(&key))
+            .flatten()
+            .copied()
+            .collect();
+        if positions.is_empty() {
+            return (0, None);
+        }
+        positions.sort_unstable();
         let indices: Vec<usize> = positions.iter().map(|&p| state.records[p]).collect();
         let mut latest = None;
         for &index in &indices {
@@ -406,7 +435,7 @@ impl Replay {
         }
         if let Some(state) = self.scopes.get(scope) {
             for key in asked {
-                for &position in state.by_key.get(&key).into_iter().flatten() {
+                for &position in state.by_key.get(&key).into_iter().chain(state.passed.get(&key)).flatten() {
                     self.records[state.records[position]].consumed = true;
                 }
             }
