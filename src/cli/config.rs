@@ -163,6 +163,10 @@ pub(crate) struct ProviderConfig {
     /// tools, reasoning); unset fields keep the conservative default.
     #[serde(default)]
     capabilities: Option<CapabilitiesConfig>,
+    /// At most this many concurrent model calls of a run to this provider (e.g. 1 for a
+    /// llama.cpp server, which serves one request at a time and interrupts the one in flight
+    /// when another arrives).
+    concurrency: Option<usize>,
 }
 
 /// `capabilities = { native_schema = true, tools = true }` in a provider table.
@@ -236,6 +240,9 @@ impl Config {
     /// The largest `concurrency` accepted (and the clamp of a script's `parallel` option).
     pub(crate) const MAX_CONCURRENCY: usize = 10_000;
 
+    /// The longest echo `latency_ms` accepted: one hour.
+    pub(crate) const MAX_ECHO_LATENCY_MS: u64 = 3_600_000;
+
     /// Checks the values serde cannot: one line naming the key and the value.
     pub(crate) fn validate(&self) -> Result<(), String> {
         if let Some(n) = self.concurrency
@@ -251,6 +258,25 @@ impl Config {
             if provider.idle_timeout_ms == Some(0) {
                 return Err(format!("providers.{name}.idle_timeout_ms = 0: must be positive"));
             }
+            if let Some(n) = provider.concurrency
+                && !(1..=Config::MAX_CONCURRENCY).contains(&n)
+            {
+                return Err(format!(
+                    "providers.{name}.concurrency = {n}: must be within 1..={}",
+                    Config::MAX_CONCURRENCY
+                ));
+            }
+            if let Some(ms) = provider.latency_ms
+                && ms > Config::MAX_ECHO_LATENCY_MS
+            {
+                return Err(format!(
+                    "providers.{name}.latency_ms = {ms}: must be at most {} (one hour)",
+                    Config::MAX_ECHO_LATENCY_MS
+                ));
+            }
+        }
+        for (name, profile) in &self.profiles {
+            profile.validate(name, &self.toolsets)?;
         }
         for (name, host) in &self.host_functions {
             if host.timeout_ms == Some(0) {
@@ -339,6 +365,9 @@ impl Config {
             )?;
             registered.push(name.clone());
             builder = builder.provider(built);
+            if let Some(n) = provider.concurrency {
+                builder = builder.provider_limit(name, n);
+            }
         }
         // Providers reachable with no config file, from the environment.
         let mut env_default: Option<&str> = None;
@@ -587,6 +616,32 @@ impl HostFunctionConfig {
 }
 
 impl ProfileConfig {
+    /// The limits serde cannot check, as the script's agent options check them (`max_turns`
+    /// 1 to 256, token bounds positive), and `tools` naming configured toolsets.
+    fn validate(&self, name: &str, toolsets: &BTreeMap<String, toml::Table>) -> Result<(), String> {
+        if let Some(n) = self.max_turns
+            && !(1..=256).contains(&n)
+        {
+            return Err(format!("profiles.{name}.max_turns = {n}: must be within 1..=256"));
+        }
+        if self.max_output_tokens == Some(0) {
+            return Err(format!("profiles.{name}.max_output_tokens = 0: must be positive"));
+        }
+        if self.max_context_tokens == Some(0) {
+            return Err(format!("profiles.{name}.max_context_tokens = 0: must be positive"));
+        }
+        for tool in &self.tools {
+            if !toolsets.contains_key(tool) {
+                let known: Vec<&str> = toolsets.keys().map(String::as_str).collect();
+                let known = if known.is_empty() { "none is configured".to_owned() } else { known.join(", ") };
+                return Err(format!(
+                    "profiles.{name}.tools: unknown toolset {tool:?} (configured toolsets: {known})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn build(&self, name: &str) -> Result<AgentProfile, Error> {
         Ok(AgentProfile {
             description: self.description.clone(),
