@@ -148,6 +148,8 @@ fn a_file_size_limit_ends_the_run_with_a_typed_store_error_not_a_signal() {
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
+        // The failed driver cannot write its lease's release either: let it lapse quickly.
+        .env("CAIRN_LEASE_TTL_MS", "300")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
