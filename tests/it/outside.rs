@@ -336,3 +336,39 @@ fn the_linter_refuses_indirect_writes_and_dynamic_dispatch() {
         assert_eq!(code, 6, "lint accepted:\n{source}\n{stderr}");
     }
 }
+
+/// `cairn resume RUN --invalidate SEQ` with a seq the journal does not hold, or one that is
+/// not a call (a wait, a decision), did nothing and exited 0: the user believed a call was
+/// rerun. It is a usage error (exit 2) that says what the seq is, and nothing is written.
+#[test]
+fn invalidating_a_seq_that_is_not_a_call_is_a_usage_error() {
+    let dir = project(
+        "[providers.echo]\nkind = \"echo\"\nlatency_ms = 0\n",
+        &[("a.rhai", "let x = agent(\"one\");\nlet g = await_external(\"go\");\n[x, g]")],
+    );
+    let d = dir.path();
+    assert_eq!(run(d, &["run", "a.rhai", "--run-id", "v1", "-q"]).0, 4);
+    assert_eq!(run(d, &["resolve", "v1", "go", "1"]).0, 0);
+    assert_eq!(run(d, &["resume", "v1", "-q"]).0, 0);
+    let entries = inspect(d, "v1")["entries"].as_array().unwrap().len();
+    let external = inspect(d, "v1")["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "external")
+        .unwrap()["seq"]
+        .to_string();
+    for (seq, expected) in
+        [("999", "no journal entry at seq 999"), (external.as_str(), "is not a call (kind `external`)")]
+    {
+        let (code, _, stderr) = run(d, &["resume", "v1", "--invalidate", seq]);
+        assert_eq!(code, 2, "{seq}: {stderr}");
+        assert!(stderr.contains(expected), "{seq}: {stderr}");
+    }
+    assert_eq!(inspect(d, "v1")["entries"].as_array().unwrap().len(), entries, "a refused resume wrote");
+    // The call's own result seq reruns it.
+    let (code, stdout, stderr) = run(d, &["resume", "v1", "--invalidate", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("echo: one"), "{stdout}");
+    assert_eq!(dispatched(d, "v1"), 2);
+}
