@@ -59,6 +59,9 @@ pub(crate) struct Config {
     /// Set by `--record`/`--replay`: host-function exchanges go on, or come from, the tape.
     #[serde(skip)]
     pub(crate) host_tape: Option<Arc<crate::provider::cassette::HostTape>>,
+    /// The file this config was read from, named in its errors.
+    #[serde(skip)]
+    pub(crate) source: Option<PathBuf>,
 }
 
 /// `[retry]`: `max_attempts` (first included, default 4), `initial_backoff_ms` (250, doubled
@@ -234,6 +237,7 @@ impl Config {
             Config::parse(&text).map_err(|e| Error::config(format!("{}: {}", path.display(), e.message)))?;
         config.validate().map_err(|message| Error::config(format!("{}: {message}", path.display())))?;
         config.resolve_relative_to(path.parent().unwrap_or(Path::new("")));
+        config.source = Some(path.to_owned());
         Ok(config)
     }
 
@@ -328,6 +332,23 @@ impl Config {
         toml::from_str(text).map_err(|e| Error::config(e.to_string().trim().replace('\n', " ")))
     }
 
+    /// A config error found after loading (building providers, prices, profiles), with the
+    /// file it came from in front, as load-time errors have it: one line names the file, the
+    /// key and the value.
+    pub(crate) fn locate(&self, error: Error) -> Error {
+        match &self.source {
+            Some(path) if error.code == crate::error::ErrorCode::Config => {
+                let prefix = format!("{}: ", path.display());
+                if error.message.starts_with(&prefix) {
+                    error
+                } else {
+                    Error::config(format!("{prefix}{}", error.message))
+                }
+            }
+            _ => error,
+        }
+    }
+
     /// The default budget ceiling, validated.
     pub(crate) fn default_budget(&self) -> Result<Option<Money>, Error> {
         self.budget
@@ -403,7 +424,15 @@ impl Config {
         };
         let uses_echo = default.as_deref().is_none_or(|m| m.starts_with("echo:"));
         if let Some(model) = default {
-            builder = builder.default_model(parse_model(&model, "routing.default")?);
+            let parsed = match model_flag {
+                // The flag's value is the user's typing, not the file's: a usage error that
+                // names the flag.
+                Some(_) => ModelRef::parse(&model).map_err(|e| {
+                    Error::new(crate::error::ErrorCode::Validation, format!("invalid --model: {e}"))
+                })?,
+                None => parse_model(&model, "routing.default")?,
+            };
+            builder = builder.default_model(parsed);
         }
         for (role, model) in &self.routing {
             if role == "default" {

@@ -233,11 +233,11 @@ fn setup_over(
     cassette: Option<&CassetteArgs>,
 ) -> Result<Setup, Error> {
     let builder = Engine::builder(opened.journal, opened.transcripts);
-    let builder = match config.default_budget()? {
+    let builder = match config.default_budget().map_err(|e| config.locate(e))? {
         Some(ceiling) => builder.default_budget(ceiling),
         None => builder,
     };
-    let (mut builder, uses_echo) = config.apply(builder, model)?;
+    let (mut builder, uses_echo) = config.apply(builder, model).map_err(|e| config.locate(e))?;
     if let Some(path) = cassette.and_then(|c| c.record.as_deref()) {
         let path = path.to_owned();
         builder = builder.try_map_providers(|p| {

@@ -372,3 +372,26 @@ fn invalidating_a_seq_that_is_not_a_call_is_a_usage_error() {
     assert!(stdout.contains("echo: one"), "{stdout}");
     assert_eq!(dispatched(d, "v1"), 2);
 }
+
+/// A config error found after the file parsed (a negative budget, an unknown provider kind, a
+/// bad model ref) named the key but not the file, unlike the errors found while parsing; and
+/// a bad `--model` flag was blamed on `routing.default`.
+#[test]
+fn config_errors_name_the_file_and_flag_errors_name_the_flag() {
+    let cases = [
+        ("[budget]\ndefault_usd = -1\n", "other.toml: budget.default_usd: amount -1 is negative"),
+        ("[providers.x]\nkind = \"ehco\"\n", "other.toml: providers.x: unknown kind \"ehco\""),
+        ("[routing]\ndefault = \"echo\"\n", "other.toml: routing.default: invalid model ref \"echo\""),
+    ];
+    for (config, expected) in cases {
+        let dir = project("", &[("s.rhai", "agent(\"hi\")"), ("other.toml", config)]);
+        let (code, _, stderr) =
+            run(dir.path(), &["--config", "other.toml", "run", "s.rhai", "--store", "memory"]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+    let dir = project("[routing]\ndefault = \"echo:default\"\n", &[("s.rhai", "agent(\"hi\")")]);
+    let (code, _, stderr) = run(dir.path(), &["run", "s.rhai", "--store", "memory", "--model", "nope"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("invalid --model") && !stderr.contains("routing.default"), "{stderr}");
+}
