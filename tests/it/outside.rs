@@ -395,3 +395,32 @@ fn config_errors_name_the_file_and_flag_errors_name_the_flag() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("invalid --model") && !stderr.contains("routing.default"), "{stderr}");
 }
+
+/// Through the binary, with `result: "full"`: an agent whose deadline passes during its second
+/// turn keeps the usage and cost of its first, paid turn (issue 16: a timed-out agent used to
+/// report $0), and the run's cost report agrees.
+#[test]
+fn a_timed_out_agent_keeps_the_cost_of_its_completed_turns() {
+    use super::scripted_server::{Reply, ScriptedServer, project as priced_project, tool_call};
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(docs.path().join("a.txt"), "alpha").unwrap();
+    let server = ScriptedServer::start(vec![
+        tool_call("c1", "list_dir", "{\"path\": \".\"}", 100_000, 1_000),
+        Reply::Stall,
+    ]);
+    let dir = priced_project(
+        &server.url,
+        &format!("[toolsets.fs-read]\nroot = {:?}\n", docs.path()),
+        "agent(\"list the files\", #{tools: [\"fs-read\"], timeout_ms: 1500, result: \"full\"})",
+    );
+    let (code, stdout, stderr) = run(dir.path(), &["run", "s.rhai", "--json", "-q"]);
+    assert_eq!(code, 0, "{stderr}");
+    let outcome: Value = serde_json::from_str(&stdout).unwrap();
+    let full = &outcome["value"];
+    assert_ne!(full["status"], "ok", "{full}");
+    // 100k input at $1/M + 1k output at $2/M = $0.102 for the completed turn.
+    let cost = full["cost_usd"].as_f64().unwrap_or(0.0);
+    assert!(cost >= 0.102, "the paid turn's cost was dropped: {full}");
+    let total = outcome["cost"]["total"]["cost"].as_i64().unwrap_or(0);
+    assert!(total >= 102_000_000, "cost report: {}", outcome["cost"]);
+}
