@@ -7,13 +7,14 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::Dropped;
+use super::admission::Turns;
 use super::ctx::{Ctx, ParallelOptions, PipelineOptions};
 use crate::error::{Error, ErrorCode};
 use crate::journal::{ContentKey, Entry, Kind, Segment, Seq, Status};
@@ -58,15 +59,14 @@ pub enum OnItemError {
 /// The most stages a pipeline may have.
 const MAX_STAGES: usize = 6;
 
-/// The fail-fast decision of one `parallel`: the first branch to fail, and the siblings
-/// still unfinished when it did, journaled as a `decision` entry before the cancellation
-/// takes effect (timing chose them; a replay must not).
+/// The fail-fast decision of one `parallel` or `pipeline`: the error of the first branch to
+/// fail, journaled as a `decision` entry before the cancellation of its unfinished siblings
+/// takes effect (timing chose it; a replay must not).
 struct FailFast {
     run: Arc<super::RunState>,
     scope: crate::journal::ScopePath,
     key: ContentKey,
     ordinal: u32,
-    done: Vec<AtomicBool>,
     /// The failed branch's index + 1 once decided (0: undecided).
     failed: AtomicUsize,
 }
@@ -80,15 +80,14 @@ impl FailFast {
             .map_err(|e| Error::internal(e.to_string()))
     }
 
-    fn new(ctx: &Ctx, key: ContentKey, ordinal: u32, total: usize) -> FailFast {
-        FailFast {
-            run: ctx.run.clone(),
-            scope: ctx.scope.clone(),
-            key,
-            ordinal,
-            done: (0..total).map(|_| AtomicBool::new(false)).collect(),
-            failed: AtomicUsize::new(0),
-        }
+    /// The key of the `n`-th pipeline's decision in a scope.
+    fn pipeline_key(n: u32) -> Result<ContentKey, Error> {
+        crate::journal::content_key(&json!({ "kind": "decision", "type": FAIL_FAST_DECISION, "pipeline": n }))
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+
+    fn new(ctx: &Ctx, key: ContentKey, ordinal: u32) -> FailFast {
+        FailFast { run: ctx.run.clone(), scope: ctx.scope.clone(), key, ordinal, failed: AtomicUsize::new(0) }
     }
 
     /// The error a journaled decision raises again, if the entry is one.
@@ -102,7 +101,6 @@ impl FailFast {
 
     /// Branch `index` finished: the first failure journals the decision, then cancels.
     fn finished(&self, index: usize, result: &Result<Value, Error>, group: &CancellationToken) {
-        self.done[index].store(true, Ordering::SeqCst);
         let Err(error) = result else { return };
         // A branch stopped with the run, or a dry run's miss, decides nothing.
         if matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss) {
@@ -110,17 +108,14 @@ impl FailFast {
             return;
         }
         if self.failed.compare_exchange(0, index + 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            let cancelled: Vec<usize> = (0..self.done.len())
-                .filter(|&j| j != index && !self.done[j].load(Ordering::SeqCst))
-                .collect();
+            // The decision holds what decides the fan-out's outcome: the error it raises.
+            // Which branch failed first and which siblings were still unfinished are not
+            // written (the branches' own entries say so, and a replay runs none of them), so
+            // two runs in which several branches fail alike, or siblings finish at different
+            // moments, journal the same decision.
             let mut entry =
                 Entry::new(Seq(0), Kind::Decision, Status::Ok, self.scope.clone(), self.key, self.ordinal);
-            entry.set_value(Some(&json!({
-                "type": FAIL_FAST_DECISION,
-                "failed": index,
-                "error": error,
-                "cancelled": cancelled,
-            })));
+            entry.set_value(Some(&json!({ "type": FAIL_FAST_DECISION, "error": error })));
             // Queued before the cancellation: the cancelled siblings' entries follow it in the
             // journal. A write failure latches and fails the run; the cancel happens anyway.
             let _ = self.run.append_one(entry, super::run::Durability::Deferred);
@@ -213,6 +208,7 @@ impl Ctx {
     }
 
     async fn parallel_here(&self, branches: Vec<Branch>, opts: ParallelOptions) -> Result<Vec<Value>, Error> {
+        self.pass_admission_turn().await;
         let site = self.next_parallel_site();
         if branches.is_empty() {
             return Ok(Vec::new());
@@ -237,23 +233,27 @@ impl Ctx {
                 }
                 return Err(error);
             }
-            Some(Arc::new(FailFast::new(self, site_key, ordinal, total)))
+            Some(Arc::new(FailFast::new(self, site_key, ordinal)))
         } else {
             None
         };
+        let turns = Turns::new(total, self.account);
         let runs: Vec<_> = branches
             .into_iter()
             .enumerate()
             .map(|(index, body)| {
-                let ctx = self.nested(
+                let mut ctx = self.nested(
                     &Segment::Par { site, branch: index as u32 },
                     group.child_token(),
                     self.account,
                 );
+                let ticket = turns.ticket(index);
+                ctx.admission = Some(ticket.clone());
                 let group = group.clone();
                 let fail_fast = fail_fast.clone();
                 async move {
                     let result = body(ctx).await;
+                    ticket.pass();
                     if let Some(fail_fast) = &fail_fast {
                         fail_fast.finished(index, &result, &group);
                     }
@@ -357,6 +357,7 @@ impl Ctx {
         stages: Vec<Stage>,
         opts: PipelineOptions,
     ) -> Result<Vec<Value>, Error> {
+        self.pass_admission_turn().await;
         if stages.is_empty() || stages.len() > MAX_STAGES {
             return Err(Error::config(format!(
                 "a pipeline takes 1 to {MAX_STAGES} stages, not {}",
@@ -366,22 +367,51 @@ impl Ctx {
         if items.is_empty() {
             return Ok(Vec::new());
         }
+        let throw = opts.on_item_error == OnItemError::Throw;
+        let pipeline = self.next_pipeline();
+        let fail_fast = if throw {
+            let key = FailFast::pipeline_key(pipeline)?;
+            let (ordinal, recorded) = self.run.decision(&self.scope, key);
+            if let Some(entry) = recorded
+                && let Some(error) = FailFast::replayed(&entry)
+            {
+                // As for `parallel`: the journaled failure is raised again, nothing runs.
+                // Pipelines share their `pipe:s:i` scopes with the scope's other pipelines,
+                // so the cover is as wide as those scopes.
+                for index in 0..items.len() {
+                    for stage in 0..stages.len() {
+                        let segment = Segment::Pipe { stage: stage as u32, item: index as u32 };
+                        self.run.cover(&self.scope.child(&segment));
+                    }
+                }
+                if error.code == ErrorCode::BudgetExhausted {
+                    self.run.mark_exhausted();
+                }
+                return Err(error);
+            }
+            Some(Arc::new(FailFast::new(self, key, ordinal)))
+        } else {
+            None
+        };
         let group = self.cancel.child_token();
         let stages = Arc::new(stages);
+        let turns = Turns::new(items.len(), self.account);
         let runs: Vec<_> = items
             .into_iter()
             .enumerate()
             .map(|(index, item)| {
+                let ticket = turns.ticket(index);
                 let stages = stages.clone();
                 let group = group.clone();
                 let parent = self.clone();
-                let throw = opts.on_item_error == OnItemError::Throw;
+                let fail_fast = fail_fast.clone();
                 async move {
                     let mut value = item;
                     let mut result = Ok(());
                     for (stage_index, stage) in stages.iter().enumerate() {
                         let segment = Segment::Pipe { stage: stage_index as u32, item: index as u32 };
-                        let ctx = parent.nested(&segment, group.child_token(), parent.account);
+                        let mut ctx = parent.nested(&segment, group.child_token(), parent.account);
+                        ctx.admission = Some(ticket.clone());
                         match stage(ctx, value.clone()).await {
                             Ok(next) => value = next,
                             Err(error) => {
@@ -390,14 +420,21 @@ impl Ctx {
                             }
                         }
                     }
-                    if result.is_err() && throw {
-                        group.cancel();
+                    ticket.pass();
+                    let result = result.map(|()| value);
+                    if let Some(fail_fast) = &fail_fast {
+                        fail_fast.finished(index, &result, &group);
                     }
-                    result.map(|()| value)
+                    result
                 }
             })
             .collect();
         let results = self.run_fanout(runs, opts.concurrency).await;
+        if let Some(index) = fail_fast.as_ref().and_then(|f| f.failed())
+            && let Some(Err(error)) = results.get(index)
+        {
+            return Err(error.clone());
+        }
         match opts.on_item_error {
             OnItemError::Throw => {
                 if let Some(error) = root_cause(results.iter().filter_map(|r| r.as_ref().err().cloned())) {

@@ -91,10 +91,42 @@ pub(crate) fn acquire(engine: &EngineInner, run: &RunId) -> Result<Option<Lease>
             Err(store::Error::LeaseHeld { .. }) if started.elapsed() < BRIEF_HOLD => {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(store::Error::LeaseHeld { detail, .. }) => return Err(busy(run, &detail, engine.lease_ttl)),
+            Err(store::Error::LeaseHeld { detail, .. }) => {
+                // A holder on this machine whose process is gone died without releasing:
+                // take the run over now instead of waiting out its ttl.
+                if let Ok(Some(holder)) = leases.holder(run)
+                    && is_dead(&holder.owner)
+                {
+                    match leases.take_over(&holder, &owner, engine.lease_ttl) {
+                        Ok(lease) => return Ok(Some(lease)),
+                        Err(store::Error::LeaseHeld { .. }) => {}
+                        Err(other) => return Err(other.into()),
+                    }
+                }
+                return Err(busy(run, &detail, engine.lease_ttl));
+            }
             Err(other) => return Err(other.into()),
         }
     }
+}
+
+/// Whether a lease owner names a process of this machine that no longer exists. `false`
+/// whenever that cannot be told (another host, an owner of another form, no `/proc`).
+fn is_dead(holder: &str) -> bool {
+    let Some((pid, host)) = holder.strip_prefix("pid ").and_then(|rest| rest.split_once(" on ")) else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else { return false };
+    let mine = owner();
+    let my_host = mine.split_once(" on ").map(|(_, host)| host);
+    my_host == Some(host)
+        && pid != std::process::id()
+        && std::path::Path::new("/proc/self").exists()
+        && match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // A zombie has exited; only its exit status is left to collect.
+            Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+            Err(_) => true,
+        }
 }
 
 /// How long a driver waits for a lease held briefly (by a resolver) before giving up.

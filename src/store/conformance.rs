@@ -116,6 +116,7 @@ pub fn leasable_store_conformance(make: &dyn Fn(SharedClock) -> Box<dyn Leasable
         ("release-frees-the-run", release_frees_the_run),
         ("lease-guards-only-its-run", lease_guards_only_its_run),
         ("unleased-writes-unfenced", unleased_writes_unfenced),
+        ("take-over-from-a-dead-holder", take_over_from_a_dead_holder),
     ];
     for (name, check) in checks {
         let clock = ManualClock::new(1_700_000_000_000);
@@ -899,5 +900,27 @@ fn exclusive_across_instances(store: &dyn LeasableStore, other: &dyn LeasableSto
     ok("delete with the lease", other.delete(&run, Some(&next)))?;
     let after = ok("acquire after delete", store.acquire(&run, "w1", TTL))?;
     ensure!(after.epoch > next.epoch, "the epoch did not grow across a delete");
+    Ok(())
+}
+
+fn take_over_from_a_dead_holder(store: &dyn LeasableStore, _: &ManualClock) -> Outcome {
+    let run = run_id("take-over");
+    ensure!(ok("holder of an unleased run", store.holder(&run))?.is_none(), "an unleased run has a holder");
+    let dead = ok("acquire", store.acquire(&run, "w1", TTL))?;
+    ok("append", store.append(&run, &entries(&[1]), Some(&dead)))?;
+    if let Some(holder) = ok("holder", store.holder(&run))? {
+        ensure!(holder == dead, "holder() says {holder:?}, not {dead:?}");
+    }
+    let next = ok("take over from the dead holder", store.take_over(&dead, "w2", TTL))?;
+    ensure!(next.epoch > dead.epoch && next.owner == "w2", "take_over returned {next:?}");
+    all_writes_refused(store, &run, &dead, "a lease taken over")?;
+    // Only the named holder can be taken from: a live lease it does not name stays.
+    refused(
+        "take over naming a superseded lease",
+        store.take_over(&dead, "w3", TTL),
+        "LeaseHeld",
+        lease_held,
+    )?;
+    ok("append with the new lease", store.append(&run, &entries(&[2]), Some(&next)))?;
     Ok(())
 }

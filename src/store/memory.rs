@@ -129,12 +129,16 @@ impl JournalStore for MemoryStore {
     }
 }
 
-impl LeasableStore for MemoryStore {
-    fn acquire(&self, run: &RunId, owner: &str, ttl: Duration) -> Result<Lease> {
+impl MemoryStore {
+    /// Grants the run's lease when no live lease holds it, or when the live one is `stale`.
+    fn grant(&self, run: &RunId, owner: &str, ttl: Duration, stale: Option<&Lease>) -> Result<Lease> {
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
         if let Some(held) = state.leases.get(run).filter(|held| held.is_live(now_ms)) {
-            return Err(common::held_by(run, held));
+            let taken_from = stale.is_some_and(|s| s.owner == held.owner && s.epoch == held.epoch);
+            if !taken_from {
+                return Err(common::held_by(run, held));
+            }
         }
         let high_water = state.epochs.entry(run.clone()).or_insert(0);
         *high_water += 1;
@@ -142,6 +146,26 @@ impl LeasableStore for MemoryStore {
         let held = HeldLease { owner: owner.to_owned(), epoch, expires_at_ms: common::expiry(now_ms, ttl) };
         state.leases.insert(run.clone(), held);
         Ok(Lease { run_id: run.clone(), owner: owner.to_owned(), epoch })
+    }
+}
+
+impl LeasableStore for MemoryStore {
+    fn acquire(&self, run: &RunId, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.grant(run, owner, ttl, None)
+    }
+
+    fn holder(&self, run: &RunId) -> Result<Option<Lease>> {
+        let now_ms = self.clock.now_ms();
+        let state = self.state();
+        Ok(state.leases.get(run).filter(|held| held.is_live(now_ms)).map(|held| Lease {
+            run_id: run.clone(),
+            owner: held.owner.clone(),
+            epoch: held.epoch,
+        }))
+    }
+
+    fn take_over(&self, stale: &Lease, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.grant(&stale.run_id, owner, ttl, Some(stale))
     }
 
     fn renew(&self, lease: &Lease, ttl: Duration) -> Result<()> {

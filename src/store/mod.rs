@@ -454,6 +454,27 @@ pub trait LeasableStore: JournalStore {
     /// # Errors
     /// [`Error::LeaseHeld`] when the lease is no longer current.
     fn release(&self, lease: &Lease) -> Result<()>;
+
+    /// The run's live lease, if any: who drives the run. A store that cannot tell says `None`
+    /// (the default).
+    ///
+    /// # Errors
+    /// The store's read failure.
+    fn holder(&self, run: &RunId) -> Result<Option<Lease>> {
+        let _ = run;
+        Ok(None)
+    }
+
+    /// Takes the run's lease from `stale`, a holder the caller knows to be dead (its process
+    /// is gone), without waiting for its ttl: granted when `stale` is still the current lease
+    /// or no lease is live, at an epoch above every earlier one, so `stale` is fenced off.
+    /// The default waits for expiry like [`LeasableStore::acquire`].
+    ///
+    /// # Errors
+    /// [`Error::LeaseHeld`] when another live lease holds the run.
+    fn take_over(&self, stale: &Lease, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.acquire(&stale.run_id, owner, ttl)
+    }
 }
 
 /// Blobs by ref: agent transcripts, turn checkpoints, script sources.

@@ -231,8 +231,6 @@ fn tool_engine(db: &Path, dir: &Path) -> Engine {
     Engine::builder(store.clone(), store)
         .provider(Arc::new(ToolModel { log: dir.join("calls.log") }))
         .default_model(cairn::model::ModelRef::parse("tm:m").unwrap())
-        // The killed process's lease frees the run this soon after the kill.
-        .lease_ttl(Duration::from_millis(50))
         .toolset(cairn::Toolset::new("boom", vec![tool]))
         .workflow(tool_workflow())
         .build()
@@ -247,8 +245,6 @@ fn engine(db: &Path, log: &Path, point: Option<&str>) -> Engine {
     Engine::builder(journal, store)
         .provider(provider)
         .default_model(cairn::model::ModelRef::parse("log:m").unwrap())
-        // The killed process's lease frees the run this soon after the kill.
-        .lease_ttl(Duration::from_millis(50))
         .workflow(workflow())
         .build()
         .unwrap()
@@ -274,15 +270,7 @@ fn crash_child() {
             let wf = if mid_agent { tool_workflow() } else { workflow() };
             engine.run(&wf, json!({}), options).unwrap()
         } else {
-            // The killed process's lease holds the run until it expires (50 ms).
-            loop {
-                match engine.resume(&run_id, ResumeOptions::default()) {
-                    Err(e) if e.code == cairn::ErrorCode::RunBusy => {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    other => break other.unwrap(),
-                }
-            }
+            engine.resume(&run_id, ResumeOptions::default()).unwrap()
         };
         let outcome = handle.result().await.unwrap();
         std::fs::write(dir.join(format!("{mode}.outcome.json")), serde_json::to_vec(&outcome).unwrap())

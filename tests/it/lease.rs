@@ -154,7 +154,7 @@ fn resume_wait_waits_for_the_driver_and_then_replays() {
 }
 
 #[test]
-fn a_killed_driver_frees_the_run_when_its_lease_expires() {
+fn a_killed_driver_frees_the_run_for_a_resume_at_once() {
     for jsonl in [false, true] {
         let dir = setup(5_000, "let k = await_external(\"go\"); agent(\"slow \" + k)");
         let store = if jsonl {
@@ -163,27 +163,21 @@ fn a_killed_driver_frees_the_run_when_its_lease_expires() {
             format!("sqlite:{}", dir.path().join("c.db").display())
         };
         let id = suspended_before_a_slow_call(dir.path(), &store);
-        let mut driver = cairn(dir.path(), &store)
-            .args(["resume", &id, "-q"])
-            .env("CAIRN_LEASE_TTL_MS", "1500")
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(700));
-        driver.kill().unwrap(); // SIGKILL
-        driver.wait().unwrap();
-        if !jsonl {
-            // The dead driver's lease still holds the run until it expires.
-            let early = run(dir.path(), &store, &["resume", &id, "-q"]);
-            assert_eq!(early.status.code(), Some(1), "{}", text(&early.stderr));
-            assert!(text(&early.stderr).contains("being driven by another process"));
-            std::thread::sleep(Duration::from_millis(1_600));
+        let mut driver = cairn(dir.path(), &store).args(["resume", &id, "-q"]).spawn().unwrap();
+        // Once it drives the run (its slow call is dispatched), kill it.
+        let started = Instant::now();
+        while count(&entries(dir.path(), &store, &id), "agent", "running") == 0 {
+            assert!(started.elapsed() < Duration::from_secs(10), "the driver never dispatched its call");
+            std::thread::sleep(Duration::from_millis(50));
         }
-        let mut later = cairn(dir.path(), &store);
-        later.args(["resume", &id, "-q"]).env("CAIRN_LEASE_TTL_MS", "1500");
-        // The echo latency is config: shorten it for the finishing resume.
+        let refused = run(dir.path(), &store, &["resume", &id, "-q"]);
+        assert_eq!(refused.status.code(), Some(1), "jsonl={jsonl}: {}", text(&refused.stderr));
+        driver.kill().unwrap(); // SIGKILL: its lease is never released
+        driver.wait().unwrap();
+        // Its lease (30 s) has not expired, but its process is gone: the run is free now.
         std::fs::write(dir.path().join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\nlatency_ms = 10\n")
             .unwrap();
-        let out = later.output().unwrap();
+        let out = run(dir.path(), &store, &["resume", &id, "-q"]);
         assert_eq!(out.status.code(), Some(0), "jsonl={jsonl}: {}", text(&out.stderr));
     }
 }

@@ -527,8 +527,14 @@ async fn a_cancelled_agent_keeps_the_usage_of_its_completed_turns() {
         ctx.agent("keep listing", opts).await
     });
     let handle = engine.run(&workflow, json!({}), RunOptions::default()).unwrap();
-    while fake.call_count() < 4 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    let turns = tokio::time::timeout(Duration::from_secs(30), async {
+        while fake.call_count() < 4 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    if turns.await.is_err() {
+        let calls = fake.call_count();
+        panic!("the agent made {calls} model calls in 30 s: {:?}", handle.result().await);
     }
     handle.cancel();
     let outcome = handle.result().await.unwrap();

@@ -456,8 +456,10 @@ fn sqlite_keeps_its_wal_bounded_under_steady_appends() {
     }
     let wal = fs::metadata(dir.path().join("cairn.db-wal")).unwrap().len();
     let frame = 4096 + 24;
-    // Unbounded, the log would hold at least one frame per commit.
-    assert!(wal < 2 * 4 * u64::from(THRESHOLD) * frame, "WAL grew to {wal} bytes");
+    // Unbounded, the log would hold at least one frame per commit. Bounded, it stays within a
+    // small multiple of the inline cap (4 × the threshold): a background checkpoint that a
+    // busy machine slows down lets the writer run past the cap before it resets the log.
+    assert!(wal < 3 * 4 * u64::from(THRESHOLD) * frame, "WAL grew to {wal} bytes");
     assert!(wal < COMMITS * frame / 4, "WAL grew to {wal} bytes");
     assert_eq!(seqs(&store.load(&r).unwrap()), (1..=COMMITS).collect::<Vec<_>>());
 }

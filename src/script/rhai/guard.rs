@@ -3,8 +3,8 @@
 //! whole run once any thread hits a sandbox error (so a violation inside a pipeline stage whose
 //! errors are dropped still ends the run).
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -21,17 +21,57 @@ thread_local! {
     static CURRENT: std::cell::Cell<*const RunGuard> = const { std::cell::Cell::new(std::ptr::null()) };
 }
 
+thread_local! {
+    /// Whether this thread counts as executing script for its run (not waiting for the engine).
+    static ACTIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The run's script time: wall-clock time during which at least one of its threads executes
+/// script. A union of intervals, not a sum over threads, so it never exceeds the real time the
+/// run took, and many branches preempted on a busy machine do not add up to a timeout.
+#[derive(Debug, Default)]
+struct ActiveClock {
+    /// Threads executing script now.
+    active: usize,
+    /// Since when some thread has been executing (while `active > 0`).
+    since: Option<Instant>,
+    /// Closed intervals.
+    total: Duration,
+}
+
 /// The current thread's run, entered; restores the previous one when dropped.
 #[derive(Debug)]
 pub(crate) struct Entered<'g> {
     _account: crate::alloc::AccountGuard<'g>,
+    guard: &'g RunGuard,
     previous: *const RunGuard,
+    previous_active: bool,
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
+        if ACTIVE.with(|slot| slot.replace(self.previous_active)) {
+            self.guard.end_active();
+        }
         let previous = self.previous;
         CURRENT.with(|slot| slot.set(previous));
+    }
+}
+
+/// A thread's time not counted as script time; counting resumes when dropped.
+#[derive(Debug)]
+pub(crate) struct Paused<'g> {
+    guard: &'g RunGuard,
+    /// Whether this pause stopped the thread's count (a nested pause changes nothing).
+    stopped: bool,
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        if self.stopped {
+            ACTIVE.with(|slot| slot.set(true));
+            self.guard.begin_active();
+        }
     }
 }
 
@@ -57,7 +97,9 @@ pub(crate) struct RunGuard {
     max_memory: u64,
     /// Whether memory is measured (the counting allocator is installed).
     measured: bool,
-    started: Instant,
+    /// Nanoseconds the run's threads have spent running script code (waits for the engine
+    /// excluded), all threads together.
+    clock: Mutex<ActiveClock>,
     max_wall_time: Duration,
     cancel: CancellationToken,
     tripped: OnceLock<Error>,
@@ -71,7 +113,7 @@ impl RunGuard {
             memory: MemoryAccount::new(),
             max_memory: limits.max_memory,
             measured: CountingAlloc::is_installed(),
-            started: Instant::now(),
+            clock: Mutex::new(ActiveClock::default()),
             max_wall_time: limits.max_wall_time,
             cancel,
             tripped: OnceLock::new(),
@@ -82,7 +124,49 @@ impl RunGuard {
     /// allocations are charged to the run, and [`check_current`] checks this guard.
     pub(crate) fn enter(&self) -> Entered<'_> {
         let previous = CURRENT.with(|slot| slot.replace(self as *const RunGuard));
-        Entered { _account: self.memory.enter(), previous }
+        let previous_active = ACTIVE.with(|slot| slot.replace(true));
+        self.begin_active();
+        Entered { _account: self.memory.enter(), guard: self, previous, previous_active }
+    }
+
+    /// Stops counting this thread's time until the returned guard is dropped: the thread waits
+    /// for the engine (a model call, a fan-out's branches, the next branch to run).
+    pub(crate) fn pause(&self) -> Paused<'_> {
+        let stopped = ACTIVE.with(|slot| slot.replace(false));
+        if stopped {
+            self.end_active();
+        }
+        Paused { guard: self, stopped }
+    }
+
+    fn lock_clock(&self) -> std::sync::MutexGuard<'_, ActiveClock> {
+        self.clock.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One more thread executes script.
+    fn begin_active(&self) {
+        let mut clock = self.lock_clock();
+        clock.active += 1;
+        if clock.active == 1 {
+            clock.since = Some(Instant::now());
+        }
+    }
+
+    /// One thread fewer executes script.
+    fn end_active(&self) {
+        let mut clock = self.lock_clock();
+        clock.active = clock.active.saturating_sub(1);
+        if clock.active == 0
+            && let Some(since) = clock.since.take()
+        {
+            clock.total += since.elapsed();
+        }
+    }
+
+    /// The run's script time so far.
+    fn script_time(&self) -> Duration {
+        let clock = self.lock_clock();
+        clock.total + clock.since.map_or(Duration::ZERO, |since| since.elapsed())
     }
 
     /// One operation: counts it and returns the error that ends the run, if any bound is
@@ -127,11 +211,12 @@ impl RunGuard {
         if self.cancel.is_cancelled() {
             return Some(Error::new(ErrorCode::Cancelled, "the run was stopped"));
         }
-        if self.started.elapsed() > self.max_wall_time {
+        if self.script_time() > self.max_wall_time {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
                 format!(
-                    "the script ran longer than its wall-clock limit of {:.1} s",
+                    "the script ran longer than its wall-clock limit of {:.1} s (time spent waiting for \
+                     model calls and other engine work is not counted); do less work in the script",
                     self.max_wall_time.as_secs_f64()
                 ),
             )));

@@ -8,6 +8,11 @@
 //! of a run's threads through `on_progress`, which also stops the script when the run is
 //! cancelled. Values cross the boundary as JSON only; a closure where JSON is expected is a
 //! `validation` error.
+//!
+//! The sandbox's own parts live beside this file: `guard` (operations, memory, script time,
+//! cancellation, checked in `on_progress`), `isolate` (each branch gets private read-only
+//! copies of what it captured), `threads` (the branch-thread budget, divided by structure),
+//! `json` (the linear, depth-capped boundary) and `text` (no closure names reach a script).
 
 use std::cell::RefCell;
 use std::sync::mpsc;
@@ -35,10 +40,11 @@ use crate::script::{LintContext, option_schema};
 /// The stack of every script thread.
 const SCRIPT_STACK: usize = 16 << 20;
 
-/// The most threads one `parallel` or `pipeline` runs at once; further branches start as
+/// The most threads one `parallel` or `pipeline` runs at once (the run's whole budget, so a
+/// 500-way fan-out of model calls has every branch in flight); further branches start as
 /// earlier ones finish (the engine's fan-out hands their liveness over, so waits still
 /// suspend the run correctly).
-const MAX_BRANCH_THREADS: usize = 256;
+const MAX_BRANCH_THREADS: usize = 1024;
 
 /// The most JSON one branch (or item) may hand back, and a fan-out in all: the values that
 /// cross the sandbox boundary are bounded like the values inside it.
@@ -343,8 +349,9 @@ fn from_rhai(err: EvalAltResult) -> Error {
 }
 
 fn block<T>(shared: &Shared, future: impl std::future::Future<Output = Result<T, Error>>) -> RhaiResult<T> {
-    // The engine's work for the script is not the script's memory.
+    // The engine's work for the script is not the script's memory, nor its time.
     let _engine_work = crate::alloc::MemoryAccount::suspend();
+    let _waiting = shared.guard.pause();
     shared.handle.block_on(future).map_err(to_rhai)
 }
 
@@ -481,6 +488,8 @@ fn with_workers<R>(
 ) -> Result<R, Error> {
     // The grant depends on the script's fan-outs only, never on which are alive (see `threads`).
     let grant = super::threads::grant(workers, MAX_RUN_THREADS)?;
+    // This thread waits for the branches; their threads count their own time.
+    let _waiting = shared.guard.pause();
     let granted = grant.workers;
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
@@ -495,7 +504,10 @@ fn with_workers<R>(
                     let _charged = shared.guard.enter();
                     super::threads::hold(grant.nested_budget);
                     loop {
-                        let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let job = {
+                            let _waiting = shared.guard.pause();
+                            rx.lock().unwrap_or_else(|p| p.into_inner()).recv()
+                        };
                         let Ok(job) = job else { break };
                         let result = with_ctx(job.ctx, || {
                             isolation

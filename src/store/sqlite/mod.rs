@@ -947,11 +947,15 @@ impl JournalStore for SqliteStore {
     }
 }
 
-impl LeasableStore for SqliteStore {
-    fn acquire(&self, run: &RunId, owner: &str, ttl: Duration) -> Result<Lease> {
+impl SqliteStore {
+    /// Grants the run's lease when no live lease holds it, or when the live one is `stale`.
+    fn grant(&self, run: &RunId, owner: &str, ttl: Duration, stale: Option<&Lease>) -> Result<Lease> {
         self.write(|conn, now_ms| {
             if let Some(held) = held_lease(conn, run)?.filter(|held| held.is_live(now_ms)) {
-                return Err(common::held_by(run, &held));
+                let taken_from = stale.is_some_and(|s| s.owner == held.owner && s.epoch == held.epoch);
+                if !taken_from {
+                    return Err(common::held_by(run, &held));
+                }
             }
             let high_water: Option<i64> = conn
                 .prepare_cached("SELECT high_water FROM epochs WHERE run_id = ?1")?
@@ -974,6 +978,27 @@ impl LeasableStore for SqliteStore {
             .execute(params![run.as_str(), owner, epoch, common::expiry(now_ms, ttl)])?;
             Ok(Lease { run_id: run.clone(), owner: owner.to_owned(), epoch: stored_epoch(epoch)? })
         })
+    }
+}
+
+impl LeasableStore for SqliteStore {
+    fn acquire(&self, run: &RunId, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.grant(run, owner, ttl, None)
+    }
+
+    fn holder(&self, run: &RunId) -> Result<Option<Lease>> {
+        let now_ms = self.options.clock.now_ms();
+        self.read(|conn| {
+            Ok(held_lease(conn, run)?.filter(|held| held.is_live(now_ms)).map(|held| Lease {
+                run_id: run.clone(),
+                owner: held.owner,
+                epoch: held.epoch,
+            }))
+        })
+    }
+
+    fn take_over(&self, stale: &Lease, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.grant(&stale.run_id, owner, ttl, Some(stale))
     }
 
     fn renew(&self, lease: &Lease, ttl: Duration) -> Result<()> {
