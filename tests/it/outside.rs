@@ -243,10 +243,9 @@ fn an_inserted_call_keeps_its_neighbours_replaying_on_every_later_resume() {
 }
 
 /// `cairn replay` of a run that ended `exhausted` because its first call did not fit the
-/// ceiling says "a call would run live" and exits 7, though replaying makes no call (the
-/// admission refuses it again). The dry-run check comes before admission in `Ctx::agent`.
+/// ceiling said "a call would run live" and exited 7, though replaying makes no call (the
+/// admission refuses it again). Holds since main journals admission refusals as decisions.
 #[test]
-#[ignore = "engine: the dry-run miss is raised before admission (src/engine/ctx.rs), so a refused call reads as live"]
 fn replay_of_a_run_exhausted_at_admission_is_the_same_outcome() {
     let dir = project(
         "[providers.echo]\nkind = \"echo\"\nlatency_ms = 0\nprice = [100.0, 100.0]\n",
@@ -314,14 +313,14 @@ fn a_self_nesting_array_ends_quickly() {
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
 }
 
-/// What the linter should see (issue 17, "The linter sees what it can"), each accepted today
-/// (exit 0): a user method that writes `this` called on a captured value in a branch, a
-/// closure that writes captured state run as a branch, `for_each` assigning `this` on a
-/// captured array, `Fn(...)` with a computed name, and a closure's `.name()`. The runtime
-/// refuses the writes the same way every run, so none of these diverges; the linter should
-/// still say so before the run starts.
+/// What the linter should see (issue 17, "The linter sees what it can"): a user method that
+/// writes `this` called on a captured value in a branch, `for_each` assigning `this` on a
+/// captured array and `Fn(...)` with a computed name are refused now; still accepted (exit 0):
+/// closures that write captured state, pushed into an array that `parallel` runs, and a
+/// closure's `.name()`. The runtime refuses the writes the same way every run and closure
+/// names are fixed, so neither diverges; the linter should still say so before the run.
 #[test]
-#[ignore = "script lint: the issue 17 rules for indirect writes, computed Fn names and closure names are not there yet (src/script/rhai/lint)"]
+#[ignore = "script lint: closures pushed into a branch array and a closure's .name() pass lint (src/script/rhai/lint)"]
 fn the_linter_refuses_indirect_writes_and_dynamic_dispatch() {
     let cases = [
         "fn remember(x) { this.push(x); }\nlet log = [];\nparallel([1, 2], |i| { log.remember(i); agent(`q${i}`) });\nlog",
