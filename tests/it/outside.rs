@@ -482,3 +482,52 @@ fn a_refused_rekey_leaves_the_run_as_it_was() {
     assert!(!stderr.contains("1 live"), "{stderr}");
     assert_eq!(inspect(d, "k1")["meta"]["status"], "suspended", "{}", inspect(d, "k1")["meta"]);
 }
+
+/// Two agents of one `parallel` each ask to use a tool: the run suspends with both `approve:`
+/// keys pending; a person answers them from a second terminal, one approved and one refused,
+/// and one resume finishes both without asking the model again for their first turns.
+#[test]
+fn two_parallel_asks_are_answered_separately_and_one_resume_finishes_both() {
+    use super::scripted_server::{ScriptedServer, project as priced_project, sent_text, text, tool_call};
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(docs.path().join("notes.txt"), "the secret is 42").unwrap();
+    let read = "{\"path\": \"notes.txt\"}";
+    let server = ScriptedServer::start(vec![
+        tool_call("c1", "read_file", read, 10, 5),
+        tool_call("c2", "read_file", read, 10, 5),
+        text("done", 20, 2),
+        text("done", 20, 2),
+    ]);
+    let dir = priced_project(
+        &server.url,
+        &format!(
+            "[toolsets.files]\nkind = \"fs-read\"\nroot = {:?}\n\n[permissions]\nask = [\"read_*\"]\n",
+            docs.path()
+        ),
+        "parallel([1, 2], |i| agent(`read the notes ${i}`, #{tools: [\"files\"]}))",
+    );
+    let d = dir.path();
+    let (code, _, stderr) = run(d, &["run", "s.rhai", "--run-id", "a1"]);
+    assert_eq!(code, 4, "{stderr}");
+    let pending = inspect(d, "a1")["pending"].clone();
+    let keys: Vec<String> = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["key"].as_str().unwrap().to_owned())
+        .filter(|k| k.starts_with("approve:"))
+        .collect();
+    assert_eq!(keys.len(), 2, "{pending}");
+    assert_eq!(run(d, &["resolve", "a1", &keys[0], "{\"approved\": true}"]).0, 0);
+    assert_eq!(run(d, &["resolve", "a1", &keys[1], "{\"approved\": false}"]).0, 0);
+    let (code, stdout, stderr) = run(d, &["resume", "a1", "-q"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.matches("done").count(), 2, "{stdout}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "a first turn was asked again");
+    let follow_ups: Vec<String> = requests[2..].iter().map(sent_text).collect();
+    assert_eq!(follow_ups.iter().filter(|t| t.contains("secret is 42")).count(), 1, "{follow_ups:?}");
+    assert_eq!(follow_ups.iter().filter(|t| t.contains("denied")).count(), 1, "{follow_ups:?}");
+    let (code, _, stderr) = run(d, &["replay", "a1"]);
+    assert_eq!(code, 0, "{stderr}");
+}
