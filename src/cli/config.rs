@@ -59,6 +59,9 @@ pub(crate) struct Config {
     /// Set by `--record`/`--replay`: host-function exchanges go on, or come from, the tape.
     #[serde(skip)]
     pub(crate) host_tape: Option<Arc<crate::provider::cassette::HostTape>>,
+    /// The file this config was read from, named in its errors.
+    #[serde(skip)]
+    pub(crate) source: Option<PathBuf>,
 }
 
 /// `[retry]`: `max_attempts` (first included, default 4), `initial_backoff_ms` (250, doubled
@@ -163,6 +166,10 @@ pub(crate) struct ProviderConfig {
     /// tools, reasoning); unset fields keep the conservative default.
     #[serde(default)]
     capabilities: Option<CapabilitiesConfig>,
+    /// At most this many concurrent model calls of a run to this provider (e.g. 1 for a
+    /// llama.cpp server, which serves one request at a time and interrupts the one in flight
+    /// when another arrives).
+    concurrency: Option<usize>,
 }
 
 /// `capabilities = { native_schema = true, tools = true }` in a provider table.
@@ -230,11 +237,15 @@ impl Config {
             Config::parse(&text).map_err(|e| Error::config(format!("{}: {}", path.display(), e.message)))?;
         config.validate().map_err(|message| Error::config(format!("{}: {message}", path.display())))?;
         config.resolve_relative_to(path.parent().unwrap_or(Path::new("")));
+        config.source = Some(path.to_owned());
         Ok(config)
     }
 
     /// The largest `concurrency` accepted (and the clamp of a script's `parallel` option).
     pub(crate) const MAX_CONCURRENCY: usize = 10_000;
+
+    /// The longest echo `latency_ms` accepted: one hour.
+    pub(crate) const MAX_ECHO_LATENCY_MS: u64 = 3_600_000;
 
     /// Checks the values serde cannot: one line naming the key and the value.
     pub(crate) fn validate(&self) -> Result<(), String> {
@@ -251,6 +262,25 @@ impl Config {
             if provider.idle_timeout_ms == Some(0) {
                 return Err(format!("providers.{name}.idle_timeout_ms = 0: must be positive"));
             }
+            if let Some(n) = provider.concurrency
+                && !(1..=Config::MAX_CONCURRENCY).contains(&n)
+            {
+                return Err(format!(
+                    "providers.{name}.concurrency = {n}: must be within 1..={}",
+                    Config::MAX_CONCURRENCY
+                ));
+            }
+            if let Some(ms) = provider.latency_ms
+                && ms > Config::MAX_ECHO_LATENCY_MS
+            {
+                return Err(format!(
+                    "providers.{name}.latency_ms = {ms}: must be at most {} (one hour)",
+                    Config::MAX_ECHO_LATENCY_MS
+                ));
+            }
+        }
+        for (name, profile) in &self.profiles {
+            profile.validate(name, &self.toolsets)?;
         }
         for (name, host) in &self.host_functions {
             if host.timeout_ms == Some(0) {
@@ -302,6 +332,23 @@ impl Config {
         toml::from_str(text).map_err(|e| Error::config(e.to_string().trim().replace('\n', " ")))
     }
 
+    /// A config error found after loading (building providers, prices, profiles), with the
+    /// file it came from in front, as load-time errors have it: one line names the file, the
+    /// key and the value.
+    pub(crate) fn locate(&self, error: Error) -> Error {
+        match &self.source {
+            Some(path) if error.code == crate::error::ErrorCode::Config => {
+                let prefix = format!("{}: ", path.display());
+                if error.message.starts_with(&prefix) {
+                    error
+                } else {
+                    Error::config(format!("{prefix}{}", error.message))
+                }
+            }
+            _ => error,
+        }
+    }
+
     /// The default budget ceiling, validated.
     pub(crate) fn default_budget(&self) -> Result<Option<Money>, Error> {
         self.budget
@@ -339,6 +386,9 @@ impl Config {
             )?;
             registered.push(name.clone());
             builder = builder.provider(built);
+            if let Some(n) = provider.concurrency {
+                builder = builder.provider_limit(name, n);
+            }
         }
         // Providers reachable with no config file, from the environment.
         let mut env_default: Option<&str> = None;
@@ -374,7 +424,15 @@ impl Config {
         };
         let uses_echo = default.as_deref().is_none_or(|m| m.starts_with("echo:"));
         if let Some(model) = default {
-            builder = builder.default_model(parse_model(&model, "routing.default")?);
+            let parsed = match model_flag {
+                // The flag's value is the user's typing, not the file's: a usage error that
+                // names the flag.
+                Some(_) => ModelRef::parse(&model).map_err(|e| {
+                    Error::new(crate::error::ErrorCode::Validation, format!("invalid --model: {e}"))
+                })?,
+                None => parse_model(&model, "routing.default")?,
+            };
+            builder = builder.default_model(parsed);
         }
         for (role, model) in &self.routing {
             if role == "default" {
@@ -587,6 +645,32 @@ impl HostFunctionConfig {
 }
 
 impl ProfileConfig {
+    /// The limits serde cannot check, as the script's agent options check them (`max_turns`
+    /// 1 to 256, token bounds positive), and `tools` naming configured toolsets.
+    fn validate(&self, name: &str, toolsets: &BTreeMap<String, toml::Table>) -> Result<(), String> {
+        if let Some(n) = self.max_turns
+            && !(1..=256).contains(&n)
+        {
+            return Err(format!("profiles.{name}.max_turns = {n}: must be within 1..=256"));
+        }
+        if self.max_output_tokens == Some(0) {
+            return Err(format!("profiles.{name}.max_output_tokens = 0: must be positive"));
+        }
+        if self.max_context_tokens == Some(0) {
+            return Err(format!("profiles.{name}.max_context_tokens = 0: must be positive"));
+        }
+        for tool in &self.tools {
+            if !toolsets.contains_key(tool) {
+                let known: Vec<&str> = toolsets.keys().map(String::as_str).collect();
+                let known = if known.is_empty() { "none is configured".to_owned() } else { known.join(", ") };
+                return Err(format!(
+                    "profiles.{name}.tools: unknown toolset {tool:?} (configured toolsets: {known})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn build(&self, name: &str) -> Result<AgentProfile, Error> {
         Ok(AgentProfile {
             description: self.description.clone(),

@@ -124,6 +124,10 @@ pub fn main() -> ExitCode {
         // `out!`/`errln!`, so a closed pipe never interrupts a run.
         restore_sigpipe();
     }
+    // A write past the process's file-size limit (`ulimit -f`) fails with EFBIG, which the
+    // store reports as a typed `store_io` error with the resume command, instead of the
+    // default SIGXFSZ killing the process mid-write.
+    ignore_sigxfsz();
     let globals = runs::Globals { store: cli.store, config: cli.config };
     let exit = match cli.command {
         Command::Canon => canon::run(&mut std::io::stdin().lock(), &mut std::io::stdout().lock()),
@@ -160,6 +164,18 @@ fn restore_sigpipe() {
 
 #[cfg(not(unix))]
 fn restore_sigpipe() {}
+
+#[cfg(unix)]
+fn ignore_sigxfsz() {
+    // SAFETY: setting a signal's disposition to ignore before any thread is started; no
+    // handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
+#[cfg(not(unix))]
+fn ignore_sigxfsz() {}
 
 /// The signals that interrupt a live run: Ctrl-C (SIGINT) and SIGTERM (what `timeout`,
 /// systemd, Docker and Kubernetes send). The first stops the run; a second ends the process.

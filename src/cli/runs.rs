@@ -233,11 +233,11 @@ fn setup_over(
     cassette: Option<&CassetteArgs>,
 ) -> Result<Setup, Error> {
     let builder = Engine::builder(opened.journal, opened.transcripts);
-    let builder = match config.default_budget()? {
+    let builder = match config.default_budget().map_err(|e| config.locate(e))? {
         Some(ceiling) => builder.default_budget(ceiling),
         None => builder,
     };
-    let (mut builder, uses_echo) = config.apply(builder, model)?;
+    let (mut builder, uses_echo) = config.apply(builder, model).map_err(|e| config.locate(e))?;
     if let Some(path) = cassette.and_then(|c| c.record.as_deref()) {
         let path = path.to_owned();
         builder = builder.try_map_providers(|p| {
@@ -488,6 +488,9 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         },
         None => None,
     };
+    if let Err(exit) = check_invalidate(&setup, &run_id, &args.invalidate) {
+        return exit;
+    }
     let options = ResumeOptions {
         dry_run: args.dry_run,
         invalidate: args.invalidate.clone(),
@@ -511,6 +514,49 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(outcome) => report(&outcome, args.live.json),
         Err(e) => fail(Exit::Error, e),
     }
+}
+
+/// Each `--invalidate SEQ` names a journaled call of the run (an agent, step, host call or
+/// child workflow: its dispatch or its result); anything else would be silently ignored, so
+/// it is a usage error that names what the seq holds.
+fn check_invalidate(setup: &Setup, run_id: &RunId, seqs: &[u64]) -> Result<(), Exit> {
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    let entries = match setup.engine.journal_store().load(run_id) {
+        Ok(raw) => journal::decode_all(&raw).map_err(|e| fail(Exit::Error, e))?,
+        // An unknown run: the resume itself says so.
+        Err(_) => return Ok(()),
+    };
+    for &seq in seqs {
+        match entries.iter().find(|e| e.seq.0 == seq) {
+            None => {
+                let last = entries.last().map_or(0, |e| e.seq.0);
+                return Err(fail(
+                    Exit::Usage,
+                    format!(
+                        "--invalidate {seq}: run {run_id} has no journal entry at seq {seq} (its seqs run 1 to {last}; `cairn inspect {run_id} --json` lists them)"
+                    ),
+                ));
+            }
+            Some(entry)
+                if !matches!(
+                    entry.kind,
+                    journal::Kind::Agent | journal::Kind::Step | journal::Kind::Call | journal::Kind::Child
+                ) =>
+            {
+                return Err(fail(
+                    Exit::Usage,
+                    format!(
+                        "--invalidate {seq}: seq {seq} of run {run_id} is not a call (kind `{}`); invalidate an agent, step, host call or child workflow",
+                        entry.kind.as_str()
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {

@@ -130,3 +130,34 @@ fn live_schema_validated_answer() {
     assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
     assert!(outcome.value.unwrap()["answer"].is_string());
 }
+
+/// Two concurrent agent calls through the `cairn` binary. A llama.cpp server serves one
+/// request at a time and interrupts the one in flight when another arrives, so two calls
+/// fanned out at once kept cutting each other's retries short (`provider_unavailable`); the
+/// provider table's `concurrency = 1` keeps the run's calls to it one at a time.
+#[test]
+fn live_parallel_calls_through_the_binary() {
+    let Some((url, model)) = server() else {
+        eprintln!("skipped: set CAIRN_TEST_OPENAI_BASE_URL to run against a real server");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[routing]\ndefault = \"local:{model}\"\n\n[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nconcurrency = 1\nprices = {{ {model} = [1.0, 2.0] }}\n"
+    );
+    std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+    let script = "parallel([\n  || agent(\"Write a paragraph about rivers.\", #{max_output_tokens: 64}),\n  || agent(\"Write a paragraph about mountains.\", #{max_output_tokens: 64}),\n])";
+    std::fs::write(dir.path().join("p.rhai"), script).unwrap();
+    let out = assert_cmd::Command::cargo_bin("cairn")
+        .unwrap()
+        .current_dir(dir.path())
+        .args(["run", "p.rhai", "--json", "-q"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["status"], "ok", "{outcome}");
+    for answer in outcome["value"].as_array().unwrap() {
+        assert!(!answer.as_str().unwrap().is_empty(), "{outcome}");
+    }
+}
