@@ -576,7 +576,7 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
         }
         Err(_) => None,
     };
-    let options = ResumeOptions { dry_run: true, ..Default::default() };
+    let options = ResumeOptions { dry_run: true, reproduce: true, ..Default::default() };
     let handle = match setup.engine.resume(&run_id, options) {
         Ok(handle) => handle,
         Err(e) => return fail(exit_of(&e), e),

@@ -519,6 +519,17 @@ impl Ctx {
             }
             Outcome::Wait(_) => return Err(Error::internal("an agent entry is journaled as suspended")),
             Outcome::Live => None,
+            Outcome::Rerun { previous: Some(ref terminal), .. } if self.run.reproduce => {
+                // Reproducing the run as it settled: the failure it saw, not a new attempt
+                // (a call cancelled with its run stops this reproduction the same way).
+                if terminal.status == Status::Cancelled {
+                    self.run.cancel();
+                }
+                self.run.emit(self.span_pair(span), true, start_event);
+                self.run.emit(self.span_pair(span), true, || agent_end_event(terminal));
+                let value = self.replayed(terminal, opts.on_error, "agent", label)?;
+                return Ok(if opts.full { full_result(terminal, value, true) } else { value });
+            }
             Outcome::Rerun { supersedes, ref previous } => {
                 matched_previous_terminal = previous.is_some();
                 Some(supersedes)
@@ -877,7 +888,12 @@ impl Ctx {
             label: label.into(),
             status: status.into(),
         };
-        if kind == Kind::Step && matches!(matched.outcome, Outcome::Replay(_) | Outcome::Skip) {
+        let served = match &matched.outcome {
+            Outcome::Replay(_) | Outcome::Skip => true,
+            Outcome::Rerun { previous: Some(_), .. } => self.run.reproduce,
+            _ => false,
+        };
+        if kind == Kind::Step && served {
             // The body will not run: what it journaled is served by the step's result.
             self.run.cover(&self.scope.child(&step_segment(key, matched.ordinal)));
         }
@@ -893,6 +909,21 @@ impl Ctx {
             }
             Outcome::Wait(_) => return Err(Error::internal("a step entry is journaled as suspended")),
             Outcome::Live => None,
+            Outcome::Rerun { previous: Some(terminal), .. } if self.run.reproduce => {
+                // Reproducing the run as it settled: the failure it saw, not a new attempt
+                // (a call cancelled with its run stops this reproduction the same way).
+                if terminal.status == Status::Cancelled {
+                    self.run.cancel();
+                }
+                self.run.emit(self.span_pair(span), true, start);
+                self.run.emit(self.span_pair(span), true, || end(terminal.status.as_str()));
+                return Ok(Begun::Done(self.replayed(
+                    &terminal,
+                    on_error,
+                    kind_name,
+                    Some(label.to_owned()),
+                )));
+            }
             Outcome::Rerun { supersedes, .. } => Some(supersedes),
         };
         let mut running = self.entry(kind, Status::Running, key, matched.ordinal);

@@ -232,6 +232,10 @@ pub struct ResumeOptions {
     /// Replay-strict: the first would-be-live call fails the run with `journal_miss`, and
     /// nothing is written.
     pub dry_run: bool,
+    /// With `dry_run`: reproduce the run as it settled (what `cairn replay` checks). A call
+    /// whose journaled attempt failed, hit a limit or was cancelled is served that outcome, as
+    /// the run saw it, instead of counting as a call a resume would run again.
+    pub reproduce: bool,
     /// Entries (by seq) to rerun regardless of their status.
     pub invalidate: Vec<u64>,
     /// The workflow to resume with; by default the script stored with the run, or the

@@ -52,6 +52,8 @@ pub(crate) struct RunState {
     stop: Mutex<Option<Stop>>,
     /// Replay-strict: any would-be-live call fails with `journal_miss`.
     pub(crate) dry_run: bool,
+    /// With `dry_run`: a journaled failure, limit or cancellation is served as it was.
+    pub(crate) reproduce: bool,
     /// Set once admission, a guard or a cut stops work for lack of budget.
     pub(crate) exhausted: AtomicBool,
     dropped: Mutex<Vec<Dropped>>,
@@ -161,7 +163,15 @@ impl RunState {
 
     /// Matches a live call against the loaded journal.
     pub(crate) fn lookup(&self, scope: &ScopePath, key: ContentKey) -> Match {
-        self.lock_journal().replay.lookup(scope, key)
+        let mut journal = self.lock_journal();
+        let matched = journal.replay.lookup(scope, key);
+        if self.reproduce
+            && matches!(matched.outcome, crate::journal::Outcome::Rerun { previous: Some(_), .. })
+        {
+            // Reproducing the settled run: the journaled outcome is served, not rerun.
+            journal.replay.count_rerun_as_replayed();
+        }
+        matched
     }
 
     /// The journaled decision at a site, if it still holds (see [`Replay::decision`]), and
@@ -752,6 +762,7 @@ struct Segment {
     spent: Money,
     spawns: u32,
     dry_run: bool,
+    reproduce: bool,
     policy: ErrorPolicy,
     deadline_ms: Option<i64>,
     resumed: bool,
@@ -791,6 +802,7 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
         cancel: CancellationToken::new(),
         stop: Mutex::new(None),
         dry_run: segment.dry_run,
+        reproduce: segment.dry_run && segment.reproduce,
         exhausted: AtomicBool::new(false),
         dropped: Mutex::new(Vec::new()),
         liveness: Mutex::new(Liveness { active: 1, blocked: 0 }),
@@ -845,6 +857,7 @@ pub(super) fn start(
                 spent: Money::ZERO,
                 spawns: 0,
                 dry_run: false,
+                reproduce: false,
                 policy: options.policy,
                 deadline_ms: options.deadline_ms,
                 resumed: false,
@@ -1074,6 +1087,7 @@ fn resume_leased(
         spent: ledger.spent,
         spawns,
         dry_run: options.dry_run,
+        reproduce: options.reproduce,
         policy,
         deadline_ms: options.deadline_ms,
         resumed: true,

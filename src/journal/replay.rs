@@ -378,14 +378,8 @@ impl Replay {
     /// is journaled if it fails again).
     pub fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
         let Some(state) = self.scopes.get(scope) else { return (0, None) };
-        let mut positions: Vec<usize> = state
-            .by_key
-            .get(&key)
-            .into_iter()
-            .chain(state.passed.get(&key))
-            .flatten()
-            .copied()
-            .collect();
+        let mut positions: Vec<usize> =
+            state.by_key.get(&key).into_iter().chain(state.passed.get(&key)).flatten().copied().collect();
         if positions.is_empty() {
             return (0, None);
         }
@@ -456,6 +450,15 @@ impl Replay {
 
     fn is_orphan(&self, record: &Record) -> bool {
         !record.consumed && !self.is_covered(&record.first.scope)
+    }
+
+    /// Counts the last rerun as served from the journal instead (a reproduction of the
+    /// settled run serves a journaled failure as it was).
+    pub fn count_rerun_as_replayed(&mut self) {
+        if self.preview.reruns > 0 {
+            self.preview.reruns -= 1;
+            self.preview.hits += 1;
+        }
     }
 
     /// The preview so far, with `orphaned` counting every record not yet consumed (nor

@@ -218,7 +218,6 @@ fn an_echo_latency_past_an_hour_is_refused_at_load() {
 /// The inserted call's record is appended at the journal's end, so once it replays the scope's
 /// cursor is past every record journaled before it (`src/journal/replay.rs`).
 #[test]
-#[ignore = "journal: a record appended by an edited resume moves the cursor past earlier records (src/journal/replay.rs)"]
 fn an_inserted_call_keeps_its_neighbours_replaying_on_every_later_resume() {
     let before = "let x1 = agent(\"one\");\nlet x2 = agent(\"two\");\nlet g = await_external(\"go\");\nlet x3 = agent(\"three\");\n[x1, x2, x3]";
     let after = "let x1 = agent(\"one\");\nlet x15 = agent(\"one and a half\");\nlet x2 = agent(\"two\");\nlet g = await_external(\"go\");\nlet x3 = agent(\"three\");\n[x1, x15, x2, x3]";
@@ -429,7 +428,6 @@ fn a_timed_out_agent_keeps_the_cost_of_its_completed_turns() {
 /// cancelled, so the replay of a run stopped by a person never matches its outcome.
 #[cfg(unix)]
 #[test]
-#[ignore = "engine/journal: replay re-dispatches a run's user-cancelled call instead of serving the cancellation (src/engine/run.rs, src/journal/replay.rs)"]
 fn replay_of_a_cancelled_run_is_the_same_outcome() {
     let script = "let out = [];\nfor i in 0..6 { out.push(agent(`call ${i}`)); }\nout";
     let dir = project("[providers.echo]\nkind = \"echo\"\nlatency_ms = 300\n", &[("s.rhai", script)]);
@@ -455,7 +453,6 @@ fn replay_of_a_cancelled_run_is_the_same_outcome() {
 /// the journal does not hold", though the journal holds the failed step and replaying it
 /// fails the same way (a run that failed in an agent call replays "same outcome", exit 0).
 #[test]
-#[ignore = "engine: a failed step is a rerun, which the dry run refuses as a call the journal does not hold (src/engine/ctx.rs)"]
 fn replay_of_a_run_failed_by_a_step_is_the_same_outcome() {
     let script = "let a = agent(\"one\");\nlet b = step(\"boom\", || { throw \"bad thing\"; });\n[a, b]";
     let dir = project("[providers.echo]\nkind = \"echo\"\nlatency_ms = 0\n", &[("f.rhai", script)]);
