@@ -262,7 +262,6 @@ fn replay_of_a_run_exhausted_at_admission_is_the_same_outcome() {
 /// `-shm`/`-wal` files beside it; as root it creates them in the read-only directory).
 #[cfg(unix)]
 #[test]
-#[ignore = "store: a read-only SQLite open still needs to create -shm/-wal (src/store/sqlite)"]
 fn read_commands_work_on_a_read_only_copy() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;

@@ -120,6 +120,9 @@ pub struct SqliteStore {
     _checkpointer: Option<Checkpointer>,
     /// Opened read-only: every write is refused, and nothing ever touches the file.
     read_only: bool,
+    /// Read-only and read as immutable: the database lies where its WAL index cannot be made
+    /// (a read-only directory or mount), so no writer can be changing it either.
+    immutable: bool,
 }
 
 /// Each run's number, the high half of its journal rows' keys: a cache of the
@@ -247,6 +250,7 @@ impl SqliteStore {
             numbers: RunNumbers::default(),
             _checkpointer: Some(checkpointer),
             read_only: false,
+            immutable: false,
         })
     }
 
@@ -262,8 +266,21 @@ impl SqliteStore {
         if !path.is_file() {
             return Ok(None);
         }
-        let conn = open_connection(path, &options, true)?;
-        match check_identity(&conn, path)? {
+        let mut conn = open_connection(path, &options, true)?;
+        let mut immutable = false;
+        let identity = match check_identity(&conn, path) {
+            // A reader of a WAL database needs its `-shm` index beside it; where that cannot
+            // be made, nobody can write there either, so the file is read as it stands.
+            Err(Error::Sqlite(err))
+                if matches!(err.sqlite_error_code(), Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen)) =>
+            {
+                conn = open_immutable(path, &options)?;
+                immutable = true;
+                check_identity(&conn, path)?
+            }
+            other => other?,
+        };
+        match identity {
             Identity::Fresh => {
                 return Err(Error::Config(format!(
                     "{} is an empty database, not a cairn store",
@@ -289,6 +306,7 @@ impl SqliteStore {
             numbers: RunNumbers::default(),
             _checkpointer: None,
             read_only: true,
+            immutable,
         }))
     }
 
@@ -331,6 +349,7 @@ impl SqliteStore {
         let idle = lock(&self.readers).pop();
         let conn = match idle {
             Some(conn) => conn,
+            None if self.immutable => open_immutable(&self.path, &self.options)?,
             None => open_connection(&self.path, &self.options, self.read_only)?,
         };
         let value = f(&conn);
@@ -761,6 +780,25 @@ fn open_connection(path: &Path, options: &SqliteOptions, read_only: bool) -> Res
     } else {
         configure(&conn, options)?;
     }
+    conn.execute_batch("PRAGMA query_only = ON")?;
+    Ok(conn)
+}
+
+/// A read-only connection to a database nobody can be writing (see `SqliteStore::immutable`):
+/// SQLite reads it without its WAL index and creates nothing beside it.
+fn open_immutable(path: &Path, options: &SqliteOptions) -> Result<Connection> {
+    let mut uri = String::from("file:");
+    for byte in path.to_string_lossy().bytes() {
+        match byte {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{byte:02X}")),
+            _ => uri.push(char::from(byte)),
+        }
+    }
+    uri.push_str("?immutable=1");
+    let flags =
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(&uri, flags)?;
+    conn.busy_timeout(options.busy_timeout)?;
     conn.execute_batch("PRAGMA query_only = ON")?;
     Ok(conn)
 }
