@@ -54,6 +54,8 @@ pub(crate) struct RunState {
     pub(crate) dry_run: bool,
     /// With `dry_run`: a journaled failure, limit or cancellation is served as it was.
     pub(crate) reproduce: bool,
+    /// The run's status before this segment began (a refused re-key leaves it so).
+    status_before: Option<RunStatus>,
     /// Set once admission, a guard or a cut stops work for lack of budget.
     pub(crate) exhausted: AtomicBool,
     dropped: Mutex<Vec<Dropped>>,
@@ -653,6 +655,8 @@ impl RunState {
 
     /// Stops the run because a resume refused to re-key a completed call.
     pub(crate) fn refuse_rekey(&self) {
+        // The refused call was counted as a miss, but it never ran.
+        self.lock_journal().replay.uncount_miss();
         self.stop_with(Stop::Refused);
     }
 
@@ -763,6 +767,7 @@ struct Segment {
     spawns: u32,
     dry_run: bool,
     reproduce: bool,
+    status_before: Option<RunStatus>,
     policy: ErrorPolicy,
     deadline_ms: Option<i64>,
     resumed: bool,
@@ -803,6 +808,7 @@ fn new_state(engine: Arc<EngineInner>, run_id: RunId, segment: Segment) -> Arc<R
         stop: Mutex::new(None),
         dry_run: segment.dry_run,
         reproduce: segment.dry_run && segment.reproduce,
+        status_before: segment.status_before,
         exhausted: AtomicBool::new(false),
         dropped: Mutex::new(Vec::new()),
         liveness: Mutex::new(Liveness { active: 1, blocked: 0 }),
@@ -858,6 +864,7 @@ pub(super) fn start(
                 spawns: 0,
                 dry_run: false,
                 reproduce: false,
+                status_before: None,
                 policy: options.policy,
                 deadline_ms: options.deadline_ms,
                 resumed: false,
@@ -1066,6 +1073,7 @@ fn resume_leased(
     let mut meta = meta;
     // Segments that ran before this one (a dry run counts as the next, and writes nothing).
     let index = meta.segments;
+    let status_before = meta.status;
     if !options.dry_run {
         if let Some(script) = &options.script {
             store_edit(&engine, &mut meta, script, index)?;
@@ -1088,6 +1096,7 @@ fn resume_leased(
         spawns,
         dry_run: options.dry_run,
         reproduce: options.reproduce,
+        status_before: Some(status_before),
         policy,
         deadline_ms: options.deadline_ms,
         resumed: true,
@@ -1169,10 +1178,24 @@ fn settle(state: &Arc<RunState>, mut meta: RunMeta, value: Result<Value, Error>)
         (_, Err(e)) => (RunStatus::Error, None, Some(e)),
     };
     let (mut status, mut value, mut error) = (status, value, error);
-    if let Some(refusal) = state.rekeys.refusal() {
+    let refused = state.rekeys.refusal();
+    let rekey_refused = refused.is_some();
+    if let Some(refusal) = refused {
         (status, value, error) = (RunStatus::Error, None, Some(refusal));
     }
-    if !state.dry_run {
+    // A refused re-key stopped this segment before it paid for what re-keys: the run keeps the
+    // status it had (suspended, error, ...), and nothing settles it.
+    if rekey_refused
+        && !state.dry_run
+        && let Some(before) = state.status_before
+    {
+        meta.status = before;
+        meta.updated_at_ms = state.now_ms();
+        if let Err(e) = state.engine.journal.put_meta(&meta, state.lease.as_ref()) {
+            error.get_or_insert(e.into());
+        }
+    }
+    if !state.dry_run && !rekey_refused {
         let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
         let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
         let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, ScopePath::root(), key, 0);

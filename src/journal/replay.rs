@@ -452,6 +452,11 @@ impl Replay {
         !record.consumed && !self.is_covered(&record.first.scope)
     }
 
+    /// Takes back the count of a miss that was never dispatched (a refused re-key).
+    pub fn uncount_miss(&mut self) {
+        self.preview.misses = self.preview.misses.saturating_sub(1);
+    }
+
     /// Counts the last rerun as served from the journal instead (a reproduction of the
     /// settled run serves a journaled failure as it was).
     pub fn count_rerun_as_replayed(&mut self) {

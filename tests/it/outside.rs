@@ -465,7 +465,6 @@ fn replay_of_a_run_failed_by_a_step_is_the_same_outcome() {
 /// settles the run `error`: `cairn runs` lists a suspended run as failed, and the refused
 /// resume's summary says "1 live" though no call ran.
 #[test]
-#[ignore = "engine: a refused re-key settles the run error instead of leaving its status (src/engine/run.rs, explain.rs)"]
 fn a_refused_rekey_leaves_the_run_as_it_was() {
     let script = "let a = agent(\"one\");\nlet g = await_external(\"go\");\n[a, g]";
     let dir = project("[providers.echo]\nkind = \"echo\"\nlatency_ms = 0\n", &[("m.rhai", script)]);
