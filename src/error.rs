@@ -63,6 +63,9 @@ pub enum ErrorCode {
     RekeyRefused,
     /// A model with no price was asked for under a finite budget ceiling.
     UnpricedModel,
+    /// A script broke a sandbox rule that keeps it deterministic: a `parallel` branch or
+    /// `pipeline` stage wrote a value captured from outside it.
+    SandboxViolation,
 }
 
 /// Whether a failure says something about the task or only about the path to it.
@@ -79,7 +82,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -102,6 +105,7 @@ impl ErrorCode {
         ErrorCode::StoreIo,
         ErrorCode::RekeyRefused,
         ErrorCode::UnpricedModel,
+        ErrorCode::SandboxViolation,
     ];
 
     /// The snake_case name, as persisted.
@@ -129,6 +133,7 @@ impl ErrorCode {
             ErrorCode::StoreIo => "store_io",
             ErrorCode::RekeyRefused => "rekey_refused",
             ErrorCode::UnpricedModel => "unpriced_model",
+            ErrorCode::SandboxViolation => "sandbox_violation",
         }
     }
 
@@ -161,7 +166,8 @@ impl ErrorCode {
             | ErrorCode::ContentFilter
             | ErrorCode::SandboxLimit
             | ErrorCode::ScriptError
-            | ErrorCode::UnpricedModel => ErrorClass::Task,
+            | ErrorCode::UnpricedModel
+            | ErrorCode::SandboxViolation => ErrorClass::Task,
         }
     }
 }

@@ -941,9 +941,13 @@ async fn a_tool_version_bump_rekeys_the_call_and_an_implementation_change_does_n
     let same = tool_engine(&store, &fake, &calls, crate::agent::Permissions::allow_all(), "1");
     let again = same.resume(&run, ResumeOptions { workflow: Some(adder()), ..Default::default() }).unwrap();
     assert_eq!(again.result().await.unwrap().preview.hits, 1);
+    // A new contract version re-keys the call: refused unless the resume accepts re-keys.
     let bumped = tool_engine(&store, &fake, &calls, crate::agent::Permissions::allow_all(), "2");
     let again = bumped.resume(&run, ResumeOptions { workflow: Some(adder()), ..Default::default() }).unwrap();
-    let outcome = again.result().await.unwrap();
+    let refused = again.result().await.unwrap();
+    assert_eq!(refused.error.map(|e| e.code), Some(crate::error::ErrorCode::RekeyRefused));
+    let options = ResumeOptions { workflow: Some(adder()), accept_rekey: true, ..Default::default() };
+    let outcome = bumped.resume(&run, options).unwrap().result().await.unwrap();
     assert_eq!((outcome.preview.hits, outcome.preview.misses), (0, 1));
     let unknown = Workflow::new("u", |ctx, _| async move {
         ctx.agent("x", AgentOptions { tools: vec!["nope".into()], ..Default::default() }).await

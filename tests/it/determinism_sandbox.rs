@@ -218,7 +218,7 @@ fn every_route_to_a_shared_write_fails_the_same_way_on_every_run() {
     for (route, source, variable) in routes {
         let first = ending(&run_in_process(&engine, source));
         assert_eq!(first.0, RunStatus::Error, "{route}: {first:?}");
-        assert_eq!(first.1, Some(ErrorCode::SandboxLimit), "{route}: {first:?}");
+        assert_eq!(first.1, Some(ErrorCode::SandboxViolation), "{route}: {first:?}");
         let message = first.2.clone().unwrap_or_default();
         assert!(message.contains("sandbox violation") && message.contains(variable), "{route}: {message}");
         assert!(message.contains("return values from the branch"), "{route}: {message}");

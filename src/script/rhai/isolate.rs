@@ -193,7 +193,7 @@ pub(crate) fn violation(error: &EvalAltResult) -> Option<Error> {
         format!(" (it captured {})", names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", "))
     };
     Some(Error::new(
-        ErrorCode::SandboxLimit,
+        ErrorCode::SandboxViolation,
         format!(
             "sandbox violation: {what} inside a parallel branch or pipeline stage{captured}; values captured \
              from outside a branch are read-only there, since the branches run at once: return values from \

@@ -293,6 +293,7 @@ fn to_rhai(error: Error) -> Box<EvalAltResult> {
         ErrorCode::BudgetExhausted
             | ErrorCode::Cancelled
             | ErrorCode::SandboxLimit
+            | ErrorCode::SandboxViolation
             | ErrorCode::JournalMiss
             | ErrorCode::Internal
     );
