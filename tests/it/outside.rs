@@ -275,7 +275,12 @@ fn read_commands_work_on_a_read_only_copy() {
     std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o444)).unwrap();
     std::fs::set_permissions(d.join("ro"), std::fs::Permissions::from_mode(0o555)).unwrap();
     std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"));
+    // A copy of the binary beside the project, so another user can run it wherever the build
+    // directory lives (a checkout under /root is closed to other users).
+    let binary = d.join("cairn-copy");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("cairn"), &binary).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = std::process::Command::new(&binary);
     cmd.current_dir(d).args(["--store", "sqlite:ro/c.db", "runs"]);
     // SAFETY: getuid has no preconditions.
     if unsafe { libc::getuid() } == 0 {
