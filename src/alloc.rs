@@ -26,7 +26,9 @@
 //! allocated on a run's thread and freed on another thread stays charged (the count errs
 //! high); memory allocated elsewhere and freed on a run's thread is credited, and the count
 //! never reads below zero. Both are small per host call (the options a call hands over).
-//! The cost is one thread-local read per allocation and, on a run's threads, one atomic add.
+//! The cost is one thread-local read per allocation; a run's threads keep a count of their own
+//! and add it to the run's account once it has moved by 64 KiB, so the account reads low by at
+//! most 64 KiB per thread.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -42,6 +44,24 @@ thread_local! {
     /// The account of the run whose script this thread is running, or null. A `const`
     /// initialiser with no destructor, so the allocator can read it at any time.
     static ACCOUNT: Cell<*const MemoryAccount> = const { Cell::new(std::ptr::null()) };
+    /// Bytes charged on this thread and not yet added to the account: the shared counter is
+    /// touched once per [`FLUSH_BYTES`] of change, not once per allocation.
+    static PENDING: Cell<i64> = const { Cell::new(0) };
+}
+
+/// How far a thread's own count may drift before it is added to the run's account. The
+/// account reads low by at most this much per thread of the run.
+const FLUSH_BYTES: i64 = 64 << 10;
+
+/// Adds this thread's pending count to the account it belongs to and clears it.
+fn flush(account: *const MemoryAccount) {
+    let _ = PENDING.try_with(|pending| {
+        let bytes = pending.replace(0);
+        if bytes != 0 && !account.is_null() {
+            // SAFETY: as in `CountingAlloc::charge`.
+            unsafe { &*account }.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    });
 }
 
 impl CountingAlloc {
@@ -57,10 +77,17 @@ impl CountingAlloc {
         let _ = ACCOUNT.try_with(|account| {
             let account = account.get();
             if !account.is_null() {
-                // SAFETY: a pointer is set only by `MemoryAccount::enter`, whose guard clears
-                // it before the account can be dropped (the guard borrows the account).
-                let account = unsafe { &*account };
-                account.bytes.fetch_add(sign * bytes as i64, Ordering::Relaxed);
+                let _ = PENDING.try_with(|pending| {
+                    let bytes = pending.get() + sign * bytes as i64;
+                    if bytes.abs() >= FLUSH_BYTES {
+                        pending.set(0);
+                        // SAFETY: a pointer is set only by `MemoryAccount::enter`, whose guard
+                        // clears it before the account can be dropped (the guard borrows it).
+                        unsafe { &*account }.bytes.fetch_add(bytes, Ordering::Relaxed);
+                    } else {
+                        pending.set(bytes);
+                    }
+                });
             }
         });
     }
@@ -128,6 +155,7 @@ impl MemoryAccount {
     /// restores whatever the thread charged before).
     pub(crate) fn enter(&self) -> AccountGuard<'_> {
         let previous = ACCOUNT.with(|slot| slot.replace(self as *const MemoryAccount));
+        flush(previous);
         AccountGuard { previous, _account: std::marker::PhantomData }
     }
 
@@ -135,6 +163,7 @@ impl MemoryAccount {
     /// until the guard is dropped.
     pub(crate) fn suspend() -> AccountGuard<'static> {
         let previous = ACCOUNT.with(|slot| slot.replace(std::ptr::null()));
+        flush(previous);
         AccountGuard { previous, _account: std::marker::PhantomData }
     }
 }
@@ -149,6 +178,8 @@ pub(crate) struct AccountGuard<'a> {
 impl Drop for AccountGuard<'_> {
     fn drop(&mut self) {
         let previous = self.previous;
-        let _ = ACCOUNT.try_with(|slot| slot.set(previous));
+        if let Ok(current) = ACCOUNT.try_with(|slot| slot.replace(previous)) {
+            flush(current);
+        }
     }
 }

@@ -196,6 +196,9 @@ pub(crate) struct ScopeCounters {
     children: Mutex<HashMap<String, u32>>,
     /// Uses of each site label in this scope.
     labels: Mutex<HashMap<String, u32>>,
+    /// Pipelines begun in this scope (they key their fail-fast decisions; their items'
+    /// scopes do not depend on it).
+    pipelines: AtomicU32,
 }
 
 /// The workflow's view of its run: one scope of it, with its phase, budget account and
@@ -211,6 +214,8 @@ pub struct Ctx {
     parent_span: Option<u64>,
     pub(crate) cancel: CancellationToken,
     depth: u32,
+    /// This context's place in its fan-out's admission order (`None` outside fan-outs).
+    pub(crate) admission: Option<super::admission::Ticket>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -237,6 +242,7 @@ impl Ctx {
             parent_span: None,
             cancel,
             depth: 0,
+            admission: None,
         }
     }
 
@@ -252,12 +258,18 @@ impl Ctx {
             parent_span: Some(self.span),
             cancel,
             depth: self.depth,
+            admission: self.admission.clone(),
         }
     }
 
     /// The next `parallel` site index of this scope.
     pub(crate) fn next_parallel_site(&self) -> u32 {
         self.counters.parallel_sites.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The next pipeline's index in this scope.
+    pub(crate) fn next_pipeline(&self) -> u32 {
+        self.counters.pipelines.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The context a labelled site runs in: scope `at:LABEL:n` (the `n`-th use of the label
@@ -480,6 +492,8 @@ impl Ctx {
         let live_miss = matches!(matched.outcome, Outcome::Live);
         let supersedes = match matched.outcome {
             Outcome::Replay(entry) => {
+                // Its tool approvals are served by its journaled result too.
+                self.run.cover_approvals(&self.scope, key);
                 self.run.emit(self.span_pair(span), true, start_event);
                 self.run.emit(self.span_pair(span), true, || agent_end_event(&entry));
                 if opts.full && entry.status != Status::Ok {
@@ -585,7 +599,7 @@ impl Ctx {
                 return self.fail(opts.on_error, "agent", label, error);
             }
         };
-        let reservation = match self.run.budget.reserve(self.account, reserve.amount) {
+        let reservation = match self.admit(reserve.amount, key, matched.ordinal).await {
             Ok(reservation) => reservation,
             Err(denied) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
@@ -1045,6 +1059,8 @@ impl Ctx {
             // Past its deadline: the timeout is the wait's resolution, unless one came first.
             return self.run.time_out_external(key, seq, deadline);
         }
+        // A branch waiting for input does not hold up its siblings' admission.
+        self.pass_admission_turn_now();
         self.run.emit(self.span_pair(span), false, || EventKind::ExternalWaiting {
             key: key.into(),
             prompt: prompt.map(str::to_owned),

@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::Dropped;
+use super::admission::Turns;
 use super::ctx::{Ctx, ParallelOptions, PipelineOptions};
 use crate::error::{Error, ErrorCode};
 use crate::journal::{ContentKey, Entry, Kind, Segment, Seq, Status};
@@ -77,6 +78,12 @@ const FAIL_FAST_DECISION: &str = "fail_fast";
 impl FailFast {
     fn key(site: u32) -> Result<ContentKey, Error> {
         crate::journal::content_key(&json!({ "kind": "decision", "type": FAIL_FAST_DECISION, "site": site }))
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+
+    /// The key of the `n`-th pipeline's decision in a scope.
+    fn pipeline_key(n: u32) -> Result<ContentKey, Error> {
+        crate::journal::content_key(&json!({ "kind": "decision", "type": FAIL_FAST_DECISION, "pipeline": n }))
             .map_err(|e| Error::internal(e.to_string()))
     }
 
@@ -213,6 +220,7 @@ impl Ctx {
     }
 
     async fn parallel_here(&self, branches: Vec<Branch>, opts: ParallelOptions) -> Result<Vec<Value>, Error> {
+        self.pass_admission_turn().await;
         let site = self.next_parallel_site();
         if branches.is_empty() {
             return Ok(Vec::new());
@@ -241,19 +249,23 @@ impl Ctx {
         } else {
             None
         };
+        let turns = Turns::new(total, self.account);
         let runs: Vec<_> = branches
             .into_iter()
             .enumerate()
             .map(|(index, body)| {
-                let ctx = self.nested(
+                let mut ctx = self.nested(
                     &Segment::Par { site, branch: index as u32 },
                     group.child_token(),
                     self.account,
                 );
+                let ticket = turns.ticket(index);
+                ctx.admission = Some(ticket.clone());
                 let group = group.clone();
                 let fail_fast = fail_fast.clone();
                 async move {
                     let result = body(ctx).await;
+                    ticket.pass();
                     if let Some(fail_fast) = &fail_fast {
                         fail_fast.finished(index, &result, &group);
                     }
@@ -357,6 +369,7 @@ impl Ctx {
         stages: Vec<Stage>,
         opts: PipelineOptions,
     ) -> Result<Vec<Value>, Error> {
+        self.pass_admission_turn().await;
         if stages.is_empty() || stages.len() > MAX_STAGES {
             return Err(Error::config(format!(
                 "a pipeline takes 1 to {MAX_STAGES} stages, not {}",
@@ -366,22 +379,51 @@ impl Ctx {
         if items.is_empty() {
             return Ok(Vec::new());
         }
+        let throw = opts.on_item_error == OnItemError::Throw;
+        let pipeline = self.next_pipeline();
+        let fail_fast = if throw {
+            let key = FailFast::pipeline_key(pipeline)?;
+            let (ordinal, recorded) = self.run.decision(&self.scope, key);
+            if let Some(entry) = recorded
+                && let Some(error) = FailFast::replayed(&entry)
+            {
+                // As for `parallel`: the journaled failure is raised again, nothing runs.
+                // Pipelines share their `pipe:s:i` scopes with the scope's other pipelines,
+                // so the cover is as wide as those scopes.
+                for index in 0..items.len() {
+                    for stage in 0..stages.len() {
+                        let segment = Segment::Pipe { stage: stage as u32, item: index as u32 };
+                        self.run.cover(&self.scope.child(&segment));
+                    }
+                }
+                if error.code == ErrorCode::BudgetExhausted {
+                    self.run.mark_exhausted();
+                }
+                return Err(error);
+            }
+            Some(Arc::new(FailFast::new(self, key, ordinal, items.len())))
+        } else {
+            None
+        };
         let group = self.cancel.child_token();
         let stages = Arc::new(stages);
+        let turns = Turns::new(items.len(), self.account);
         let runs: Vec<_> = items
             .into_iter()
             .enumerate()
             .map(|(index, item)| {
+                let ticket = turns.ticket(index);
                 let stages = stages.clone();
                 let group = group.clone();
                 let parent = self.clone();
-                let throw = opts.on_item_error == OnItemError::Throw;
+                let fail_fast = fail_fast.clone();
                 async move {
                     let mut value = item;
                     let mut result = Ok(());
                     for (stage_index, stage) in stages.iter().enumerate() {
                         let segment = Segment::Pipe { stage: stage_index as u32, item: index as u32 };
-                        let ctx = parent.nested(&segment, group.child_token(), parent.account);
+                        let mut ctx = parent.nested(&segment, group.child_token(), parent.account);
+                        ctx.admission = Some(ticket.clone());
                         match stage(ctx, value.clone()).await {
                             Ok(next) => value = next,
                             Err(error) => {
@@ -390,14 +432,21 @@ impl Ctx {
                             }
                         }
                     }
-                    if result.is_err() && throw {
-                        group.cancel();
+                    ticket.pass();
+                    let result = result.map(|()| value);
+                    if let Some(fail_fast) = &fail_fast {
+                        fail_fast.finished(index, &result, &group);
                     }
-                    result.map(|()| value)
+                    result
                 }
             })
             .collect();
         let results = self.run_fanout(runs, opts.concurrency).await;
+        if let Some(index) = fail_fast.as_ref().and_then(|f| f.failed())
+            && let Some(Err(error)) = results.get(index)
+        {
+            return Err(error.clone());
+        }
         match opts.on_item_error {
             OnItemError::Throw => {
                 if let Some(error) = root_cause(results.iter().filter_map(|r| r.as_ref().err().cloned())) {

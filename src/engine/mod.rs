@@ -5,6 +5,7 @@
 //!
 //! Nothing here is global: two engines in one process share nothing.
 
+mod admission;
 mod admit;
 mod budget;
 mod carry;
@@ -19,6 +20,8 @@ mod run;
 mod started;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_journal;
 
 use std::collections::HashMap;
 use std::fmt;

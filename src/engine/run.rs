@@ -170,6 +170,11 @@ impl RunState {
         self.lock_journal().replay.decision(scope, key)
     }
 
+    /// Accounts for the tool approvals of a replayed agent call (see [`Replay::cover_approvals`]).
+    pub(crate) fn cover_approvals(&self, scope: &ScopePath, call_key: ContentKey) {
+        self.lock_journal().replay.cover_approvals(scope, call_key);
+    }
+
     /// Accounts for the journaled records under `scope` without matching them (the body of a
     /// call that replayed whole).
     pub(crate) fn cover(&self, scope: &ScopePath) {

@@ -17,12 +17,12 @@ use crate::*;
 /// A provider that answers `re: <prompt>`, counts calls, can fail prompts containing
 /// "FAIL", streams `deltas` chunks, and tracks peak concurrency.
 #[derive(Debug, Default)]
-struct Counting {
-    calls: AtomicU32,
-    in_flight: AtomicUsize,
-    peak: AtomicUsize,
-    latency_ms: u64,
-    deltas: usize,
+pub(super) struct Counting {
+    pub(super) calls: AtomicU32,
+    pub(super) in_flight: AtomicUsize,
+    pub(super) peak: AtomicUsize,
+    pub(super) latency_ms: u64,
+    pub(super) deltas: usize,
 }
 
 impl Provider for Arc<Counting> {
@@ -85,7 +85,7 @@ fn async_stream(me: Arc<Counting>, prompt: String) -> impl futures::Stream<Item 
     })
 }
 
-fn engine_with(
+pub(super) fn engine_with(
     store: &Arc<MemoryStore>,
     provider: &Arc<Counting>,
     tweak: impl FnOnce(EngineBuilder) -> EngineBuilder,
@@ -118,7 +118,7 @@ fn three_calls() -> Workflow {
     })
 }
 
-fn entries(store: &MemoryStore, run: &RunId) -> Vec<crate::journal::Entry> {
+pub(super) fn entries(store: &MemoryStore, run: &RunId) -> Vec<crate::journal::Entry> {
     crate::journal::decode_all(&store.load(run).unwrap()).unwrap()
 }
 
@@ -240,8 +240,11 @@ async fn admission_fills_the_ceiling_exactly_then_exhausts_with_itemized_drops()
     assert_eq!(outcome.dropped.len(), 1);
     assert_eq!(outcome.dropped[0].error.code, ErrorCode::BudgetExhausted);
     assert_eq!(outcome.dropped[0].label.as_deref(), Some("call 4"));
-    // The denial dispatched and journaled nothing: 4 pairs plus the settlement.
-    assert_eq!(entries(&store, &run).len(), 9);
+    // The denial dispatched nothing; it journaled its decision (so a replay serves the
+    // refusal): 4 pairs, the refusal and the settlement.
+    let journaled = entries(&store, &run);
+    assert_eq!(journaled.len(), 10);
+    assert_eq!(journaled.iter().filter(|e| e.kind == crate::journal::Kind::Decision).count(), 2);
     let meta = store.get_meta(&run).unwrap().unwrap();
     assert_eq!(meta.budget_ceiling, Some(Money::from_nano_usd(250_330_000)));
     assert_eq!(meta.status, RunStatus::Exhausted);

@@ -163,6 +163,9 @@ pub struct Replay {
     /// Every settlement decision: its seq and whether it ended the segment in failure
     /// (`error` or `cancelled`), after which a resume retries what failed.
     settlements: Vec<(Seq, bool)>,
+    /// Tool approvals (`external` entries named `approve:<12 hex of the call's key>:<id>`)
+    /// by scope and call-key prefix: an agent that replays whole accounts for its own.
+    approvals: HashMap<(ScopePath, Box<str>), Vec<usize>>,
     run_settled_ok: bool,
     tail: Seq,
     preview: Preview,
@@ -188,6 +191,7 @@ impl Replay {
             invalidated: options.invalidate.iter().copied().collect(),
             covered: HashSet::default(),
             settlements: Vec::new(),
+            approvals: HashMap::new(),
             run_settled_ok,
             tail,
             preview: Preview::default(),
@@ -232,6 +236,11 @@ impl Replay {
             let scope = replay.scopes.entry(entry.scope.clone()).or_default();
             scope.by_key.entry(entry.key).or_default().push_back(scope.records.len());
             scope.records.push(index);
+            if entry.kind == super::Kind::External
+                && let Some(prefix) = entry.name.as_deref().and_then(approval_prefix)
+            {
+                replay.approvals.entry((entry.scope.clone(), Box::from(prefix))).or_default().push(index);
+            }
             replay.records.push(Record {
                 first: entry.clone(),
                 latest: entry,
@@ -307,7 +316,10 @@ impl Replay {
                 || self.invalidated.contains(&record.latest.seq)
                 || record.terminal.as_ref().is_some_and(|t| self.invalidated.contains(&t.seq)),
         };
-        let outcome = match disposition(input) {
+        // A decision in a call's place (an admission refusal) is final: timing made it, and
+        // a replay must not make it again. Invalidating it reruns the call.
+        let decided = record.first.kind == super::Kind::Decision && !input.invalidated && !input.abandoned;
+        let outcome = match if decided { Disposition::Replay } else { disposition(input) } {
             Disposition::Replay => {
                 self.preview.hits += 1;
                 match (&record.terminal, effective) {
@@ -372,6 +384,35 @@ impl Replay {
         }
     }
 
+    /// Accounts for the tool approvals of the agent call keyed `call_key` in `scope` (its
+    /// approval waits and the journaled moments they were asked), which an agent that
+    /// replays whole never reaches again.
+    pub fn cover_approvals(&mut self, scope: &ScopePath, call_key: ContentKey) {
+        if self.approvals.is_empty() {
+            return;
+        }
+        let hex = call_key.to_hex();
+        let Some(indices) = self.approvals.get(&(scope.clone(), Box::from(&hex[..12]))) else { return };
+        let mut asked = Vec::new();
+        for &index in indices {
+            let record = &mut self.records[index];
+            record.consumed = true;
+            if let Some(name) = record.first.name.as_deref() {
+                let identity = serde_json::json!({ "kind": "rand", "fn": "approval_asked", "key": name });
+                if let Ok(key) = super::content_key(&identity) {
+                    asked.push(key);
+                }
+            }
+        }
+        if let Some(state) = self.scopes.get(scope) {
+            for key in asked {
+                for &position in state.by_key.get(&key).into_iter().flatten() {
+                    self.records[state.records[position]].consumed = true;
+                }
+            }
+        }
+    }
+
     /// Whether a record in `scope` lies in a covered scope.
     fn is_covered(&self, scope: &ScopePath) -> bool {
         if self.covered.is_empty() {
@@ -417,6 +458,12 @@ impl Replay {
     pub fn first_orphans(&self, limit: usize) -> Vec<Orphan> {
         self.records.iter().filter(|r| self.is_orphan(r)).take(limit).map(|r| Orphan::of(&r.first)).collect()
     }
+}
+
+/// The call-key prefix of a tool approval's wait name (`approve:<12 hex>:<tool call id>`).
+fn approval_prefix(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("approve:")?;
+    rest.get(..12).filter(|_| rest.as_bytes().get(12) == Some(&b':'))
 }
 
 /// Settlement decisions record how a segment ended; no call ever matches them.

@@ -85,6 +85,11 @@ pub const RULES: &[(&str, &str)] = &[
     ),
     ("loop-capture", "a closure capturing a for-loop variable, which it would see by reference"),
     ("duplicate-agent-call", "identical agent calls in one body without a distinguishing key (a warning)"),
+    ("dynamic-fn", "Fn() with a computed name, which hides from lint which function runs"),
+    (
+        "closure-text",
+        "text made from a closure (name(), to_debug(), interpolation), always <closure> (a warning)",
+    ),
 ];
 
 /// Sorts diagnostics by position (then rule and message, so equal positions are stable) and

@@ -23,9 +23,7 @@ const PRICED_ECHO: &str = r#"
 default = "echo:default"
 [providers.echo]
 kind = "echo"
-# Priced high enough to show in budget reads, low enough that a call's worst turn
-# (8192 output tokens) fits the tests' ceilings.
-prices = { default = [1000.0, 200.0] }
+prices = { default = [1.0, 2.0] }
 "#;
 
 fn write(dir: &Path, name: &str, text: &str) {
@@ -460,4 +458,86 @@ fn a_wait_answered_before_its_timeout_gets_the_answer() {
     let (code, resumed) = run_json(dir.path(), &["resume", "r1"]);
     assert_eq!(code, 0, "{resumed}");
     assert_eq!(resumed["value"], 5);
+}
+
+// ---- 6b. a ceiling admits in branch order ------------------------------------------------------
+
+/// The journal of run `run` in a JSONL store, as sorted `scope kind status key` lines: what
+/// was journaled, whatever order the branches' writes interleaved in.
+fn journal_shape(runs: &Path, run: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(runs.join(format!("{run}.jsonl"))).unwrap();
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let entry: Value = serde_json::from_str(line).unwrap();
+            format!("{} {} {} {}", entry["scope"], entry["kind"], entry["status"], entry["key"])
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_ceiling_admits_the_same_shards_on_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/exhausted_fanout.rhai"))
+            .unwrap();
+    write(dir.path(), "fanout.rhai", &script);
+    let store = ["--store", "jsonl:runs"];
+    let mut shapes = Vec::new();
+    for n in 0..5 {
+        let run = format!("r{n}");
+        let (_, outcome) = run_json(
+            dir.path(),
+            &[&store[..], &["run", "fanout.rhai", "--budget", "0.25", "--run-id", &run]].concat(),
+        );
+        assert_eq!(outcome["status"], "exhausted", "{outcome}");
+        let admitted: Vec<usize> = outcome["value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(admitted, [0, 1, 2, 3, 4], "run {n} admitted other shards: {outcome}");
+        shapes.push(journal_shape(&dir.path().join("runs"), &run));
+        // The refusals are journaled decisions: a strict replay serves them, nothing live.
+        let out = cairn_in(dir.path()).args(store).args(["replay", &run]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    for (n, shape) in shapes.iter().enumerate().skip(1) {
+        assert_eq!(shape, &shapes[0], "run {n}'s journal differs from run 0's");
+    }
+}
+
+#[test]
+fn a_caught_fail_fast_pipeline_error_replays_with_nothing_live() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "cairn.toml", SLOW_ECHO);
+    write(
+        dir.path(),
+        "s.rhai",
+        r#"
+        let caught = "";
+        try {
+            pipeline([1, 2, 3, 4], [|n| if n == 1 { throw "boom"; } else { agent(`p${n}`) }], #{on_item_error: "throw"});
+        } catch (e) {
+            caught = "caught";
+        }
+        [caught, agent("after")]
+        "#,
+    );
+    let (code, first) = run_json(dir.path(), &["run", "s.rhai", "--run-id", "r1"]);
+    assert_eq!(code, 0, "{first}");
+    assert_eq!(first["value"], json!(["caught", "echo: after"]));
+    let (code, text) = replay(dir.path(), "r1");
+    assert_eq!(code, 0, "{text}");
+    let (code, resumed) = run_json(dir.path(), &["resume", "r1"]);
+    assert_eq!(code, 0, "{resumed}");
+    assert_eq!(resumed["value"], first["value"]);
+    assert_eq!(resumed["preview"]["misses"], 0, "{resumed}");
+    assert_eq!(resumed["preview"]["reruns"], 0, "{resumed}");
+    assert_eq!(resumed["preview"]["orphaned"], 0, "{resumed}");
 }

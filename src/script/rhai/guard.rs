@@ -21,17 +21,37 @@ thread_local! {
     static CURRENT: std::cell::Cell<*const RunGuard> = const { std::cell::Cell::new(std::ptr::null()) };
 }
 
+thread_local! {
+    /// When this thread's uncounted script time began, or `None` while it waits for the engine.
+    static SINCE: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
 /// The current thread's run, entered; restores the previous one when dropped.
 #[derive(Debug)]
 pub(crate) struct Entered<'g> {
     _account: crate::alloc::AccountGuard<'g>,
     previous: *const RunGuard,
+    previous_start: Option<Instant>,
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
         let previous = self.previous;
         CURRENT.with(|slot| slot.set(previous));
+        let start = self.previous_start;
+        SINCE.with(|slot| slot.set(start));
+    }
+}
+
+/// A thread's time not counted as script time; counting resumes when dropped.
+#[derive(Debug)]
+pub(crate) struct Paused<'g> {
+    _guard: std::marker::PhantomData<&'g RunGuard>,
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        SINCE.with(|slot| slot.set(Some(Instant::now())));
     }
 }
 
@@ -57,7 +77,9 @@ pub(crate) struct RunGuard {
     max_memory: u64,
     /// Whether memory is measured (the counting allocator is installed).
     measured: bool,
-    started: Instant,
+    /// Nanoseconds the run's threads have spent running script code (waits for the engine
+    /// excluded), all threads together.
+    script_nanos: AtomicU64,
     max_wall_time: Duration,
     cancel: CancellationToken,
     tripped: OnceLock<Error>,
@@ -71,7 +93,7 @@ impl RunGuard {
             memory: MemoryAccount::new(),
             max_memory: limits.max_memory,
             measured: CountingAlloc::is_installed(),
-            started: Instant::now(),
+            script_nanos: AtomicU64::new(0),
             max_wall_time: limits.max_wall_time,
             cancel,
             tripped: OnceLock::new(),
@@ -82,7 +104,26 @@ impl RunGuard {
     /// allocations are charged to the run, and [`check_current`] checks this guard.
     pub(crate) fn enter(&self) -> Entered<'_> {
         let previous = CURRENT.with(|slot| slot.replace(self as *const RunGuard));
-        Entered { _account: self.memory.enter(), previous }
+        let previous_start = SINCE.with(|slot| slot.replace(Some(Instant::now())));
+        Entered { _account: self.memory.enter(), previous, previous_start }
+    }
+
+    /// Stops counting this thread's time until the returned guard is dropped: the thread waits
+    /// for the engine (a model call, a fan-out's branches, the next branch to run).
+    pub(crate) fn pause(&self) -> Paused<'_> {
+        self.count_time();
+        SINCE.with(|slot| slot.set(None));
+        Paused { _guard: std::marker::PhantomData }
+    }
+
+    /// Adds this thread's time since it was last counted to the run's script time.
+    fn count_time(&self) {
+        // A paused thread (no start) stays paused.
+        let Some(since) = SINCE.with(std::cell::Cell::get) else { return };
+        let now = Instant::now();
+        SINCE.with(|slot| slot.set(Some(now)));
+        let nanos = u64::try_from(now.duration_since(since).as_nanos()).unwrap_or(u64::MAX);
+        self.script_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
     /// One operation: counts it and returns the error that ends the run, if any bound is
@@ -127,11 +168,13 @@ impl RunGuard {
         if self.cancel.is_cancelled() {
             return Some(Error::new(ErrorCode::Cancelled, "the run was stopped"));
         }
-        if self.started.elapsed() > self.max_wall_time {
+        self.count_time();
+        if Duration::from_nanos(self.script_nanos.load(Ordering::Relaxed)) > self.max_wall_time {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
                 format!(
-                    "the script ran longer than its wall-clock limit of {:.1} s",
+                    "the script ran longer than its wall-clock limit of {:.1} s (time spent waiting for \
+                     model calls and other engine work is not counted); do less work in the script",
                     self.max_wall_time.as_secs_f64()
                 ),
             )));

@@ -136,6 +136,15 @@ fn private_copy(
         ));
     }
     let value = if value.is_shared() { value.flatten_clone() } else { value };
+    if value.is_shared() {
+        // The cell is locked by the code around the fan-out (a method running on the value
+        // the branch captured): never hand the branch the shared cell itself.
+        return Err(Error::new(
+            ErrorCode::SandboxLimit,
+            "a value a branch captured is in use by the method that started the fan-out; copy it into a \
+             variable of its own first (let copy = value;) and capture the copy",
+        ));
+    }
     if value.is_array() {
         let mut items = value.into_array().map_err(|e| Error::internal(e.to_owned()))?;
         for item in &mut items {

@@ -8,6 +8,11 @@
 //! of a run's threads through `on_progress`, which also stops the script when the run is
 //! cancelled. Values cross the boundary as JSON only; a closure where JSON is expected is a
 //! `validation` error.
+//!
+//! The sandbox's own parts live beside this file: `guard` (operations, memory, script time,
+//! cancellation, checked in `on_progress`), `isolate` (each branch gets private read-only
+//! copies of what it captured), `threads` (the branch-thread budget, divided by structure),
+//! `json` (the linear, depth-capped boundary) and `text` (no closure names reach a script).
 
 use std::cell::RefCell;
 use std::sync::mpsc;
@@ -343,8 +348,9 @@ fn from_rhai(err: EvalAltResult) -> Error {
 }
 
 fn block<T>(shared: &Shared, future: impl std::future::Future<Output = Result<T, Error>>) -> RhaiResult<T> {
-    // The engine's work for the script is not the script's memory.
+    // The engine's work for the script is not the script's memory, nor its time.
     let _engine_work = crate::alloc::MemoryAccount::suspend();
+    let _waiting = shared.guard.pause();
     shared.handle.block_on(future).map_err(to_rhai)
 }
 
@@ -481,6 +487,8 @@ fn with_workers<R>(
 ) -> Result<R, Error> {
     // The grant depends on the script's fan-outs only, never on which are alive (see `threads`).
     let grant = super::threads::grant(workers, MAX_RUN_THREADS)?;
+    // This thread waits for the branches; their threads count their own time.
+    let _waiting = shared.guard.pause();
     let granted = grant.workers;
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
@@ -495,7 +503,10 @@ fn with_workers<R>(
                     let _charged = shared.guard.enter();
                     super::threads::hold(grant.nested_budget);
                     loop {
-                        let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let job = {
+                            let _waiting = shared.guard.pause();
+                            rx.lock().unwrap_or_else(|p| p.into_inner()).recv()
+                        };
                         let Ok(job) = job else { break };
                         let result = with_ctx(job.ctx, || {
                             isolation

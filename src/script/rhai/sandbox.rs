@@ -52,8 +52,10 @@ pub struct SandboxLimits {
     /// together. Measured by [`crate::CountingAlloc`] when it is the global allocator;
     /// without it only the per-value limits above hold.
     pub max_memory: u64,
-    /// The longest a script may run, wall-clock time from its start (waits for model calls
-    /// included), besides the operation budget: a script of expensive operations still ends.
+    /// The longest a script may run, in wall-clock time spent running script code, all of a
+    /// run's threads together; time waiting for the engine (model calls, host calls, waits,
+    /// branches to finish) is not counted. Besides the operation budget, so a script of
+    /// expensive operations still ends.
     pub max_wall_time: std::time::Duration,
 }
 

@@ -38,6 +38,10 @@ impl Linter<'_, '_> {
         }
         let user_defined =
             self.functions.names.contains(name) || (!is_method && self.resolve(name).is_some());
+        if !is_method && !self.functions.names.contains(name) && self.resolve(name).is_some() {
+            // `f(x)` of a closure variable: its writes happen here.
+            self.closure_call_writes(&call.name, pos, name.chars().count());
+        }
         if !user_defined && let Some(instead) = forbidden(name) {
             let message = format!("{name}() is not available; {instead}");
             self.error_at("forbidden", pos, Some(name.chars().count()), message);
@@ -68,6 +72,7 @@ impl Linter<'_, '_> {
         } else if name == "call" && !is_method {
             self.check_fn_pointer_call(&args, pos);
         } else if name == "Fn" && !is_method {
+            self.check_dynamic_fn(args.first().and_then(|arg| arg.expr), pos);
             self.check_fn_pointer_name(&args);
         }
         self.walk_args(&args);

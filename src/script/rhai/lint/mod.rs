@@ -19,6 +19,7 @@
 
 mod calls;
 mod options;
+mod shared;
 
 use std::collections::{HashMap, HashSet};
 
@@ -212,6 +213,8 @@ struct Linter<'c, 'f> {
     /// Closures whose bodies have been walked (or are being walked, which also stops a
     /// closure from being entered from inside itself).
     visited: HashSet<ImmutableString>,
+    /// Named functions that change `this` (called as methods, they write their receiver).
+    this_writers: HashSet<ImmutableString>,
 }
 
 /// How many scope entries at the bottom are the script variables, visible in every body.
@@ -228,6 +231,12 @@ impl<'c, 'f> Linter<'c, 'f> {
             frames: Vec::new(),
             closures: Vec::new(),
             visited: HashSet::new(),
+            this_writers: functions
+                .named
+                .iter()
+                .filter(|function| shared::writes_this(&function.body))
+                .map(|function| function.name.clone())
+                .collect(),
         };
         for name in SCRIPT_VARIABLES {
             linter.bindings.push(Binding { kind: BindingKind::ScriptVariable, frame: 0, closure: None });
@@ -416,7 +425,11 @@ impl<'c, 'f> Linter<'c, 'f> {
                 }
             },
             Expr::InterpolatedString(parts, _) | Expr::Array(parts, _) => {
+                let interpolated = matches!(expr, Expr::InterpolatedString(..));
                 for part in parts {
+                    if interpolated {
+                        self.check_interpolated_closure(part);
+                    }
                     self.walk_expr(part);
                 }
                 Static::Unknown
@@ -440,6 +453,9 @@ impl<'c, 'f> Linter<'c, 'f> {
                     (Expr::Dot(..), Expr::MethodCall(..)) => Receiver::Expr(&chain.lhs),
                     _ => Receiver::Unknown,
                 };
+                if let (Expr::Dot(..), Expr::Property(property, pos)) = (expr, &chain.rhs) {
+                    self.check_closure_text(property.2.as_str(), &chain.lhs, *pos);
+                }
                 self.walk_chain(&chain.rhs, receiver, root);
                 Static::Unknown
             }
@@ -468,6 +484,12 @@ impl<'c, 'f> Linter<'c, 'f> {
                         call.name.chars().count(),
                         format!("{}() on", call.name),
                     );
+                }
+                if let Some(root) = &root {
+                    self.check_indirect_write(call, *pos, root);
+                }
+                if let Receiver::Expr(receiver) = receiver {
+                    self.check_closure_text(call.name.as_str(), receiver, *pos);
                 }
                 self.visit_call(call, *pos, receiver);
             }

@@ -1,0 +1,145 @@
+//! Indirect writes to shared state, and text that hides what runs.
+//!
+//! `parallel-capture-assign` sees writes lexically inside a branch; these checks follow the
+//! routes a write takes out of sight: a closure stored in a variable and called in the branch
+//! (its writes escape where it is called), a user-defined method that changes `this` called on
+//! a captured variable, and `for_each` whose closure assigns `this`. The runtime refuses every
+//! such write anyway (captured values are read-only in a branch); lint says so before the run.
+//!
+//! `dynamic-fn` reports `Fn(...)` with a computed name, which hides from lint which function
+//! runs; `closure-text` warns on text made from a closure (`name()`, `to_debug()`, `${f}`),
+//! which is always `<closure>`.
+
+use ::rhai::{AST, ASTNode, Expr, FnCallExpr, ImmutableString, Position, Stmt};
+
+use super::{Linter, Mutation, Static, closure_name, closure_parts};
+use crate::script::rhai::sandbox::MUTATING_METHODS;
+
+/// Whether a function body assigns `this` or calls a builtin that changes it.
+pub(super) fn writes_this(body: &AST) -> bool {
+    let mut found = false;
+    body.walk(&mut |path: &[ASTNode]| {
+        match path.last() {
+            Some(ASTNode::Stmt(Stmt::Assignment(assignment))) if is_rooted_at_this(&assignment.1.lhs) => {
+                found = true;
+            }
+            Some(ASTNode::Expr(Expr::Dot(chain, ..))) => {
+                if matches!(chain.lhs, Expr::ThisPtr(..))
+                    && let Expr::MethodCall(call, _) = &chain.rhs
+                    && MUTATING_METHODS.contains(&call.name.as_str())
+                {
+                    found = true;
+                }
+            }
+            _ => {}
+        }
+        !found
+    });
+    found
+}
+
+fn is_rooted_at_this(expr: &Expr) -> bool {
+    match expr {
+        Expr::ThisPtr(..) => true,
+        Expr::Dot(chain, ..) | Expr::Index(chain, ..) => is_rooted_at_this(&chain.lhs),
+        _ => false,
+    }
+}
+
+/// The closure a literal argument creates, by its internal name.
+fn literal_closure(expr: &Expr) -> Option<ImmutableString> {
+    match expr {
+        Expr::DynamicConstant(value, _) => closure_name(value),
+        Expr::Stmt(block) => closure_parts(block).map(|(name, _)| name),
+        _ => None,
+    }
+}
+
+impl Linter<'_, '_> {
+    /// A method call on a variable: records the writes it makes out of sight.
+    pub(super) fn check_indirect_write(
+        &mut self,
+        call: &FnCallExpr,
+        pos: Position,
+        root: &(ImmutableString, Position),
+    ) {
+        let name = call.name.as_str();
+        let len = name.chars().count();
+        if self.functions.names.contains(name) && self.this_writers.contains(name) {
+            self.record_mutation(&root.0, pos, len, format!("{name}() (a method that changes this) on"));
+        } else if name == "for_each"
+            && let Some(closure) = call.args.first().and_then(literal_closure)
+            && self.functions.closures.get(&closure).is_some_and(|f| writes_this(&f.body))
+        {
+            self.record_mutation(&root.0, pos, len, "for_each() assigning this on".to_owned());
+        } else if name == "call" {
+            self.closure_call_writes(&root.0, pos, len);
+        }
+    }
+
+    /// A call of the closure held by `variable` (`f.call(x)` or `f(x)`): each write the
+    /// closure makes to a variable from outside it happens here too, and escapes every body
+    /// between the closure variable's declaration and here.
+    pub(super) fn closure_call_writes(&mut self, variable: &ImmutableString, pos: Position, len: usize) {
+        let Some(entry) = self.resolve(variable) else { return };
+        let binding = self.bindings[entry.binding];
+        let Some(facts) = binding.closure.and_then(|id| self.closures.get(id)) else { return };
+        let mutations: Vec<Mutation> = facts
+            .escaping
+            .iter()
+            .map(|m| Mutation {
+                what: format!("calling '{variable}', which writes"),
+                name: m.name.clone(),
+                pos,
+                len,
+            })
+            .collect();
+        for frame in self.frames.iter_mut().skip(binding.frame + 1) {
+            frame.escaping.extend(mutations.iter().cloned());
+        }
+    }
+
+    /// `Fn(name)` whose name is computed.
+    pub(super) fn check_dynamic_fn(&mut self, first: Option<&Expr>, pos: Position) {
+        let literal = matches!(first, Some(Expr::StringConstant(..)) | None);
+        if !literal {
+            let message = "Fn() with a computed name hides from lint which function runs (a global such as \
+                           parallel reached this way escapes every check); name the function literally, \
+                           Fn(\"name\"), or pass the closure itself"
+                .to_owned();
+            self.error_at("dynamic-fn", pos, Some(2), message);
+        }
+    }
+
+    /// Text made from a closure: `f.name()`, `f.to_debug()`, `f.to_string()`, `f.name`.
+    pub(super) fn check_closure_text(&mut self, method: &str, receiver: &Expr, pos: Position) {
+        if matches!(method, "name" | "to_debug" | "to_string")
+            && matches!(self.peek(receiver), Static::Closure(_))
+        {
+            self.closure_text_warning(pos, Some(method.chars().count()));
+        }
+    }
+
+    /// `${f}` of a closure in an interpolated string.
+    pub(super) fn check_interpolated_closure(&mut self, part: &Expr) {
+        // Each `${...}` is a block; a lone expression in it is what is printed.
+        let part = match part {
+            Expr::Stmt(block) => match block.statements() {
+                [Stmt::Expr(expr)] => &**expr,
+                _ => return,
+            },
+            other => other,
+        };
+        if matches!(self.peek(part), Static::Closure(_)) {
+            self.closure_text_warning(part.position(), None);
+        }
+    }
+
+    fn closure_text_warning(&mut self, pos: Position, len: Option<usize>) {
+        let message =
+            "a closure's text is always <closure>: it says nothing about the closure; put what the \
+                       text should say in a string (or call the closure and use its result)"
+                .to_owned();
+        self.report(crate::script::Severity::Warning, "closure-text", pos, len, message);
+    }
+}
