@@ -328,3 +328,53 @@ fn a_file_size_limit_ends_the_run_with_a_typed_store_error_and_a_resume_finishes
         assert_eq!(outcome["preview"]["orphaned"], 0, "{outcome:#}");
     }
 }
+
+/// A driver whose lease expired and was taken by another holder stops: nothing it writes
+/// afterwards lands, and it does not settle `ok`.
+#[test]
+fn a_driver_that_lost_its_lease_writes_nothing_more() {
+    use cairn::store::MemoryStore;
+    use cairn::{
+        AgentOptions, CallOptions, Engine, JournalStore, LeasableStore, ManualClock, RunOptions, RunStatus,
+        Workflow,
+    };
+    use std::sync::Arc;
+
+    let clock = ManualClock::new(1_000_000);
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let engine = Engine::builder(store.clone(), store.clone())
+        .host_function("nap", |_| async {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Ok(Value::Null)
+        })
+        .lease_ttl(Duration::from_millis(90))
+        .build()
+        .unwrap();
+    let workflow = Workflow::new("lost", |ctx, _| async move {
+        ctx.call("nap", Value::Null, CallOptions::default()).await?;
+        ctx.agent("after the nap", AgentOptions::default()).await
+    });
+    let run = cairn::RunId::parse("lost").unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let outcome = rt.block_on(async {
+        let options = RunOptions { run_id: Some(run.clone()), ..RunOptions::default() };
+        let handle = engine.run(&workflow, json_null(), options).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The lease expires (by the store's clock) and someone else takes the run.
+        clock.advance(10_000);
+        let thief = store.acquire(&run, "thief", Duration::from_secs(600)).unwrap();
+        let outcome = handle.result().await.unwrap();
+        (outcome, thief)
+    });
+    let (outcome, _thief) = outcome;
+    assert_ne!(outcome.status, RunStatus::Ok, "{outcome:?}");
+    let journal = cairn::journal::decode_all(&store.load(&run).unwrap()).unwrap();
+    assert!(
+        !journal.iter().any(|e| e.kind == cairn::journal::Kind::Agent),
+        "the driver kept writing after losing its lease: {journal:#?}"
+    );
+}
+
+fn json_null() -> Value {
+    Value::Null
+}
