@@ -102,6 +102,28 @@ pub(crate) struct Checkpoint {
     pub(crate) corrections: u32,
 }
 
+impl Checkpoint {
+    /// The checkpoint at a turn boundary: the conversation as it stands, this state's counters
+    /// and usage, and the loop's re-prompt and correction counts.
+    fn at_boundary(
+        &self,
+        messages: &[Message],
+        pending: Vec<PendingCall>,
+        reprompts: u32,
+        corrections: u32,
+    ) -> Checkpoint {
+        Checkpoint {
+            messages: messages.to_vec(),
+            turns: self.turns,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
+            pending,
+            reprompts,
+            corrections,
+        }
+    }
+}
+
 /// A requested tool call not yet answered.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct PendingCall {
@@ -275,15 +297,12 @@ pub(crate) async fn run(
             }
             spec.request.messages.push(Message { role: Role::User, parts: results });
             context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
-            hooks.checkpoint(&Checkpoint {
-                messages: spec.request.messages.clone(),
-                turns: state.turns,
-                tool_calls: state.tool_calls,
-                usage: state.usage,
-                pending: Vec::new(),
+            hooks.checkpoint(&state.at_boundary(
+                &spec.request.messages,
+                Vec::new(),
                 reprompts,
-                corrections: invalid_calls,
-            });
+                invalid_calls,
+            ));
         }
         if state.turns >= spec.max_turns {
             let error =
@@ -348,15 +367,12 @@ pub(crate) async fn run(
             spec.request.messages.push(Message { role: Role::Assistant, parts });
             // Checkpoint before running tools: a rerun re-answers these calls instead of
             // paying for the model turn again.
-            hooks.checkpoint(&Checkpoint {
-                messages: spec.request.messages.clone(),
-                turns: state.turns,
-                tool_calls: state.tool_calls,
-                usage: state.usage,
-                pending: state.pending.clone(),
+            hooks.checkpoint(&state.at_boundary(
+                &spec.request.messages,
+                state.pending.clone(),
                 reprompts,
-                corrections: invalid_calls,
-            });
+                invalid_calls,
+            ));
             continue;
         }
         let Some(validator) = &validator else {
@@ -391,15 +407,7 @@ pub(crate) async fn run(
         spec.request.messages.push(Message { role: Role::User, parts: vec![Part::Text(correction)] });
         // A repair turn is a turn boundary like any other: a rerun sends this correction
         // instead of paying for the invalid turn again.
-        hooks.checkpoint(&Checkpoint {
-            messages: spec.request.messages.clone(),
-            turns: state.turns,
-            tool_calls: state.tool_calls,
-            usage: state.usage,
-            pending: Vec::new(),
-            reprompts,
-            corrections: invalid_calls,
-        });
+        hooks.checkpoint(&state.at_boundary(&spec.request.messages, Vec::new(), reprompts, invalid_calls));
     }
 }
 

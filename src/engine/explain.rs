@@ -132,36 +132,23 @@ fn describe(old: &Entry, terminal: &Entry, live: &LiveAgent<'_>) -> String {
     match old.identity.as_deref() {
         Some(was) => {
             let now = live.summary;
+            let mut changed = |field: &str, was: Option<&str>, now: Option<&str>| {
+                changes.push(format!("{field}: {} → {}", show(was), show(now)));
+            };
             if was.key != now.key {
-                changes.push(format!("key: {} → {}", show(was.key.as_deref()), show(now.key.as_deref())));
+                changed("key", was.key.as_deref(), now.key.as_deref());
             }
             if was.prompt_hash != now.prompt_hash && (was.key.is_none() || now.key.is_none()) {
-                changes.push(format!(
-                    "prompt: {} → {}",
-                    show(was.prompt_head.as_deref()),
-                    show(now.prompt_head.as_deref())
-                ));
+                changed("prompt", was.prompt_head.as_deref(), now.prompt_head.as_deref());
             }
             if was.effort != now.effort {
-                changes.push(format!(
-                    "effort: {} → {}",
-                    show(was.effort.as_deref()),
-                    show(now.effort.as_deref())
-                ));
+                changed("effort", was.effort.as_deref(), now.effort.as_deref());
             }
             if was.schema_hash != now.schema_hash {
-                changes.push(format!(
-                    "schema: {} → {}",
-                    show(was.schema_hash.as_deref()),
-                    show(now.schema_hash.as_deref())
-                ));
+                changed("schema", was.schema_hash.as_deref(), now.schema_hash.as_deref());
             }
             if was.toolset_hash != now.toolset_hash {
-                changes.push(format!(
-                    "tools: {} → {}",
-                    show(was.toolset_hash.as_deref()),
-                    show(now.toolset_hash.as_deref())
-                ));
+                changed("tools", was.toolset_hash.as_deref(), now.toolset_hash.as_deref());
             }
         }
         None if changes.is_empty() => {

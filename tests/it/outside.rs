@@ -3,7 +3,7 @@
 //! Each test here failed on the code it was written against. The ones marked `#[ignore]`
 //! still fail: their reason names the defect and the area that must fix it.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
@@ -61,26 +61,7 @@ impl OneAtATime {
                 let Ok(mut stream) = stream else { continue };
                 let (in_flight, most) = (in_flight.clone(), most.clone());
                 std::thread::spawn(move || {
-                    let mut reader = BufReader::new(stream.try_clone().unwrap());
-                    let mut length = 0usize;
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let trimmed = line.trim_end();
-                        if trimmed.is_empty() {
-                            break;
-                        }
-                        if let Some((name, value)) = trimmed.split_once(':')
-                            && name.eq_ignore_ascii_case("content-length")
-                        {
-                            length = value.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    if reader.read_exact(&mut body).is_err() {
+                    if super::scripted_server::read_request(&stream).is_none() {
                         return;
                     }
                     let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;

@@ -70,14 +70,16 @@ impl ScriptedServer {
     }
 }
 
-fn serve(mut stream: TcpStream, shared: &Arc<(Mutex<State>, Condvar)>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
+/// Reads one HTTP request's body (headers up to the blank line, then `Content-Length` bytes);
+/// `None` when the peer closes first.
+pub fn read_request(stream: &TcpStream) -> Option<Vec<u8>> {
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut length = 0usize;
     let mut line = String::new();
     loop {
         line.clear();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
+            return None;
         }
         let trimmed = line.trim_end();
         if trimmed.is_empty() {
@@ -90,9 +92,12 @@ fn serve(mut stream: TcpStream, shared: &Arc<(Mutex<State>, Condvar)>) {
         }
     }
     let mut body = vec![0; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
+    reader.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+fn serve(mut stream: TcpStream, shared: &Arc<(Mutex<State>, Condvar)>) {
+    let Some(body) = read_request(&stream) else { return };
     let reply = {
         let (lock, cvar) = &**shared;
         let mut state = lock.lock().unwrap();
