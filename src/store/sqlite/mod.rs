@@ -718,6 +718,18 @@ enum Identity {
 /// [`Error::Config`] for another program's database, a file that is not SQLite, or a store
 /// from a newer cairn.
 fn check_identity(conn: &Connection, path: &Path) -> Result<Identity> {
+    // One read transaction, so the header and the table list come from one snapshot: read
+    // apart, a store another process is creating at this instant shows its tables without
+    // their schema version, and would be refused as someone else's database.
+    conn.execute_batch("BEGIN DEFERRED")?;
+    let identity = read_identity(conn, path);
+    let end = conn.execute_batch(if identity.is_ok() { "COMMIT" } else { "ROLLBACK" });
+    let identity = identity?;
+    end?;
+    Ok(identity)
+}
+
+fn read_identity(conn: &Connection, path: &Path) -> Result<Identity> {
     let not_ours = |why: String| {
         Error::Config(format!(
             "{} is not a cairn store ({why}); it was left untouched: point --store at a cairn database",
