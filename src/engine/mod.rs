@@ -106,8 +106,21 @@ impl fmt::Debug for Workflow {
 /// run's source (and its hash) with the run and, on resume, hands it back to the dialect
 /// named in run meta. The Rhai dialect is registered by default.
 pub trait ScriptDialect: Send + Sync + fmt::Debug {
-    /// The dialect's name, as run meta records it (`rhai`).
+    /// The dialect's name, as run meta records it (`rhai`, `lua`).
     fn name(&self) -> &'static str;
+
+    /// The file extension of the dialect's scripts, without the dot (`rhai`, `lua`); the CLI
+    /// picks a script's dialect by it unless `--dialect` says otherwise.
+    fn extension(&self) -> &'static str;
+
+    /// The API card that teaches a planner model (and a person) this dialect: byte-stable text
+    /// built into the binary.
+    fn card(&self) -> &'static str;
+
+    /// Every finding of lint and compile over `source` in one pass, errors and warnings, sorted
+    /// by position: what `cairn lint --json` prints and what the planner's repair prompt carries.
+    /// Never fails: a malformed or hostile script yields diagnostics.
+    fn check(&self, source: &str, ctx: &crate::script::LintContext) -> Vec<crate::script::Diagnostic>;
 
     /// Compiles (and lints, against the engine's registries) a script into a workflow.
     ///
@@ -126,14 +139,20 @@ pub struct Script {
 }
 
 impl Script {
-    /// A hand-written Rhai script (strict error policy).
-    pub fn rhai(name: &str, source: &str) -> Script {
+    /// A hand-written script in the named dialect (strict error policy). The dialect must be
+    /// registered with the engine by the time the script runs.
+    pub fn new(dialect: &str, name: &str, source: &str) -> Script {
         Script {
-            dialect: "rhai".into(),
+            dialect: dialect.to_owned(),
             name: name.to_owned(),
             source: Arc::from(source),
             policy: ErrorPolicy::Strict,
         }
+    }
+
+    /// A hand-written Rhai script (strict error policy).
+    pub fn rhai(name: &str, source: &str) -> Script {
+        Script::new("rhai", name, source)
     }
 
     /// Marks the script as planner-written: it always runs with the lenient error policy.
@@ -554,12 +573,23 @@ impl Engine {
         run::start(self.inner.clone(), workflow, args, options, Some(source))
     }
 
-    fn dialect(&self, name: &str) -> Result<Arc<dyn ScriptDialect>, Error> {
+    /// The registered dialect of that name (`rhai`, `lua`).
+    ///
+    /// # Errors
+    /// `config` when no dialect of that name is registered.
+    pub fn dialect(&self, name: &str) -> Result<Arc<dyn ScriptDialect>, Error> {
         self.inner
             .dialects
             .get(name)
             .cloned()
             .ok_or_else(|| Error::config(format!("unknown script dialect {name:?}")))
+    }
+
+    /// The registered dialect whose scripts carry that file extension (without the dot).
+    pub fn dialect_for_extension(&self, extension: &str) -> Option<Arc<dyn ScriptDialect>> {
+        let mut dialects: Vec<_> = self.inner.dialects.values().collect();
+        dialects.sort_by_key(|dialect| dialect.name());
+        dialects.into_iter().find(|dialect| dialect.extension() == extension).cloned()
     }
 
     /// The names a script may refer to (profiles, toolsets, host functions, workflows).

@@ -129,15 +129,20 @@ impl ScriptDialect for RhaiDialect {
         "rhai"
     }
 
+    fn extension(&self) -> &'static str {
+        "rhai"
+    }
+
+    fn card(&self) -> &'static str {
+        crate::script::api_card()
+    }
+
+    fn check(&self, source: &str, ctx: &LintContext) -> Vec<crate::script::Diagnostic> {
+        super::lint(source, ctx)
+    }
+
     fn prepare(&self, engine: &crate::Engine, name: &str, source: &str) -> Result<Workflow, Error> {
-        let registered = engine.registered();
-        let lint_context = LintContext {
-            profiles: registered.profiles.into_iter().collect(),
-            toolsets: registered.toolsets.into_iter().collect(),
-            host_functions: registered.host_functions.into_iter().collect(),
-            child_workflows: registered.workflows.into_iter().collect(),
-            models: None,
-        };
+        let lint_context = LintContext::from(engine.registered());
         let compiled =
             if self.lint { super::compile(source, &lint_context) } else { super::parse_only(source) };
         let compiled = compiled.map_err(|diagnostics| {
