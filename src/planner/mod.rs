@@ -317,6 +317,13 @@ enum Verdict {
 #[derive(Debug)]
 pub struct Planning {
     handle: RunHandle,
+    verdict: PendingVerdict,
+    model: String,
+}
+
+/// How to read a planning conversation's verdict once its run has settled.
+#[derive(Debug)]
+pub struct PendingVerdict {
     verdict: Arc<Mutex<Option<Verdict>>>,
     run_id: RunId,
     dialect: String,
@@ -333,6 +340,7 @@ impl Planning {
         let inputs = Inputs::resolve(engine, goal, options).map_err(PlanError::Invalid)?;
         let run_id = inputs.run_id().map_err(PlanError::Invalid)?;
         let dialect = inputs.dialect.name().to_owned();
+        let model = inputs.model.clone();
         let verdict = Arc::new(Mutex::new(None));
         let workflow = conversation(Arc::new(inputs), verdict.clone());
         let started = |e: Error| {
@@ -372,7 +380,7 @@ impl Planning {
                 .resume(&run_id, ResumeOptions { workflow: Some(workflow), ..Default::default() })
                 .map_err(started)?,
         };
-        Ok(Planning { handle, verdict, run_id, dialect })
+        Ok(Planning { handle, verdict: PendingVerdict { verdict, run_id, dialect }, model })
     }
 
     /// The planning run's handle (its events, cancellation).
@@ -382,7 +390,17 @@ impl Planning {
 
     /// The planning run's id.
     pub fn run_id(&self) -> &RunId {
-        &self.run_id
+        &self.verdict.run_id
+    }
+
+    /// The planner's model, as `provider:model`.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The run's handle, to follow the run yourself, and the verdict to read once it settles.
+    pub fn into_parts(self) -> (RunHandle, PendingVerdict) {
+        (self.handle, self.verdict)
     }
 
     /// Waits for the conversation to end and reads its verdict.
@@ -390,17 +408,23 @@ impl Planning {
     /// # Errors
     /// See [`plan`].
     pub async fn finish(self) -> Result<PlanResult, PlanError> {
-        let outcome = self.handle.wait().await;
-        self.verdict_of(outcome)
+        let outcome = self.handle.result().await;
+        self.verdict.read(outcome)
+    }
+}
+
+impl PendingVerdict {
+    /// The planning run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
     }
 
-    /// Reads the verdict of a conversation whose run settled with `outcome` (a caller that
-    /// waited on [`Planning::handle`] itself).
+    /// The verdict of the conversation whose run settled with `outcome`.
     ///
     /// # Errors
     /// See [`plan`].
-    pub fn verdict_of(&self, outcome: Result<RunOutcome, Error>) -> Result<PlanResult, PlanError> {
-        let run_id = self.run_id.clone();
+    pub fn read(self, outcome: Result<RunOutcome, Error>) -> Result<PlanResult, PlanError> {
+        let run_id = self.run_id;
         let outcome = outcome.map_err(|error| PlanError::Planning {
             planning_run_id: run_id.clone(),
             status: RunStatus::Error,
@@ -410,7 +434,7 @@ impl Planning {
         match (verdict, outcome.status) {
             (Some(Verdict::Accepted { source, warnings, drafts }), RunStatus::Ok) => Ok(PlanResult {
                 source,
-                dialect: self.dialect.clone(),
+                dialect: self.dialect,
                 warnings,
                 drafts,
                 planning_run_id: run_id,
@@ -421,7 +445,7 @@ impl Planning {
             {
                 Err(PlanError::Rejected(Box::new(Rejection {
                     planning_run_id: run_id,
-                    dialect: self.dialect.clone(),
+                    dialect: self.dialect,
                     cause,
                     drafts,
                 })))
