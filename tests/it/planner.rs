@@ -263,12 +263,14 @@ fn plan_then_run_killed_mid_run_resumes_without_the_source_file() {
 }
 
 /// Opt-in: the tiny real model (`CAIRN_TEST_OPENAI_BASE_URL`) as planner. Whatever it writes,
-/// the loop ends in an accepted script or a typed `script_rejected`, never a crash. The server
-/// serves one request at a time and answers a busy moment with an incomplete stream, so the
-/// config retries patiently; its 4,096-token context holds the cards with little room to spare,
-/// and a CPU build takes a minute or two per draft.
+/// the loop ends typed, never in a crash: an accepted script (exit 0), a `script_rejected`
+/// (exit 6), or, when the model cannot answer at all, the planning run's typed failure on one
+/// line (exit 1). SmolLM2-135M on llama.cpp has a 4,096-token context and the Rhai API card alone
+/// is about 3,760 of its tokens, so the system prompt with the output cap overflows it; the
+/// server then ends its stream early, which the adapter reports as a retryable `transport`
+/// failure. A CPU build takes a minute or two per request.
 #[test]
-fn live_model_planning_ends_accepted_or_rejected() {
+fn live_model_planning_ends_typed() {
     let Ok(url) = std::env::var("CAIRN_TEST_OPENAI_BASE_URL") else {
         eprintln!("skipped: set CAIRN_TEST_OPENAI_BASE_URL to run against a real server");
         return;
@@ -278,22 +280,30 @@ fn live_model_planning_ends_accepted_or_rejected() {
     std::fs::write(
         dir.path().join("cairn.toml"),
         format!(
-            "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nprices = {{ {model} = [0.0, 0.0] }}\n\n[routing]\nplan = \"local:{model}\"\n\n[retry]\nmax_attempts = 20\ninitial_backoff_ms = 2000\nmax_backoff_ms = 10000\n"
+            "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nprices = {{ {model} = [0.0, 0.0] }}\n\n[routing]\nplan = \"local:{model}\"\n\n[retry]\nmax_attempts = 4\ninitial_backoff_ms = 2000\n"
         ),
     )
     .unwrap();
     let out = cairn_in(dir.path())
-        .timeout(Duration::from_secs(600))
+        .timeout(Duration::from_secs(900))
         .args(["plan", "Summarize the benefits of unit tests in two parallel agent calls", "--json"])
-        .args(["--repair-rounds", "1", "--max-output-tokens", "256"])
+        .args(["--repair-rounds", "1", "--max-output-tokens", "128"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let code = out.status.code();
-    assert!(matches!(code, Some(0) | Some(6)), "exit {code:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
     let value: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     match code {
         Some(0) => assert!(value["source"].is_string(), "{value}"),
-        _ => assert_eq!(value["error"]["code"], "script_rejected", "{value}\n{stderr}"),
+        Some(6) => assert_eq!(value["error"]["code"], "script_rejected", "{value}\n{stderr}"),
+        Some(1) => {
+            let last = stderr.lines().last().unwrap_or_default();
+            assert!(
+                last.starts_with("cairn: planning run plan-") && last.contains(" ended error: "),
+                "{stderr}"
+            );
+        }
+        other => panic!("exit {other:?}: {stderr}"),
     }
 }
