@@ -9,6 +9,7 @@
 
 pub mod lua;
 pub mod rhai;
+mod schema_check;
 mod suggest;
 #[cfg(test)]
 mod tests;
