@@ -34,8 +34,8 @@ fn nesting_over_the_limit_is_rejected_before_parsing() {
         format!("return 1{}", " .. 1".repeat(50_000)),
         format!("return 2{}", " ^ 2".repeat(50_000)),
         format!("return 1{}", " + 1".repeat(50_000)),
-        format!("{}", "function f() ".repeat(50_000)),
-        format!("{}", "if x then ".repeat(50_000)),
+        "function f() ".repeat(50_000),
+        "if x then ".repeat(50_000),
     ];
     for source in cases {
         let diagnostics = lint(&source, &LintContext::empty());
@@ -93,7 +93,9 @@ fn globals_must_be_declared_local() {
     assert_eq!(rules("function f() end\nreturn f()"), ["unknown-variable"]);
     assert!(errors("local x\nx = 1\nlocal function f() return x end\nreturn f()").is_empty());
     // A method on a local table is a field assignment, not a global.
-    assert!(errors("local t = {}\nfunction t.a() end\nfunction t:b() return self end\nreturn t:b()").is_empty());
+    assert!(
+        errors("local t = {}\nfunction t.a() end\nfunction t:b() return self end\nreturn t:b()").is_empty()
+    );
     assert_eq!(rules("function t.a() end\nreturn 1"), ["unknown-variable"]);
 }
 
