@@ -157,4 +157,31 @@ proptest! {
         let diagnostics = lint(&source, &context());
         prop_assert!(diagnostics.iter().all(|d| d.line >= 1 && d.rule_id != "internal"), "{:?}", diagnostics);
     }
+
+    /// Lua lint never fails on arbitrary text either: no panic, no `internal`, real positions.
+    #[test]
+    fn lua_lint_returns_diagnostics_for_any_text(source in "\\PC{0,120}") {
+        let diagnostics = cairn::script::lua::lint::lint(&source, &context());
+        prop_assert!(diagnostics.iter().all(|d| d.line >= 1 && d.column >= 1 && d.rule_id != "internal"));
+    }
+
+    /// The Lua workload with a slice cut out or a fragment spliced in.
+    #[test]
+    fn lua_lint_returns_diagnostics_for_damaged_scripts(
+        at in 0usize..LUA_SAMPLE.len(),
+        cut in 0usize..24,
+        splice in prop::sample::select(vec![
+            "", "function() ", "(", "end", "{", "agent(", "for i = 1, 3 do ", "local ", "\"", "parallel({",
+            "[[", "--[[", "`", "=>", "!=", "|x| ", "#{", "::", "goto ", "<const>",
+        ]),
+    ) {
+        let mut source: String = LUA_SAMPLE.chars().take(at).collect();
+        source.push_str(splice);
+        source.extend(LUA_SAMPLE.chars().skip(at + cut));
+        let diagnostics = cairn::script::lua::lint::lint(&source, &context());
+        prop_assert!(diagnostics.iter().all(|d| d.line >= 1 && d.rule_id != "internal"), "{:?}", diagnostics);
+    }
 }
+
+/// The Lua workload, cut up by the property tests above.
+const LUA_SAMPLE: &str = include_str!("../../lint/parallel-capture-assign/good_release_notes.lua");
