@@ -66,6 +66,9 @@ pub enum ErrorCode {
     /// A script broke a sandbox rule that keeps it deterministic: a `parallel` branch or
     /// `pipeline` stage wrote a value captured from outside it.
     SandboxViolation,
+    /// A planner-written script was rejected: no draft passed lint and compile within the
+    /// repair rounds, or a draft was cut off by the output limit.
+    ScriptRejected,
 }
 
 /// Whether a failure says something about the task or only about the path to it.
@@ -82,7 +85,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -106,6 +109,7 @@ impl ErrorCode {
         ErrorCode::RekeyRefused,
         ErrorCode::UnpricedModel,
         ErrorCode::SandboxViolation,
+        ErrorCode::ScriptRejected,
     ];
 
     /// The snake_case name, as persisted.
@@ -134,6 +138,7 @@ impl ErrorCode {
             ErrorCode::RekeyRefused => "rekey_refused",
             ErrorCode::UnpricedModel => "unpriced_model",
             ErrorCode::SandboxViolation => "sandbox_violation",
+            ErrorCode::ScriptRejected => "script_rejected",
         }
     }
 
@@ -167,7 +172,8 @@ impl ErrorCode {
             | ErrorCode::SandboxLimit
             | ErrorCode::ScriptError
             | ErrorCode::UnpricedModel
-            | ErrorCode::SandboxViolation => ErrorClass::Task,
+            | ErrorCode::SandboxViolation
+            | ErrorCode::ScriptRejected => ErrorClass::Task,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! [`Diagnostic`]s of one shape, so one repair prompt renders lint findings and compile errors
 //! alike.
 
+pub mod bound;
 pub mod lua;
 pub mod rhai;
 mod schema_check;

@@ -141,6 +141,10 @@ impl ScriptDialect for RhaiDialect {
         super::lint(source, ctx)
     }
 
+    fn call_bound(&self, source: &str, args: &Value) -> crate::script::bound::CallBound {
+        super::bound::call_bound(source, args)
+    }
+
     fn prepare(&self, engine: &crate::Engine, name: &str, source: &str) -> Result<Workflow, Error> {
         let lint_context = LintContext::from(engine.registered());
         let compiled =
