@@ -10,6 +10,7 @@
 pub mod bound;
 pub mod lua;
 pub mod rhai;
+mod schema_check;
 mod suggest;
 #[cfg(test)]
 mod tests;
