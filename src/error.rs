@@ -66,6 +66,10 @@ pub enum ErrorCode {
     /// A script broke a sandbox rule that keeps it deterministic: a `parallel` branch or
     /// `pipeline` stage wrote a value captured from outside it.
     SandboxViolation,
+    /// An orchestration's result was refused by its declared contract: its acceptance policy
+    /// (child status counts in the message), its finish validators once repairs ran out, or
+    /// its claim-consistency pass under policy `fail`.
+    AcceptanceFailed,
 }
 
 /// Whether a failure says something about the task or only about the path to it.
@@ -82,7 +86,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -106,6 +110,7 @@ impl ErrorCode {
         ErrorCode::RekeyRefused,
         ErrorCode::UnpricedModel,
         ErrorCode::SandboxViolation,
+        ErrorCode::AcceptanceFailed,
     ];
 
     /// The snake_case name, as persisted.
@@ -134,6 +139,7 @@ impl ErrorCode {
             ErrorCode::RekeyRefused => "rekey_refused",
             ErrorCode::UnpricedModel => "unpriced_model",
             ErrorCode::SandboxViolation => "sandbox_violation",
+            ErrorCode::AcceptanceFailed => "acceptance_failed",
         }
     }
 
@@ -167,7 +173,8 @@ impl ErrorCode {
             | ErrorCode::SandboxLimit
             | ErrorCode::ScriptError
             | ErrorCode::UnpricedModel
-            | ErrorCode::SandboxViolation => ErrorClass::Task,
+            | ErrorCode::SandboxViolation
+            | ErrorCode::AcceptanceFailed => ErrorClass::Task,
         }
     }
 }

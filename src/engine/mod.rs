@@ -33,6 +33,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
 
+pub(crate) use budget::{AccountId, Reservation};
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub(crate) use ctx::Begun;
 pub use ctx::{
@@ -42,6 +43,7 @@ pub use ctx::{
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
 pub use lease::Resolution;
+pub(crate) use run::Durability;
 pub(crate) use run::RunState;
 
 use crate::clock::{SharedClock, SystemClock};
