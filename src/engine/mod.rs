@@ -34,6 +34,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub(crate) use admit::FLAT_UNPRICED_RESERVE_NANO_USD;
+pub(crate) use budget::{AccountId, Reservation};
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub(crate) use ctx::Begun;
 pub use ctx::{
@@ -43,6 +44,7 @@ pub use ctx::{
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
 pub use lease::Resolution;
+pub(crate) use run::Durability;
 pub(crate) use run::RunState;
 
 use crate::clock::{SharedClock, SystemClock};

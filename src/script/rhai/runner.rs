@@ -830,6 +830,17 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
         };
         block(shared, pin!(ctx.await_external(key, eopts))).map(|v| to_dynamic(&v))
     }
+    fn orchestrate(shared: &Shared, goal: &str, opts: &Map) -> RhaiResult<Dynamic> {
+        let ctx = current()?;
+        let opts = options("orchestrate", opts).map_err(to_rhai)?;
+        let opts = crate::orchestrator::OrchestrateOptions::from_json(&opts).map_err(to_rhai)?;
+        block(shared, ctx.orchestrate(goal, opts)).map(|o| to_dynamic(&o.value()))
+    }
+    let s = shared.clone();
+    engine.register_fn("orchestrate", move |goal: &str| orchestrate(&s, goal, &Map::new()));
+    let s = shared.clone();
+    engine.register_fn("orchestrate", move |goal: &str, o: Map| orchestrate(&s, goal, &o));
+
     let s = shared.clone();
     engine.register_fn("await_external", move |key: &str| wait(&s, key, &Map::new()));
     let s = shared.clone();
