@@ -128,9 +128,17 @@ pub(super) struct InspectArgs {
 pub(super) struct LintArgs {
     /// The script.
     file: PathBuf,
-    /// Print the diagnostics as a JSON array.
+    /// Print the diagnostics as a JSON array (with `--bound`, an object with `diagnostics` and
+    /// `cost_bound`).
     #[arg(long)]
     json: bool,
+    /// Also print the static cost bound: the most agent calls the script can make and their
+    /// worst-case cost, or why it has none.
+    #[arg(long)]
+    bound: bool,
+    /// The run's args for the bound (JSON, or @FILE): they size loops and fan-outs over `args`.
+    #[arg(long, requires = "bound")]
+    args: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -812,13 +820,42 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         let opened = store::open("memory").map_err(Error::from)?;
         setup_over(globals, config, opened, None, None)
     });
-    let context = match in_memory {
-        Ok(setup) => lint_context(&setup),
+    let setup = match in_memory {
+        Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
+    let context = lint_context(&setup);
     let diagnostics = crate::script::rhai::lint(&source, &context);
-    print_diagnostics(&args.file, &diagnostics, args.json);
+    if args.bound {
+        let run_args = match parse_args(args.args.as_deref()) {
+            Ok(value) => value,
+            Err(exit) => return exit,
+        };
+        let bound = lint_bound(&setup.engine, &args.file, &source, &run_args);
+        if args.json {
+            let both = json!({"diagnostics": diagnostics, "cost_bound": bound});
+            println!("{}", serde_json::to_string_pretty(&both).unwrap_or_else(|_| "{}".into()));
+        } else {
+            print_diagnostics(&args.file, &diagnostics, false);
+            println!("cost bound: {}", escaped(&bound.to_string()));
+        }
+    } else {
+        print_diagnostics(&args.file, &diagnostics, args.json);
+    }
     if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
+}
+
+/// The static cost bound of a script, in the dialect its extension names (Rhai otherwise).
+fn lint_bound(engine: &Engine, file: &Path, source: &str, args: &Value) -> crate::script::bound::CostBound {
+    let extension = file.extension().and_then(|e| e.to_str()).unwrap_or("rhai");
+    let dialect = match engine.dialect_for_extension(extension) {
+        Some(dialect) => dialect,
+        None => match engine.dialect("rhai") {
+            Ok(dialect) => dialect,
+            Err(e) => return crate::script::bound::CostBound::Unbounded { reason: e.to_string() },
+        },
+    };
+    crate::script::bound::cost_bound(engine, dialect.as_ref(), source, args, None)
 }
 
 /// Text for a person, escaped for the terminal (see [`crate::text::for_terminal`]).

@@ -33,6 +33,8 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
 
+pub(crate) use admit::FLAT_UNPRICED_RESERVE_NANO_USD;
+pub(crate) use budget::{AccountId, Reservation};
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub(crate) use ctx::Begun;
 pub use ctx::{
@@ -42,6 +44,7 @@ pub use ctx::{
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
 pub use lease::Resolution;
+pub(crate) use run::Durability;
 pub(crate) use run::RunState;
 
 use crate::clock::{SharedClock, SystemClock};
@@ -127,6 +130,19 @@ pub trait ScriptDialect: Send + Sync + fmt::Debug {
     /// # Errors
     /// `validation` when the script is rejected, with the diagnostics in the message.
     fn prepare(&self, engine: &Engine, name: &str, source: &str) -> Result<Workflow, Error>;
+
+    /// The static bound on the script's agent calls given its `args`: every agent call site
+    /// with how many times it can run at most, or the first construct that makes the count
+    /// unbounded. [`crate::script::bound::cost_bound`] prices it. A dialect without an
+    /// analysis reports the whole script unbounded.
+    fn call_bound(&self, source: &str, args: &Value) -> crate::script::bound::CallBound {
+        let _ = (source, args);
+        crate::script::bound::CallBound::Unbounded {
+            reason: format!("the {} dialect has no static call bound", self.name()),
+            line: 1,
+            column: 1,
+        }
+    }
 }
 
 /// A workflow script: its dialect, a name (usually the file stem) and its source.
@@ -658,8 +674,9 @@ impl Engine {
         &self.inner.journal
     }
 
-    /// The registries, for crate modules that render them (the planner's profile card).
-    pub(crate) fn registries(&self) -> &EngineInner {
+    /// The registries and defaults, for crate modules that analyse or render them (the static
+    /// cost bound, the planner's profile card).
+    pub(crate) fn inner(&self) -> &EngineInner {
         &self.inner
     }
 }

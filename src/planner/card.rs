@@ -31,7 +31,7 @@ use crate::engine::{Described, Engine};
 /// assert_eq!(card, cairn::planner::profile_card(&engine)); // byte-stable
 /// ```
 pub fn profile_card(engine: &Engine) -> String {
-    let inner = engine.registries();
+    let inner = engine.inner();
     let mut card = String::from(
         "# Registered names\n\nA script may use only the names below; lint rejects any other profile, toolset, \
          host function or child workflow.\n",

@@ -246,7 +246,7 @@ impl Inputs {
             return Err(Error::config("the goal is empty"));
         }
         let dialect = engine.dialect(&options.dialect)?;
-        let inner = engine.registries();
+        let inner = engine.inner();
         let model = match &options.model {
             Some(text) => {
                 ModelRef::parse(text).map_err(|e| Error::config(format!("invalid planner model: {e}")))?
