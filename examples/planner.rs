@@ -1,6 +1,7 @@
 //! A model writes the workflow: `run_planned` has the `plan` role draft a Rhai script for a
-//! goal, lints and compiles each draft, sends the errors back as JSON for repair, then runs the
-//! accepted script (frozen source you can read) under its own ceiling.
+//! goal, lints and compiles each draft, sends the errors back as JSON for repair, bounds the
+//! accepted script's cost statically (at most 4 agent calls here, within the run's $1.00
+//! ceiling), then runs it (frozen source you can read) under its own ceiling.
 //!
 //! ```sh
 //! cargo run --example planner
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use cairn::model::{ModelRef, Price, PriceTable};
 use cairn::planner::{PlanOptions, Planned, RunPlannedOptions, plan, run_planned};
 use cairn::provider::cassette::{RecordingProvider, ReplayProvider};
+use cairn::script::bound::CostBound;
 use cairn::store::{SqliteOptions, SqliteStore};
 use cairn::testing::{FakeProvider, FakeScript};
 use cairn::{AgentProfile, Engine, Money, Provider, RunOptions, RunStatus};
@@ -66,6 +68,8 @@ fn options() -> RunPlannedOptions {
     RunPlannedOptions {
         plan: PlanOptions { budget_usd: Some(0.50), ..PlanOptions::default() },
         run: RunOptions { budget_usd: Some(1.00), ..RunOptions::default() },
+        // The script's static cost bound must fit the run's ceiling, or the run is refused.
+        force: false,
     }
 }
 
@@ -128,6 +132,10 @@ fn check(demo: &Demo) -> Result<(), String> {
     {
         return Err("the offline leg did not reproduce the recorded plan and result".into());
     }
+    match &demo.recorded.plan.cost_bound {
+        CostBound::Bounded { max_agent_calls: 4, worst_case } if worst_case.as_usd() <= 1.0 => {}
+        other => return Err(format!("the bound is not 4 calls within the $1.00 ceiling: {other}")),
+    }
     if !demo.recorded.plan.source.starts_with("let angles") {
         return Err(format!("the accepted script is not the repaired draft:\n{}", demo.recorded.plan.source));
     }
@@ -144,6 +152,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plan = &demo.recorded.plan;
     println!("accepted after {} drafts (planning run {}):\n", plan.drafts, plan.planning_run_id);
     println!("{}", plan.source);
+    println!("cost bound: {}", plan.cost_bound);
     println!("result: {}", serde_json::to_string_pretty(&demo.recorded.outcome.value)?);
     println!(
         "offline from the cassette: same script {}, same result {}; re-plan: {} live calls",

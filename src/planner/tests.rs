@@ -240,6 +240,7 @@ fn run_planned_runs_the_accepted_script_leniently_with_its_source_stored() {
     let options = RunPlannedOptions {
         plan: PlanOptions::default(),
         run: RunOptions { budget_usd: Some(1.0), ..RunOptions::default() },
+        force: false,
     };
     let planned = rt().block_on(run_planned(&engine, "Summarize", json!({}), options)).unwrap();
     assert_eq!(planned.outcome.status, RunStatus::Ok, "{:?}", planned.outcome.error);
@@ -250,4 +251,42 @@ fn run_planned_runs_the_accepted_script_leniently_with_its_source_stored() {
     assert_eq!(meta.extra.get("policy"), Some(&json!("lenient")));
     assert!(meta.source_ref.is_some());
     assert_eq!(meta.budget_ceiling, Some(crate::Money::from_usd(1.0).unwrap()));
+}
+
+#[test]
+fn the_accepted_plan_carries_its_cost_bound_and_an_over_ceiling_run_needs_force() {
+    let fanout = "```rhai\nlet notes = parallel(args.topics, |t| agent(`Notes on ${t}`));\nagent(`Merge ${notes}`)\n```";
+    let fake = FakeProvider::new()
+        .on_prompt(regex::Regex::new("workflow script").unwrap(), FakeScript::new(text_turn(fanout, 30)))
+        .otherwise(FakeScript::text("notes"));
+    let (engine, store) = engine_with(&fake);
+    let rt = rt();
+    let _entered = rt.enter();
+    let args = json!({"topics": ["a", "b", "c"]});
+    let options = PlanOptions { args: Some(args.clone()), ..PlanOptions::default() };
+    let plan = rt.block_on(plan(&engine, "goal", options)).unwrap();
+    let CostBound::Bounded { max_agent_calls, worst_case } = plan.cost_bound.clone() else {
+        panic!("{:?}", plan.cost_bound)
+    };
+    assert_eq!(max_agent_calls, 4, "three args-sized branches and the merge");
+    assert!(worst_case > crate::Money::ZERO);
+    let wire = serde_json::to_value(&plan.cost_bound).unwrap();
+    assert_eq!(wire["max_agent_calls"], 4);
+
+    // A run ceiling below the worst case: refused before anything is written, unless forced.
+    let tight = RunOptions { budget_usd: Some(worst_case.as_usd() / 2.0), ..RunOptions::default() };
+    let refused = start_planned(&engine, &plan, args.clone(), tight.clone(), false).unwrap_err();
+    assert!(matches!(refused, PlanError::OverCeiling { .. }), "{refused:?}");
+    assert_eq!(refused.code(), ErrorCode::Config);
+    use crate::store::JournalStore as _;
+    let runs = store.list_runs(&crate::store::RunFilter::default()).unwrap();
+    assert_eq!(runs.len(), 1, "only the planning run exists");
+    // Forced, it runs, and the ceiling still holds.
+    let forced = start_planned(&engine, &plan, args.clone(), tight, true).unwrap();
+    let outcome = rt.block_on(forced.result()).unwrap();
+    assert!(outcome.cost.total.cost <= crate::Money::from_usd(worst_case.as_usd() / 2.0).unwrap());
+    // A ceiling above the bound needs no force.
+    let roomy = RunOptions { budget_usd: Some(worst_case.as_usd() * 2.0), ..RunOptions::default() };
+    let outcome = rt.block_on(start_planned(&engine, &plan, args, roomy, false).unwrap().result()).unwrap();
+    assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
 }

@@ -49,6 +49,8 @@ fn cli_plan_repairs_a_bad_draft_from_the_lint_json_and_replanning_is_free() {
     assert_eq!(plan["dialect"], "rhai");
     assert_eq!(plan["source"], "let a = agent(\"first\");\nlet b = agent(\"second\");\na + \" / \" + b\n");
     assert!(plan["warnings"].is_array());
+    assert_eq!(plan["cost_bound"]["max_agent_calls"], 2, "{plan}");
+    assert!(plan["cost_bound"]["worst_case_usd"].as_f64().unwrap() > 0.0, "{plan}");
     let planning_run_id = plan["planning_run_id"].as_str().unwrap().to_owned();
     assert!(planning_run_id.starts_with("plan-"), "{planning_run_id}");
 
@@ -126,7 +128,6 @@ fn cli_plan_refuses_bad_options_before_any_request() {
         vec!["plan", GOAL, "--dialect", "cobol"],
         vec!["plan", GOAL, "--planner-model", "nowhere:x"],
         vec!["plan", GOAL, "--planning-budget", "-1"],
-        vec!["plan", GOAL, "--budget", "1"],
         vec!["plan", GOAL, "--run", "--args", "{not json"],
     ] {
         let (code, _, stderr) = run(dir.path(), &args);
@@ -159,6 +160,23 @@ fn cli_plan_run_json_nests_the_runs_outcome() {
     let run_id = object["run"]["run_id"].as_str().unwrap();
     let (_, inspect, _) = run(dir.path(), &["inspect", run_id, "--json"]);
     assert!(inspect.contains("lenient"), "a planned script runs under the lenient policy: {inspect}");
+}
+
+#[test]
+fn cli_plan_run_over_its_ceiling_needs_force_and_the_ceiling_still_holds() {
+    let server = ScriptedServer::start(vec![text(GOOD_DRAFT, 900, 30)]);
+    let dir = project(&server.url, "", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--run", "--budget", "0.000001"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("cost bound") && stderr.contains("--force"), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let (_, runs, _) = run(dir.path(), &["runs", "--json"]);
+    let runs: Vec<Value> = serde_json::from_str(&runs).unwrap();
+    assert!(runs.iter().all(|r| r["name"] != "planned"), "a refused run was written: {runs:?}");
+    // Forced: the draft replays from the planning journal, and the ceiling refuses the calls.
+    let (code, _, stderr) = run(dir.path(), &["plan", GOAL, "--run", "--budget", "0.000001", "--force"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(server.requests().len(), 1, "only the one draft was ever paid");
 }
 
 #[test]
