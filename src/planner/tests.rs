@@ -290,3 +290,81 @@ fn the_accepted_plan_carries_its_cost_bound_and_an_over_ceiling_run_needs_force(
     let outcome = rt.block_on(start_planned(&engine, &plan, args, roomy, false).unwrap().result()).unwrap();
     assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
 }
+
+/// A dialect the planner has never heard of, registered through the seam alone.
+#[derive(Debug)]
+struct Toy;
+
+impl ScriptDialect for Toy {
+    fn name(&self) -> &'static str {
+        "toy"
+    }
+
+    fn extension(&self) -> &'static str {
+        "toy"
+    }
+
+    fn card(&self) -> &'static str {
+        "TOY CARD: write `good`."
+    }
+
+    fn check(&self, source: &str, _: &LintContext) -> Vec<Diagnostic> {
+        if source.trim() == "good" {
+            return Vec::new();
+        }
+        vec![Diagnostic {
+            rule_id: "toy".into(),
+            message: "write good".into(),
+            line: 1,
+            column: 1,
+            end_line: None,
+            end_column: None,
+            severity: Severity::Error,
+        }]
+    }
+
+    fn prepare(&self, _: &Engine, name: &str, source: &str) -> Result<Workflow, Error> {
+        let source = source.to_owned();
+        Ok(Workflow::new(name, move |_, _| {
+            let source = source.clone();
+            async move { Ok(Value::String(source)) }
+        }))
+    }
+}
+
+#[test]
+fn any_registered_dialect_plugs_in_through_the_seam() {
+    let fake =
+        FakeProvider::new().on_any(FakeScript::text("```toy\nbad\n```").then_text("```toy\ngood\n```"));
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder(store.clone(), store)
+        .provider(Arc::new(fake.clone()))
+        .prices(prices())
+        .default_model(ModelRef::parse("fake:model").unwrap())
+        .dialect(Arc::new(Toy))
+        .build()
+        .unwrap();
+    let options = RunPlannedOptions {
+        plan: PlanOptions { dialect: "toy".into(), ..PlanOptions::default() },
+        run: RunOptions { budget_usd: Some(1.0), ..RunOptions::default() },
+        force: false,
+    };
+    let rt = rt();
+    // The toy dialect has no static bound: a ceiling needs force.
+    let refused = rt.block_on(run_planned(&engine, "goal", json!({}), options.clone())).unwrap_err();
+    let PlanError::OverCeiling { bound: CostBound::Unbounded { reason }, .. } = refused else {
+        panic!("{refused:?}")
+    };
+    assert!(reason.contains("toy"), "{reason}");
+    let planned = rt
+        .block_on(run_planned(&engine, "goal", json!({}), RunPlannedOptions { force: true, ..options }))
+        .unwrap();
+    assert_eq!((planned.plan.dialect.as_str(), planned.plan.drafts), ("toy", 2));
+    assert_eq!(planned.outcome.value, Some(json!("good\n")));
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2, "the second plan replayed the first's drafts");
+    let system = calls[0].request.system.clone().unwrap_or_default();
+    assert!(system.contains("TOY CARD") && system.contains("language is toy"), "{system}");
+    assert!(!system.contains(crate::script::api_card().trim_end()), "the Rhai card leaked into a toy plan");
+    assert!(calls[1].last_user_text.clone().unwrap().contains("\"rule_id\": \"toy\""));
+}
