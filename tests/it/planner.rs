@@ -212,7 +212,9 @@ fn cairn_card_prints_a_dialects_card_and_the_profile_card() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("cairn.toml"),
-        "[profiles.researcher]\ndescription = \"Finds primary sources.\"\nmodel = \"echo:default\"\n",
+        "[profiles.researcher]\ndescription = \"Finds primary sources.\"\nmodel = \"echo:default\"\n\n\
+         [host_functions.fetch_issue]\ncommand = [\"cat\"]\ndescription = \"Fetches one issue.\"\n\
+         accepts = { type = \"object\", required = [\"number\"] }\n\n[host_functions.bare]\ncommand = [\"cat\"]\n",
     )
     .unwrap();
     let (code, plain, _) = run(dir.path(), &["card"]);
@@ -223,6 +225,13 @@ fn cairn_card_prints_a_dialects_card_and_the_profile_card() {
     let (code, profiles, _) = run(dir.path(), &["card", "--profiles"]);
     assert_eq!(code, 0);
     assert!(profiles.contains("- researcher: Finds primary sources. | model: echo:default"), "{profiles}");
+    assert!(
+        profiles.contains(
+            r#"- fetch_issue: Fetches one issue. | accepts: {"required":["number"],"type":"object"}"#
+        ),
+        "{profiles}"
+    );
+    assert!(profiles.contains("- bare: (no description)"), "{profiles}");
     assert_eq!(run(dir.path(), &["card", "--profiles"]).1, profiles, "the profile card is byte-stable");
     assert_eq!(run(dir.path(), &["card", "--dialect", "cobol"]).0, 2);
 }
