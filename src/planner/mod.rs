@@ -494,6 +494,31 @@ impl PendingVerdict {
 /// Planning the same goal with the same inputs again replays the journaled conversation: no
 /// draft is paid for twice, and a settled conversation makes no provider call at all.
 ///
+/// ```
+/// use std::sync::Arc;
+/// use cairn::planner::{plan, PlanOptions};
+/// use cairn::testing::{FakeProvider, FakeScript};
+/// use cairn::{Engine, MemoryStore, model::ModelRef};
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// // A scripted planner: a JavaScript draft first, then Rhai after reading the diagnostics.
+/// let planner = FakeProvider::new()
+///     .on_any(FakeScript::text("```js\nconst x = await agent('hi');\n```").then_text("```rhai\nagent(\"hi\")\n```"));
+/// let store = Arc::new(MemoryStore::new());
+/// let engine = Engine::builder(store.clone(), store)
+///     .provider(Arc::new(planner.clone()))
+///     .default_model(ModelRef::parse("fake:planner").unwrap())
+///     .build()
+///     .unwrap();
+/// let planned = plan(&engine, "Say hi", PlanOptions::default()).await.unwrap();
+/// assert_eq!((planned.source.as_str(), planned.drafts), ("agent(\"hi\")\n", 2));
+///
+/// // The same goal again replays the journaled conversation: no provider call.
+/// let again = plan(&engine, "Say hi", PlanOptions::default()).await.unwrap();
+/// assert_eq!((again.source, planner.call_count()), (planned.source, 2));
+/// # });
+/// ```
+///
 /// # Errors
 /// - [`PlanError::Invalid`] (`config`) for refused options, before anything is dispatched;
 /// - [`PlanError::Rejected`] (`script_rejected`) when no draft was accepted after
