@@ -64,11 +64,11 @@ pub(super) struct LiveArgs {
 pub(super) struct CassetteArgs {
     /// Record every provider exchange to this cassette (JSONL; no credentials are ever in it).
     #[arg(long, value_name = "FILE", conflicts_with = "replay")]
-    record: Option<PathBuf>,
+    pub(super) record: Option<PathBuf>,
     /// Serve every provider exchange from this cassette, with zero network; a request it does
     /// not hold fails with a cassette miss.
     #[arg(long, value_name = "FILE")]
-    replay: Option<PathBuf>,
+    pub(super) replay: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -164,7 +164,7 @@ where
 }
 
 /// A failure with the exit code it maps to.
-fn exit_of(error: &Error) -> Exit {
+pub(super) fn exit_of(error: &Error) -> Exit {
     match error.code {
         ErrorCode::Config | ErrorCode::Validation => Exit::Usage,
         ErrorCode::JournalMiss => Exit::ReplayMiss,
@@ -172,7 +172,7 @@ fn exit_of(error: &Error) -> Exit {
     }
 }
 
-fn load_config(globals: &Globals) -> Result<Config, Error> {
+pub(super) fn load_config(globals: &Globals) -> Result<Config, Error> {
     match &globals.config {
         Some(path) => Config::load(path, true),
         None => Config::load(Path::new("cairn.toml"), false),
@@ -197,10 +197,10 @@ fn open_store_read_only(globals: &Globals, config: &Config) -> Result<Option<Ope
     })
 }
 
-struct Setup {
-    engine: Engine,
-    config: Config,
-    uses_echo: bool,
+pub(super) struct Setup {
+    pub(super) engine: Engine,
+    pub(super) config: Config,
+    pub(super) uses_echo: bool,
 }
 
 fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
@@ -216,7 +216,7 @@ fn setup_read_only(globals: &Globals) -> Result<Option<Setup>, Error> {
     }
 }
 
-fn setup_with(
+pub(super) fn setup_with(
     globals: &Globals,
     model: Option<&str>,
     cassette: Option<&CassetteArgs>,
@@ -325,7 +325,7 @@ fn read_script(file: &Path) -> Result<(String, String), Exit> {
     Ok((name, source))
 }
 
-fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
+pub(super) fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     if as_json {
         println!("{}", serde_json::to_string_pretty(diagnostics).unwrap_or_else(|_| "[]".into()));
         return;
@@ -337,7 +337,7 @@ fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     }
 }
 
-fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
+pub(super) fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
     let Some(text) = text else { return Ok(json!({})) };
     let body = match text.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path)
@@ -352,7 +352,7 @@ fn parse_run_id(text: &str) -> Result<RunId, Exit> {
 }
 
 /// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
-async fn follow(mut handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
+pub(super) async fn follow(mut handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
     // Listening before anything is printed: once "running" shows, a signal is handled.
     let mut interrupts = super::Interrupts::listen();
     // Quiet: nobody reads the events, so the run builds none.
@@ -390,7 +390,7 @@ async fn handle_result(handle: &RunHandle) -> Result<RunOutcome, Error> {
     handle.wait().await
 }
 
-fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
+pub(super) fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
     if as_json {
         out!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
     } else {

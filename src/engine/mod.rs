@@ -34,6 +34,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub(crate) use admit::FLAT_UNPRICED_RESERVE_NANO_USD;
+pub(crate) use budget::{AccountId, Reservation};
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub(crate) use ctx::Begun;
 pub use ctx::{
@@ -43,6 +44,7 @@ pub use ctx::{
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
 pub use lease::Resolution;
+pub(crate) use run::Durability;
 pub(crate) use run::RunState;
 
 use crate::clock::{SharedClock, SystemClock};
@@ -207,6 +209,16 @@ pub struct Registered {
     pub host_functions: Vec<String>,
     /// Workflows callable as children.
     pub workflows: Vec<String>,
+}
+
+/// What a host function or child workflow is for and what it accepts: shown to planner models
+/// on the profile card (see `EngineBuilder::describe_host_function`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Described {
+    /// What it does, in a sentence.
+    pub description: String,
+    /// A JSON Schema of the arguments it accepts, when known.
+    pub accepts: Option<Value>,
 }
 
 /// A named agent configuration: model, system prompt, limits and a default cost estimate.
@@ -477,6 +489,10 @@ pub(crate) struct EngineInner {
     pub(crate) lease_ttl: Duration,
     /// The backoff cap and the `Retry-After` clamp of every call.
     pub(crate) backoff: crate::agent::Backoff,
+    /// Descriptions of host functions, for the planner's profile card.
+    pub(crate) host_docs: HashMap<String, Described>,
+    /// Descriptions of child workflows, for the planner's profile card.
+    pub(crate) workflow_docs: HashMap<String, Described>,
 }
 
 impl fmt::Debug for EngineInner {
@@ -548,6 +564,8 @@ impl Engine {
                 permissions: crate::agent::Permissions::allow_all(),
                 lease_ttl: lease::DEFAULT_LEASE_TTL,
                 backoff: crate::agent::Backoff::default(),
+                host_docs: HashMap::new(),
+                workflow_docs: HashMap::new(),
             },
         }
     }
@@ -656,7 +674,8 @@ impl Engine {
         &self.inner.journal
     }
 
-    /// The registries and defaults, for analyses outside the engine (the static cost bound).
+    /// The registries and defaults, for crate modules that analyse or render them (the static
+    /// cost bound, the planner's profile card).
     pub(crate) fn inner(&self) -> &EngineInner {
         &self.inner
     }
@@ -716,6 +735,34 @@ impl EngineBuilder {
         Fut: Future<Output = Result<Value, Error>> + Send + 'static,
     {
         self.inner.host_functions.insert(name.to_owned(), Arc::new(move |args| Box::pin(f(args))));
+        self
+    }
+
+    /// Describes a registered host function for planner models: what it does and, when known,
+    /// the JSON Schema of the arguments it accepts (shown on the profile card).
+    pub fn describe_host_function(
+        mut self,
+        name: &str,
+        description: &str,
+        accepts: Option<Value>,
+    ) -> EngineBuilder {
+        self.inner
+            .host_docs
+            .insert(name.to_owned(), Described { description: description.to_owned(), accepts });
+        self
+    }
+
+    /// Describes a registered child workflow for planner models: what it does and, when known,
+    /// the JSON Schema of the arguments it accepts (shown on the profile card).
+    pub fn describe_workflow(
+        mut self,
+        name: &str,
+        description: &str,
+        accepts: Option<Value>,
+    ) -> EngineBuilder {
+        self.inner
+            .workflow_docs
+            .insert(name.to_owned(), Described { description: description.to_owned(), accepts });
         self
     }
 

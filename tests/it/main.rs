@@ -21,6 +21,7 @@ mod lint;
 mod live_model;
 mod money;
 mod outside;
+mod planner;
 mod provider;
 mod resume_explain;
 mod samples;
