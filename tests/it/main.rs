@@ -6,6 +6,7 @@ static ALLOCATOR: cairn::CountingAlloc = cairn::CountingAlloc;
 
 mod adapters_e2e;
 mod agent_contract;
+mod bound;
 mod cli;
 mod concurrency;
 mod crash;
@@ -20,6 +21,7 @@ mod lint;
 mod live_model;
 mod money;
 mod outside;
+mod planner;
 mod provider;
 mod resume_explain;
 mod samples;

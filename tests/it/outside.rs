@@ -301,12 +301,11 @@ fn a_self_nesting_array_ends_quickly() {
 
 /// What the linter should see (issue 17, "The linter sees what it can"): a user method that
 /// writes `this` called on a captured value in a branch, `for_each` assigning `this` on a
-/// captured array and `Fn(...)` with a computed name are refused now; still accepted (exit 0):
-/// closures that write captured state, pushed into an array that `parallel` runs, and a
-/// closure's `.name()`. The runtime refuses the writes the same way every run and closure
-/// names are fixed, so neither diverges; the linter should still say so before the run.
+/// captured array and `Fn(...)` with a computed name are refused, and so are closures that
+/// write captured state pushed into an array that `parallel` runs (any closure that writes a
+/// captured variable and goes where lint cannot follow it) and a closure's `.name()` (always
+/// `<closure>`, so whatever dispatches or labels on it is wrong on every run).
 #[test]
-#[ignore = "script lint: closures pushed into a branch array and a closure's .name() pass lint (src/script/rhai/lint)"]
 fn the_linter_refuses_indirect_writes_and_dynamic_dispatch() {
     let cases = [
         "fn remember(x) { this.push(x); }\nlet log = [];\nparallel([1, 2], |i| { log.remember(i); agent(`q${i}`) });\nlog",

@@ -142,6 +142,10 @@ impl ScriptDialect for RhaiDialect {
         super::lint(source, ctx)
     }
 
+    fn call_bound(&self, source: &str, args: &Value) -> crate::script::bound::CallBound {
+        super::bound::call_bound(source, args)
+    }
+
     fn prepare(&self, engine: &crate::Engine, name: &str, source: &str) -> Result<Workflow, Error> {
         let lint_context = LintContext::from(engine.registered());
         let compiled =
@@ -826,6 +830,17 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
         };
         block(shared, pin!(ctx.await_external(key, eopts))).map(|v| to_dynamic(&v))
     }
+    fn orchestrate(shared: &Shared, goal: &str, opts: &Map) -> RhaiResult<Dynamic> {
+        let ctx = current()?;
+        let opts = options("orchestrate", opts).map_err(to_rhai)?;
+        let opts = crate::orchestrator::OrchestrateOptions::from_json(&opts).map_err(to_rhai)?;
+        block(shared, ctx.orchestrate(goal, opts)).map(|o| to_dynamic(&o.value()))
+    }
+    let s = shared.clone();
+    engine.register_fn("orchestrate", move |goal: &str| orchestrate(&s, goal, &Map::new()));
+    let s = shared.clone();
+    engine.register_fn("orchestrate", move |goal: &str, o: Map| orchestrate(&s, goal, &o));
+
     let s = shared.clone();
     engine.register_fn("await_external", move |key: &str| wait(&s, key, &Map::new()));
     let s = shared.clone();
