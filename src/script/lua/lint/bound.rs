@@ -90,7 +90,7 @@ fn unbounded_at(pos: Pos, reason: String) -> CallBound {
 
 /// The call bound of a parsed chunk.
 fn bound_of(block: &Block, args: &Value) -> CallBound {
-    let mut mutated = HashSet::new();
+    let mut mutated = Changes::default();
     scan_block(block, &mut mutated);
     let mut walker = Walker {
         args: args.clone(),
@@ -289,45 +289,87 @@ fn from_static(value: Static) -> Abs<'static> {
     }
 }
 
-// ----- the pre-scan: names assigned anywhere -----
+// ----- the pre-scan: names changed anywhere -----
 
-fn scan_block(block: &Block, out: &mut HashSet<String>) {
+/// Collects the names whose value may change after they are bound, anywhere in the script:
+/// assigned, the root of an assignment target (`t.x = ...`), the receiver of a method call,
+/// an argument of a call that may change it (anything but the read-only functions), or
+/// aliased (bound to another name or put in a table, where a change through the alias is out
+/// of sight). The analysis treats an assigned name as unknown everywhere, and a changed one
+/// as unknown unless it holds a string, number or boolean (which no reference can change).
+#[derive(Debug, Default)]
+struct Changes {
+    assigned: HashSet<String>,
+    referenced: HashSet<String>,
+}
+
+fn scan_block(block: &Block, out: &mut Changes) {
     for stmt in block.stmts() {
         match stmt {
             Stmt::Assignment(assignment) => {
                 for var in assignment.variables() {
-                    if let Var::Name(token) = var {
-                        out.insert(ident(token).to_owned());
+                    match var {
+                        Var::Name(token) => {
+                            out.assigned.insert(ident(token).to_owned());
+                        }
+                        Var::Expression(var) => {
+                            if let Prefix::Name(token) = var.prefix() {
+                                out.referenced.insert(ident(token).to_owned());
+                            }
+                            scan_suffixes(var.prefix(), var.suffixes(), out);
+                        }
+                        _ => {}
                     }
                 }
                 for expr in assignment.expressions() {
+                    scan_aliased(expr, out);
                     scan_expr(expr, out);
                 }
             }
             Stmt::FunctionDeclaration(declaration) => {
                 let names: Vec<_> = declaration.name().names().iter().collect();
-                if names.len() == 1 && declaration.name().method_name().is_none() {
-                    // A global function declaration assigns its name (lint rejects it).
-                    out.insert(ident(names[0]).to_owned());
+                if let Some(first) = names.first() {
+                    // A global function declaration assigns its name (lint rejects it); a
+                    // method declaration changes its table.
+                    if names.len() == 1 && declaration.name().method_name().is_none() {
+                        out.assigned.insert(ident(first).to_owned());
+                    } else {
+                        out.referenced.insert(ident(first).to_owned());
+                    }
                 }
                 scan_block(declaration.body().block(), out);
             }
-            Stmt::LocalAssignment(local) => local.expressions().iter().for_each(|expr| scan_expr(expr, out)),
-            Stmt::LocalFunction(function) => scan_block(function.body().block(), out),
-            Stmt::FunctionCall(_) => {
-                // Calls only hold expressions; functions inside them are scanned through scan_expr.
-                if let Stmt::FunctionCall(call) = stmt {
-                    scan_call_args(call.suffixes(), out);
+            Stmt::LocalAssignment(local) => {
+                for expr in local.expressions() {
+                    scan_aliased(expr, out);
+                    scan_expr(expr, out);
                 }
             }
+            Stmt::LocalFunction(function) => scan_block(function.body().block(), out),
+            Stmt::FunctionCall(call) => scan_suffixes(call.prefix(), call.suffixes(), out),
             Stmt::Do(inner) => scan_block(inner.block(), out),
-            Stmt::While(inner) => scan_block(inner.block(), out),
-            Stmt::Repeat(inner) => scan_block(inner.block(), out),
-            Stmt::NumericFor(inner) => scan_block(inner.block(), out),
-            Stmt::GenericFor(inner) => scan_block(inner.block(), out),
+            Stmt::While(inner) => {
+                scan_expr(inner.condition(), out);
+                scan_block(inner.block(), out);
+            }
+            Stmt::Repeat(inner) => {
+                scan_block(inner.block(), out);
+                scan_expr(inner.until(), out);
+            }
+            Stmt::NumericFor(inner) => {
+                scan_expr(inner.start(), out);
+                scan_expr(inner.end(), out);
+                scan_block(inner.block(), out);
+            }
+            Stmt::GenericFor(inner) => {
+                inner.expressions().iter().for_each(|expr| scan_expr(expr, out));
+                scan_block(inner.block(), out);
+            }
             Stmt::If(inner) => {
+                scan_expr(inner.condition(), out);
                 scan_block(inner.block(), out);
                 for else_if in inner.else_if().into_iter().flatten() {
+                    scan_expr(else_if.condition(), out);
                     scan_block(else_if.block(), out);
                 }
                 if let Some(block) = inner.else_block() {
@@ -342,30 +384,122 @@ fn scan_block(block: &Block, out: &mut HashSet<String>) {
     }
 }
 
-fn scan_call_args<'s>(suffixes: impl Iterator<Item = &'s Suffix>, out: &mut HashSet<String>) {
+/// Calls that never change their arguments.
+fn is_read_only(callee: &str) -> bool {
+    matches!(
+        callee,
+        "ipairs"
+            | "pairs"
+            | "next"
+            | "type"
+            | "tostring"
+            | "tonumber"
+            | "select"
+            | "rawlen"
+            | "rawequal"
+            | "assert"
+            | "error"
+            | "agent"
+            | "log"
+            | "host_call"
+            | "workflow"
+            | "await_external"
+            | "parallel"
+            | "pipeline"
+            | "step"
+            | "phase"
+            | "table.concat"
+            | "table.unpack"
+    ) || callee.starts_with("string.")
+        || callee.starts_with("math.")
+        || callee.starts_with("utf8.")
+}
+
+/// The root name of an expression that is a name or a path from one.
+fn root_of(expr: &Expression) -> Option<&str> {
+    match expr {
+        Expression::Var(Var::Name(token)) => Some(ident(token)),
+        Expression::Var(Var::Expression(var)) => match var.prefix() {
+            Prefix::Name(token) => Some(ident(token)),
+            _ => None,
+        },
+        Expression::Parentheses { expression, .. } => root_of(expression),
+        _ => None,
+    }
+}
+
+/// A bare name bound to another name (or put in a table): an alias.
+fn scan_aliased(expr: &Expression, out: &mut Changes) {
+    if let Expression::Var(Var::Name(token)) = expr {
+        out.referenced.insert(ident(token).to_owned());
+    }
+}
+
+fn scan_suffixes<'s>(prefix: &'s Prefix, suffixes: impl Iterator<Item = &'s Suffix>, out: &mut Changes) {
+    let root = match prefix {
+        Prefix::Name(token) => Some(ident(token)),
+        Prefix::Expression(expr) => {
+            scan_expr(expr, out);
+            None
+        }
+        _ => None,
+    };
+    let mut path: Option<String> = root.map(str::to_owned);
     for suffix in suffixes {
-        let args = match suffix {
-            Suffix::Call(Call::AnonymousCall(args)) => args,
-            Suffix::Call(Call::MethodCall(method)) => method.args(),
-            _ => continue,
-        };
-        match args {
-            FunctionArgs::Parentheses { arguments, .. } => {
-                arguments.iter().for_each(|expr| scan_expr(expr, out))
+        match suffix {
+            Suffix::Index(Index::Dot { name, .. }) => {
+                path = path.map(|path| format!("{path}.{}", ident(name)));
             }
-            FunctionArgs::TableConstructor(table) => scan_table(table, out),
+            Suffix::Index(Index::Brackets { expression, .. }) => {
+                scan_expr(expression, out);
+                path = None;
+            }
+            Suffix::Call(call) => {
+                let args = match call {
+                    Call::AnonymousCall(args) => args,
+                    Call::MethodCall(method) => {
+                        if let Some(root) = root {
+                            out.referenced.insert(root.to_owned());
+                        }
+                        method.args()
+                    }
+                    _ => continue,
+                };
+                let read_only =
+                    matches!(call, Call::AnonymousCall(_)) && path.as_deref().is_some_and(is_read_only);
+                match args {
+                    FunctionArgs::Parentheses { arguments, .. } => {
+                        for arg in arguments.iter() {
+                            if !read_only && let Some(name) = root_of(arg) {
+                                out.referenced.insert(name.to_owned());
+                            }
+                            scan_expr(arg, out);
+                        }
+                    }
+                    FunctionArgs::TableConstructor(table) => scan_table(table, out),
+                    _ => {}
+                }
+                path = None;
+            }
             _ => {}
         }
     }
 }
 
-fn scan_table(table: &TableConstructor, out: &mut HashSet<String>) {
+fn scan_table(table: &TableConstructor, out: &mut Changes) {
     for field in table.fields() {
         match field {
-            Field::NoKey(value) => scan_expr(value, out),
-            Field::NameKey { value, .. } => scan_expr(value, out),
+            Field::NoKey(value) => {
+                scan_aliased(value, out);
+                scan_expr(value, out);
+            }
+            Field::NameKey { value, .. } => {
+                scan_aliased(value, out);
+                scan_expr(value, out);
+            }
             Field::ExpressionKey { key, value, .. } => {
                 scan_expr(key, out);
+                scan_aliased(value, out);
                 scan_expr(value, out);
             }
             _ => {}
@@ -373,10 +507,11 @@ fn scan_table(table: &TableConstructor, out: &mut HashSet<String>) {
     }
 }
 
-fn scan_expr(expr: &Expression, out: &mut HashSet<String>) {
+fn scan_expr(expr: &Expression, out: &mut Changes) {
     match expr {
         Expression::Function(function) => scan_block(function.body().block(), out),
-        Expression::FunctionCall(call) => scan_call_args(call.suffixes(), out),
+        Expression::FunctionCall(call) => scan_suffixes(call.prefix(), call.suffixes(), out),
+        Expression::Var(Var::Expression(var)) => scan_suffixes(var.prefix(), var.suffixes(), out),
         Expression::TableConstructor(table) => scan_table(table, out),
         Expression::BinaryOperator { lhs, rhs, .. } => {
             scan_expr(lhs, out);
@@ -411,7 +546,7 @@ fn arg_exprs(args: &FunctionArgs) -> Vec<ArgExpr<'_>> {
 
 struct Walker<'a> {
     args: Value,
-    mutated: HashSet<String>,
+    mutated: Changes,
     scope: Vec<(String, Abs<'a>)>,
     sites: HashMap<Pos, AgentSite>,
     /// The functions being inlined, innermost last (for recursion).
@@ -444,12 +579,15 @@ impl<'a> Walker<'a> {
     /// Binds a name; a name assigned anywhere is unknown, so what it held must not be a
     /// function that calls agents.
     fn bind(&mut self, name: &str, value: Abs<'a>, pos: Pos) -> Bound<()> {
-        let value = if self.mutated.contains(name) {
-            self.lose(&value, pos, &format!("the assigned variable '{name}'"))?;
-            Abs::Unknown
-        } else {
-            value
-        };
+        let scalar =
+            matches!(value, Abs::Json(Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_)));
+        let value =
+            if self.mutated.assigned.contains(name) || (self.mutated.referenced.contains(name) && !scalar) {
+                self.lose(&value, pos, &format!("the changed variable '{name}'"))?;
+                Abs::Unknown
+            } else {
+                value
+            };
         self.scope.push((name.to_owned(), value));
         Ok(())
     }
@@ -799,12 +937,16 @@ impl<'a> Walker<'a> {
     /// Walks a loop body with the loop's names bound.
     fn loop_body(&mut self, bindings: &[(String, Abs<'a>)], block: &'a Block) -> Bound<Count> {
         let mark = self.scope.len();
-        for (name, value) in bindings {
-            self.scope.push((name.clone(), value.clone()));
-        }
-        let result = self.block(block);
+        let result = self.bind_all(bindings.iter().cloned()).and_then(|()| self.block(block));
         self.scope.truncate(mark);
         result
+    }
+
+    fn bind_all(&mut self, bindings: impl Iterator<Item = (String, Abs<'a>)>) -> Bound<()> {
+        for (name, value) in bindings {
+            self.bind(&name, value, (1, 1))?;
+        }
+        Ok(())
     }
 
     /// A body run `n` times, walked once with unknown elements.
@@ -1168,14 +1310,17 @@ impl<'a> Walker<'a> {
             self.scope.push((name.clone(), Abs::Func(func.clone())));
         }
         let mut args = args.into_iter();
-        for parameter in func.body.parameters() {
-            if let Parameter::Name(name) = parameter {
-                let value = args.next().unwrap_or(Abs::Unknown);
-                self.scope.push((ident(name).to_owned(), value));
-            }
-        }
+        let params: Vec<(String, Abs<'a>)> = func
+            .body
+            .parameters()
+            .iter()
+            .filter_map(|parameter| match parameter {
+                Parameter::Name(name) => Some((ident(name).to_owned(), args.next().unwrap_or(Abs::Unknown))),
+                _ => None,
+            })
+            .collect();
         self.active.push(key);
-        let result = self.block(func.body.block());
+        let result = self.bind_all(params.into_iter()).and_then(|()| self.block(func.body.block()));
         self.active.pop();
         self.scope = saved;
         Ok((result?, Abs::Unknown))
@@ -1330,7 +1475,7 @@ mod tests {
             ("local t = {}\nfunction t.run() return agent(\"x\") end\nreturn t.run()", "table field", 2),
             ("for _, x in ipairs(args.missing) do agent(x) end\nreturn 1", "unknown size", 1),
             ("for w in string.gmatch(args.text, \"%a+\") do agent(w) end\nreturn 1", "iterator", 1),
-            ("local f = function() return agent(\"x\") end\nf = nil\nreturn 1", "assigned variable", 1),
+            ("local f = function() return agent(\"x\") end\nf = nil\nreturn 1", "changed variable", 1),
             (
                 "local fs = {}\ntable.insert(fs, function() return agent(\"x\") end)\nreturn parallel(fs)",
                 "cannot follow",
@@ -1349,6 +1494,35 @@ mod tests {
                 Ok(sites) => panic!("{source}: bounded {sites:?}"),
             }
         }
+    }
+
+    #[test]
+    fn tables_changed_anywhere_are_of_unknown_size() {
+        for source in [
+            "local t = {}\nt[#t + 1] = 1\nfor _, x in ipairs(t) do agent(\"x\") end\nreturn 1",
+            "local t = {}\ntable.insert(t, 1)\nfor _, x in ipairs(t) do agent(\"x\") end\nreturn 1",
+            "local t = {}\nlocal function fill(u) u[1] = 1 end\nfill(t)\nreturn parallel(t, function(x) return agent(x) end)",
+            "local t = {}\nlocal u = t\nu[1] = 1\nreturn pipeline(t, {function(x) return agent(x) end})",
+            "local t = {}\nlocal w = {t}\nw[1][1] = 1\nfor i = 1, #t do agent(\"x\") end\nreturn 1",
+            "local t = {}\nt:add(1)\nfor _, x in ipairs(t) do agent(\"x\") end\nreturn 1",
+        ] {
+            assert!(counts(source, json!({})).is_err(), "{source}: {:?}", counts(source, json!({})));
+        }
+        // Reading a table (its length, a concat, a loop) leaves it known.
+        let source = "local t = {\"a\", \"b\"}\nlog(\"info\", table.concat(t, \",\"))\n\
+                      for _, x in ipairs(t) do agent(x) end\nreturn #t";
+        assert_eq!(counts(source, json!({})), Ok(vec![(3, 2)]));
+    }
+
+    #[test]
+    fn parameters_and_loop_variables_changed_anywhere_are_unknown() {
+        let args = json!({"groups": [{"members": [1, 2]}]});
+        let source = "for _, g in ipairs(args.groups) do\n  table.insert(g.members, 3)\n  \
+                      for _, m in ipairs(g.members) do agent(\"m\") end\nend\nreturn 1";
+        assert!(counts(source, args.clone()).is_err());
+        let source = "local function run(list)\n  list[#list + 1] = 0\n  \
+                      for _, x in ipairs(list) do agent(\"x\") end\nend\nrun({1, 2})\nreturn 1";
+        assert!(counts(source, args).is_err());
     }
 
     #[test]
