@@ -18,6 +18,7 @@ mod jcs;
 mod lease;
 mod lint;
 mod live_model;
+mod lua;
 mod money;
 mod outside;
 mod provider;

@@ -159,6 +159,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     table.raw_set(
         "parallel",
         async_global(lua, shared, false, |lua, shared, ctx, _, args| async move {
+            super::runner::nesting()?;
             let first = arg(&args, 0);
             let (functions, inputs, options_at) = match arg(&args, 1) {
                 Lv::Function(f) => {
@@ -197,6 +198,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     table.raw_set(
         "pipeline",
         async_global(lua, shared, false, |lua, shared, ctx, _, args| async move {
+            super::runner::nesting()?;
             let items = items_of(&shared, &arg(&args, 0), "pipeline items")?;
             let stages = functions_of(&table_arg(&arg(&args, 1), "pipeline", "stages")?, "pipeline stages")?;
             let value = opts(&shared, "pipeline", arg(&args, 2))?;

@@ -57,6 +57,12 @@ pub(super) fn current() -> Option<(Ctx, Rc<Frame>)> {
     STACK.with(|stack| stack.borrow().last().cloned())
 }
 
+/// How many coroutines are being polled inside one another now (the main chunk is 1; each
+/// step, phase, branch or stage body running inside another adds one).
+pub(super) fn depth() -> usize {
+    STACK.with(|stack| stack.borrow().len())
+}
+
 /// The frame of the Lua code running now.
 pub(super) fn current_frame() -> Option<Rc<Frame>> {
     STACK.with(|stack| stack.borrow().last().map(|(_, frame)| frame.clone()))

@@ -102,6 +102,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     table.raw_set(
         "step",
         async_global(lua, shared, false, |lua, shared, ctx, frame, args| async move {
+            super::runner::nesting()?;
             let label = text(&args, 0, "step", "label")?;
             let body = function(&args, 1, "step", "body")?;
             let value = opts(&shared, "step", arg(&args, 2))?;
@@ -141,6 +142,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     table.raw_set(
         "phase",
         async_global(lua, shared, true, |_, shared, ctx, frame, args| async move {
+            super::runner::nesting()?;
             let name = text(&args, 0, "phase", "name")?;
             let body = function(&args, 1, "phase", "body")?;
             let inner = ctx.begin_phase(&name);

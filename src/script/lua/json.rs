@@ -7,7 +7,8 @@
 //!   result, a host call's result keep their kind, so `{}` stays `{}`); options tables are
 //!   objects, so an empty options table is `{}`;
 //! - only positive integer keys: an array as long as the largest key, holes as `null` (a
-//!   sequence `{a, b, c}` is `[a, b, c]`);
+//!   sequence `{a, b, c}` is `[a, b, c]`); a table that came from a JSON array keeps that
+//!   array's length, trailing `null`s included;
 //! - only string keys: an object;
 //! - anything else (integer and string keys mixed, zero, negative or fractional keys, boolean
 //!   or table keys): a `validation` error naming the key.
@@ -140,7 +141,8 @@ impl<'a> ToJson<'a> {
                 other => return Err(mixed(&other, !ints.is_empty(), !strings.is_empty())),
             }
         }
-        if ints.is_empty() && strings.is_empty() {
+        let declared = if kind == Some(Kind::Array) { self.internals.declared_len(&table) } else { 0 };
+        if ints.is_empty() && strings.is_empty() && declared == 0 {
             self.spend(2)?;
             let object = kind == Some(Kind::Object) || (kind.is_none() && empty_object);
             return Ok(if object { Value::Object(serde_json::Map::new()) } else { Value::Array(Vec::new()) });
@@ -155,8 +157,8 @@ impl<'a> ToJson<'a> {
                 "a table that came from a JSON array has string keys; an array's keys are 1, 2, 3, ...",
             ));
         }
-        if !ints.is_empty() {
-            let len = ints.iter().map(|(i, _)| *i).max().unwrap_or(0);
+        if !ints.is_empty() || declared > 0 {
+            let len = ints.iter().map(|(i, _)| *i).max().unwrap_or(0).max(declared as i64);
             // A comma per slot and a null per hole, charged before anything is built, so a
             // sparse table cannot blow up the output.
             let len = usize::try_from(len).unwrap_or(usize::MAX);
@@ -237,7 +239,15 @@ fn from_json_at(lua: &Lua, internals: &Internals, value: &Value, depth: usize) -
                     table.raw_set(i + 1, item)?;
                 }
             }
-            table.set_metatable(Some(internals.array_mt.clone()))?;
+            if items.last().is_some_and(Value::is_null) {
+                // Trailing nulls are absent keys: the table keeps the array's length itself.
+                let mt = lua.create_table()?;
+                mt.raw_set(&internals.private, "array")?;
+                mt.raw_set(&internals.array_mt, items.len() as i64)?;
+                table.set_metatable(Some(mt))?;
+            } else {
+                table.set_metatable(Some(internals.array_mt.clone()))?;
+            }
             Lv::Table(table)
         }
         Value::Object(map) => {

@@ -308,6 +308,24 @@ impl Shared {
     }
 }
 
+/// The deepest steps, phases and fan-out branches may nest inside one another (each level is
+/// a coroutine polled inside its parent's poll, on the script thread's stack).
+pub(super) const MAX_NESTING: usize = 64;
+
+/// Refuses a body that would nest deeper than [`MAX_NESTING`].
+pub(super) fn nesting() -> Result<(), Error> {
+    if frame::depth() >= MAX_NESTING {
+        return Err(Error::new(
+            ErrorCode::SandboxLimit,
+            format!(
+                "steps, phases, parallel branches and pipeline stages nest deeper than {MAX_NESTING} levels \
+                 (a function that calls itself through step, phase or parallel?)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Errors a script cannot catch: they end the frame (and, for sandbox errors, the run).
 pub(super) fn is_fatal(error: &Error) -> bool {
     matches!(

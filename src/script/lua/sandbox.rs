@@ -48,6 +48,16 @@ impl Internals {
         }
         (table, None)
     }
+
+    /// The length a table that came from a JSON array with trailing nulls had (its nulls are
+    /// absent keys, so its keys alone would lose them); 0 for any other table.
+    pub(super) fn declared_len(&self, table: &Table) -> usize {
+        table
+            .metatable()
+            .and_then(|mt| mt.raw_get::<Option<i64>>(&self.array_mt).ok().flatten())
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
+    }
 }
 
 /// Functions the runner keeps out of the script's reach.
