@@ -14,6 +14,7 @@ mod json;
 pub mod lint;
 mod options;
 mod order;
+mod pattern;
 mod runner;
 mod sandbox;
 

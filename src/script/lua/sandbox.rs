@@ -164,6 +164,8 @@ pub(super) fn install(lua: &Lua, install: Install<'_>) -> mlua::Result<()> {
             Err(mlua::Error::external(guard.trip(Error::new(ErrorCode::SandboxLimit, message))))
         })?,
     )?;
+    let string: Table = lua.globals().get("string")?;
+    super::pattern::install(lua, &string, install.guard)?;
     let (next, pairs) = super::order::functions(lua, install.internals, install.guard)?;
     helpers.raw_set("next", next)?;
     helpers.raw_set("pairs", pairs)?;
