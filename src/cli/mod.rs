@@ -65,7 +65,7 @@ impl Exit {
     pub fn of_status(status: RunStatus) -> Exit {
         match status {
             RunStatus::Ok => Exit::Ok,
-            RunStatus::Error | RunStatus::Running => Exit::Error,
+            RunStatus::Error | RunStatus::Running | RunStatus::Queued => Exit::Error,
             RunStatus::Exhausted => Exit::Exhausted,
             RunStatus::Suspended => Exit::Suspended,
             RunStatus::Cancelled => Exit::Cancelled,

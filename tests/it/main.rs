@@ -20,6 +20,7 @@ mod lint;
 mod live_model;
 mod money;
 mod outside;
+mod postgres;
 mod provider;
 mod resume_explain;
 mod samples;
