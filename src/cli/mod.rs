@@ -24,6 +24,7 @@ mod host_fn;
 mod price_config;
 mod progress;
 mod runs;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -102,6 +103,10 @@ enum Command {
     Replay(runs::ReplayArgs),
     /// Resolve a suspended run's await_external(KEY) with a JSON value.
     Resolve(runs::ResolveArgs),
+    /// Claim and drive queued runs until stopped (SIGTERM drains: in-flight runs finish).
+    Worker(worker::WorkerArgs),
+    /// Queue a script's run for `cairn worker` to drive; prints its run id.
+    Enqueue(worker::EnqueueArgs),
     /// Print the API card of the script dialect.
     Card,
     /// Print the canonical JSON (RFC 8785) and content key of the JSON on stdin.
@@ -118,7 +123,8 @@ pub fn main() -> ExitCode {
             return code.into();
         }
     };
-    if !matches!(cli.command, Command::Run(_) | Command::Resume(_) | Command::Replay(_)) {
+    if !matches!(cli.command, Command::Run(_) | Command::Resume(_) | Command::Replay(_) | Command::Worker(_))
+    {
         // A command that only prints ends quietly when its reader goes away (`| head`), as
         // Unix tools do. The commands that drive a run keep the signal ignored and write with
         // `out!`/`errln!`, so a closed pipe never interrupts a run.
@@ -142,6 +148,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => runs::with_runtime(|| runs::run(&globals, &args)),
         Command::Resume(args) => runs::with_runtime(|| runs::resume(&globals, &args)),
         Command::Replay(args) => runs::with_runtime(|| runs::replay(&globals, &args)),
+        Command::Worker(args) => runs::with_runtime(|| worker::worker(&globals, &args)),
+        Command::Enqueue(args) => runs::with_runtime(|| worker::enqueue(&globals, &args)),
     };
     exit.into()
 }

@@ -156,7 +156,7 @@ where
 }
 
 /// A failure with the exit code it maps to.
-fn exit_of(error: &Error) -> Exit {
+pub(super) fn exit_of(error: &Error) -> Exit {
     match error.code {
         ErrorCode::Config | ErrorCode::Validation => Exit::Usage,
         ErrorCode::JournalMiss => Exit::ReplayMiss,
@@ -189,13 +189,13 @@ fn open_store_read_only(globals: &Globals, config: &Config) -> Result<Option<Ope
     })
 }
 
-struct Setup {
-    engine: Engine,
+pub(super) struct Setup {
+    pub(super) engine: Engine,
     config: Config,
     uses_echo: bool,
 }
 
-fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
+pub(super) fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
     setup_with(globals, model, None)
 }
 
@@ -310,7 +310,7 @@ fn lint_context(setup: &Setup) -> LintContext {
     }
 }
 
-fn read_script(file: &Path) -> Result<(String, String), Exit> {
+pub(super) fn read_script(file: &Path) -> Result<(String, String), Exit> {
     let source = std::fs::read_to_string(file)
         .map_err(|e| fail(Exit::Usage, format!("cannot read {}: {e}", file.display())))?;
     let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or("script").to_owned();
@@ -329,7 +329,7 @@ fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     }
 }
 
-fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
+pub(super) fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
     let Some(text) = text else { return Ok(json!({})) };
     let body = match text.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path)
@@ -339,7 +339,7 @@ fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
     serde_json::from_str(&body).map_err(|e| fail(Exit::Usage, format!("--args is not valid JSON: {e}")))
 }
 
-fn parse_run_id(text: &str) -> Result<RunId, Exit> {
+pub(super) fn parse_run_id(text: &str) -> Result<RunId, Exit> {
     RunId::parse(text).map_err(|e| fail(Exit::Usage, e))
 }
 

@@ -22,6 +22,7 @@ mod money;
 mod outside;
 mod postgres;
 mod provider;
+mod queue;
 mod resume_explain;
 mod samples;
 mod script;

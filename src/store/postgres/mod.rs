@@ -146,7 +146,8 @@ impl PostgresStore {
             .build()
             .map_err(|e| Error::Config(format!("postgres pool: {e}")))?;
         let schema_name = options.schema.clone();
-        let prepared = runtime.block_on(async move {
+        // Spawned and waited for (not `block_on`), so opening works inside another runtime too.
+        let preparing = runtime.spawn(async move {
             let (mut client, connection) = config.connect(NoTls).await.map_err(pg_err)?;
             let driver = tokio::spawn(connection);
             let outcome = if read_only {
@@ -165,6 +166,8 @@ impl PostgresStore {
             let _ = driver.await;
             outcome
         });
+        let prepared = futures::executor::block_on(preparing)
+            .unwrap_or_else(|join| Err(Error::Postgres(format!("opening the store failed: {join}"))));
         if let Err(err) = prepared {
             runtime.shutdown_background();
             return Err(err);
