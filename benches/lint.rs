@@ -3,6 +3,9 @@
 //! script with a dozen mistakes of other languages and misspellings measures the recovering
 //! path: the pre-scan, one rewritten parse per error it cannot rewrite, and the lint.
 //!
+//! The Lua twin of the workload (`lint/parallel-capture-assign/good_release_notes.lua`, which
+//! the lint folder test also checks) measures Lua lint the same way.
+//!
 //! Run with `cargo bench --bench lint`.
 
 use std::collections::BTreeSet;
@@ -264,7 +267,17 @@ fn bench_lint(c: &mut Criterion) {
     let found = lint(&broken, &ctx);
     assert!(found.len() >= 12, "every mistake is reported in one pass: {found:#?}");
     c.bench_function("lint_200_lines_with_mistakes", |b| b.iter(|| lint(black_box(&broken), &ctx)));
+
+    assert!(LUA_SCRIPT.lines().count() >= 200, "the Lua workload is a 200-line script");
+    let diagnostics = cairn::script::lua::lint::lint(LUA_SCRIPT, &ctx);
+    assert!(diagnostics.is_empty(), "the Lua workload lints clean: {diagnostics:#?}");
+    c.bench_function("lua_lint_200_lines", |b| {
+        b.iter(|| cairn::script::lua::lint::lint(black_box(LUA_SCRIPT), &ctx))
+    });
 }
+
+/// The same release-notes workflow in Lua.
+const LUA_SCRIPT: &str = include_str!("../lint/parallel-capture-assign/good_release_notes.lua");
 
 criterion_group!(benches, bench_lint);
 criterion_main!(benches);

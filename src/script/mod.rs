@@ -7,8 +7,10 @@
 //! [`Diagnostic`]s of one shape, so one repair prompt renders lint findings and compile errors
 //! alike.
 
+pub mod bound;
 pub mod lua;
 pub mod rhai;
+mod schema_check;
 mod suggest;
 #[cfg(test)]
 mod tests;
@@ -179,7 +181,7 @@ pub fn option_schema(global: &str) -> Option<&'static serde_json::Value> {
 }
 
 /// The schema files, by the dialect-neutral global name they describe.
-const SCHEMA_SOURCES: [(&str, &str); 7] = [
+const SCHEMA_SOURCES: [(&str, &str); 8] = [
     ("agent", include_str!("../../dialect/agent.schema.json")),
     ("parallel", include_str!("../../dialect/parallel.schema.json")),
     ("pipeline", include_str!("../../dialect/pipeline.schema.json")),
@@ -187,6 +189,7 @@ const SCHEMA_SOURCES: [(&str, &str); 7] = [
     ("call", include_str!("../../dialect/call.schema.json")),
     ("workflow", include_str!("../../dialect/workflow.schema.json")),
     ("await_external", include_str!("../../dialect/await_external.schema.json")),
+    ("orchestrate", include_str!("../../dialect/orchestrate.schema.json")),
 ];
 
 /// Maps a dialect's spelling of a global onto the schema's name: Rhai reserves `call` for its own
@@ -367,6 +370,12 @@ pub const GLOBALS: &[Global] = &[
         options: None,
     },
     Global { name: "uuid", signature: "uuid()", params: &[], options: None },
+    Global {
+        name: "orchestrate",
+        signature: "orchestrate(goal, opts?)",
+        params: &[required("goal", ParamKind::Text), optional("opts", ParamKind::Options)],
+        options: Some("orchestrate"),
+    },
 ];
 
 /// The parameters of `parallel(items, |item| ..., opts?)`, which runs the closure once per item,

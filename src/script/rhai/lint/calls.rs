@@ -7,6 +7,8 @@ use serde_json::Value;
 use super::options::type_phrase;
 use super::{Arg, Linter, Receiver, SEQUENTIAL_CALLERS, Static, Use, line_column};
 use crate::script::rhai::sandbox::{BUILTIN_FUNCTIONS, is_builtin};
+pub(super) use crate::script::schema_check::Registry;
+use crate::script::schema_check::registered_problem;
 use crate::script::{
     GLOBALS, Global, LOG_LEVELS, PARALLEL_MAP_FORM, Param, ParamKind, Severity, global, suggest,
 };
@@ -396,34 +398,9 @@ impl Linter<'_, '_> {
 
     /// Reports a literal name the engine has not registered.
     pub(super) fn check_registered(&mut self, registry: Registry, name: &str, pos: Position) {
-        let (names, rule, noun, plural) = match registry {
-            Registry::Profile => (Some(&self.ctx.profiles), "unknown-profile", "profile", "profiles"),
-            Registry::Toolset => (Some(&self.ctx.toolsets), "unknown-toolset", "toolset", "toolsets"),
-            Registry::HostFunction => {
-                (Some(&self.ctx.host_functions), "unknown-host-function", "host function", "host functions")
-            }
-            Registry::Workflow => {
-                (Some(&self.ctx.child_workflows), "unknown-workflow", "workflow", "workflows")
-            }
-            Registry::Model => (self.ctx.models.as_ref(), "unknown-model", "model", "models"),
-        };
-        let Some(names) = names else { return };
-        if names.contains(name) {
-            return;
+        if let Some((rule, message)) = registered_problem(self.ctx, registry, name) {
+            self.error_at(rule, pos, None, message);
         }
-        let message = if names.is_empty() {
-            format!("unknown {noun} '{name}'; no {plural} are registered")
-        } else {
-            match suggest::did_you_mean(name, names.iter().map(String::as_str)) {
-                Some(candidate) => format!("unknown {noun} '{name}' (did you mean '{candidate}'?)"),
-                None => {
-                    let listed: Vec<&str> = names.iter().take(12).map(String::as_str).collect();
-                    let more = if names.len() > listed.len() { ", ..." } else { "" };
-                    format!("unknown {noun} '{name}'; registered {plural}: {}{more}", listed.join(", "))
-                }
-            }
-        };
-        self.error_at(rule, pos, None, message);
     }
 
     /// Warns on an agent call whose literal arguments repeat an earlier call in the same body
@@ -505,16 +482,6 @@ impl Linter<'_, '_> {
             self.error_at("parallel-capture-assign", pos, Some(len), message);
         }
     }
-}
-
-/// The kinds of name a [`LintContext`] registers.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Registry {
-    Profile,
-    Toolset,
-    HostFunction,
-    Workflow,
-    Model,
 }
 
 fn arity(params: &[Param]) -> (usize, usize) {
