@@ -301,10 +301,13 @@ impl<'s> Scanner<'s> {
             let tok = self.toks[i];
             match tok.text {
                 "switch" if tok.is_ident() => switch_pending = true,
-                "{" | "#{" | "(" | "[" if tok.kind == Kind::Punct => {
-                    braces.push(switch_pending && tok.text == "{");
+                "{" if tok.kind == Kind::Punct => {
+                    // The first block brace after `switch` opens its arms; the switched
+                    // expression before it may hold calls, indexes and maps.
+                    braces.push(switch_pending);
                     switch_pending = false;
                 }
+                "#{" | "(" | "[" if tok.kind == Kind::Punct => braces.push(false),
                 "}" | ")" | "]" if tok.kind == Kind::Punct => {
                     braces.pop();
                 }
