@@ -387,6 +387,8 @@ impl Config {
         };
         builder =
             builder.dialect(Arc::new(crate::script::rhai::RhaiDialect::with_limits(self.sandbox.limits()?)));
+        builder =
+            builder.dialect(Arc::new(crate::script::lua::LuaDialect::with_limits(self.sandbox.limits()?)));
         let mut registered: Vec<String> = vec!["echo".into()];
         for (name, provider) in &self.providers {
             let built = provider.build(name)?;

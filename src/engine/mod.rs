@@ -873,6 +873,9 @@ impl EngineBuilder {
         if !self.inner.dialects.contains_key("rhai") {
             self = self.dialect(Arc::new(crate::script::rhai::RhaiDialect::new()));
         }
+        if !self.inner.dialects.contains_key("lua") {
+            self = self.dialect(Arc::new(crate::script::lua::LuaDialect::new()));
+        }
         let known = |m: &ModelRef| self.inner.providers.contains_key(m.provider());
         if !known(&self.inner.default_model) {
             return Err(Error::new(

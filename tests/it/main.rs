@@ -19,6 +19,7 @@ mod jcs;
 mod lease;
 mod lint;
 mod live_model;
+mod lua;
 mod money;
 mod outside;
 mod planner;
