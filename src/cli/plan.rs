@@ -21,8 +21,8 @@ pub(super) struct PlanArgs {
     /// Run the accepted script (shown first), with the progress and exit codes of `cairn run`.
     #[arg(long)]
     run: bool,
-    /// Print one JSON object on stdout: source, dialect, warnings, drafts, planning_run_id (and
-    /// the run's outcome under `run`).
+    /// Print one JSON object on stdout: source, dialect, warnings, drafts, cost_bound,
+    /// planning_run_id (and the run's outcome under `run`); a rejection prints its drafts.
     #[arg(long)]
     json: bool,
     /// Write the accepted script to this file.
