@@ -212,7 +212,7 @@ pub(super) struct Setup {
     pub(super) uses_echo: bool,
 }
 
-fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
+pub(super) fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
     setup_with(globals, model, None)
 }
 
@@ -345,7 +345,7 @@ fn dialect_of(
     }
 }
 
-fn read_script(file: &Path) -> Result<(String, String), Exit> {
+pub(super) fn read_script(file: &Path) -> Result<(String, String), Exit> {
     let source = std::fs::read_to_string(file)
         .map_err(|e| fail(Exit::Usage, format!("cannot read {}: {e}", file.display())))?;
     let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or("script").to_owned();
@@ -374,7 +374,7 @@ pub(super) fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
     serde_json::from_str(&body).map_err(|e| fail(Exit::Usage, format!("--args is not valid JSON: {e}")))
 }
 
-fn parse_run_id(text: &str) -> Result<RunId, Exit> {
+pub(super) fn parse_run_id(text: &str) -> Result<RunId, Exit> {
     RunId::parse(text).map_err(|e| fail(Exit::Usage, e))
 }
 
