@@ -67,11 +67,11 @@ pub(super) struct LiveArgs {
 pub(super) struct CassetteArgs {
     /// Record every provider exchange to this cassette (JSONL; no credentials are ever in it).
     #[arg(long, value_name = "FILE", conflicts_with = "replay")]
-    record: Option<PathBuf>,
+    pub(super) record: Option<PathBuf>,
     /// Serve every provider exchange from this cassette, with zero network; a request it does
     /// not hold fails with a cassette miss.
     #[arg(long, value_name = "FILE")]
-    replay: Option<PathBuf>,
+    pub(super) replay: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -137,9 +137,17 @@ pub(super) struct LintArgs {
     /// The script's dialect (rhai, lua); default: from the file's extension.
     #[arg(long)]
     dialect: Option<String>,
-    /// Print the diagnostics as a JSON array.
+    /// Print the diagnostics as a JSON array (with `--bound`, an object with `diagnostics` and
+    /// `cost_bound`).
     #[arg(long)]
     json: bool,
+    /// Also print the static cost bound: the most agent calls the script can make and their
+    /// worst-case cost, or why it has none.
+    #[arg(long)]
+    bound: bool,
+    /// The run's args for the bound (JSON, or @FILE): they size loops and fan-outs over `args`.
+    #[arg(long, requires = "bound")]
+    args: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -165,7 +173,7 @@ where
 }
 
 /// A failure with the exit code it maps to.
-fn exit_of(error: &Error) -> Exit {
+pub(super) fn exit_of(error: &Error) -> Exit {
     match error.code {
         ErrorCode::Config | ErrorCode::Validation => Exit::Usage,
         ErrorCode::JournalMiss => Exit::ReplayMiss,
@@ -173,7 +181,7 @@ fn exit_of(error: &Error) -> Exit {
     }
 }
 
-fn load_config(globals: &Globals) -> Result<Config, Error> {
+pub(super) fn load_config(globals: &Globals) -> Result<Config, Error> {
     match &globals.config {
         Some(path) => Config::load(path, true),
         None => Config::load(Path::new("cairn.toml"), false),
@@ -198,13 +206,13 @@ fn open_store_read_only(globals: &Globals, config: &Config) -> Result<Option<Ope
     })
 }
 
-struct Setup {
-    engine: Engine,
-    config: Config,
-    uses_echo: bool,
+pub(super) struct Setup {
+    pub(super) engine: Engine,
+    pub(super) config: Config,
+    pub(super) uses_echo: bool,
 }
 
-fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
+pub(super) fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
     setup_with(globals, model, None)
 }
 
@@ -217,7 +225,7 @@ fn setup_read_only(globals: &Globals) -> Result<Option<Setup>, Error> {
     }
 }
 
-fn setup_with(
+pub(super) fn setup_with(
     globals: &Globals,
     model: Option<&str>,
     cassette: Option<&CassetteArgs>,
@@ -337,14 +345,14 @@ fn dialect_of(
     }
 }
 
-fn read_script(file: &Path) -> Result<(String, String), Exit> {
+pub(super) fn read_script(file: &Path) -> Result<(String, String), Exit> {
     let source = std::fs::read_to_string(file)
         .map_err(|e| fail(Exit::Usage, format!("cannot read {}: {e}", file.display())))?;
     let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or("script").to_owned();
     Ok((name, source))
 }
 
-fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
+pub(super) fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     if as_json {
         println!("{}", serde_json::to_string_pretty(diagnostics).unwrap_or_else(|_| "[]".into()));
         return;
@@ -356,7 +364,7 @@ fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     }
 }
 
-fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
+pub(super) fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
     let Some(text) = text else { return Ok(json!({})) };
     let body = match text.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path)
@@ -366,12 +374,12 @@ fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
     serde_json::from_str(&body).map_err(|e| fail(Exit::Usage, format!("--args is not valid JSON: {e}")))
 }
 
-fn parse_run_id(text: &str) -> Result<RunId, Exit> {
+pub(super) fn parse_run_id(text: &str) -> Result<RunId, Exit> {
     RunId::parse(text).map_err(|e| fail(Exit::Usage, e))
 }
 
 /// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
-async fn follow(mut handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
+pub(super) async fn follow(mut handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
     // Listening before anything is printed: once "running" shows, a signal is handled.
     let mut interrupts = super::Interrupts::listen();
     // Quiet: nobody reads the events, so the run builds none.
@@ -409,7 +417,7 @@ async fn handle_result(handle: &RunHandle) -> Result<RunOutcome, Error> {
     handle.wait().await
 }
 
-fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
+pub(super) fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
     if as_json {
         out!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
     } else {
@@ -845,15 +853,32 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         let opened = store::open("memory").map_err(Error::from)?;
         setup_over(globals, config, opened, None, None)
     });
-    let (context, dialect) = match in_memory {
+    let (setup, dialect) = match in_memory {
         Ok(setup) => match dialect_of(&setup.engine, &args.file, args.dialect.as_deref()) {
-            Ok(dialect) => (lint_context(&setup), dialect),
+            Ok(dialect) => (setup, dialect),
             Err(exit) => return exit,
         },
         Err(e) => return fail(exit_of(&e), e),
     };
+    let context = lint_context(&setup);
     let diagnostics = dialect.check(&source, &context);
-    print_diagnostics(&args.file, &diagnostics, args.json);
+    if args.bound {
+        let run_args = match parse_args(args.args.as_deref()) {
+            Ok(value) => value,
+            Err(exit) => return exit,
+        };
+        let bound =
+            crate::script::bound::cost_bound(&setup.engine, dialect.as_ref(), &source, &run_args, None);
+        if args.json {
+            let both = json!({"diagnostics": diagnostics, "cost_bound": bound});
+            println!("{}", serde_json::to_string_pretty(&both).unwrap_or_else(|_| "{}".into()));
+        } else {
+            print_diagnostics(&args.file, &diagnostics, false);
+            println!("cost bound: {}", escaped(&bound.to_string()));
+        }
+    } else {
+        print_diagnostics(&args.file, &diagnostics, args.json);
+    }
     if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
 }
 

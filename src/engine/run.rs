@@ -182,6 +182,18 @@ impl RunState {
         self.lock_journal().replay.decision(scope, key)
     }
 
+    /// A journaled fact at a site, matched like a call: a decision found this way holds
+    /// whatever segments settled after it (the orchestrator's, whose checkpointed
+    /// conversation names what it decided). Finding nothing is not counted as a miss.
+    pub(crate) fn lookup_fact(&self, scope: &ScopePath, key: ContentKey) -> Match {
+        let mut journal = self.lock_journal();
+        let matched = journal.replay.lookup(scope, key);
+        if matches!(matched.outcome, crate::journal::Outcome::Live) {
+            journal.replay.uncount_miss();
+        }
+        matched
+    }
+
     /// Accounts for the tool approvals of a replayed agent call (see [`Replay::cover_approvals`]).
     pub(crate) fn cover_approvals(&self, scope: &ScopePath, call_key: ContentKey) {
         self.lock_journal().replay.cover_approvals(scope, call_key);
@@ -737,7 +749,10 @@ fn require_runtime() -> Result<(), Error> {
         .map_err(|_| Error::config("runs must be started inside a tokio runtime"))
 }
 
-fn validate_budget(budget_usd: Option<f64>, default: Option<Money>) -> Result<Option<Money>, Error> {
+pub(super) fn validate_budget(
+    budget_usd: Option<f64>,
+    default: Option<Money>,
+) -> Result<Option<Money>, Error> {
     match budget_usd {
         None => Ok(default),
         Some(usd) => {
@@ -755,7 +770,7 @@ fn validate_deadline(deadline_ms: Option<i64>, now: i64) -> Result<(), Error> {
     }
 }
 
-fn args_ref(run_id: &RunId) -> String {
+pub(super) fn args_ref(run_id: &RunId) -> String {
     format!("{run_id}/args.json")
 }
 
@@ -831,7 +846,7 @@ pub(super) struct ScriptSource {
     pub(super) hash: String,
 }
 
-fn source_ref(run_id: &RunId) -> String {
+pub(super) fn source_ref(run_id: &RunId) -> String {
     format!("{run_id}/source")
 }
 

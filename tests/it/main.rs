@@ -6,6 +6,7 @@ static ALLOCATOR: cairn::CountingAlloc = cairn::CountingAlloc;
 
 mod adapters_e2e;
 mod agent_contract;
+mod bound;
 mod cli;
 mod concurrency;
 mod crash;
@@ -21,7 +22,10 @@ mod live_model;
 mod lua;
 mod money;
 mod outside;
+mod planner;
+mod postgres;
 mod provider;
+mod queue;
 mod resume_explain;
 mod samples;
 mod script;

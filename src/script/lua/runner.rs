@@ -95,6 +95,10 @@ impl ScriptDialect for LuaDialect {
         diagnostics
     }
 
+    fn call_bound(&self, source: &str, args: &serde_json::Value) -> crate::script::bound::CallBound {
+        super::lint::bound::call_bound(source, args)
+    }
+
     fn prepare(&self, engine: &crate::Engine, name: &str, source: &str) -> Result<Workflow, Error> {
         let diagnostics = if self.lint {
             self.check(source, &LintContext::from(engine.registered()))
