@@ -393,3 +393,29 @@ fn the_cli_picks_the_dialect_by_extension_or_flag() {
     let unknown = cairn(dir.path()).args(["lint", "--dialect", "cobol", "w.lua"]).output().unwrap();
     assert!(!unknown.status.success());
 }
+
+/// The wall-clock limit counts the time the script computes, not the time its coroutines wait
+/// for model calls: six 100 ms calls pass under a 0.3 s limit, a computing loop is stopped.
+#[test]
+fn the_wall_clock_limit_counts_script_time_not_model_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cairn.toml"),
+        "[sandbox]\nwall_time_s = 0.3\nmax_operations = 1000000000000\n[providers.echo]\nkind = \"echo\"\nlatency_ms = 100\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("waits.lua"),
+        "local n = 0 for i = 1, 6 do agent('q ' .. i) n = n + 1 end return n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("spins.lua"), "local n = 0 while true do n = n + #tostring(n) end")
+        .unwrap();
+    let waits = cairn(dir.path()).args(["--store", "memory", "run", "-q", "waits.lua"]).output().unwrap();
+    assert!(waits.status.success(), "{}", String::from_utf8_lossy(&waits.stderr));
+    let started = std::time::Instant::now();
+    let spins = cairn(dir.path()).args(["--store", "memory", "run", "-q", "spins.lua"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&spins.stderr);
+    assert!(stderr.contains("sandbox_limit") && stderr.contains("wall-clock"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+}
