@@ -10,7 +10,7 @@ use super::names::{self, BUDGET_METHODS};
 use super::values::{
     Pos, Static, ident, lua_article, peek_literal, peek_table, string_literal, token_pos, type_phrase,
 };
-use super::walk::{Linter, Resolved, pos_of};
+use super::walk::{BindingKind, Linter, Resolved, pos_of};
 use crate::script::schema_check::{self, Registry, Shape, registered_problem};
 use crate::script::{Global, LOG_LEVELS, PARALLEL_MAP_FORM, Param, ParamKind, Severity, global, suggest};
 
@@ -275,6 +275,8 @@ impl Linter<'_, '_> {
         if let Some((root_name, _)) = root
             && on_path
             && let Some(binding) = self.lookup(root_name)
+            // A method of `args` or `budget` reads them (`budget:spent()`); writes are direct.
+            && self.bindings[binding].kind != BindingKind::ScriptVariable
         {
             let len = name.chars().count();
             self.record_mutation(binding, root_name, pos, len, format!(":{name}() on"), false);

@@ -121,3 +121,12 @@ fn positions_count_characters_not_bytes() {
     assert_eq!((diagnostics[0].line, diagnostics[0].column), (1, 28));
     assert_eq!(diagnostics[0].end_column, Some(33));
 }
+
+#[test]
+fn budget_reads_in_either_call_style() {
+    assert!(
+        errors("local a = budget.spent()\nlocal b = budget:remaining()\nreturn {a, b, args.text:upper()}")
+            .is_empty()
+    );
+    assert_eq!(rules("return budget.left()"), ["unknown-function"]);
+}
