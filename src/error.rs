@@ -69,6 +69,10 @@ pub enum ErrorCode {
     /// A planner-written script was rejected: no draft passed lint and compile within the
     /// repair rounds, or a draft was cut off by the output limit.
     ScriptRejected,
+    /// An orchestration's result was refused by its declared contract: its acceptance policy
+    /// (child status counts in the message), its finish validators once repairs ran out, or
+    /// its claim-consistency pass under policy `fail`.
+    AcceptanceFailed,
 }
 
 /// Whether a failure says something about the task or only about the path to it.
@@ -85,7 +89,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 24] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -110,6 +114,7 @@ impl ErrorCode {
         ErrorCode::UnpricedModel,
         ErrorCode::SandboxViolation,
         ErrorCode::ScriptRejected,
+        ErrorCode::AcceptanceFailed,
     ];
 
     /// The snake_case name, as persisted.
@@ -139,6 +144,7 @@ impl ErrorCode {
             ErrorCode::UnpricedModel => "unpriced_model",
             ErrorCode::SandboxViolation => "sandbox_violation",
             ErrorCode::ScriptRejected => "script_rejected",
+            ErrorCode::AcceptanceFailed => "acceptance_failed",
         }
     }
 
@@ -173,7 +179,8 @@ impl ErrorCode {
             | ErrorCode::ScriptError
             | ErrorCode::UnpricedModel
             | ErrorCode::SandboxViolation
-            | ErrorCode::ScriptRejected => ErrorClass::Task,
+            | ErrorCode::ScriptRejected
+            | ErrorCode::AcceptanceFailed => ErrorClass::Task,
         }
     }
 }

@@ -41,6 +41,7 @@ mod error;
 pub mod journal;
 pub mod model;
 mod money;
+pub mod orchestrator;
 pub mod planner;
 pub mod provider;
 pub mod script;

@@ -34,6 +34,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub(crate) use admit::FLAT_UNPRICED_RESERVE_NANO_USD;
+pub(crate) use budget::{AccountId, Reservation};
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub(crate) use ctx::Begun;
 pub use ctx::{
@@ -43,6 +44,7 @@ pub use ctx::{
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
 pub use lease::Resolution;
+pub(crate) use run::Durability;
 pub(crate) use run::RunState;
 
 use crate::clock::{SharedClock, SystemClock};
@@ -870,6 +872,9 @@ impl EngineBuilder {
         // The composition point: the engine knows dialects only through `ScriptDialect`.
         if !self.inner.dialects.contains_key("rhai") {
             self = self.dialect(Arc::new(crate::script::rhai::RhaiDialect::new()));
+        }
+        if !self.inner.dialects.contains_key("lua") {
+            self = self.dialect(Arc::new(crate::script::lua::LuaDialect::new()));
         }
         let known = |m: &ModelRef| self.inner.providers.contains_key(m.provider());
         if !known(&self.inner.default_model) {

@@ -18,7 +18,8 @@
 //!   cap, else 8192), at the output price.
 //! - **Input per turn** (the rule; input is not known statically): the first turn of a call
 //!   whose prompt (and system text) is a literal is the engine's estimator
-//!   ([`crate::provider::estimate_request_tokens`]: system, prompt, tool definitions, schema) over
+//!   (`provider::estimate_request_tokens`: system, prompt, tool definitions, schema, plus 32
+//!   tokens for the instruction that shows a schema to a model without native support) over
 //!   that request; a computed prompt's first turn is the call's context bound,
 //!   `max_context_tokens` (option, else profile, else 200,000). A tool turn after the first is
 //!   priced at the context bound (tool results grow the conversation up to it). A re-prompt
@@ -48,6 +49,9 @@ const DEFAULT_MAX_TURNS: u32 = 32;
 
 /// The most turns `max_turns` accepts: the bound of a computed `max_turns`.
 const MAX_TURNS_CEILING: u32 = 256;
+
+/// Tokens of the instruction that shows a schema to a model without native structured output.
+const SCHEMA_INSTRUCTION_TOKENS: u64 = 32;
 
 /// Tokens a schema re-prompt's correction adds beyond the reply and the schema.
 const CORRECTION_TOKENS: u64 = 256;
@@ -285,12 +289,12 @@ impl<'de> Deserialize<'de> for CostBound {
 /// itself does not depend on it.
 ///
 /// ```
-/// use cairn::script::bound::cost_bound;
+/// use cairn::script::bound::{CostBound, cost_bound};
 /// let store = std::sync::Arc::new(cairn::MemoryStore::new());
 /// let engine = cairn::Engine::builder(store.clone(), store).build().unwrap();
 /// let rhai = engine.dialect("rhai").unwrap();
 /// let bound = cost_bound(&engine, rhai.as_ref(), r#"for i in 0..3 { agent("hi") }"#, &serde_json::json!({}), None);
-/// println!("{bound}");
+/// assert!(matches!(bound, CostBound::Bounded { max_agent_calls: 3, .. }));
 /// ```
 pub fn cost_bound(
     engine: &Engine,
@@ -488,6 +492,10 @@ impl CallShape {
         let cap = u64::from(cap);
         let turn =
             |input: u64| price.cost(&Usage { input_tokens: input, output_tokens: cap, ..Usage::default() });
+        // A model without native structured output reads the schema from its system prompt,
+        // with an instruction the estimate above does not count.
+        let first_input =
+            if self.reprompts > 0 { first_input + SCHEMA_INSTRUCTION_TOKENS } else { first_input };
         let mut total = turn(first_input);
         let mut input = first_input;
         if self.has_tools {

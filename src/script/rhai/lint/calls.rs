@@ -5,7 +5,7 @@ use ::rhai::{Expr, FnCallExpr, ImmutableString, Position};
 use serde_json::Value;
 
 use super::options::type_phrase;
-use super::{Arg, Linter, Receiver, Static, line_column};
+use super::{Arg, Linter, Receiver, SEQUENTIAL_CALLERS, Static, Use, line_column};
 use crate::script::rhai::sandbox::{BUILTIN_FUNCTIONS, is_builtin};
 pub(super) use crate::script::schema_check::Registry;
 use crate::script::schema_check::registered_problem;
@@ -18,6 +18,16 @@ impl Linter<'_, '_> {
     /// arguments.
     pub(super) fn visit_call(&mut self, call: &FnCallExpr, pos: Position, receiver: Receiver<'_>) -> Static {
         let name = call.name.as_str();
+        // `ctx.agent(...)` on a variable that does not exist (already reported as unknown):
+        // the global was meant, so its arguments are checked as a plain call's.
+        let receiver = match receiver {
+            Receiver::Expr(Expr::Variable(variable, ..))
+                if global(name).is_some() && self.resolve(&variable.1).is_none() =>
+            {
+                Receiver::None
+            }
+            other => other,
+        };
         let mut args: Vec<Arg<'_>> = Vec::with_capacity(call.args.len() + 1);
         match receiver {
             Receiver::None => {}
@@ -55,13 +65,18 @@ impl Linter<'_, '_> {
                 return self.check_global(global, &args, pos);
             }
         } else if !user_defined && !self.is_known_function(name, is_method) {
+            let budget_methods: &[&str] = if is_method { &["spent", "remaining"] } else { &[] };
             let candidates = GLOBALS
                 .iter()
                 .map(|global| global.name)
                 .chain(BUILTIN_FUNCTIONS.iter().copied())
+                .chain(budget_methods.iter().copied())
                 .chain(self.functions.names.iter().map(ImmutableString::as_str));
             let kind = if is_method { "method" } else { "function" };
             let message = match (missing_builtin_hint(name), suggest::did_you_mean(name, candidates)) {
+                _ if !is_method && let Some(instead) = self.registered_name_hint(name) => {
+                    format!("unknown function '{name}'; {instead}")
+                }
                 (Some(hint), _) => format!("unknown {kind} '{name}'; {hint}"),
                 (None, Some(candidate)) => format!("unknown {kind} '{name}' (did you mean '{candidate}'?)"),
                 (None, None) => format!(
@@ -77,13 +92,39 @@ impl Linter<'_, '_> {
             self.check_dynamic_fn(args.first().and_then(|arg| arg.expr), pos);
             self.check_fn_pointer_name(&args);
         }
-        self.walk_args(&args);
+        let used = if is_builtin(name) && SEQUENTIAL_CALLERS.contains(&name) {
+            Use::Sequential
+        } else {
+            Use::Escapes
+        };
+        for arg in &args {
+            self.walk_arg_as(arg, used);
+        }
         Static::Unknown
+    }
+
+    /// A registered name called as if it were a function: how to call what it names.
+    fn registered_name_hint(&self, name: &str) -> Option<String> {
+        let ctx = self.ctx;
+        if ctx.toolsets.contains(name) {
+            Some(format!(
+                "'{name}' is a toolset: give it to an agent, agent(prompt, #{{tools: [\"{name}\"]}})"
+            ))
+        } else if ctx.profiles.contains(name) {
+            Some(format!("'{name}' is a profile: write agent(prompt, #{{profile: \"{name}\"}})"))
+        } else if ctx.host_functions.contains(name) {
+            Some(format!("'{name}' is a host function: write host_call(\"{name}\", #{{...}})"))
+        } else if ctx.child_workflows.contains(name) {
+            Some(format!("'{name}' is a child workflow: write workflow(\"{name}\", args)"))
+        } else {
+            None
+        }
     }
 
     fn is_known_function(&self, name: &str, is_method: bool) -> bool {
         is_builtin(name)
             || self.functions.names.contains(name)
+            || self.assumed.contains(name)
             || (is_method && matches!(name, "spent" | "remaining"))
     }
 
@@ -117,9 +158,15 @@ impl Linter<'_, '_> {
         }
     }
 
+    /// Walks an argument whose closure, if it is one, is reported where it lands (a race, or
+    /// a closure where JSON must go).
     fn walk_arg(&mut self, arg: &Arg<'_>) -> Static {
+        self.walk_arg_as(arg, Use::Reported)
+    }
+
+    fn walk_arg_as(&mut self, arg: &Arg<'_>, used: Use) -> Static {
         match arg.expr {
-            Some(expr) if !arg.walked => self.walk_expr(expr),
+            Some(expr) if !arg.walked => self.walk_expr_as(expr, used),
             Some(expr) => self.peek(expr),
             None => Static::Unknown,
         }
@@ -266,7 +313,8 @@ impl Linter<'_, '_> {
                         format!("{place} must be a closure like || {{ ... }}, got {}", type_phrase(&shape));
                     self.error_at("arg-type", expr.position(), None, message);
                 }
-                let walked = self.walk_arg(arg);
+                let used = if global.name == "parallel" { Use::Reported } else { Use::Sequential };
+                let walked = self.walk_arg_as(arg, used);
                 if global.name == "parallel"
                     && let Static::Closure(id) = walked
                 {
@@ -294,7 +342,7 @@ impl Linter<'_, '_> {
                             };
                             self.error_at("arg-type", element.position(), None, message);
                         }
-                        if let Static::Closure(id) = self.walk_expr(element) {
+                        if let Static::Closure(id) = self.walk_expr_as(element, Use::Reported) {
                             self.report_races(id, global.name);
                         }
                     }
@@ -333,7 +381,7 @@ impl Linter<'_, '_> {
                 }
             }
             _ => {
-                if let Static::Closure(_) = self.walk_expr(expr) {
+                if let Static::Closure(_) = self.walk_expr_as(expr, Use::Reported) {
                     self.closure_in_json(expr.position(), place);
                 }
             }
@@ -380,6 +428,33 @@ impl Linter<'_, '_> {
             None => {
                 frame.agent_calls.insert(canonical, line);
             }
+        }
+    }
+
+    /// A closure that goes where lint cannot follow it (see [`Use::Escapes`]) must not write a
+    /// variable from outside it: if it reaches `parallel` or `pipeline`, that write races. A
+    /// closure run only in order never races, but lint cannot prove that of one it loses track
+    /// of, so it refuses the write there rather than miss the race.
+    pub(super) fn check_escape(&mut self, closure: Option<usize>, used: Use) {
+        if used != Use::Escapes {
+            return;
+        }
+        let Some(facts) = closure.and_then(|id| self.closures.get(id)) else { return };
+        let messages: Vec<(Position, usize, String)> = facts
+            .escaping
+            .iter()
+            .map(|mutation| {
+                let message = format!(
+                    "{} captured variable '{}' in a closure that is stored, passed on or returned, so it may run \
+                     as a parallel branch or pipeline stage and race; return a value from the closure and combine \
+                     the results where it runs",
+                    mutation.what, mutation.name
+                );
+                (mutation.pos, mutation.len, message)
+            })
+            .collect();
+        for (pos, len, message) in messages {
+            self.error_at("parallel-capture-assign", pos, Some(len), message);
         }
     }
 
@@ -456,6 +531,9 @@ fn missing_builtin_hint(name: &str) -> Option<&'static str> {
         "join" => "rhai arrays have no join; use reduce(|text, x| text + x + \", \", \"\")",
         "sum" => "use reduce(|total, x| total + x, 0)",
         "count" | "length" | "size" => "use len()",
+        "str" | "String" => "use x.to_string(), or an interpolated string: `${x}`",
+        "forEach" => "write for x in xs { ... }",
+        "then" => "calls return their result directly; write let r = agent(...); and use r",
         "format" | "sprintf" => "use an interpolated string: `text ${value}`",
         "parse_json" | "json_parse" | "from_json" => {
             "give the agent a schema option and it returns the parsed value"
