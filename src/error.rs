@@ -66,6 +66,13 @@ pub enum ErrorCode {
     /// A script broke a sandbox rule that keeps it deterministic: a `parallel` branch or
     /// `pipeline` stage wrote a value captured from outside it.
     SandboxViolation,
+    /// A planner-written script was rejected: no draft passed lint and compile within the
+    /// repair rounds, or a draft was cut off by the output limit.
+    ScriptRejected,
+    /// An orchestration's result was refused by its declared contract: its acceptance policy
+    /// (child status counts in the message), its finish validators once repairs ran out, or
+    /// its claim-consistency pass under policy `fail`.
+    AcceptanceFailed,
 }
 
 /// Whether a failure says something about the task or only about the path to it.
@@ -82,7 +89,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -106,6 +113,8 @@ impl ErrorCode {
         ErrorCode::RekeyRefused,
         ErrorCode::UnpricedModel,
         ErrorCode::SandboxViolation,
+        ErrorCode::ScriptRejected,
+        ErrorCode::AcceptanceFailed,
     ];
 
     /// The snake_case name, as persisted.
@@ -134,6 +143,8 @@ impl ErrorCode {
             ErrorCode::RekeyRefused => "rekey_refused",
             ErrorCode::UnpricedModel => "unpriced_model",
             ErrorCode::SandboxViolation => "sandbox_violation",
+            ErrorCode::ScriptRejected => "script_rejected",
+            ErrorCode::AcceptanceFailed => "acceptance_failed",
         }
     }
 
@@ -167,7 +178,9 @@ impl ErrorCode {
             | ErrorCode::SandboxLimit
             | ErrorCode::ScriptError
             | ErrorCode::UnpricedModel
-            | ErrorCode::SandboxViolation => ErrorClass::Task,
+            | ErrorCode::SandboxViolation
+            | ErrorCode::ScriptRejected
+            | ErrorCode::AcceptanceFailed => ErrorClass::Task,
         }
     }
 }

@@ -275,6 +275,7 @@ pub(crate) async fn run(
         if !state.pending.is_empty() {
             let pending = std::mem::take(&mut state.pending);
             let mut results = Vec::with_capacity(pending.len());
+            let mut ended = None;
             for call in &pending {
                 state.tool_calls += 1;
                 if spec.max_tool_calls.is_some_and(|max| state.tool_calls > max) {
@@ -288,12 +289,28 @@ pub(crate) async fn run(
                     Ok(answer) => answer,
                     Err(end) => return finish(&spec, end, usage, spend),
                 };
+                if !is_error
+                    && ended.is_none()
+                    && spec.tools.iter().any(|t| t.name() == call.name && t.ends_agent())
+                {
+                    ended = Some(
+                        serde_json::from_str(&content).unwrap_or_else(|_| Value::String(content.clone())),
+                    );
+                }
                 results.push(Part::ToolResult {
                     id: call.id.clone(),
                     wire_id: call.wire_id.clone(),
                     content,
                     is_error,
                 });
+                if ended.is_some() {
+                    break;
+                }
+            }
+            if let Some(value) = ended {
+                // A tool that ends the agent (the orchestrator's `finish`) answered: its
+                // result is the agent's value; no further turn is paid for.
+                return finish(&spec, AgentEnd::Ok(value), usage, spend);
             }
             spec.request.messages.push(Message { role: Role::User, parts: results });
             context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
@@ -463,7 +480,7 @@ async fn answer_tool_call(
             }
         }
     }
-    match tool.call(call.arguments.clone()).await {
+    match tool.call_with_id(&call.id, call.arguments.clone()).await {
         Ok(text) => Ok((text, false)),
         Err(error) => Ok((format!("error: {}", error.message), true)),
     }

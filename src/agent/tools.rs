@@ -26,6 +26,18 @@ pub trait Tool: Send + Sync + fmt::Debug {
     /// Runs the tool. The result text goes back to the model as the tool result; an error
     /// goes back as an error result (the model may correct itself).
     fn call(&self, args: Value) -> BoxFuture<'static, Result<String, Error>>;
+    /// Runs the tool for the call the loop minted `id` for (`call_<turn>_<index>`, stable
+    /// across a resume of the loop from its checkpoint). A tool whose effects are journaled
+    /// keys them on it; the default ignores it.
+    fn call_with_id(&self, id: &str, args: Value) -> BoxFuture<'static, Result<String, Error>> {
+        let _ = id;
+        self.call(args)
+    }
+    /// Whether a successful call ends the agent, its result text (parsed as JSON when it is
+    /// JSON) becoming the agent's value. The orchestrator's `finish` is one.
+    fn ends_agent(&self) -> bool {
+        false
+    }
 }
 
 /// A named group of tools, registered on the engine and referred to by name.

@@ -95,7 +95,8 @@ impl RetryConfig {
     }
 }
 
-/// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations).
+/// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations,
+/// 20M allocations).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SandboxConfig {
@@ -105,6 +106,8 @@ pub(crate) struct SandboxConfig {
     pub(crate) wall_time_s: Option<f64>,
     /// The operation budget of a run, all branches together.
     pub(crate) max_operations: Option<u64>,
+    /// The allocation budget of a run, all branches together (copying values allocates).
+    pub(crate) max_allocations: Option<u64>,
 }
 
 impl SandboxConfig {
@@ -128,6 +131,12 @@ impl SandboxConfig {
                 return Err(Error::config("sandbox.max_operations must be above 0"));
             }
             limits.max_operations = operations;
+        }
+        if let Some(allocations) = self.max_allocations {
+            if allocations == 0 {
+                return Err(Error::config("sandbox.max_allocations must be above 0"));
+            }
+            limits.max_allocations = allocations;
         }
         Ok(limits)
     }
@@ -223,6 +232,10 @@ pub(crate) struct HostFunctionConfig {
     env: Option<Vec<String>>,
     /// The most bytes read back from its stdout or stderr (default 16 MiB).
     max_output_bytes: Option<u64>,
+    /// What it does, for the planner's profile card.
+    description: Option<String>,
+    /// A JSON Schema (as a TOML table) of the arguments it accepts, for the profile card.
+    accepts: Option<toml::Table>,
 }
 
 impl Config {
@@ -374,6 +387,8 @@ impl Config {
         };
         builder =
             builder.dialect(Arc::new(crate::script::rhai::RhaiDialect::with_limits(self.sandbox.limits()?)));
+        builder =
+            builder.dialect(Arc::new(crate::script::lua::LuaDialect::with_limits(self.sandbox.limits()?)));
         let mut registered: Vec<String> = vec!["echo".into()];
         for (name, provider) in &self.providers {
             let built = provider.build(name)?;
@@ -470,6 +485,15 @@ impl Config {
                 let command = command.clone();
                 async move { command.call(args).await }
             });
+            if host.description.is_some() || host.accepts.is_some() {
+                let accepts = host.accepts.as_ref().map(|table| {
+                    serde_json::to_value(table).map_err(|e| {
+                        Error::config(format!("host_functions.{name}.accepts: not a JSON Schema: {e}"))
+                    })
+                });
+                let description = host.description.as_deref().unwrap_or_default();
+                builder = builder.describe_host_function(name, description, accepts.transpose()?);
+            }
         }
         if let Some(n) = self.concurrency {
             builder = builder.max_concurrency(n);

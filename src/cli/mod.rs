@@ -21,6 +21,7 @@ macro_rules! errln {
 mod canon;
 mod config;
 mod host_fn;
+mod plan;
 mod price_config;
 mod progress;
 mod runs;
@@ -103,12 +104,14 @@ enum Command {
     Replay(runs::ReplayArgs),
     /// Resolve a suspended run's await_external(KEY) with a JSON value.
     Resolve(runs::ResolveArgs),
+    /// Print the API card of a script dialect, and with --profiles the profile card.
+    Card(plan::CardArgs),
+    /// Have a planner model write a workflow script for a goal; with --run, run it.
+    Plan(plan::PlanArgs),
     /// Claim and drive queued runs until stopped (SIGTERM drains: in-flight runs finish).
     Worker(worker::WorkerArgs),
     /// Queue a script's run for `cairn worker` to drive; prints its run id.
     Enqueue(worker::EnqueueArgs),
-    /// Print the API card of the script dialect.
-    Card,
     /// Print the canonical JSON (RFC 8785) and content key of the JSON on stdin.
     Canon,
 }
@@ -123,8 +126,10 @@ pub fn main() -> ExitCode {
             return code.into();
         }
     };
-    if !matches!(cli.command, Command::Run(_) | Command::Resume(_) | Command::Replay(_) | Command::Worker(_))
-    {
+    if !matches!(
+        cli.command,
+        Command::Run(_) | Command::Resume(_) | Command::Replay(_) | Command::Plan(_) | Command::Worker(_)
+    ) {
         // A command that only prints ends quietly when its reader goes away (`| head`), as
         // Unix tools do. The commands that drive a run keep the signal ignored and write with
         // `out!`/`errln!`, so a closed pipe never interrupts a run.
@@ -137,10 +142,8 @@ pub fn main() -> ExitCode {
     let globals = runs::Globals { store: cli.store, config: cli.config };
     let exit = match cli.command {
         Command::Canon => canon::run(&mut std::io::stdin().lock(), &mut std::io::stdout().lock()),
-        Command::Card => {
-            print!("{}", crate::script::api_card());
-            Exit::Ok
-        }
+        Command::Card(args) => plan::card(&globals, &args),
+        Command::Plan(args) => runs::with_runtime(|| plan::plan(&globals, &args)),
         Command::Lint(args) => runs::lint(&globals, &args),
         Command::Runs(args) => runs::list(&globals, &args),
         Command::Inspect(args) => runs::inspect(&globals, &args),

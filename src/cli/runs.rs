@@ -28,8 +28,11 @@ pub(super) struct Globals {
 
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
-    /// The workflow script (.rhai).
+    /// The workflow script (.rhai, .lua).
     file: PathBuf,
+    /// The script's dialect (rhai, lua); default: from the file's extension.
+    #[arg(long)]
+    dialect: Option<String>,
     /// The run's arguments: JSON, or @FILE to read JSON from a file.
     #[arg(long)]
     args: Option<String>,
@@ -64,11 +67,11 @@ pub(super) struct LiveArgs {
 pub(super) struct CassetteArgs {
     /// Record every provider exchange to this cassette (JSONL; no credentials are ever in it).
     #[arg(long, value_name = "FILE", conflicts_with = "replay")]
-    record: Option<PathBuf>,
+    pub(super) record: Option<PathBuf>,
     /// Serve every provider exchange from this cassette, with zero network; a request it does
     /// not hold fails with a cassette miss.
     #[arg(long, value_name = "FILE")]
-    replay: Option<PathBuf>,
+    pub(super) replay: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -92,6 +95,9 @@ pub(super) struct ResumeArgs {
     /// unchanged calls replay, and re-keyed paid calls are explained first.
     #[arg(long, value_name = "FILE")]
     script: Option<PathBuf>,
+    /// The dialect of --script (rhai, lua); default: from its extension.
+    #[arg(long, requires = "script")]
+    dialect: Option<String>,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -128,9 +134,20 @@ pub(super) struct InspectArgs {
 pub(super) struct LintArgs {
     /// The script.
     file: PathBuf,
-    /// Print the diagnostics as a JSON array.
+    /// The script's dialect (rhai, lua); default: from the file's extension.
+    #[arg(long)]
+    dialect: Option<String>,
+    /// Print the diagnostics as a JSON array (with `--bound`, an object with `diagnostics` and
+    /// `cost_bound`).
     #[arg(long)]
     json: bool,
+    /// Also print the static cost bound: the most agent calls the script can make and their
+    /// worst-case cost, or why it has none.
+    #[arg(long)]
+    bound: bool,
+    /// The run's args for the bound (JSON, or @FILE): they size loops and fan-outs over `args`.
+    #[arg(long, requires = "bound")]
+    args: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -164,7 +181,7 @@ pub(super) fn exit_of(error: &Error) -> Exit {
     }
 }
 
-fn load_config(globals: &Globals) -> Result<Config, Error> {
+pub(super) fn load_config(globals: &Globals) -> Result<Config, Error> {
     match &globals.config {
         Some(path) => Config::load(path, true),
         None => Config::load(Path::new("cairn.toml"), false),
@@ -191,8 +208,8 @@ fn open_store_read_only(globals: &Globals, config: &Config) -> Result<Option<Ope
 
 pub(super) struct Setup {
     pub(super) engine: Engine,
-    config: Config,
-    uses_echo: bool,
+    pub(super) config: Config,
+    pub(super) uses_echo: bool,
 }
 
 pub(super) fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
@@ -208,7 +225,7 @@ fn setup_read_only(globals: &Globals) -> Result<Option<Setup>, Error> {
     }
 }
 
-fn setup_with(
+pub(super) fn setup_with(
     globals: &Globals,
     model: Option<&str>,
     cassette: Option<&CassetteArgs>,
@@ -310,6 +327,24 @@ fn lint_context(setup: &Setup) -> LintContext {
     }
 }
 
+/// The dialect a script is written in: `--dialect` when given, else the one registered for
+/// the file's extension, else Rhai.
+fn dialect_of(
+    engine: &crate::Engine,
+    file: &Path,
+    flag: Option<&str>,
+) -> Result<Arc<dyn crate::engine::ScriptDialect>, Exit> {
+    if let Some(name) = flag {
+        return engine.dialect(name).map_err(|e| fail(Exit::Usage, e));
+    }
+    // A file whose extension names no dialect is Rhai, the primary dialect.
+    let extension = file.extension().and_then(|e| e.to_str()).unwrap_or("");
+    match engine.dialect_for_extension(extension) {
+        Some(dialect) => Ok(dialect),
+        None => engine.dialect("rhai").map_err(|e| fail(Exit::Usage, e)),
+    }
+}
+
 pub(super) fn read_script(file: &Path) -> Result<(String, String), Exit> {
     let source = std::fs::read_to_string(file)
         .map_err(|e| fail(Exit::Usage, format!("cannot read {}: {e}", file.display())))?;
@@ -317,7 +352,7 @@ pub(super) fn read_script(file: &Path) -> Result<(String, String), Exit> {
     Ok((name, source))
 }
 
-fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
+pub(super) fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     if as_json {
         println!("{}", serde_json::to_string_pretty(diagnostics).unwrap_or_else(|_| "[]".into()));
         return;
@@ -344,7 +379,7 @@ pub(super) fn parse_run_id(text: &str) -> Result<RunId, Exit> {
 }
 
 /// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
-async fn follow(mut handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
+pub(super) async fn follow(mut handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
     // Listening before anything is printed: once "running" shows, a signal is handled.
     let mut interrupts = super::Interrupts::listen();
     // Quiet: nobody reads the events, so the run builds none.
@@ -382,7 +417,7 @@ async fn handle_result(handle: &RunHandle) -> Result<RunOutcome, Error> {
     handle.wait().await
 }
 
-fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
+pub(super) fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
     if as_json {
         out!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
     } else {
@@ -440,13 +475,15 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let diagnostics = match crate::script::rhai::compile(&source, &lint_context(&setup)) {
-        Ok(compiled) => compiled.warnings().to_vec(),
-        Err(diagnostics) => {
-            print_diagnostics(&args.file, &diagnostics, args.live.json);
-            return fail(Exit::Rejected, format!("{} was rejected by lint", args.file.display()));
-        }
+    let dialect = match dialect_of(&setup.engine, &args.file, args.dialect.as_deref()) {
+        Ok(dialect) => dialect,
+        Err(exit) => return exit,
     };
+    let diagnostics = dialect.check(&source, &lint_context(&setup));
+    if diagnostics.iter().any(Diagnostic::is_error) {
+        print_diagnostics(&args.file, &diagnostics, args.live.json);
+        return fail(Exit::Rejected, format!("{} was rejected by lint", args.file.display()));
+    }
     print_diagnostics(&args.file, &diagnostics, false);
     if setup.uses_echo && !args.live.quiet && args.live.cassette.replay.is_none() {
         if setup.config.providers.keys().any(|name| name != "echo") {
@@ -458,10 +495,11 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
         }
     }
     let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
-    let handle = match setup.engine.run_script(&Script::rhai(&name, &source), run_args, options) {
-        Ok(handle) => handle,
-        Err(e) => return fail(exit_of(&e), e),
-    };
+    let handle =
+        match setup.engine.run_script(&Script::new(dialect.name(), &name, &source), run_args, options) {
+            Ok(handle) => handle,
+            Err(e) => return fail(exit_of(&e), e),
+        };
     match follow(handle, args.live.quiet).await {
         Ok(outcome) => report(&outcome, args.live.json),
         Err(e) => fail(Exit::Error, e),
@@ -483,7 +521,10 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
     };
     let script = match &args.script {
         Some(file) => match read_script(file) {
-            Ok((name, source)) => Some(Script::rhai(&name, &source)),
+            Ok((name, source)) => match dialect_of(&setup.engine, file, args.dialect.as_deref()) {
+                Ok(dialect) => Some(Script::new(dialect.name(), &name, &source)),
+                Err(exit) => return exit,
+            },
             Err(exit) => return exit,
         },
         None => None,
@@ -812,12 +853,32 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         let opened = store::open("memory").map_err(Error::from)?;
         setup_over(globals, config, opened, None, None)
     });
-    let context = match in_memory {
-        Ok(setup) => lint_context(&setup),
+    let (setup, dialect) = match in_memory {
+        Ok(setup) => match dialect_of(&setup.engine, &args.file, args.dialect.as_deref()) {
+            Ok(dialect) => (setup, dialect),
+            Err(exit) => return exit,
+        },
         Err(e) => return fail(exit_of(&e), e),
     };
-    let diagnostics = crate::script::rhai::lint(&source, &context);
-    print_diagnostics(&args.file, &diagnostics, args.json);
+    let context = lint_context(&setup);
+    let diagnostics = dialect.check(&source, &context);
+    if args.bound {
+        let run_args = match parse_args(args.args.as_deref()) {
+            Ok(value) => value,
+            Err(exit) => return exit,
+        };
+        let bound =
+            crate::script::bound::cost_bound(&setup.engine, dialect.as_ref(), &source, &run_args, None);
+        if args.json {
+            let both = json!({"diagnostics": diagnostics, "cost_bound": bound});
+            println!("{}", serde_json::to_string_pretty(&both).unwrap_or_else(|_| "{}".into()));
+        } else {
+            print_diagnostics(&args.file, &diagnostics, false);
+            println!("cost bound: {}", escaped(&bound.to_string()));
+        }
+    } else {
+        print_diagnostics(&args.file, &diagnostics, args.json);
+    }
     if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
 }
 

@@ -421,6 +421,18 @@ impl Ctx {
     /// provider and task failures; `cancelled`. Under the lenient policy failures return
     /// null and are itemized in `dropped`.
     pub async fn agent(&self, prompt: &str, opts: AgentOptions) -> Result<Value, Error> {
+        self.agent_with(prompt, opts, &[]).await
+    }
+
+    /// [`Ctx::agent`] with tool instances beside the registered toolsets it names (the
+    /// orchestrator's base toolset, bound to its roster). Their contracts enter the toolset
+    /// hash like any tool's.
+    pub(crate) async fn agent_with(
+        &self,
+        prompt: &str,
+        opts: AgentOptions,
+        extra_tools: &[Arc<dyn crate::agent::Tool>],
+    ) -> Result<Value, Error> {
         self.check_stopped()?;
         let engine = self.run.engine.clone();
         let label = opts.label.clone();
@@ -451,7 +463,10 @@ impl Ctx {
             opts.tools.clone()
         };
         let tools = match resolve_tools(&engine.toolsets, &toolset_names) {
-            Ok(tools) => tools,
+            Ok(mut tools) => {
+                tools.extend(extra_tools.iter().cloned());
+                tools
+            }
             Err(error) => return self.fail(opts.on_error, "agent", label, error),
         };
         let Some(provider) = engine.providers.get(model.provider()).cloned() else {

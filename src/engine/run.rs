@@ -182,6 +182,18 @@ impl RunState {
         self.lock_journal().replay.decision(scope, key)
     }
 
+    /// A journaled fact at a site, matched like a call: a decision found this way holds
+    /// whatever segments settled after it (the orchestrator's, whose checkpointed
+    /// conversation names what it decided). Finding nothing is not counted as a miss.
+    pub(crate) fn lookup_fact(&self, scope: &ScopePath, key: ContentKey) -> Match {
+        let mut journal = self.lock_journal();
+        let matched = journal.replay.lookup(scope, key);
+        if matches!(matched.outcome, crate::journal::Outcome::Live) {
+            journal.replay.uncount_miss();
+        }
+        matched
+    }
+
     /// Accounts for the tool approvals of a replayed agent call (see [`Replay::cover_approvals`]).
     pub(crate) fn cover_approvals(&self, scope: &ScopePath, call_key: ContentKey) {
         self.lock_journal().replay.cover_approvals(scope, call_key);

@@ -6,6 +6,7 @@ static ALLOCATOR: cairn::CountingAlloc = cairn::CountingAlloc;
 
 mod adapters_e2e;
 mod agent_contract;
+mod bound;
 mod cli;
 mod concurrency;
 mod crash;
@@ -18,8 +19,10 @@ mod jcs;
 mod lease;
 mod lint;
 mod live_model;
+mod lua;
 mod money;
 mod outside;
+mod planner;
 mod postgres;
 mod provider;
 mod queue;

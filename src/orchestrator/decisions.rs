@@ -1,0 +1,213 @@
+//! The orchestrator's decision entries and their replay.
+//!
+//! Every dynamic verdict is one `decision` entry in the orchestration's scope, keyed by its
+//! place in the orchestration's sequence of verdicts (`{kind: decision, type: orchestrate, n}`)
+//! and carrying the tool call that made it (`call`: the lane and the id the agent loop minted,
+//! `item`: the child's index in a batch). Entries are queued before their effect (a child's
+//! `running` entry, a cancellation, the agent's terminal entry) and so precede it in the
+//! journal. A resume folds them back in order ([`Orch::restore`]); a tool call the resumed loop
+//! answers again finds its verdict by `(call, item)` and takes it as journaled, whatever the
+//! live budget or options now say.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::acceptance::Completion;
+use super::claims::ClaimFinding;
+use super::roster::{Child, Orch, State};
+use crate::engine::Durability;
+use crate::error::Error;
+use crate::journal::{self, ContentKey, Entry, Kind, Seq, Status};
+
+/// The `type` of an orchestrator decision entry.
+pub(crate) const DECISION_TYPE: &str = "orchestrate";
+
+/// Why an admission was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Refusal {
+    /// The profile is not in the allowlist (or not registered).
+    UnknownProfile,
+    /// `max_spawns` children are already admitted.
+    SpawnCap,
+    /// The budget left does not cover the child's estimate.
+    Budget,
+    /// The budget left cannot seat the declared `min_spawned_children`.
+    RosterFloor,
+}
+
+impl Refusal {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Refusal::UnknownProfile => "unknown_profile",
+            Refusal::SpawnCap => "spawn_cap",
+            Refusal::Budget => "budget",
+            Refusal::RosterFloor => "roster_floor",
+        }
+    }
+}
+
+/// One verdict, as journaled (the entry's value is this plus `type`, `n`, `call`, `item`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub(crate) enum Verdict {
+    /// A child admitted as `c{child}`.
+    Admit {
+        child: u32,
+        profile: String,
+        prompt: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schema: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        est_cost_nano_usd: Option<i64>,
+        /// What the ceiling left free when it was admitted (`None`: unbounded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        available_nano_usd: Option<i64>,
+    },
+    /// A spawn refused, with its arithmetic; it spends nothing and takes no slot.
+    Refuse {
+        reason: Refusal,
+        message: String,
+        profile: String,
+        admitted: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested_nano_usd: Option<i64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        available_nano_usd: Option<i64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        floor: Option<u32>,
+    },
+    /// A child cancelled (by `cancel_agent`, the termination account or the exit barrier).
+    Cancel { child: u32 },
+    /// A finish validated: `accepted`, `rejected` (a repair is asked for) or `failed`
+    /// (repairs spent).
+    Finish {
+        verdict: String,
+        #[serde(default)]
+        problems: Vec<String>,
+        /// Rejections before this one.
+        repair: u32,
+        result: Value,
+        /// Whether the termination account's finalization turn made it.
+        #[serde(default)]
+        at_cap: bool,
+    },
+    /// The acceptance policy's verdict on an accepted finish.
+    Acceptance {
+        accepted: bool,
+        completion: Completion,
+        policy: String,
+        spawned: u32,
+        counts: BTreeMap<String, u32>,
+        degraded: Vec<String>,
+        message: String,
+    },
+    /// The orchestrator stopped at the cap: the termination account's turn follows.
+    Finalize,
+    /// The claim-consistency findings.
+    Claims { findings: Vec<ClaimFinding> },
+}
+
+/// A verdict with its place.
+#[derive(Debug, Clone)]
+pub(crate) struct Decision {
+    pub(crate) call: String,
+    pub(crate) item: u32,
+    pub(crate) verdict: Verdict,
+}
+
+/// The key of the `n`-th decision of an orchestration.
+fn key(n: usize) -> Result<ContentKey, Error> {
+    journal::content_key(&json!({ "kind": "decision", "type": DECISION_TYPE, "n": n }))
+        .map_err(|e| Error::internal(e.to_string()))
+}
+
+/// Folds one verdict into the roster: the pure state change, the same on a live decision and
+/// on a restored one. Effects (starting a child, cancelling one) are the caller's.
+pub(crate) fn fold(state: &mut State, decision: &Decision) {
+    match &decision.verdict {
+        Verdict::Admit { child, profile, prompt, schema, est_cost_nano_usd, .. } => {
+            state.roster.push(Child::new(
+                *child,
+                profile.clone(),
+                prompt.clone(),
+                schema.clone(),
+                est_cost_nano_usd.map(crate::money::Money::from_nano_usd),
+            ));
+        }
+        Verdict::Cancel { child } => {
+            if let Some(c) = state.roster.get_mut(*child as usize) {
+                c.cancel_decided = true;
+            }
+        }
+        _ => {}
+    }
+    state.by_call.insert((decision.call.clone(), decision.item), state.decisions.len());
+    state.decisions.push(decision.clone());
+}
+
+impl Orch {
+    /// Folds the journaled decisions back, in order, and starts the children they admitted
+    /// and never cancelled: each replays from its own scope (a completed one at zero cost).
+    pub(crate) fn restore(self: &std::sync::Arc<Self>) {
+        let run = &self.ctx.run;
+        let mut n = 0usize;
+        while let Ok(key) = key(n)
+            && let crate::journal::Outcome::Replay(entry) = run.lookup_fact(&self.ctx.scope, key).outcome
+            && let Some(decision) = entry.value().as_ref().and_then(parse)
+        {
+            fold(&mut self.lock(), &decision);
+            n += 1;
+        }
+        let to_start: Vec<u32> =
+            self.lock().roster.iter().filter(|c| !c.cancel_decided).map(|c| c.n).collect();
+        for child in to_start {
+            self.start(child);
+        }
+    }
+
+    /// The verdict of `(call, item)`: the journaled one when a resume restored it, else
+    /// `live`'s, journaled (queued before anything the caller does with it) and folded.
+    pub(crate) fn decide(
+        &self,
+        call: &str,
+        item: u32,
+        live: impl FnOnce(&State) -> Verdict,
+    ) -> Result<Verdict, Error> {
+        let mut state = self.lock();
+        if let Some(&index) = state.by_call.get(&(call.to_owned(), item)) {
+            return Ok(state.decisions[index].verdict.clone());
+        }
+        let verdict = live(&state);
+        let n = state.decisions.len();
+        let key = key(n)?;
+        // Each `n` is journaled once per orchestration scope: a resume restores every one.
+        let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, self.ctx.scope.clone(), key, 0);
+        let mut value = serde_json::to_value(&verdict).map_err(|e| Error::internal(e.to_string()))?;
+        if let Value::Object(map) = &mut value {
+            map.insert("type".into(), json!(DECISION_TYPE));
+            map.insert("n".into(), json!(n));
+            map.insert("call".into(), json!(call));
+            map.insert("item".into(), json!(item));
+        }
+        entry.set_value(Some(&value));
+        // Queued before the effect: everything the caller does next is journaled after it.
+        self.ctx.run.append_one(entry, Durability::Deferred)?;
+        let decision = Decision { call: call.to_owned(), item, verdict: verdict.clone() };
+        fold(&mut state, &decision);
+        Ok(verdict)
+    }
+}
+
+/// A journaled decision's value back as a decision.
+pub(crate) fn parse(value: &Value) -> Option<Decision> {
+    if value.get("type")?.as_str()? != DECISION_TYPE {
+        return None;
+    }
+    let call = value.get("call")?.as_str()?.to_owned();
+    let item = value.get("item")?.as_u64()? as u32;
+    let verdict: Verdict = serde_json::from_value(value.clone()).ok()?;
+    Some(Decision { call, item, verdict })
+}
