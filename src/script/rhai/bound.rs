@@ -55,6 +55,9 @@ const MAX_CALL_DEPTH: usize = 48;
 /// must not go where the bound cannot follow it.
 const AGENT_GLOBALS: &[&str] = &["agent", "workflow", "parallel", "pipeline", "step", "phase"];
 
+/// Functions Rhai calls by itself: an interpolation or a string `+` calls `to_string`.
+const IMPLICIT_NAMES: &[&str] = &["to_string", "to_debug", "print", "debug"];
+
 /// Builtin array methods that run a closure once per element (at most).
 const PER_ELEMENT_METHODS: &[&str] = &[
     "map",
@@ -566,7 +569,9 @@ impl Walker<'_> {
             .by_name
             .keys()
             .filter(|name| {
-                !name.starts_with("anon$") && !name.chars().all(|c| c.is_alphanumeric() || c == '_')
+                !name.starts_with("anon$")
+                    && (!name.chars().all(|c| c.is_alphanumeric() || c == '_')
+                        || IMPLICIT_NAMES.contains(&name.as_str()))
             })
             .cloned()
             .collect();

@@ -256,3 +256,10 @@ fn paths_into_args_follow_properties_keys_and_indexes() {
     // `args` shadowed by a closure parameter or reassigned is not the run's args.
     assert_eq!(calls(r#"parallel([[1, 2]], |args| { for x in args { agent("a") } })"#, args), Some(2));
 }
+
+#[test]
+fn functions_rhai_calls_implicitly_may_not_call_agents() {
+    let (why, ..) = reason(r#"fn to_string() { agent("hidden") } let m = #{a: 1}; `${m}`"#, json!({}));
+    assert!(why.contains("'to_string' is called implicitly"), "{why}");
+    assert_eq!(calls(r#"fn to_string() { "x" } agent("a")"#, json!({})), Some(1));
+}
