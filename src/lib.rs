@@ -45,6 +45,7 @@ pub mod orchestrator;
 pub mod planner;
 pub mod provider;
 pub mod script;
+pub mod service;
 pub mod store;
 pub mod testing;
 pub mod text;

@@ -25,6 +25,7 @@ mod plan;
 mod price_config;
 mod progress;
 mod runs;
+mod serve;
 mod worker;
 
 use std::path::PathBuf;
@@ -112,6 +113,8 @@ enum Command {
     Worker(worker::WorkerArgs),
     /// Queue a script's run for `cairn worker` to drive; prints its run id.
     Enqueue(worker::EnqueueArgs),
+    /// Serve the HTTP API: queue scripts, follow runs live (SSE), resolve, cancel, resume.
+    Serve(serve::ServeArgs),
     /// Print the canonical JSON (RFC 8785) and content key of the JSON on stdin.
     Canon,
 }
@@ -128,7 +131,12 @@ pub fn main() -> ExitCode {
     };
     if !matches!(
         cli.command,
-        Command::Run(_) | Command::Resume(_) | Command::Replay(_) | Command::Plan(_) | Command::Worker(_)
+        Command::Run(_)
+            | Command::Resume(_)
+            | Command::Replay(_)
+            | Command::Plan(_)
+            | Command::Worker(_)
+            | Command::Serve(_)
     ) {
         // A command that only prints ends quietly when its reader goes away (`| head`), as
         // Unix tools do. The commands that drive a run keep the signal ignored and write with
@@ -153,6 +161,7 @@ pub fn main() -> ExitCode {
         Command::Replay(args) => runs::with_runtime(|| runs::replay(&globals, &args)),
         Command::Worker(args) => runs::with_runtime(|| worker::worker(&globals, &args)),
         Command::Enqueue(args) => runs::with_runtime(|| worker::enqueue(&globals, &args)),
+        Command::Serve(args) => runs::with_runtime(|| serve::serve(&globals, &args)),
     };
     exit.into()
 }

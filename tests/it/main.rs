@@ -30,4 +30,5 @@ mod resume_explain;
 mod samples;
 mod script;
 mod scripted_server;
+mod serve;
 mod store;

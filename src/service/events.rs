@@ -1,0 +1,128 @@
+//! `GET /v1/runs/{id}/events`: the run's journal as Server-Sent Events, read from the store
+//! (so a run driven by another process streams the same way). Each entry is one `entry` event
+//! whose `id:` is its journal seq; a client reconnecting with `Last-Event-ID: N` gets the
+//! entries after seq N, missing none and repeating none. Entries journaled before the stream
+//! opened carry `"replayed": true`. A `status` event (no id) reports each status change; once
+//! the run settles, an `outcome` event (no id) ends the stream.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::channel::mpsc;
+use futures::{SinkExt as _, Stream};
+use serde_json::{Value, json};
+
+use super::runs::{blocking, meta_of, parse_run_id};
+use super::{ApiError, AppState};
+use crate::store::{RunId, RunStatus};
+
+/// `GET /v1/runs/{id}/events`.
+pub async fn events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let run = parse_run_id(&id)?;
+    let after =
+        match headers.get("last-event-id") {
+            None => 0,
+            Some(v) => v.to_str().ok().and_then(|t| t.trim().parse::<u64>().ok()).ok_or_else(|| {
+                ApiError::bad_request("Last-Event-ID must be a journal seq (a whole number)")
+            })?,
+        };
+    let (meta, raw) = {
+        let run = run.clone();
+        blocking(&state, move |engine| {
+            let meta = meta_of(engine, &run)?;
+            let raw = engine.journal_store().load(&run)?;
+            Ok((meta, raw))
+        })
+        .await?
+    };
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(follow(state, run, after, meta.status, raw, tx));
+    Ok(Sse::new(rx).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+type Tx = mpsc::Sender<Result<Event, Infallible>>;
+
+/// Sends the entries past `after`, then polls the store for more until the run settles.
+async fn follow(
+    state: AppState,
+    run: RunId,
+    mut after: u64,
+    status: RunStatus,
+    raw: Vec<crate::store::RawEntry>,
+    mut tx: Tx,
+) {
+    let replayed_up_to = raw.last().map_or(0, |e| e.seq());
+    let mut status = status;
+    if !send_status(&mut tx, &run, status).await {
+        return;
+    }
+    let mut batch = raw;
+    loop {
+        for entry in &batch {
+            if entry.seq() <= after {
+                continue;
+            }
+            let mut value: Value = serde_json::from_str(entry.json()).unwrap_or(Value::Null);
+            if let Value::Object(map) = &mut value {
+                map.insert("replayed".into(), Value::Bool(entry.seq() <= replayed_up_to));
+            }
+            let event = Event::default().event("entry").id(entry.seq().to_string()).data(value.to_string());
+            if tx.send(Ok(event)).await.is_err() {
+                return;
+            }
+            after = entry.seq();
+        }
+        if settled(status) {
+            let cost = {
+                let run = run.clone();
+                blocking(&state, move |engine| {
+                    let entries = super::runs::entries_of(engine, &run)?;
+                    Ok(crate::engine::CostReport::fold(entries.iter()))
+                })
+                .await
+                .ok()
+            };
+            let data = json!({ "run_id": run, "status": status, "cost": cost });
+            let _ = tx.send(Ok(Event::default().event("outcome").data(data.to_string()))).await;
+            return;
+        }
+        tokio::time::sleep(state.options.poll_interval).await;
+        if tx.is_closed() {
+            return;
+        }
+        let polled = {
+            let run = run.clone();
+            blocking(&state, move |engine| {
+                // The status first: entries read after it include every entry a settled run wrote.
+                let meta = meta_of(engine, &run)?;
+                let raw = engine.journal_store().load(&run)?;
+                Ok((meta.status, raw))
+            })
+            .await
+        };
+        let Ok((now, raw)) = polled else { continue };
+        if now != status {
+            status = now;
+            if !send_status(&mut tx, &run, status).await {
+                return;
+            }
+        }
+        batch = raw;
+    }
+}
+
+async fn send_status(tx: &mut Tx, run: &RunId, status: RunStatus) -> bool {
+    let data = json!({ "run_id": run, "status": status });
+    tx.send(Ok(Event::default().event("status").data(data.to_string()))).await.is_ok()
+}
+
+fn settled(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Ok | RunStatus::Error | RunStatus::Cancelled | RunStatus::Exhausted)
+}

@@ -1,0 +1,59 @@
+//! `GET /metrics`: Prometheus text of the store's runs by status, their calls and spend, the
+//! queue's depth and its lease takeovers.
+
+use std::fmt::Write as _;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+use super::runs::blocking;
+use super::{ApiError, AppState};
+use crate::store::{RunFilter, RunStatus};
+
+const STATUSES: [RunStatus; 7] = [
+    RunStatus::Queued,
+    RunStatus::Running,
+    RunStatus::Suspended,
+    RunStatus::Ok,
+    RunStatus::Error,
+    RunStatus::Cancelled,
+    RunStatus::Exhausted,
+];
+
+/// `GET /metrics`.
+pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let text = blocking(&state, |engine| {
+        let store = engine.journal_store();
+        let runs = store.list_runs(&RunFilter::default())?;
+        let mut out = String::new();
+        let _ = writeln!(out, "# HELP cairn_runs Runs in the store, by status.\n# TYPE cairn_runs gauge");
+        for status in STATUSES {
+            let n = runs.iter().filter(|m| m.status == status).count();
+            let _ = writeln!(out, "cairn_runs{{status=\"{}\"}} {n}", status.as_str());
+        }
+        let (mut calls, mut spend) = (0u64, 0f64);
+        for meta in &runs {
+            let entries = super::runs::entries_of(engine, &meta.run_id)?;
+            let cost = crate::engine::CostReport::fold(entries.iter());
+            calls += cost.total.entries;
+            spend += cost.total.cost.as_usd();
+        }
+        let _ = writeln!(out, "# HELP cairn_calls_total Model calls journaled.\n# TYPE cairn_calls_total counter");
+        let _ = writeln!(out, "cairn_calls_total {calls}");
+        let _ = writeln!(out, "# HELP cairn_spend_usd_total Spend journaled, in USD.\n# TYPE cairn_spend_usd_total counter");
+        let _ = writeln!(out, "cairn_spend_usd_total {spend}");
+        if let Some(queue) = store.queue() {
+            let _ = writeln!(out, "# HELP cairn_queue_depth Runs waiting in the queue.\n# TYPE cairn_queue_depth gauge");
+            let _ = writeln!(out, "cairn_queue_depth {}", queue.depth()?);
+            let _ = writeln!(
+                out,
+                "# HELP cairn_lease_takeovers_total Claims taken over from a stalled worker.\n# TYPE cairn_lease_takeovers_total counter"
+            );
+            let _ = writeln!(out, "cairn_lease_takeovers_total {}", queue.takeovers()?);
+        }
+        Ok(out)
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}

@@ -1,0 +1,311 @@
+//! The run routes: submit (queue) a script, list runs, show one, read its journal, resolve
+//! an external wait, cancel, resume.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, AppState};
+use crate::engine::{CostReport, Resolution};
+use crate::error::Error;
+use crate::journal;
+use crate::money::Money;
+use crate::store::{RunFilter, RunId, RunMeta, RunStatus};
+use crate::{RunOptions, Script};
+
+/// The body of `POST /v1/runs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRun {
+    /// The script's source.
+    pub source: String,
+    /// Its dialect (`rhai` by default).
+    #[serde(default)]
+    pub dialect: Option<String>,
+    /// The run's arguments (`{}` by default).
+    #[serde(default)]
+    pub args: Option<Value>,
+    /// Its budget ceiling in USD (the server's maximum by default).
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
+    /// Its run id (a fresh ULID by default).
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// Its workflow name (`http` by default).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Runs a store call off the async threads.
+pub(crate) async fn blocking<T, F>(state: &AppState, f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&crate::Engine) -> Result<T, ApiError> + Send + 'static,
+{
+    let engine = state.engine.clone();
+    tokio::task::spawn_blocking(move || f(&engine)).await.map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("a task failed: {e}"))
+    })?
+}
+
+/// A request body as JSON: 413 past the size limit, 400 when it is not the expected JSON.
+pub(crate) fn json_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "the request body is too large")
+        } else {
+            ApiError::bad_request(format!("could not read the request body: {e}"))
+        }
+    })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
+}
+
+pub(crate) fn parse_run_id(id: &str) -> Result<RunId, ApiError> {
+    RunId::parse(id).map_err(|_| ApiError::unknown_run(&crate::text::for_terminal_line(id)))
+}
+
+pub(crate) fn meta_of(engine: &crate::Engine, run: &RunId) -> Result<RunMeta, ApiError> {
+    engine.journal_store().get_meta(run)?.ok_or_else(|| ApiError::unknown_run(run.as_str()))
+}
+
+/// `POST /v1/runs`: validates and queues a script's run; `202 {run_id}`.
+pub async fn submit(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let submit: SubmitRun = json_body(body)?;
+    let budget = budget_of(submit.budget_usd, state.options.max_budget)?;
+    let run_id = submit.run_id.as_deref().map(RunId::parse).transpose().map_err(|_| {
+        ApiError::bad_request("run_id must be 1 to 128 characters of letters, digits, '-' and '_'")
+    })?;
+    let args = submit.args.unwrap_or_else(|| json!({}));
+    if !args.is_object() {
+        return Err(ApiError::bad_request("args must be a JSON object"));
+    }
+    let dialect = submit.dialect.unwrap_or_else(|| "rhai".into());
+    let name = submit.name.unwrap_or_else(|| "http".into());
+    let run_id = blocking(&state, move |engine| {
+        let script = Script::new(&dialect, &name, &submit.source);
+        let options = RunOptions { budget_usd: budget, run_id, ..RunOptions::default() };
+        match engine.enqueue_script(&script, args, options) {
+            Ok(run_id) => Ok(run_id),
+            Err(e) if e.code == crate::error::ErrorCode::Validation => {
+                let diagnostics = diagnostics_of(engine, &dialect, &submit.source);
+                Err(ApiError::from(e).with_details(json!({ "diagnostics": diagnostics })))
+            }
+            Err(e) if e.code == crate::error::ErrorCode::Config && e.message.contains("already exists") => {
+                Err(ApiError::conflict(e.message))
+            }
+            Err(e) => Err(ApiError::from(e)),
+        }
+    })
+    .await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({ "run_id": run_id }))).into_response())
+}
+
+/// The budget a submitted run gets: its own when within the server's maximum, else the maximum.
+fn budget_of(asked: Option<f64>, max: Option<Money>) -> Result<Option<f64>, ApiError> {
+    match (asked, max) {
+        (Some(usd), _) if !usd.is_finite() || usd <= 0.0 => {
+            Err(ApiError::bad_request("budget_usd must be a positive number of USD"))
+        }
+        (Some(usd), Some(max)) if usd > max.as_usd() => Err(ApiError::bad_request(format!(
+            "budget_usd {usd} is above the server's maximum of {} USD per run",
+            max.as_usd()
+        ))),
+        (Some(usd), _) => Ok(Some(usd)),
+        (None, Some(max)) => Ok(Some(max.as_usd())),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A rejected script's diagnostics, as the linter reports them.
+fn diagnostics_of(engine: &crate::Engine, dialect: &str, source: &str) -> Value {
+    let Ok(dialect) = engine.dialect(dialect) else { return json!([]) };
+    let registered = engine.registered();
+    let context = crate::script::LintContext {
+        profiles: registered.profiles.into_iter().collect(),
+        toolsets: Default::default(),
+        host_functions: registered.host_functions.into_iter().collect(),
+        child_workflows: registered.workflows.into_iter().collect(),
+        models: None,
+    };
+    let diagnostics: Vec<_> = dialect
+        .check(source, &context)
+        .into_iter()
+        .filter(|d| d.severity == crate::script::Severity::Error)
+        .collect();
+    serde_json::to_value(diagnostics).unwrap_or_else(|_| json!([]))
+}
+
+/// The query of `GET /v1/runs`.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    /// Only runs in this status.
+    pub status: Option<String>,
+    /// At most this many, newest first.
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/runs`: the runs, newest first, with their status.
+pub async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let statuses = match query.status.as_deref() {
+        None => Vec::new(),
+        Some(text) => vec![
+            serde_json::from_value::<RunStatus>(json!(text))
+                .map_err(|_| ApiError::bad_request(format!("unknown status {text:?}")))?,
+        ],
+    };
+    let filter =
+        RunFilter { statuses, limit: Some(query.limit.unwrap_or(100).min(1000)), ..RunFilter::default() };
+    let runs = blocking(&state, move |engine| Ok(engine.journal_store().list_runs(&filter)?)).await?;
+    Ok(Json(json!({ "runs": runs })))
+}
+
+/// `GET /v1/runs/{id}`: the run's meta, status, pending waits, outcome and cost report (what
+/// `cairn inspect --json` prints, less the entries).
+pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let run = parse_run_id(&id)?;
+    blocking(&state, move |engine| {
+        let meta = meta_of(engine, &run)?;
+        let entries = entries_of(engine, &run)?;
+        let cost = CostReport::fold(entries.iter());
+        let resolutions = journal::Resolutions::fold(entries.iter());
+        let pending: Vec<Value> = entries
+            .iter()
+            .filter(|e| e.kind == journal::Kind::External && e.status == journal::Status::Suspended)
+            .filter(|e| !resolutions.is_closed(e.seq))
+            .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) }))
+            .collect();
+        Ok(Json(json!({
+            "run_id": meta.run_id,
+            "status": meta.status,
+            "meta": meta,
+            "pending": pending,
+            "cost": cost,
+            "entries": entries.len(),
+        })))
+    })
+    .await
+}
+
+pub(crate) fn entries_of(engine: &crate::Engine, run: &RunId) -> Result<Vec<journal::Entry>, ApiError> {
+    let raw = engine.journal_store().load(run)?;
+    journal::decode_all(&raw).map_err(|e| ApiError::from(Error::from(e)))
+}
+
+/// `GET /v1/runs/{id}/journal`: the run's journal entries, in seq order.
+pub async fn journal(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let run = parse_run_id(&id)?;
+    blocking(&state, move |engine| {
+        meta_of(engine, &run)?;
+        let entries = entries_of(engine, &run)?;
+        Ok(Json(json!({ "run_id": run, "entries": entries })))
+    })
+    .await
+}
+
+/// `POST /v1/runs/{id}/resolve/{key}`: resolves the run's `await_external(key)` with the JSON
+/// body; a parked queued run returns to the queue.
+pub async fn resolve(
+    State(state): State<AppState>,
+    Path((id, key)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let run = parse_run_id(&id)?;
+    let value: Value = json_body(body)?;
+    blocking(&state, move |engine| {
+        meta_of(engine, &run)?;
+        let resolution = engine.resolve(&run, &key, value).map_err(|e| {
+            if e.code == crate::error::ErrorCode::Config {
+                ApiError::conflict(e.message)
+            } else {
+                ApiError::from(e)
+            }
+        })?;
+        let resolution = match resolution {
+            Resolution::Applied => "applied",
+            Resolution::Queued => "queued",
+            Resolution::AlreadyResolved => "already_resolved",
+        };
+        Ok(Json(json!({ "run_id": run, "key": key, "resolution": resolution })))
+    })
+    .await
+}
+
+/// `POST /v1/runs/{id}/cancel`: cancels a run that is queued or suspended (no process drives
+/// it); 409 while a worker drives it or once it settled.
+pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let run = parse_run_id(&id)?;
+    blocking(&state, move |engine| {
+        let store = engine.journal_store();
+        let lease = match store.leases() {
+            Some(leases) => Some(
+                leases
+                    .acquire(
+                        &run,
+                        &format!("cairn-serve-{}", std::process::id()),
+                        std::time::Duration::from_secs(30),
+                    )
+                    .map_err(|e| match e {
+                        crate::store::Error::LeaseHeld { .. } => ApiError::conflict(format!(
+                            "run {run} is being driven; it cannot be cancelled now"
+                        )),
+                        other => ApiError::from(other),
+                    })?,
+            ),
+            None => None,
+        };
+        let result = (|| {
+            let mut meta = meta_of(engine, &run)?;
+            if !matches!(meta.status, RunStatus::Queued | RunStatus::Suspended) {
+                return Err(ApiError::conflict(format!(
+                    "run {run} is {}; only a queued or suspended run can be cancelled",
+                    meta.status
+                )));
+            }
+            meta.status = RunStatus::Cancelled;
+            meta.updated_at_ms = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
+            store.put_meta(&meta, lease.as_ref())?;
+            Ok(Json(json!({ "run_id": run, "status": meta.status })))
+        })();
+        if let (Some(leases), Some(lease)) = (store.leases(), lease.as_ref()) {
+            let _ = leases.release(lease);
+        }
+        result
+    })
+    .await
+}
+
+/// `POST /v1/runs/{id}/resume`: puts a suspended, failed or exhausted run back in the queue;
+/// a worker resumes it from its journal.
+pub async fn resume(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let run = parse_run_id(&id)?;
+    blocking(&state, move |engine| {
+        let meta = meta_of(engine, &run)?;
+        if !matches!(meta.status, RunStatus::Suspended | RunStatus::Error | RunStatus::Exhausted) {
+            return Err(ApiError::conflict(format!(
+                "run {run} is {}; only a suspended, failed or exhausted run resumes",
+                meta.status
+            )));
+        }
+        let Some(queue) = engine.journal_store().queue() else {
+            return Err(ApiError::bad_request("this store keeps no run queue"));
+        };
+        queue.enqueue(&run)?;
+        Ok((StatusCode::ACCEPTED, Json(json!({ "run_id": run }))).into_response())
+    })
+    .await
+}

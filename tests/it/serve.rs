@@ -1,0 +1,318 @@
+//! `cairn serve` over a real socket: a spawned server process on a free loopback port, driven
+//! with reqwest.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "s3cret-token";
+
+/// A running `cairn serve`, killed on drop.
+struct Server {
+    child: Child,
+    base: String,
+    token: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn serve_command(dir: &std::path::Path, listen: &str, token: Option<&str>, extra: &[&str]) -> Command {
+    let mut command = Command::new(assert_cmd::cargo::cargo_bin("cairn"));
+    command
+        .current_dir(dir)
+        .args(["serve", "--quiet", "--listen", listen, "--store"])
+        .arg(format!("sqlite:{}", dir.join("c.db").display()))
+        .args(extra)
+        .env_remove("CAIRN_SERVER_TOKEN");
+    if let Some(token) = token {
+        command.env("CAIRN_SERVER_TOKEN", token);
+    }
+    command
+}
+
+async fn start(token: Option<&str>, extra: &[&str]) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = serve_command(dir.path(), &format!("127.0.0.1:{port}"), token, extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let server = Server {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        token: token.map(str::to_owned),
+        _dir: dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = reqwest::get(format!("{}/healthz", server.base)).await
+            && r.status() == 200
+        {
+            return server;
+        }
+        assert!(Instant::now() < deadline, "cairn serve did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+impl Server {
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+        let request = client.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    async fn submit(&self, body: Value) -> (u16, Value) {
+        let r = self.request(reqwest::Method::POST, "/v1/runs").json(&body).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap())
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.request(reqwest::Method::GET, path).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self.request(reqwest::Method::POST, path).json(&body).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Waits until the run reaches `status`.
+    async fn wait_for(&self, run: &str, status: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (code, body) = self.get(&format!("/v1/runs/{run}")).await;
+            assert_eq!(code, 200, "{body}");
+            if body["status"] == status {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "run {run} never reached {status}: {body}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Follows the run's event stream (from `last_event_id`) until it closes or `stop_after`
+    /// entry events arrived; returns `(event, id, data)` per event.
+    async fn events(
+        &self,
+        run: &str,
+        last_event_id: Option<u64>,
+        stop_after: Option<usize>,
+    ) -> Vec<(String, Option<u64>, Value)> {
+        let mut request = self.request(reqwest::Method::GET, &format!("/v1/runs/{run}/events"));
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mut stream = response.bytes_stream();
+        let mut buffer = String::new();
+        let mut events = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let next =
+                tokio::time::timeout_at(deadline, stream.next()).await.expect("the event stream stalled");
+            let Some(chunk) = next else { return events };
+            buffer.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let (mut event, mut id, mut data) = (String::from("message"), None, String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                events.push((event, id, serde_json::from_str(&data).unwrap()));
+                if stop_after.is_some_and(|n| events.iter().filter(|e| e.0 == "entry").count() >= n) {
+                    return events;
+                }
+            }
+        }
+    }
+}
+
+fn entry_seqs(events: &[(String, Option<u64>, Value)]) -> Vec<u64> {
+    events.iter().filter(|e| e.0 == "entry").map(|e| e.1.unwrap()).collect()
+}
+
+const TWO_AGENTS: &str = "let a = agent(\"one\");\nlet b = agent(\"two\");\n[a, b]";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submitted_run_is_driven_and_its_events_stream_to_the_outcome() {
+    let server = start(Some(TOKEN), &[]).await;
+    let (code, body) = server.submit(json!({ "source": TWO_AGENTS, "name": "two" })).await;
+    assert_eq!(code, 202, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    let events = server.events(&run, None, None).await;
+    let last = events.last().unwrap();
+    assert_eq!(last.0, "outcome", "{events:?}");
+    assert_eq!(last.2["status"], "ok");
+    let seqs = entry_seqs(&events);
+    assert!(!seqs.is_empty());
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seqs out of order: {seqs:?}");
+    let (code, journal) = server.get(&format!("/v1/runs/{run}/journal")).await;
+    assert_eq!(code, 200);
+    let journaled: Vec<u64> =
+        journal["entries"].as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, journaled, "the stream delivers every journal entry once");
+    let (code, shown) = server.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(code, 200);
+    assert_eq!(shown["status"], "ok");
+    assert!(shown["cost"]["total"].is_object(), "{shown}");
+    let (_, listed) = server.get("/v1/runs?status=ok").await;
+    assert!(listed["runs"].as_array().unwrap().iter().any(|r| r["run_id"] == run.as_str()));
+    // A stream opened after the run settled replays it all, marked replayed.
+    let again = server.events(&run, None, None).await;
+    assert_eq!(entry_seqs(&again), seqs);
+    assert!(again.iter().filter(|e| e.0 == "entry").all(|e| e.2["replayed"] == true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_with_last_event_id_misses_nothing_and_repeats_nothing() {
+    let server = start(None, &[]).await;
+    let (code, body) = server.submit(json!({ "source": TWO_AGENTS })).await;
+    assert_eq!(code, 202, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    let first = server.events(&run, None, Some(1)).await;
+    let cut = *entry_seqs(&first).last().unwrap();
+    let rest = server.events(&run, Some(cut), None).await;
+    assert_eq!(rest.last().unwrap().0, "outcome");
+    let mut seen = entry_seqs(&first);
+    seen.extend(entry_seqs(&rest));
+    let (_, journal) = server.get(&format!("/v1/runs/{run}/journal")).await;
+    let journaled: Vec<u64> =
+        journal["entries"].as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seen, journaled);
+    assert_eq!(server.get("/v1/runs/not-a-run/events").await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_awaited_run_suspends_is_resolved_over_http_and_finishes() {
+    let server = start(None, &[]).await;
+    let source = "let r = await_external(\"approve\");\nlet a = agent(\"after \" + r);\na";
+    let (code, body) = server.submit(json!({ "source": source })).await;
+    assert_eq!(code, 202, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    let shown = server.wait_for(&run, "suspended").await;
+    assert_eq!(shown["pending"][0]["key"], "approve", "{shown}");
+    let (code, resolved) = server.post(&format!("/v1/runs/{run}/resolve/approve"), json!("yes")).await;
+    assert_eq!(code, 200, "{resolved}");
+    let events = server.events(&run, None, None).await;
+    assert_eq!(events.last().unwrap().2["status"], "ok", "{events:?}");
+    // Resolving again is recorded, not applied.
+    let (code, again) = server.post(&format!("/v1/runs/{run}/resolve/approve"), json!("no")).await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(again["resolution"], "already_resolved");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_run_is_cancelled_and_a_settled_one_refuses() {
+    let server = start(None, &[]).await;
+    let (_, body) = server.submit(json!({ "source": "let r = await_external(\"go\");\nr" })).await;
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    server.wait_for(&run, "suspended").await;
+    let (code, cancelled) = server.post(&format!("/v1/runs/{run}/cancel"), json!({})).await;
+    assert_eq!(code, 200, "{cancelled}");
+    let events = server.events(&run, None, None).await;
+    assert_eq!(events.last().unwrap().0, "outcome");
+    assert_eq!(events.last().unwrap().2["status"], "cancelled");
+    let (code, refused) = server.post(&format!("/v1/runs/{run}/cancel"), json!({})).await;
+    assert_eq!(code, 409, "{refused}");
+    assert_eq!(server.post("/v1/runs/unknown-run/cancel", json!({})).await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_guards_every_route_but_healthz() {
+    let server = start(Some(TOKEN), &[]).await;
+    let client = reqwest::Client::new();
+    for path in ["/v1/runs", "/metrics", "/openapi.json"] {
+        let r = client.get(format!("{}{path}", server.base)).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["code"], "unauthorized");
+        assert!(!body.to_string().contains(TOKEN));
+        let wrong =
+            client.get(format!("{}{path}", server.base)).bearer_auth("s3cret-tokeN").send().await.unwrap();
+        assert_eq!(wrong.status(), 401, "{path}");
+    }
+    let r =
+        client.post(format!("{}/v1/runs", server.base)).json(&json!({"source": "1"})).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(client.get(format!("{}/healthz", server.base)).send().await.unwrap().status(), 200);
+    assert_eq!(server.get("/v1/runs").await.0, 200);
+    let (code, metrics) = {
+        let r = server.request(reqwest::Method::GET, "/metrics").send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    assert_eq!(code, 200);
+    assert!(metrics.contains("cairn_queue_depth 0"), "{metrics}");
+    assert!(metrics.contains("cairn_lease_takeovers_total 0"), "{metrics}");
+    let (code, doc) = server.get("/openapi.json").await;
+    assert_eq!(code, 200);
+    assert_eq!(doc["openapi"], "3.1.0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_get_typed_json_errors() {
+    let server = start(None, &["--max-body-bytes", "4096", "--max-budget", "1"]).await;
+    let big = "x".repeat(8192);
+    let (code, body) = server.submit(json!({ "source": big })).await;
+    assert_eq!(code, 413, "{body}");
+    assert_eq!(body["code"], "payload_too_large");
+    let r = server.request(reqwest::Method::POST, "/v1/runs").body("{not json").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "bad_request");
+    let (code, body) = server.submit(json!({ "source": "1", "budget_usd": 5.0 })).await;
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = server.submit(json!({ "source": "let t = timestamp();\nagent(\"x\")" })).await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(body["code"], "script_rejected");
+    assert!(!body["details"]["diagnostics"].as_array().unwrap().is_empty(), "{body}");
+    // A run that asks no budget gets the server's maximum.
+    let (code, body) = server.submit(json!({ "source": "let r = await_external(\"x\");\nr" })).await;
+    assert_eq!(code, 202, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    let shown = server.wait_for(&run, "suspended").await;
+    assert!(
+        shown["meta"]["budget_ceiling"].is_string() || shown["meta"]["budget_ceiling"].is_number(),
+        "{shown}"
+    );
+    let (code, body) = server.submit(json!({ "source": "1", "run_id": run })).await;
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(server.get("/v1/runs/nope").await.0, 404);
+}
+
+#[test]
+fn a_non_loopback_listen_without_a_token_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = serve_command(dir.path(), "0.0.0.0:0", None, &[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("CAIRN_SERVER_TOKEN"), "{stderr}");
+}
