@@ -90,6 +90,7 @@ pub fn router(engine: Engine, options: ServiceOptions) -> Router {
     Router::new()
         .route("/healthz", get(|| async { axum::Json(serde_json::json!({ "ok": true })) }))
         .merge(guarded)
+        .fallback(|| async { ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
 }

@@ -316,3 +316,27 @@ fn a_non_loopback_listen_without_a_token_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("CAIRN_SERVER_TOKEN"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_route_is_served() {
+    let server = start(None, &[]).await;
+    let (_, body) = server.submit(json!({ "source": "let r = await_external(\"k\");\nr" })).await;
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    server.wait_for(&run, "suspended").await;
+    let (code, body) = server.get("/v1/no-such-route").await;
+    assert_eq!((code, body["code"].as_str()), (404, Some("not_found")));
+    for (method, path) in cairn::service::ROUTES {
+        if *path == "/v1/runs/{id}/events" {
+            continue; // a stream that stays open while the run waits
+        }
+        let path = path.replace("{id}", &run).replace("{key}", "k");
+        let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let r = server.request(method.clone(), &path).json(&json!("v")).send().await.unwrap();
+        // Served: neither axum's bare 404/405 for an unrouted path nor a server error.
+        assert_ne!(r.status(), 405, "{method} {path}");
+        assert!(r.status().as_u16() < 500, "{method} {path}: {}", r.status());
+        if r.status() == 404 {
+            panic!("{method} {path} is not routed");
+        }
+    }
+}
