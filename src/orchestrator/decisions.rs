@@ -161,8 +161,17 @@ impl Orch {
             fold(&mut self.lock(), &decision);
             n += 1;
         }
-        let to_start: Vec<u32> =
-            self.lock().roster.iter().filter(|c| !c.cancel_decided).map(|c| c.n).collect();
+        let (to_start, cancelled): (Vec<u32>, Vec<u32>) = {
+            let state = self.lock();
+            let (live, dead): (Vec<&Child>, Vec<&Child>) =
+                state.roster.iter().partition(|c| !c.cancel_decided);
+            (live.iter().map(|c| c.n).collect(), dead.iter().map(|c| c.n).collect())
+        };
+        // A cancelled child never runs again: what it journaled is accounted for by the
+        // decision, not orphaned.
+        for child in cancelled {
+            self.ctx.run.cover(&self.ctx.scope.child(&super::roster::child_segment(child)));
+        }
         for child in to_start {
             self.start(child);
         }

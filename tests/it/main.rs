@@ -19,6 +19,7 @@ mod lease;
 mod lint;
 mod live_model;
 mod money;
+mod orchestrate;
 mod outside;
 mod provider;
 mod resume_explain;
