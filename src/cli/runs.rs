@@ -156,7 +156,7 @@ where
 }
 
 /// A failure with the exit code it maps to.
-fn exit_of(error: &Error) -> Exit {
+pub(super) fn exit_of(error: &Error) -> Exit {
     match error.code {
         ErrorCode::Config | ErrorCode::Validation => Exit::Usage,
         ErrorCode::JournalMiss => Exit::ReplayMiss,
@@ -189,8 +189,8 @@ fn open_store_read_only(globals: &Globals, config: &Config) -> Result<Option<Ope
     })
 }
 
-struct Setup {
-    engine: Engine,
+pub(super) struct Setup {
+    pub(super) engine: Engine,
     config: Config,
     uses_echo: bool,
 }
@@ -208,7 +208,7 @@ fn setup_read_only(globals: &Globals) -> Result<Option<Setup>, Error> {
     }
 }
 
-fn setup_with(
+pub(super) fn setup_with(
     globals: &Globals,
     model: Option<&str>,
     cassette: Option<&CassetteArgs>,
@@ -339,12 +339,12 @@ fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
     serde_json::from_str(&body).map_err(|e| fail(Exit::Usage, format!("--args is not valid JSON: {e}")))
 }
 
-fn parse_run_id(text: &str) -> Result<RunId, Exit> {
+pub(super) fn parse_run_id(text: &str) -> Result<RunId, Exit> {
     RunId::parse(text).map_err(|e| fail(Exit::Usage, e))
 }
 
 /// Waits for a run with progress on stderr, cancelling it on Ctrl-C.
-async fn follow(mut handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
+pub(super) async fn follow(mut handle: RunHandle, quiet: bool) -> Result<RunOutcome, Error> {
     // Listening before anything is printed: once "running" shows, a signal is handled.
     let mut interrupts = super::Interrupts::listen();
     // Quiet: nobody reads the events, so the run builds none.
@@ -382,7 +382,7 @@ async fn handle_result(handle: &RunHandle) -> Result<RunOutcome, Error> {
     handle.wait().await
 }
 
-fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
+pub(super) fn report(outcome: &RunOutcome, as_json: bool) -> Exit {
     if as_json {
         out!("{}", serde_json::to_string_pretty(outcome).unwrap_or_default());
     } else {
@@ -755,8 +755,12 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         .filter(|e| !resolutions.is_closed(e.seq))
         .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) }))
         .collect();
+    let orchestrations = crate::orchestrator::journal_report(&entries);
     if args.json {
-        let out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });
+        let mut out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });
+        if !orchestrations.is_empty() {
+            out["orchestrations"] = json!(orchestrations);
+        }
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Exit::Ok;
     }
@@ -787,6 +791,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     if !cost.unpriced.is_empty() {
         println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
     }
+    super::orchestrate::print_report(&orchestrations);
     for p in &pending {
         let prompt = p["prompt"].as_str().map_or(String::new(), |p| format!(" — {p}"));
         println!(

@@ -44,6 +44,7 @@ use crate::money::Money;
 
 pub use acceptance::{Acceptance, ChildPolicy, Completion};
 pub use claims::{ClaimFinding, ClaimPolicy, ClaimVerdict};
+pub use decisions::journal_report;
 pub use roster::{ChildStatus, ChildSummary};
 pub use validate::{ChildView, FinishValidation, FinishValidator, PatternRule};
 

@@ -20,6 +20,7 @@ mod lint;
 mod live_model;
 mod money;
 mod orchestrate;
+mod orchestrate_cli;
 mod outside;
 mod provider;
 mod resume_explain;
