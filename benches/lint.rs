@@ -1,6 +1,9 @@
 //! Lint and compile of a realistic 200-line workflow script: the planner's repair loop runs
 //! both on every draft, so they must stay far below a model turn (goal: under 5 ms).
 //!
+//! The Lua twin of the workload (`lint/parallel-capture-assign/good_release_notes.lua`, which
+//! the lint folder test also checks) measures Lua lint the same way.
+//!
 //! Run with `cargo bench --bench lint`.
 
 use std::collections::BTreeSet;
@@ -232,7 +235,17 @@ fn bench_lint(c: &mut Criterion) {
     assert!(diagnostics.is_empty(), "the workload lints clean: {diagnostics:#?}");
     c.bench_function("lint_200_lines", |b| b.iter(|| lint(black_box(SCRIPT), &ctx)));
     c.bench_function("compile_200_lines", |b| b.iter(|| compile(black_box(SCRIPT), &ctx)));
+
+    assert!(LUA_SCRIPT.lines().count() >= 200, "the Lua workload is a 200-line script");
+    let diagnostics = cairn::script::lua::lint::lint(LUA_SCRIPT, &ctx);
+    assert!(diagnostics.is_empty(), "the Lua workload lints clean: {diagnostics:#?}");
+    c.bench_function("lua_lint_200_lines", |b| {
+        b.iter(|| cairn::script::lua::lint::lint(black_box(LUA_SCRIPT), &ctx))
+    });
 }
+
+/// The same release-notes workflow in Lua.
+const LUA_SCRIPT: &str = include_str!("../lint/parallel-capture-assign/good_release_notes.lua");
 
 criterion_group!(benches, bench_lint);
 criterion_main!(benches);

@@ -26,13 +26,17 @@
 //! allocated on a run's thread and freed on another thread stays charged (the count errs
 //! high); memory allocated elsewhere and freed on a run's thread is credited, and the count
 //! never reads below zero. Both are small per host call (the options a call hands over).
-//! The cost is one thread-local read per allocation; a run's threads keep a count of their own
-//! and add it to the run's account once it has moved by 64 KiB, so the account reads low by at
-//! most 64 KiB per thread.
+//! The cost is a few thread-local reads per allocation; a run's threads keep a count of their
+//! own and add it to the run's account once it has moved by 64 KiB, so the account reads low by
+//! at most 64 KiB per thread.
+//!
+//! The account also counts the allocations made (`realloc` included): copying a value allocates
+//! once per nested array, map and string in it, work that the interpreter's operation count
+//! does not see, so the sandbox bounds it too (`SandboxLimits::max_allocations`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 /// A global allocator that charges allocations on a script run's threads to that run.
 #[derive(Debug, Default, Clone, Copy)]
@@ -47,19 +51,31 @@ thread_local! {
     /// Bytes charged on this thread and not yet added to the account: the shared counter is
     /// touched once per [`FLUSH_BYTES`] of change, not once per allocation.
     static PENDING: Cell<i64> = const { Cell::new(0) };
+    /// Allocations made on this thread and not yet added to the account's count.
+    static PENDING_ALLOCS: Cell<u64> = const { Cell::new(0) };
 }
+
+/// How many allocations a thread counts before adding them to the run's account.
+const FLUSH_ALLOCS: u64 = 1024;
 
 /// How far a thread's own count may drift before it is added to the run's account. The
 /// account reads low by at most this much per thread of the run.
 const FLUSH_BYTES: i64 = 64 << 10;
 
-/// Adds this thread's pending count to the account it belongs to and clears it.
+/// Adds this thread's pending counts to the account they belong to and clears them.
 fn flush(account: *const MemoryAccount) {
     let _ = PENDING.try_with(|pending| {
         let bytes = pending.replace(0);
         if bytes != 0 && !account.is_null() {
             // SAFETY: as in `CountingAlloc::charge`.
             unsafe { &*account }.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    });
+    let _ = PENDING_ALLOCS.try_with(|pending| {
+        let count = pending.replace(0);
+        if count != 0 && !account.is_null() {
+            // SAFETY: as in `CountingAlloc::charge`.
+            unsafe { &*account }.allocations.fetch_add(count, Ordering::Relaxed);
         }
     });
 }
@@ -77,6 +93,18 @@ impl CountingAlloc {
         let _ = ACCOUNT.try_with(|account| {
             let account = account.get();
             if !account.is_null() {
+                if sign > 0 {
+                    let _ = PENDING_ALLOCS.try_with(|pending| {
+                        let count = pending.get() + 1;
+                        if count >= FLUSH_ALLOCS {
+                            pending.set(0);
+                            // SAFETY: as below.
+                            unsafe { &*account }.allocations.fetch_add(count, Ordering::Relaxed);
+                        } else {
+                            pending.set(count);
+                        }
+                    });
+                }
                 let _ = PENDING.try_with(|pending| {
                     let bytes = pending.get() + sign * bytes as i64;
                     if bytes.abs() >= FLUSH_BYTES {
@@ -138,6 +166,10 @@ unsafe impl GlobalAlloc for CountingAlloc {
 #[derive(Debug, Default)]
 pub(crate) struct MemoryAccount {
     bytes: AtomicI64,
+    /// Allocations made (reallocations included), never decreasing: the work of copying
+    /// values, which an interpreter's operation count does not see (one assignment of a
+    /// nested value copies every level of it).
+    allocations: AtomicU64,
 }
 
 impl MemoryAccount {
@@ -149,6 +181,11 @@ impl MemoryAccount {
     /// The bytes charged and not yet freed (never below zero).
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// The allocations charged so far (low by at most [`FLUSH_ALLOCS`] per thread).
+    pub(crate) fn allocations(&self) -> u64 {
+        self.allocations.load(Ordering::Relaxed)
     }
 
     /// Charges this thread's allocations to the account until the guard is dropped (the guard

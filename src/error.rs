@@ -66,6 +66,9 @@ pub enum ErrorCode {
     /// A script broke a sandbox rule that keeps it deterministic: a `parallel` branch or
     /// `pipeline` stage wrote a value captured from outside it.
     SandboxViolation,
+    /// A planner-written script was rejected: no draft passed lint and compile within the
+    /// repair rounds, or a draft was cut off by the output limit.
+    ScriptRejected,
     /// An orchestration's result was refused by its declared contract: its acceptance policy
     /// (child status counts in the message), its finish validators once repairs ran out, or
     /// its claim-consistency pass under policy `fail`.
@@ -86,7 +89,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 24] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -110,6 +113,7 @@ impl ErrorCode {
         ErrorCode::RekeyRefused,
         ErrorCode::UnpricedModel,
         ErrorCode::SandboxViolation,
+        ErrorCode::ScriptRejected,
         ErrorCode::AcceptanceFailed,
     ];
 
@@ -139,6 +143,7 @@ impl ErrorCode {
             ErrorCode::RekeyRefused => "rekey_refused",
             ErrorCode::UnpricedModel => "unpriced_model",
             ErrorCode::SandboxViolation => "sandbox_violation",
+            ErrorCode::ScriptRejected => "script_rejected",
             ErrorCode::AcceptanceFailed => "acceptance_failed",
         }
     }
@@ -174,6 +179,7 @@ impl ErrorCode {
             | ErrorCode::ScriptError
             | ErrorCode::UnpricedModel
             | ErrorCode::SandboxViolation
+            | ErrorCode::ScriptRejected
             | ErrorCode::AcceptanceFailed => ErrorClass::Task,
         }
     }

@@ -42,6 +42,7 @@ pub mod journal;
 pub mod model;
 mod money;
 pub mod orchestrator;
+pub mod planner;
 pub mod provider;
 pub mod script;
 pub mod store;
@@ -53,7 +54,7 @@ pub use agent::{Permission, PermissionHook, Permissions, Tool, Toolset, fs_read_
 pub use alloc::CountingAlloc;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use engine::{
-    AgentOptions, AgentProfile, Branch, CallOptions, CostLine, CostReport, Ctx, Dropped, Engine,
+    AgentOptions, AgentProfile, Branch, CallOptions, CostLine, CostReport, Ctx, Described, Dropped, Engine,
     EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, ExternalOptions, HostFn, OnError, OnItemError,
     ParallelOptions, Pending, PipelineOptions, Registered, Resolution, ResumeOptions, RetryPolicy, RunHandle,
     RunOptions, RunOutcome, Script, ScriptDialect, Stage, StepOptions, UnpricedUsage, Workflow, WorkflowFn,

@@ -95,7 +95,8 @@ impl RetryConfig {
     }
 }
 
-/// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations).
+/// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations,
+/// 20M allocations).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SandboxConfig {
@@ -105,6 +106,8 @@ pub(crate) struct SandboxConfig {
     pub(crate) wall_time_s: Option<f64>,
     /// The operation budget of a run, all branches together.
     pub(crate) max_operations: Option<u64>,
+    /// The allocation budget of a run, all branches together (copying values allocates).
+    pub(crate) max_allocations: Option<u64>,
 }
 
 impl SandboxConfig {
@@ -128,6 +131,12 @@ impl SandboxConfig {
                 return Err(Error::config("sandbox.max_operations must be above 0"));
             }
             limits.max_operations = operations;
+        }
+        if let Some(allocations) = self.max_allocations {
+            if allocations == 0 {
+                return Err(Error::config("sandbox.max_allocations must be above 0"));
+            }
+            limits.max_allocations = allocations;
         }
         Ok(limits)
     }

@@ -22,6 +22,7 @@ mod canon;
 mod config;
 mod host_fn;
 mod orchestrate;
+mod plan;
 mod price_config;
 mod progress;
 mod runs;
@@ -105,8 +106,10 @@ enum Command {
     Replay(runs::ReplayArgs),
     /// Resolve a suspended run's await_external(KEY) with a JSON value.
     Resolve(runs::ResolveArgs),
-    /// Print the API card of the script dialect.
-    Card,
+    /// Print the API card of a script dialect, and with --profiles the profile card.
+    Card(plan::CardArgs),
+    /// Have a planner model write a workflow script for a goal; with --run, run it.
+    Plan(plan::PlanArgs),
     /// Print the canonical JSON (RFC 8785) and content key of the JSON on stdin.
     Canon,
 }
@@ -123,7 +126,11 @@ pub fn main() -> ExitCode {
     };
     if !matches!(
         cli.command,
-        Command::Run(_) | Command::Resume(_) | Command::Replay(_) | Command::Orchestrate(_)
+        Command::Run(_)
+            | Command::Resume(_)
+            | Command::Replay(_)
+            | Command::Plan(_)
+            | Command::Orchestrate(_)
     ) {
         // A command that only prints ends quietly when its reader goes away (`| head`), as
         // Unix tools do. The commands that drive a run keep the signal ignored and write with
@@ -137,10 +144,8 @@ pub fn main() -> ExitCode {
     let globals = runs::Globals { store: cli.store, config: cli.config };
     let exit = match cli.command {
         Command::Canon => canon::run(&mut std::io::stdin().lock(), &mut std::io::stdout().lock()),
-        Command::Card => {
-            print!("{}", crate::script::api_card());
-            Exit::Ok
-        }
+        Command::Card(args) => plan::card(&globals, &args),
+        Command::Plan(args) => runs::with_runtime(|| plan::plan(&globals, &args)),
         Command::Lint(args) => runs::lint(&globals, &args),
         Command::Runs(args) => runs::list(&globals, &args),
         Command::Inspect(args) => runs::inspect(&globals, &args),

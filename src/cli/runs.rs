@@ -64,11 +64,11 @@ pub(super) struct LiveArgs {
 pub(super) struct CassetteArgs {
     /// Record every provider exchange to this cassette (JSONL; no credentials are ever in it).
     #[arg(long, value_name = "FILE", conflicts_with = "replay")]
-    record: Option<PathBuf>,
+    pub(super) record: Option<PathBuf>,
     /// Serve every provider exchange from this cassette, with zero network; a request it does
     /// not hold fails with a cassette miss.
     #[arg(long, value_name = "FILE")]
-    replay: Option<PathBuf>,
+    pub(super) replay: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -128,9 +128,17 @@ pub(super) struct InspectArgs {
 pub(super) struct LintArgs {
     /// The script.
     file: PathBuf,
-    /// Print the diagnostics as a JSON array.
+    /// Print the diagnostics as a JSON array (with `--bound`, an object with `diagnostics` and
+    /// `cost_bound`).
     #[arg(long)]
     json: bool,
+    /// Also print the static cost bound: the most agent calls the script can make and their
+    /// worst-case cost, or why it has none.
+    #[arg(long)]
+    bound: bool,
+    /// The run's args for the bound (JSON, or @FILE): they size loops and fan-outs over `args`.
+    #[arg(long, requires = "bound")]
+    args: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -164,7 +172,7 @@ pub(super) fn exit_of(error: &Error) -> Exit {
     }
 }
 
-fn load_config(globals: &Globals) -> Result<Config, Error> {
+pub(super) fn load_config(globals: &Globals) -> Result<Config, Error> {
     match &globals.config {
         Some(path) => Config::load(path, true),
         None => Config::load(Path::new("cairn.toml"), false),
@@ -191,8 +199,8 @@ fn open_store_read_only(globals: &Globals, config: &Config) -> Result<Option<Ope
 
 pub(super) struct Setup {
     pub(super) engine: Engine,
-    config: Config,
-    uses_echo: bool,
+    pub(super) config: Config,
+    pub(super) uses_echo: bool,
 }
 
 fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
@@ -317,7 +325,7 @@ fn read_script(file: &Path) -> Result<(String, String), Exit> {
     Ok((name, source))
 }
 
-fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
+pub(super) fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     if as_json {
         println!("{}", serde_json::to_string_pretty(diagnostics).unwrap_or_else(|_| "[]".into()));
         return;
@@ -329,7 +337,7 @@ fn print_diagnostics(file: &Path, diagnostics: &[Diagnostic], as_json: bool) {
     }
 }
 
-fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
+pub(super) fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
     let Some(text) = text else { return Ok(json!({})) };
     let body = match text.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path)
@@ -817,13 +825,42 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         let opened = store::open("memory").map_err(Error::from)?;
         setup_over(globals, config, opened, None, None)
     });
-    let context = match in_memory {
-        Ok(setup) => lint_context(&setup),
+    let setup = match in_memory {
+        Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
+    let context = lint_context(&setup);
     let diagnostics = crate::script::rhai::lint(&source, &context);
-    print_diagnostics(&args.file, &diagnostics, args.json);
+    if args.bound {
+        let run_args = match parse_args(args.args.as_deref()) {
+            Ok(value) => value,
+            Err(exit) => return exit,
+        };
+        let bound = lint_bound(&setup.engine, &args.file, &source, &run_args);
+        if args.json {
+            let both = json!({"diagnostics": diagnostics, "cost_bound": bound});
+            println!("{}", serde_json::to_string_pretty(&both).unwrap_or_else(|_| "{}".into()));
+        } else {
+            print_diagnostics(&args.file, &diagnostics, false);
+            println!("cost bound: {}", escaped(&bound.to_string()));
+        }
+    } else {
+        print_diagnostics(&args.file, &diagnostics, args.json);
+    }
     if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
+}
+
+/// The static cost bound of a script, in the dialect its extension names (Rhai otherwise).
+fn lint_bound(engine: &Engine, file: &Path, source: &str, args: &Value) -> crate::script::bound::CostBound {
+    let extension = file.extension().and_then(|e| e.to_str()).unwrap_or("rhai");
+    let dialect = match engine.dialect_for_extension(extension) {
+        Some(dialect) => dialect,
+        None => match engine.dialect("rhai") {
+            Ok(dialect) => dialect,
+            Err(e) => return crate::script::bound::CostBound::Unbounded { reason: e.to_string() },
+        },
+    };
+    crate::script::bound::cost_bound(engine, dialect.as_ref(), source, args, None)
 }
 
 /// Text for a person, escaped for the terminal (see [`crate::text::for_terminal`]).

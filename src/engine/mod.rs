@@ -33,6 +33,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
 
+pub(crate) use admit::FLAT_UNPRICED_RESERVE_NANO_USD;
 pub(crate) use budget::{AccountId, Reservation};
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub(crate) use ctx::Begun;
@@ -129,6 +130,19 @@ pub trait ScriptDialect: Send + Sync + fmt::Debug {
     /// # Errors
     /// `validation` when the script is rejected, with the diagnostics in the message.
     fn prepare(&self, engine: &Engine, name: &str, source: &str) -> Result<Workflow, Error>;
+
+    /// The static bound on the script's agent calls given its `args`: every agent call site
+    /// with how many times it can run at most, or the first construct that makes the count
+    /// unbounded. [`crate::script::bound::cost_bound`] prices it. A dialect without an
+    /// analysis reports the whole script unbounded.
+    fn call_bound(&self, source: &str, args: &Value) -> crate::script::bound::CallBound {
+        let _ = (source, args);
+        crate::script::bound::CallBound::Unbounded {
+            reason: format!("the {} dialect has no static call bound", self.name()),
+            line: 1,
+            column: 1,
+        }
+    }
 }
 
 /// A workflow script: its dialect, a name (usually the file stem) and its source.
@@ -195,6 +209,16 @@ pub struct Registered {
     pub host_functions: Vec<String>,
     /// Workflows callable as children.
     pub workflows: Vec<String>,
+}
+
+/// What a host function or child workflow is for and what it accepts: shown to planner models
+/// on the profile card (see `EngineBuilder::describe_host_function`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Described {
+    /// What it does, in a sentence.
+    pub description: String,
+    /// A JSON Schema of the arguments it accepts, when known.
+    pub accepts: Option<Value>,
 }
 
 /// A named agent configuration: model, system prompt, limits and a default cost estimate.
@@ -465,6 +489,10 @@ pub(crate) struct EngineInner {
     pub(crate) lease_ttl: Duration,
     /// The backoff cap and the `Retry-After` clamp of every call.
     pub(crate) backoff: crate::agent::Backoff,
+    /// Descriptions of host functions, for the planner's profile card.
+    pub(crate) host_docs: HashMap<String, Described>,
+    /// Descriptions of child workflows, for the planner's profile card.
+    pub(crate) workflow_docs: HashMap<String, Described>,
 }
 
 impl fmt::Debug for EngineInner {
@@ -536,6 +564,8 @@ impl Engine {
                 permissions: crate::agent::Permissions::allow_all(),
                 lease_ttl: lease::DEFAULT_LEASE_TTL,
                 backoff: crate::agent::Backoff::default(),
+                host_docs: HashMap::new(),
+                workflow_docs: HashMap::new(),
             },
         }
     }
@@ -643,6 +673,12 @@ impl Engine {
     pub fn journal_store(&self) -> &Arc<dyn JournalStore> {
         &self.inner.journal
     }
+
+    /// The registries and defaults, for crate modules that analyse or render them (the static
+    /// cost bound, the planner's profile card).
+    pub(crate) fn inner(&self) -> &EngineInner {
+        &self.inner
+    }
 }
 
 fn unreachable_model() -> ModelRef {
@@ -699,6 +735,34 @@ impl EngineBuilder {
         Fut: Future<Output = Result<Value, Error>> + Send + 'static,
     {
         self.inner.host_functions.insert(name.to_owned(), Arc::new(move |args| Box::pin(f(args))));
+        self
+    }
+
+    /// Describes a registered host function for planner models: what it does and, when known,
+    /// the JSON Schema of the arguments it accepts (shown on the profile card).
+    pub fn describe_host_function(
+        mut self,
+        name: &str,
+        description: &str,
+        accepts: Option<Value>,
+    ) -> EngineBuilder {
+        self.inner
+            .host_docs
+            .insert(name.to_owned(), Described { description: description.to_owned(), accepts });
+        self
+    }
+
+    /// Describes a registered child workflow for planner models: what it does and, when known,
+    /// the JSON Schema of the arguments it accepts (shown on the profile card).
+    pub fn describe_workflow(
+        mut self,
+        name: &str,
+        description: &str,
+        accepts: Option<Value>,
+    ) -> EngineBuilder {
+        self.inner
+            .workflow_docs
+            .insert(name.to_owned(), Described { description: description.to_owned(), accepts });
         self
     }
 

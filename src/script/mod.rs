@@ -7,8 +7,10 @@
 //! [`Diagnostic`]s of one shape, so one repair prompt renders lint findings and compile errors
 //! alike.
 
+pub mod bound;
 pub mod lua;
 pub mod rhai;
+mod schema_check;
 mod suggest;
 #[cfg(test)]
 mod tests;
@@ -63,6 +65,11 @@ pub enum Severity {
 /// Besides these, `internal` reports a failure of the linter itself (a bug, never the script's).
 pub const RULES: &[(&str, &str)] = &[
     ("syntax", "the script does not parse, or is empty"),
+    (
+        "foreign-syntax",
+        "a form of JavaScript, TypeScript, Python or Lua (=>, ===, console.log, def, None, local, ..), with the \
+         rhai form to write instead",
+    ),
     ("unknown-variable", "a variable that was never declared"),
     (
         "forbidden",
@@ -82,14 +89,16 @@ pub const RULES: &[(&str, &str)] = &[
     ("unknown-model", "a literal model ref outside the known models"),
     (
         "parallel-capture-assign",
-        "a parallel branch or pipeline stage writing to a variable captured from outside it (a race)",
+        "a parallel branch or pipeline stage writing to a variable captured from outside it (a race), or a \
+         closure that writes one and is stored, passed on or returned where lint cannot prove it runs in order",
     ),
     ("loop-capture", "a closure capturing a for-loop variable, which it would see by reference"),
     ("duplicate-agent-call", "identical agent calls in one body without a distinguishing key (a warning)"),
     ("dynamic-fn", "Fn() with a computed name, which hides from lint which function runs"),
     (
         "closure-text",
-        "text made from a closure (name(), to_debug(), interpolation), always <closure> (a warning)",
+        "text made from a closure, always <closure>: name() is an error (nothing can dispatch or label on \
+         it), to_debug(), to_string() and interpolation are warnings",
     ),
 ];
 

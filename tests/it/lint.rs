@@ -1,6 +1,7 @@
 //! The lint rule folders: every `lint/<rule>/bad*.rhai` must produce exactly the diagnostics in
 //! its `bad*.expected.json` (one of them from the folder's rule), and every `good*.rhai` must
-//! produce no error. `UPDATE_EXPECT=1 cargo test` rewrites the expected files from the output.
+//! produce no error; the same for the Lua twins, `bad*.lua` against `bad*.lua.expected.json`.
+//! `UPDATE_EXPECT=1 cargo test` rewrites the expected files from the output.
 //!
 //! The folders use the registrations in `lint/context.json`.
 
@@ -49,32 +50,47 @@ fn every_rule_folder_matches_its_expected_diagnostics() {
     for dir in sorted_entries(&lint_dir()).into_iter().filter(|path| path.is_dir()) {
         let rule = dir.file_name().and_then(|name| name.to_str()).expect("utf-8 folder name").to_owned();
         let (mut bad, mut good) = (0, 0);
+        let (mut lua_bad, mut lua_good) = (0, 0);
         for path in sorted_entries(&dir) {
             let file = path.file_name().and_then(|name| name.to_str()).unwrap_or_default().to_owned();
-            if file.ends_with(".expected.json") {
-                let script = path.with_file_name(file.replace(".expected.json", ".rhai"));
-                if !script.exists() {
-                    failures.push(format!("{rule}/{file}: no matching .rhai"));
+            if let Some(stem) = file.strip_suffix(".expected.json") {
+                let script = if stem.ends_with(".lua") { stem.to_owned() } else { format!("{stem}.rhai") };
+                if !path.with_file_name(&script).exists() {
+                    failures.push(format!("{rule}/{file}: no matching {script}"));
                 }
                 continue;
             }
-            if !file.ends_with(".rhai") {
+            let is_lua = file.ends_with(".lua");
+            if !file.ends_with(".rhai") && !is_lua {
                 failures.push(format!("{rule}/{file}: unexpected file"));
                 continue;
             }
             let source = fs::read_to_string(&path).expect("readable script");
-            let diagnostics = lint(&source, &ctx);
+            let diagnostics =
+                if is_lua { cairn::script::lua::lint::lint(&source, &ctx) } else { lint(&source, &ctx) };
             let has_error = diagnostics.iter().any(Diagnostic::is_error);
-            if compile(&source, &ctx).is_ok() == has_error {
+            if !is_lua && compile(&source, &ctx).is_ok() == has_error {
                 failures.push(format!("{rule}/{file}: compile and lint disagree on acceptance"));
             }
+            if is_lua {
+                if file.starts_with("bad") {
+                    lua_bad += 1;
+                } else if file.starts_with("good") {
+                    lua_good += 1;
+                }
+            }
+            let expected_name = if is_lua {
+                format!("{file}.expected.json")
+            } else {
+                file.replace(".rhai", ".expected.json")
+            };
             if file.starts_with("bad") {
-                bad += 1;
+                bad += usize::from(!is_lua);
                 if !diagnostics.iter().any(|d| d.rule_id == rule) {
                     failures.push(format!("{rule}/{file}: no '{rule}' diagnostic in {diagnostics:#?}"));
                 }
                 let actual = serde_json::to_string_pretty(&diagnostics).expect("serializable") + "\n";
-                let expected_path = path.with_file_name(file.replace(".rhai", ".expected.json"));
+                let expected_path = path.with_file_name(&expected_name);
                 if update {
                     fs::write(&expected_path, &actual).expect("writable expected file");
                 } else {
@@ -86,7 +102,7 @@ fn every_rule_folder_matches_its_expected_diagnostics() {
                     }
                 }
             } else if file.starts_with("good") {
-                good += 1;
+                good += usize::from(!is_lua);
                 let errors: Vec<&Diagnostic> = diagnostics.iter().filter(|d| d.is_error()).collect();
                 if !errors.is_empty() {
                     failures.push(format!("{rule}/{file}: errors in a good script: {errors:#?}"));
@@ -98,6 +114,11 @@ fn every_rule_folder_matches_its_expected_diagnostics() {
         if bad < 2 || good < 1 {
             failures
                 .push(format!("{rule}: needs at least two bad and one good script, has {bad} and {good}"));
+        }
+        if lua_bad < 2 || lua_good < 1 {
+            failures.push(format!(
+                "{rule}: needs at least two bad and one good Lua script, has {lua_bad} and {lua_good}"
+            ));
         }
         folders.insert(rule);
     }
@@ -136,4 +157,31 @@ proptest! {
         let diagnostics = lint(&source, &context());
         prop_assert!(diagnostics.iter().all(|d| d.line >= 1 && d.rule_id != "internal"), "{:?}", diagnostics);
     }
+
+    /// Lua lint never fails on arbitrary text either: no panic, no `internal`, real positions.
+    #[test]
+    fn lua_lint_returns_diagnostics_for_any_text(source in "\\PC{0,120}") {
+        let diagnostics = cairn::script::lua::lint::lint(&source, &context());
+        prop_assert!(diagnostics.iter().all(|d| d.line >= 1 && d.column >= 1 && d.rule_id != "internal"));
+    }
+
+    /// The Lua workload with a slice cut out or a fragment spliced in.
+    #[test]
+    fn lua_lint_returns_diagnostics_for_damaged_scripts(
+        at in 0usize..LUA_SAMPLE.len(),
+        cut in 0usize..24,
+        splice in prop::sample::select(vec![
+            "", "function() ", "(", "end", "{", "agent(", "for i = 1, 3 do ", "local ", "\"", "parallel({",
+            "[[", "--[[", "`", "=>", "!=", "|x| ", "#{", "::", "goto ", "<const>",
+        ]),
+    ) {
+        let mut source: String = LUA_SAMPLE.chars().take(at).collect();
+        source.push_str(splice);
+        source.extend(LUA_SAMPLE.chars().skip(at + cut));
+        let diagnostics = cairn::script::lua::lint::lint(&source, &context());
+        prop_assert!(diagnostics.iter().all(|d| d.line >= 1 && d.rule_id != "internal"), "{:?}", diagnostics);
+    }
 }
+
+/// The Lua workload, cut up by the property tests above.
+const LUA_SAMPLE: &str = include_str!("../../lint/parallel-capture-assign/good_release_notes.lua");

@@ -6,6 +6,7 @@ static ALLOCATOR: cairn::CountingAlloc = cairn::CountingAlloc;
 
 mod adapters_e2e;
 mod agent_contract;
+mod bound;
 mod cli;
 mod concurrency;
 mod crash;
@@ -22,6 +23,7 @@ mod money;
 mod orchestrate;
 mod orchestrate_cli;
 mod outside;
+mod planner;
 mod provider;
 mod resume_explain;
 mod samples;

@@ -95,6 +95,7 @@ pub(crate) struct RunGuard {
     max_operations: u64,
     memory: MemoryAccount,
     max_memory: u64,
+    max_allocations: u64,
     /// Whether memory is measured (the counting allocator is installed).
     measured: bool,
     /// Nanoseconds the run's threads have spent running script code (waits for the engine
@@ -112,6 +113,7 @@ impl RunGuard {
             max_operations: limits.max_operations,
             memory: MemoryAccount::new(),
             max_memory: limits.max_memory,
+            max_allocations: limits.max_allocations,
             measured: CountingAlloc::is_installed(),
             clock: Mutex::new(ActiveClock::default()),
             max_wall_time: limits.max_wall_time,
@@ -191,9 +193,22 @@ impl RunGuard {
         None
     }
 
-    /// The memory bound alone (also checked at the JSON boundary).
+    /// The memory bounds alone, held and allocated (also checked at the JSON boundary).
     pub(crate) fn memory_check(&self) -> Option<Error> {
-        if self.measured && self.memory.bytes() > self.max_memory {
+        if !self.measured {
+            return None;
+        }
+        if self.memory.allocations() > self.max_allocations {
+            return Some(self.trip(Error::new(
+                ErrorCode::SandboxLimit,
+                format!(
+                    "the script made more than {} allocations; copying a large or deeply nested value \
+                     allocates once per element, so avoid copying big values in loops",
+                    self.max_allocations
+                ),
+            )));
+        }
+        if self.memory.bytes() > self.max_memory {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
                 format!(

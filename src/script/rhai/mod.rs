@@ -7,6 +7,7 @@
 //! a malformed, hostile or empty script yields diagnostics, never a panic or an `Err` of another
 //! kind.
 
+mod bound;
 mod guard;
 mod isolate;
 mod json;
@@ -102,20 +103,9 @@ fn analyze(source: &str, ctx: &LintContext) -> (Option<AST>, Vec<Diagnostic>) {
             );
             return (None, vec![diagnostic("syntax", message, 1, 1)]);
         }
-        let engine = parser_engine(&limits);
-        match engine.compile_with_scope(&compile_scope(), source) {
-            Ok(ast) if ast.statements().is_empty() && !ast.has_functions() => {
-                let message =
-                    "the script has no statements; write statements whose last value is the run's result";
-                (None, vec![diagnostic("syntax", message.to_owned(), 1, 1)])
-            }
-            Ok(ast) => {
-                let mut diagnostics = lint::check(&ast, ctx);
-                sort_diagnostics(&mut diagnostics);
-                (Some(ast), diagnostics)
-            }
-            Err(error) => (None, vec![parse_diagnostic(&error, source)]),
-        }
+        let (ast, mut diagnostics) = lint::analyze(source, ctx, &parser_engine(&limits));
+        sort_diagnostics(&mut diagnostics);
+        (ast, diagnostics)
     }));
     result.unwrap_or_else(|_| {
         let message = "the linter failed on this script; this is a bug in cairn, please report it";
@@ -128,6 +118,10 @@ fn analyze(source: &str, ctx: &LintContext) -> (Option<AST>, Vec<Diagnostic>) {
 fn parse_diagnostic(error: &ParseError, source: &str) -> Diagnostic {
     let (line, column) = line_column(error.position());
     let (rule_id, message) = match &*error.0 {
+        ParseErrorType::VariableUndefined(name) if is_assigned_at(source, line, column, name) => (
+            "unknown-variable",
+            format!("unknown variable '{name}'; declare it before assigning to it: let {name} = ...;"),
+        ),
         ParseErrorType::VariableUndefined(name) => ("unknown-variable", unknown_variable(name, source)),
         ParseErrorType::AssignmentToConstant(name) if SCRIPT_VARIABLES.contains(&name.as_str()) => (
             "syntax",
@@ -139,6 +133,16 @@ fn parse_diagnostic(error: &ParseError, source: &str) -> Diagnostic {
         other => ("syntax", sentence(&other.to_string())),
     };
     diagnostic(rule_id, message, line, column)
+}
+
+/// Whether the variable at `line:column` of `source` is the target of a plain `=` (a
+/// declaration written without `let`, as Python and Lua do).
+fn is_assigned_at(source: &str, line: u32, column: u32, name: &str) -> bool {
+    let Some(text) = source.lines().nth(line.saturating_sub(1) as usize) else { return false };
+    let rest: String = text.chars().skip(column.saturating_sub(1) as usize).collect();
+    let Some(after) = rest.strip_prefix(name) else { return false };
+    let after = after.trim_start();
+    after.starts_with('=') && !after.starts_with("==") && !after.starts_with("=>")
 }
 
 /// The message for a variable strict mode does not know, with the closest identifier that does

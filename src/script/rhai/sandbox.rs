@@ -52,6 +52,12 @@ pub struct SandboxLimits {
     /// together. Measured by [`crate::CountingAlloc`] when it is the global allocator;
     /// without it only the per-value limits above hold.
     pub max_memory: u64,
+    /// The most allocations a run's script threads may make, all branches together (a running
+    /// count, never decreasing). Copying a value allocates once per array, map and string in
+    /// it, work the operation count does not see: `a = [a]` in a loop copies the whole nest
+    /// on every turn, quadratic time in a handful of operations. Measured by
+    /// [`crate::CountingAlloc`] like `max_memory`.
+    pub max_allocations: u64,
     /// The longest a script may run, in wall-clock time spent running script code, all of a
     /// run's threads together; time waiting for the engine (model calls, host calls, waits,
     /// branches to finish) is not counted. Besides the operation budget, so a script of
@@ -73,6 +79,7 @@ impl SandboxLimits {
         max_functions: 1_024,
         max_source_size: 1 << 20,
         max_memory: 256 << 20,
+        max_allocations: 20_000_000,
         max_wall_time: std::time::Duration::from_secs(300),
     };
 }

@@ -1,12 +1,128 @@
-//! Lua lint: the Rhai rules, by the same ids, over a Lua syntax tree.
+//! Lua lint: the Rhai rules, by the same ids and in the same diagnostic shape, over a Lua 5.4
+//! syntax tree parsed by full_moon.
+//!
+//! The pass: a lexical scan rejects what would hurt the parser (nesting deep enough to exhaust
+//! a stack, backquotes full_moon's lexer panics on); full_moon parses, and its errors become
+//! `syntax` diagnostics naming the Lua form to write; then one walk over the tree tracks
+//! scopes, follows every function into its body where it is created and reports what it finds
+//! ([`walk`] for scopes, statements and expressions, [`calls`] for calls, [`values`] for what an
+//! expression statically is).
+//!
+//! Decisions that differ from Rhai because Lua does:
+//! - `loop-capture`: each iteration of a Lua 5.4 `for` loop binds its variables afresh, so a
+//!   closure capturing one is safe and not reported. The Lua hazard is a closure made in a loop
+//!   (and kept, not run at once by a global) that captures a variable declared outside the loop
+//!   which the loop reassigns: it sees the value when it runs, not when it was made.
+//! - Globals: a script declares everything with `local`. Assigning an undeclared name (including
+//!   `function name() ... end`) is an `unknown-variable` error: it would create a global shared
+//!   by every branch, and it is how a typo (`totl = totl + 1`) shows. Assigning a cairn global or
+//!   a library is `forbidden`.
+//! - `forbidden` covers io, os (with `os.time`/`os.clock` pointing at `now()`), debug, package,
+//!   require, load, loadstring, dofile, loadfile, collectgarbage, coroutine (the engine runs
+//!   branches itself), `_G`/`_ENV`, setfenv/getfenv, rawget/rawset (they bypass a read-only
+//!   table), print, `string.dump`, `math.random`/`math.randomseed` (use `random()`), and the
+//!   metatable keys `__gc` (a finalizer runs when the collector decides) and `__mode` (weak
+//!   tables lose entries when it decides). `setmetatable`/`getmetatable` themselves are allowed.
+//! - `dynamic-fn`: indexing `_G`/`_ENV` with a computed key, which hides which function runs.
+//! - `closure-text` is an error in Lua: `tostring` of a function is its address, which differs
+//!   in every process, so a prompt made from it could never be replayed.
 
-use crate::script::{Diagnostic, LintContext};
+mod calls;
+mod names;
+mod syntax;
+mod values;
+mod walk;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use full_moon::LuaVersion;
+
+use crate::script::{Diagnostic, LintContext, Severity, sort_diagnostics};
+
+/// The largest source lint accepts, the limit the Rhai dialect sets.
+const MAX_SOURCE_SIZE: usize = 1 << 20;
 
 /// Every finding of lint over a Lua source, sorted by position. Never fails: a malformed or
-/// hostile script yields diagnostics.
-///
-/// Being written this session (issue #12); until it lands it finds nothing, so nothing may rely on it.
+/// hostile script yields diagnostics, and a bug in the linter (or a panic in the parser) yields
+/// an `internal` diagnostic instead of taking the host down.
 pub fn lint(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
-    let _ = (source, ctx);
-    Vec::new()
+    let mut diagnostics = catch_unwind(AssertUnwindSafe(|| analyze(source, ctx))).unwrap_or_else(|_| {
+        let message = "the linter failed on this script; this is a bug in cairn, please report it";
+        vec![span_diagnostic("internal", message.to_owned(), 1, 1, None)]
+    });
+    sort_diagnostics(&mut diagnostics);
+    diagnostics
 }
+
+fn analyze(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
+    if source.trim().is_empty() {
+        let message = "the script is empty; write statements and return the run's result";
+        return vec![span_diagnostic("syntax", message.to_owned(), 1, 1, None)];
+    }
+    if source.len() > MAX_SOURCE_SIZE {
+        let message = format!(
+            "the script is {} bytes, over the limit of {MAX_SOURCE_SIZE} bytes; split the work into child \
+             workflows",
+            source.len()
+        );
+        return vec![span_diagnostic("syntax", message, 1, 1, None)];
+    }
+    let scan = syntax::scan(source);
+    if let Some(fatal) = scan.fatal {
+        return vec![fatal];
+    }
+    if scan.nesting <= syntax::SHALLOW_NESTING {
+        return parse_and_walk(source, ctx);
+    }
+    // Deep (but accepted) nesting: the parser and the walk recurse per level, and so does
+    // dropping the tree, so all three run on a thread with a stack sized for the limit.
+    std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("cairn-lua-lint".to_owned())
+            .stack_size(syntax::DEEP_STACK)
+            .spawn_scoped(scope, || parse_and_walk(source, ctx));
+        match worker.map(|handle| handle.join()) {
+            Ok(Ok(diagnostics)) => diagnostics,
+            _ => {
+                let message = "the linter failed on this script; this is a bug in cairn, please report it";
+                vec![span_diagnostic("internal", message.to_owned(), 1, 1, None)]
+            }
+        }
+    })
+}
+
+fn parse_and_walk(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
+    let parsed = full_moon::parse_fallible(source, LuaVersion::lua54());
+    if !parsed.errors().is_empty() {
+        return syntax::parse_errors(parsed.errors(), source);
+    }
+    let ast = parsed.into_ast();
+    let block = ast.nodes();
+    if block.stmts().next().is_none() && block.last_stmt().is_none() {
+        let message = "the script has no statements; write statements and return the run's result";
+        return vec![span_diagnostic("syntax", message.to_owned(), 1, 1, None)];
+    }
+    walk::check(block, ctx, source)
+}
+
+/// A diagnostic at a line and column, covering `len` characters when given.
+pub(super) fn span_diagnostic(
+    rule_id: &str,
+    message: String,
+    line: u32,
+    column: u32,
+    len: Option<usize>,
+) -> Diagnostic {
+    let end_column = len.map(|len| column.saturating_add(u32::try_from(len).unwrap_or(u32::MAX)));
+    Diagnostic {
+        rule_id: rule_id.to_owned(),
+        message,
+        line,
+        column,
+        end_line: end_column.map(|_| line),
+        end_column,
+        severity: Severity::Error,
+    }
+}
+#[cfg(test)]
+mod tests;

@@ -5,8 +5,10 @@ use ::rhai::{Expr, FnCallExpr, ImmutableString, Position};
 use serde_json::Value;
 
 use super::options::type_phrase;
-use super::{Arg, Linter, Receiver, Static, line_column};
+use super::{Arg, Linter, Receiver, SEQUENTIAL_CALLERS, Static, Use, line_column};
 use crate::script::rhai::sandbox::{BUILTIN_FUNCTIONS, is_builtin};
+pub(super) use crate::script::schema_check::Registry;
+use crate::script::schema_check::registered_problem;
 use crate::script::{
     GLOBALS, Global, LOG_LEVELS, PARALLEL_MAP_FORM, Param, ParamKind, Severity, global, suggest,
 };
@@ -16,6 +18,16 @@ impl Linter<'_, '_> {
     /// arguments.
     pub(super) fn visit_call(&mut self, call: &FnCallExpr, pos: Position, receiver: Receiver<'_>) -> Static {
         let name = call.name.as_str();
+        // `ctx.agent(...)` on a variable that does not exist (already reported as unknown):
+        // the global was meant, so its arguments are checked as a plain call's.
+        let receiver = match receiver {
+            Receiver::Expr(Expr::Variable(variable, ..))
+                if global(name).is_some() && self.resolve(&variable.1).is_none() =>
+            {
+                Receiver::None
+            }
+            other => other,
+        };
         let mut args: Vec<Arg<'_>> = Vec::with_capacity(call.args.len() + 1);
         match receiver {
             Receiver::None => {}
@@ -53,13 +65,18 @@ impl Linter<'_, '_> {
                 return self.check_global(global, &args, pos);
             }
         } else if !user_defined && !self.is_known_function(name, is_method) {
+            let budget_methods: &[&str] = if is_method { &["spent", "remaining"] } else { &[] };
             let candidates = GLOBALS
                 .iter()
                 .map(|global| global.name)
                 .chain(BUILTIN_FUNCTIONS.iter().copied())
+                .chain(budget_methods.iter().copied())
                 .chain(self.functions.names.iter().map(ImmutableString::as_str));
             let kind = if is_method { "method" } else { "function" };
             let message = match (missing_builtin_hint(name), suggest::did_you_mean(name, candidates)) {
+                _ if !is_method && let Some(instead) = self.registered_name_hint(name) => {
+                    format!("unknown function '{name}'; {instead}")
+                }
                 (Some(hint), _) => format!("unknown {kind} '{name}'; {hint}"),
                 (None, Some(candidate)) => format!("unknown {kind} '{name}' (did you mean '{candidate}'?)"),
                 (None, None) => format!(
@@ -75,13 +92,39 @@ impl Linter<'_, '_> {
             self.check_dynamic_fn(args.first().and_then(|arg| arg.expr), pos);
             self.check_fn_pointer_name(&args);
         }
-        self.walk_args(&args);
+        let used = if is_builtin(name) && SEQUENTIAL_CALLERS.contains(&name) {
+            Use::Sequential
+        } else {
+            Use::Escapes
+        };
+        for arg in &args {
+            self.walk_arg_as(arg, used);
+        }
         Static::Unknown
+    }
+
+    /// A registered name called as if it were a function: how to call what it names.
+    fn registered_name_hint(&self, name: &str) -> Option<String> {
+        let ctx = self.ctx;
+        if ctx.toolsets.contains(name) {
+            Some(format!(
+                "'{name}' is a toolset: give it to an agent, agent(prompt, #{{tools: [\"{name}\"]}})"
+            ))
+        } else if ctx.profiles.contains(name) {
+            Some(format!("'{name}' is a profile: write agent(prompt, #{{profile: \"{name}\"}})"))
+        } else if ctx.host_functions.contains(name) {
+            Some(format!("'{name}' is a host function: write host_call(\"{name}\", #{{...}})"))
+        } else if ctx.child_workflows.contains(name) {
+            Some(format!("'{name}' is a child workflow: write workflow(\"{name}\", args)"))
+        } else {
+            None
+        }
     }
 
     fn is_known_function(&self, name: &str, is_method: bool) -> bool {
         is_builtin(name)
             || self.functions.names.contains(name)
+            || self.assumed.contains(name)
             || (is_method && matches!(name, "spent" | "remaining"))
     }
 
@@ -115,9 +158,15 @@ impl Linter<'_, '_> {
         }
     }
 
+    /// Walks an argument whose closure, if it is one, is reported where it lands (a race, or
+    /// a closure where JSON must go).
     fn walk_arg(&mut self, arg: &Arg<'_>) -> Static {
+        self.walk_arg_as(arg, Use::Reported)
+    }
+
+    fn walk_arg_as(&mut self, arg: &Arg<'_>, used: Use) -> Static {
         match arg.expr {
-            Some(expr) if !arg.walked => self.walk_expr(expr),
+            Some(expr) if !arg.walked => self.walk_expr_as(expr, used),
             Some(expr) => self.peek(expr),
             None => Static::Unknown,
         }
@@ -264,7 +313,8 @@ impl Linter<'_, '_> {
                         format!("{place} must be a closure like || {{ ... }}, got {}", type_phrase(&shape));
                     self.error_at("arg-type", expr.position(), None, message);
                 }
-                let walked = self.walk_arg(arg);
+                let used = if global.name == "parallel" { Use::Reported } else { Use::Sequential };
+                let walked = self.walk_arg_as(arg, used);
                 if global.name == "parallel"
                     && let Static::Closure(id) = walked
                 {
@@ -292,7 +342,7 @@ impl Linter<'_, '_> {
                             };
                             self.error_at("arg-type", element.position(), None, message);
                         }
-                        if let Static::Closure(id) = self.walk_expr(element) {
+                        if let Static::Closure(id) = self.walk_expr_as(element, Use::Reported) {
                             self.report_races(id, global.name);
                         }
                     }
@@ -331,7 +381,7 @@ impl Linter<'_, '_> {
                 }
             }
             _ => {
-                if let Static::Closure(_) = self.walk_expr(expr) {
+                if let Static::Closure(_) = self.walk_expr_as(expr, Use::Reported) {
                     self.closure_in_json(expr.position(), place);
                 }
             }
@@ -348,34 +398,9 @@ impl Linter<'_, '_> {
 
     /// Reports a literal name the engine has not registered.
     pub(super) fn check_registered(&mut self, registry: Registry, name: &str, pos: Position) {
-        let (names, rule, noun, plural) = match registry {
-            Registry::Profile => (Some(&self.ctx.profiles), "unknown-profile", "profile", "profiles"),
-            Registry::Toolset => (Some(&self.ctx.toolsets), "unknown-toolset", "toolset", "toolsets"),
-            Registry::HostFunction => {
-                (Some(&self.ctx.host_functions), "unknown-host-function", "host function", "host functions")
-            }
-            Registry::Workflow => {
-                (Some(&self.ctx.child_workflows), "unknown-workflow", "workflow", "workflows")
-            }
-            Registry::Model => (self.ctx.models.as_ref(), "unknown-model", "model", "models"),
-        };
-        let Some(names) = names else { return };
-        if names.contains(name) {
-            return;
+        if let Some((rule, message)) = registered_problem(self.ctx, registry, name) {
+            self.error_at(rule, pos, None, message);
         }
-        let message = if names.is_empty() {
-            format!("unknown {noun} '{name}'; no {plural} are registered")
-        } else {
-            match suggest::did_you_mean(name, names.iter().map(String::as_str)) {
-                Some(candidate) => format!("unknown {noun} '{name}' (did you mean '{candidate}'?)"),
-                None => {
-                    let listed: Vec<&str> = names.iter().take(12).map(String::as_str).collect();
-                    let more = if names.len() > listed.len() { ", ..." } else { "" };
-                    format!("unknown {noun} '{name}'; registered {plural}: {}{more}", listed.join(", "))
-                }
-            }
-        };
-        self.error_at(rule, pos, None, message);
     }
 
     /// Warns on an agent call whose literal arguments repeat an earlier call in the same body
@@ -406,6 +431,33 @@ impl Linter<'_, '_> {
         }
     }
 
+    /// A closure that goes where lint cannot follow it (see [`Use::Escapes`]) must not write a
+    /// variable from outside it: if it reaches `parallel` or `pipeline`, that write races. A
+    /// closure run only in order never races, but lint cannot prove that of one it loses track
+    /// of, so it refuses the write there rather than miss the race.
+    pub(super) fn check_escape(&mut self, closure: Option<usize>, used: Use) {
+        if used != Use::Escapes {
+            return;
+        }
+        let Some(facts) = closure.and_then(|id| self.closures.get(id)) else { return };
+        let messages: Vec<(Position, usize, String)> = facts
+            .escaping
+            .iter()
+            .map(|mutation| {
+                let message = format!(
+                    "{} captured variable '{}' in a closure that is stored, passed on or returned, so it may run \
+                     as a parallel branch or pipeline stage and race; return a value from the closure and combine \
+                     the results where it runs",
+                    mutation.what, mutation.name
+                );
+                (mutation.pos, mutation.len, message)
+            })
+            .collect();
+        for (pos, len, message) in messages {
+            self.error_at("parallel-capture-assign", pos, Some(len), message);
+        }
+    }
+
     /// Reports every write a closure run concurrently makes to a variable from outside it.
     fn report_races(&mut self, closure: Option<usize>, global: &str) {
         let Some(facts) = closure.and_then(|id| self.closures.get(id)) else { return };
@@ -430,16 +482,6 @@ impl Linter<'_, '_> {
             self.error_at("parallel-capture-assign", pos, Some(len), message);
         }
     }
-}
-
-/// The kinds of name a [`LintContext`] registers.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Registry {
-    Profile,
-    Toolset,
-    HostFunction,
-    Workflow,
-    Model,
 }
 
 fn arity(params: &[Param]) -> (usize, usize) {
@@ -489,6 +531,9 @@ fn missing_builtin_hint(name: &str) -> Option<&'static str> {
         "join" => "rhai arrays have no join; use reduce(|text, x| text + x + \", \", \"\")",
         "sum" => "use reduce(|total, x| total + x, 0)",
         "count" | "length" | "size" => "use len()",
+        "str" | "String" => "use x.to_string(), or an interpolated string: `${x}`",
+        "forEach" => "write for x in xs { ... }",
+        "then" => "calls return their result directly; write let r = agent(...); and use r",
         "format" | "sprintf" => "use an interpolated string: `text ${value}`",
         "parse_json" | "json_parse" | "from_json" => {
             "give the agent a schema option and it returns the parsed value"

@@ -18,8 +18,13 @@
 //! of globals and functions, and `options` checks options maps against the schemas.
 
 mod calls;
+mod foreign;
 mod options;
+mod recover;
+mod scan;
 mod shared;
+
+pub(super) use recover::analyze;
 
 use std::collections::{HashMap, HashSet};
 
@@ -31,9 +36,10 @@ use super::sandbox::{MUTATING_METHODS, SCRIPT_VARIABLES};
 use crate::script::{Diagnostic, LintContext, Severity, global};
 
 /// Runs every rule over a parsed script.
-pub(super) fn check(ast: &AST, ctx: &LintContext) -> Vec<Diagnostic> {
+/// `assumed` names functions declared on lines the recovery blanked, which calls may use.
+fn check(ast: &AST, ctx: &LintContext, assumed: &HashSet<String>) -> Vec<Diagnostic> {
     let functions = Functions::of(ast);
-    let mut linter = Linter::new(ctx, &functions);
+    let mut linter = Linter::new(ctx, &functions, assumed);
     linter.frames.push(Frame::new(SCRIPT_VARIABLE_COUNT, None));
     for stmt in ast.statements() {
         linter.walk_stmt(stmt);
@@ -169,6 +175,44 @@ struct ClosureFacts {
     escaping: Vec<Mutation>,
 }
 
+/// Where a closure value goes, which decides whether its writes to captured variables can race.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// Stored (pushed, put in an array or map), passed to a function, assigned or returned:
+    /// lint cannot see where it runs, so it may reach `parallel` or `pipeline`.
+    Escapes,
+    /// Run here, in order: a step or phase body, an argument of a builtin that calls it, the
+    /// receiver of a method.
+    Sequential,
+    /// The initialiser of a `let`: each use of the variable is checked instead.
+    Bound,
+    /// Where it is already reported: a parallel branch or stage (a race), or JSON (no closures).
+    Reported,
+}
+
+/// The builtins that call a closure argument before they return; every other function that
+/// takes a closure may keep it (`push`, `curry`, `+`).
+const SEQUENTIAL_CALLERS: &[&str] = &[
+    "all",
+    "call",
+    "dedup",
+    "drain",
+    "filter",
+    "find",
+    "find_map",
+    "for_each",
+    "index_of",
+    "map",
+    "order_by",
+    "reduce",
+    "reduce_rev",
+    "retain",
+    "some",
+    "sort",
+    "sort_by",
+    "zip",
+];
+
 /// The statically known shape of an expression.
 #[derive(Debug, Clone, PartialEq)]
 enum Static {
@@ -205,6 +249,8 @@ struct Arg<'e> {
 struct Linter<'c, 'f> {
     ctx: &'c LintContext,
     functions: &'f Functions,
+    /// Functions declared on lines the recovery blanked: calls of them are not reported.
+    assumed: &'c HashSet<String>,
     diagnostics: Vec<Diagnostic>,
     scope: Vec<ScopeEntry>,
     bindings: Vec<Binding>,
@@ -221,10 +267,11 @@ struct Linter<'c, 'f> {
 const SCRIPT_VARIABLE_COUNT: usize = SCRIPT_VARIABLES.len();
 
 impl<'c, 'f> Linter<'c, 'f> {
-    fn new(ctx: &'c LintContext, functions: &'f Functions) -> Self {
+    fn new(ctx: &'c LintContext, functions: &'f Functions, assumed: &'c HashSet<String>) -> Self {
         let mut linter = Linter {
             ctx,
             functions,
+            assumed,
             diagnostics: Vec::new(),
             scope: Vec::new(),
             bindings: Vec::new(),
@@ -320,7 +367,7 @@ impl<'c, 'f> Linter<'c, 'f> {
                         "export is not available; the script's last value is its result".to_owned(),
                     );
                 }
-                let shape = self.walk_expr(init);
+                let shape = self.walk_expr_as(init, Use::Bound);
                 let closure = match shape {
                     Static::Closure(id) => id,
                     _ => None,
@@ -410,15 +457,29 @@ impl<'c, 'f> Linter<'c, 'f> {
 
     // ----- expressions -----
 
-    /// Walks an expression and reports what it is, so a `let` can remember a closure.
+    /// Walks an expression and reports what it is, so a `let` can remember a closure. A
+    /// closure found here escapes (see [`Use`]).
     fn walk_expr(&mut self, expr: &Expr) -> Static {
+        self.walk_expr_as(expr, Use::Escapes)
+    }
+
+    /// Walks an expression whose value, if it is a closure, goes where `used` says.
+    fn walk_expr_as(&mut self, expr: &Expr, used: Use) -> Static {
         match expr {
             Expr::DynamicConstant(value, _) => match closure_name(value) {
-                Some(name) => Static::Closure(self.visit_closure(&name, &[])),
+                Some(name) => {
+                    let id = self.visit_closure(&name, &[]);
+                    self.check_escape(id, used);
+                    Static::Closure(id)
+                }
                 None => Static::Unknown,
             },
             Expr::Stmt(block) => match closure_parts(block) {
-                Some((name, captures)) => Static::Closure(self.visit_closure(&name, &captures)),
+                Some((name, captures)) => {
+                    let id = self.visit_closure(&name, &captures);
+                    self.check_escape(id, used);
+                    Static::Closure(id)
+                }
                 None => {
                     self.walk_block(block);
                     Static::Unknown
@@ -442,13 +503,23 @@ impl<'c, 'f> Linter<'c, 'f> {
             }
             Expr::Variable(variable, _, pos) => {
                 self.check_visible(&variable.1, *pos);
-                self.peek(expr)
+                let shape = self.peek(expr);
+                if let Static::Closure(id) = shape {
+                    self.check_escape(id, used);
+                }
+                shape
             }
             Expr::FnCall(call, pos) => self.visit_call(call, *pos, Receiver::None),
             Expr::MethodCall(call, pos) => self.visit_call(call, *pos, Receiver::Unknown),
             Expr::Dot(chain, ..) | Expr::Index(chain, ..) => {
                 let root = root_variable(&chain.lhs);
-                self.walk_expr(&chain.lhs);
+                // A closure is not stored by calling a method on it, except `curry`, which
+                // returns it with arguments bound.
+                let receiver_use = match &chain.rhs {
+                    Expr::MethodCall(call, _) if call.name.as_str() == "curry" => Use::Escapes,
+                    _ => Use::Sequential,
+                };
+                self.walk_expr_as(&chain.lhs, receiver_use);
                 let receiver = match (expr, &chain.rhs) {
                     (Expr::Dot(..), Expr::MethodCall(..)) => Receiver::Expr(&chain.lhs),
                     _ => Receiver::Unknown,

@@ -113,9 +113,18 @@ impl Linter<'_, '_> {
 
     /// Text made from a closure: `f.name()`, `f.to_debug()`, `f.to_string()`, `f.name`.
     pub(super) fn check_closure_text(&mut self, method: &str, receiver: &Expr, pos: Position) {
-        if matches!(method, "name" | "to_debug" | "to_string")
-            && matches!(self.peek(receiver), Static::Closure(_))
-        {
+        if !matches!(self.peek(receiver), Static::Closure(_)) {
+            return;
+        }
+        if method == "name" {
+            // A name is asked for to dispatch on it or to label with it; a closure's is always
+            // `<closure>`, so whatever is built on it is wrong on every run.
+            let message =
+                "a closure has no name: name() is always <closure>, so nothing can dispatch or label \
+                           on it; call the closure itself, or put the label in a string"
+                    .to_owned();
+            self.error_at("closure-text", pos, Some(method.chars().count()), message);
+        } else if matches!(method, "to_debug" | "to_string") {
             self.closure_text_warning(pos, Some(method.chars().count()));
         }
     }

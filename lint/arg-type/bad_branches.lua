@@ -1,0 +1,2 @@
+local out = parallel({agent("a"), agent("b")})
+return out

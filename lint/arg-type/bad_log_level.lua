@@ -1,0 +1,2 @@
+log("information", "starting")
+return 1

@@ -1,0 +1,3 @@
+local a = agent("write", "draft")
+local b = agent("write", {"draft", 3})
+return {a, b}

@@ -1,0 +1,2 @@
+local name = args.name
+return agent("hello " + name)

@@ -1,0 +1,3 @@
+local a = agent(42)
+local b = agent({text = "hi"})
+return {a, b}

@@ -1,0 +1,3 @@
+local a = agent()
+local b = agent("prompt", {label = "x"}, "extra")
+return {a, b}

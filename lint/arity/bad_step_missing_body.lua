@@ -1,0 +1,3 @@
+local r = step("fetch")
+local p = phase("draft")
+return {r, p}

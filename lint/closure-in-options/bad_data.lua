@@ -1,0 +1,2 @@
+log("info", "done", {callback = function() end})
+return parallel({function() return 1 end}, {label = function() end})

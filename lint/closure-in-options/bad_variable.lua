@@ -1,0 +1,2 @@
+local format = function(x) return x end
+return agent(format, {key = "k"})

@@ -1,0 +1,2 @@
+local function helper() end
+return agent(string.format("call %s", helper))

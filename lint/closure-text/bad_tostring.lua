@@ -1,0 +1,2 @@
+local f = function() return 1 end
+return agent("run " .. tostring(f))

@@ -1,0 +1,1 @@
+return _ENV["age" .. "nt"]("prompt")

@@ -1,0 +1,2 @@
+local name = args.fn
+return _G[name]("prompt")

@@ -1,0 +1,5 @@
+local json = require("json")
+local f = load("return 1")
+local g = loadstring("return 2")
+dofile("x.lua")
+return f() + g()

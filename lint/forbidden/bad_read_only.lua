@@ -1,0 +1,4 @@
+args.topic = "other"
+args = {}
+table.insert(args.items, 1)
+return args

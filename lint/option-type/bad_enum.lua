@@ -1,0 +1,1 @@
+return agent("write", {on_error = "ignore", effort = "hgh"})

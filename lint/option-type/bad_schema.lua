@@ -1,0 +1,1 @@
+return agent("classify", {schema = {type = "objekt"}})

@@ -1,0 +1,5 @@
+local results = {}
+parallel(args.items, function(item)
+  table.insert(results, agent(item))
+end)
+return results

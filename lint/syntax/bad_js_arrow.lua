@@ -1,0 +1,2 @@
+local fs = parallel(args.items, (item) => agent(item))
+return fs

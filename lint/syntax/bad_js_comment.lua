@@ -1,0 +1,2 @@
+// draft the summary
+return agent("summarize " .. args.text)

@@ -1,0 +1,2 @@
+const topic = args.topic
+return agent("research " .. topic)

@@ -1,0 +1,5 @@
+local answer = agent("yes or no?")
+if answer != "yes" then
+  return nil
+end
+return answer

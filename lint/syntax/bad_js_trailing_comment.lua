@@ -1,0 +1,2 @@
+local n = #args.items // count the items
+return n

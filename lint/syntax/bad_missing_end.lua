@@ -1,0 +1,4 @@
+local function summarize(text)
+  return agent("summarize: " .. text)
+
+return summarize(args.text)

@@ -1,0 +1,4 @@
+def summarize(text):
+    return agent(text)
+
+return summarize(args.text)

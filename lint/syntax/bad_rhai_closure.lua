@@ -1,0 +1,2 @@
+local out = parallel(args.items, |item| agent(item))
+return out

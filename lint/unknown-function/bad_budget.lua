@@ -1,0 +1,2 @@
+local left = budget.left()
+return left

@@ -1,0 +1,5 @@
+local n = len(args.items)
+for i in range(n) do
+  log("info", str(i))
+end
+return n

@@ -1,0 +1,2 @@
+local draft = agnet("write a haiku")
+return draft

@@ -1,0 +1,1 @@
+return host_call("fetch_pgae", {url = args.url})

@@ -1,0 +1,1 @@
+return host_call("send_email", {to = "x"})

@@ -1,0 +1,1 @@
+return agent("x", {model = "openai:gpt-6"})

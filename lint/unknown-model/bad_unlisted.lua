@@ -1,0 +1,1 @@
+return agent("x", {model = "mistral:large"})

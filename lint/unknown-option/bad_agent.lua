@@ -1,0 +1,1 @@
+return agent("write", {max_turn = 3, lable = "draft"})

@@ -1,0 +1,1 @@
+return agent("write", {max_turns = 3, label = "draft", ["key"] = "k1"})

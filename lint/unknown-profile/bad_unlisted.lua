@@ -1,0 +1,1 @@
+return agent("edit", {profile = "editor-in-chief"})

@@ -1,0 +1,1 @@
+return agent("research", {profile = "researcher"})

@@ -1,0 +1,1 @@
+return agent("search", {tools = {"web", "files"}})

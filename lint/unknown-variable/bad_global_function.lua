@@ -1,0 +1,4 @@
+function shout(text)
+  return string.upper(text)
+end
+return shout(args.text)

@@ -1,0 +1,3 @@
+local topic = args.topic
+local draft = agent("write about " .. tpoic)
+return draft

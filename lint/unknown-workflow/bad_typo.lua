@@ -1,0 +1,1 @@
+return workflow("sumarize", {text = args.text})

@@ -1,0 +1,1 @@
+return workflow("translate", {text = args.text})

@@ -1,0 +1,253 @@
+//! `cairn plan "GOAL"`: a planner model writes the workflow, lint repairs it, and (with
+//! `--run`) the sandbox runs it; `cairn card`: the API card of a dialect and the profile card.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::runs::{self, CassetteArgs, Globals};
+use super::{Exit, fail};
+use crate::engine::{Engine, RunOptions, RunOutcome};
+use crate::error::{Error, ErrorCode};
+use crate::planner::{PlanError, PlanOptions, PlanResult, Planning, Rejection};
+use crate::store::RunStatus;
+
+#[derive(Debug, Args)]
+pub(super) struct PlanArgs {
+    /// The goal, in words: what the workflow should achieve.
+    goal: String,
+    /// Run the accepted script (shown first), with the progress and exit codes of `cairn run`.
+    #[arg(long)]
+    run: bool,
+    /// Print one JSON object on stdout: source, dialect, warnings, drafts, planning_run_id (and
+    /// the run's outcome under `run`).
+    #[arg(long)]
+    json: bool,
+    /// Write the accepted script to this file.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// The dialect to write (default rhai).
+    #[arg(long, value_name = "DIALECT")]
+    dialect: Option<String>,
+    /// Repair rounds after the first draft (0 to 10).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    repair_rounds: u32,
+    /// The planner's model, as provider:model (default: [routing] plan, else the default model).
+    #[arg(long, value_name = "MODEL")]
+    planner_model: Option<String>,
+    /// The planning conversation's own ceiling in USD.
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
+    planning_budget: Option<f64>,
+    /// The output cap of each draft, in tokens.
+    #[arg(long, value_name = "TOKENS", default_value_t = crate::planner::DEFAULT_MAX_OUTPUT_TOKENS)]
+    max_output_tokens: u32,
+    /// With --run: the run's ceiling in USD.
+    #[arg(long, value_name = "USD", allow_negative_numbers = true, requires = "run")]
+    budget: Option<f64>,
+    /// With --run: the run's arguments, JSON or @FILE.
+    #[arg(long, requires = "run")]
+    args: Option<String>,
+    /// With --run: run even when the script's cost bound exceeds the run's ceiling.
+    #[arg(long, requires = "run")]
+    force: bool,
+    /// The default model of the run's calls, as provider:model.
+    #[arg(long)]
+    model: Option<String>,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+    #[command(flatten)]
+    cassette: CassetteArgs,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct CardArgs {
+    /// Print this dialect's API card (default rhai).
+    #[arg(long, value_name = "DIALECT")]
+    dialect: Option<String>,
+    /// Print the profile card of what cairn.toml registers (profiles, toolsets, host functions).
+    #[arg(long)]
+    profiles: bool,
+}
+
+/// `cairn card`.
+pub(super) fn card(globals: &Globals, args: &CardArgs) -> Exit {
+    if args.dialect.is_none() && !args.profiles {
+        print!("{}", crate::script::api_card());
+        return Exit::Ok;
+    }
+    let engine = match card_engine(globals) {
+        Ok(engine) => engine,
+        Err(e) => return fail(runs::exit_of(&e), e),
+    };
+    if let Some(name) = &args.dialect {
+        match engine.dialect(name) {
+            Ok(dialect) => print!("{}", dialect.card()),
+            Err(e) => return fail(Exit::Usage, e),
+        }
+    }
+    if args.profiles {
+        if args.dialect.is_some() {
+            println!();
+        }
+        print!("{}", crate::planner::profile_card(&engine));
+    }
+    Exit::Ok
+}
+
+/// An engine over a memory store with what cairn.toml registers: the cards need no store.
+fn card_engine(globals: &Globals) -> Result<Engine, Error> {
+    let config = runs::load_config(globals)?;
+    let store = Arc::new(crate::store::MemoryStore::new());
+    let builder = Engine::builder(store.clone(), store);
+    let (builder, _) = config.apply(builder, None).map_err(|e| config.locate(e))?;
+    builder.build()
+}
+
+/// `cairn plan`.
+pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
+    for (flag, value) in [("--planning-budget", args.planning_budget), ("--budget", args.budget)] {
+        if let Some(Err(e)) = value.map(crate::money::Money::from_usd) {
+            return fail(Exit::Usage, format!("invalid {flag}: {e}"));
+        }
+    }
+    let run_args = match runs::parse_args(args.args.as_deref()) {
+        Ok(value) => value,
+        Err(exit) => return exit,
+    };
+    let setup = match runs::setup_with(globals, args.model.as_deref(), Some(&args.cassette)) {
+        Ok(setup) => setup,
+        Err(e) => return fail(runs::exit_of(&e), e),
+    };
+    let options = PlanOptions {
+        dialect: args.dialect.clone().unwrap_or_else(|| crate::planner::DEFAULT_DIALECT.to_owned()),
+        repair_rounds: args.repair_rounds,
+        budget_usd: args.planning_budget,
+        model: args.planner_model.clone(),
+        max_output_tokens: args.max_output_tokens,
+        rules: None,
+    };
+    let planning = match Planning::start(&setup.engine, &args.goal, &options) {
+        Ok(planning) => planning,
+        Err(e) => return plan_failed(&e, args.json),
+    };
+    if !args.quiet {
+        if planning.model().starts_with("echo:") && args.cassette.replay.is_none() {
+            errln!(
+                "note: the planner is the offline echo model ({}), which repeats its prompt and cannot write a script; set [routing] plan or --planner-model",
+                planning.model()
+            );
+        }
+        errln!("planning run {}", planning.run_id());
+    }
+    let (handle, pending) = planning.into_parts();
+    let outcome = runs::follow(handle, args.quiet).await;
+    let plan = match pending.read(outcome) {
+        Ok(plan) => plan,
+        Err(e) => return plan_failed(&e, args.json),
+    };
+    if let Some(path) = &args.out
+        && let Err(e) = std::fs::write(path, &plan.source)
+    {
+        return fail(Exit::Error, format!("cannot write {}: {e}", path.display()));
+    }
+    let shown = Path::new("plan");
+    runs::print_diagnostics(args.out.as_deref().unwrap_or(shown), &plan.warnings, false);
+    if !args.quiet {
+        let replayed = if plan.planning.preview.misses == 0 { ", replayed from its journal" } else { "" };
+        errln!(
+            "accepted after {} draft{} (planning run {}{replayed}, cost {})",
+            plan.drafts,
+            if plan.drafts == 1 { "" } else { "s" },
+            plan.planning_run_id,
+            plan.planning.cost.total.cost
+        );
+    }
+    if !args.run {
+        if args.json {
+            out!("{}", serde_json::to_string_pretty(&plan_json(&plan)).unwrap_or_default());
+        } else if args.out.is_none() {
+            out!("{}", plan.source.trim_end());
+        } else if !args.quiet {
+            errln!("wrote {}", args.out.as_deref().unwrap_or(shown).display());
+        }
+        return Exit::Ok;
+    }
+    if !args.json && !args.quiet {
+        // Shown before anything is paid: the run's own result goes to stdout.
+        errln!("--- planned {} script ---", plan.dialect);
+        errln!("{}", crate::text::for_terminal(plan.source.trim_end()));
+        errln!("---");
+    }
+    let options = RunOptions { budget_usd: args.budget, ..RunOptions::default() };
+    let handle = match crate::planner::start_planned(&setup.engine, &plan, run_args, options) {
+        Ok(handle) => handle,
+        Err(e) => return fail(runs::exit_of(&e), e),
+    };
+    let outcome = match runs::follow(handle, args.quiet).await {
+        Ok(outcome) => outcome,
+        Err(e) => return fail(Exit::Error, e),
+    };
+    if args.json {
+        let mut object = plan_json(&plan);
+        object["run"] = serde_json::to_value(&outcome).unwrap_or(Value::Null);
+        out!("{}", serde_json::to_string_pretty(&object).unwrap_or_default());
+        return Exit::of_status(outcome.status);
+    }
+    report_run(&outcome)
+}
+
+fn report_run(outcome: &RunOutcome) -> Exit {
+    let exit = runs::report(outcome, false);
+    if outcome.status != RunStatus::Ok {
+        errln!("resume it with: cairn resume {}", outcome.run_id);
+    }
+    exit
+}
+
+/// The plan as `--json` prints it.
+fn plan_json(plan: &PlanResult) -> Value {
+    json!({
+        "source": plan.source,
+        "dialect": plan.dialect,
+        "warnings": plan.warnings,
+        "drafts": plan.drafts,
+        "planning_run_id": plan.planning_run_id,
+    })
+}
+
+/// Reports a plan that produced no script, with its exit code: 6 for a rejection (after the
+/// last draft's diagnostics), 2 for bad options, 3 for an exhausted planning ceiling.
+fn plan_failed(error: &PlanError, as_json: bool) -> Exit {
+    match error {
+        PlanError::Rejected(rejection) => {
+            if as_json {
+                out!(
+                    "{}",
+                    serde_json::to_string_pretty(&rejection_json(rejection, error)).unwrap_or_default()
+                );
+            } else if let Some(last) = rejection.drafts.last() {
+                let name = format!("draft {}", rejection.drafts.len());
+                runs::print_diagnostics(Path::new(&name), &last.diagnostics, false);
+            }
+            fail(Exit::Rejected, error)
+        }
+        PlanError::Invalid(e) | PlanError::Run(e) => fail(runs::exit_of(e), e),
+        PlanError::Planning { status, error: e, .. } => {
+            let exit = match (status, e.code) {
+                (RunStatus::Exhausted, _) | (_, ErrorCode::BudgetExhausted) => Exit::Exhausted,
+                (RunStatus::Cancelled, _) | (_, ErrorCode::Cancelled) => Exit::Cancelled,
+                _ => runs::exit_of(e),
+            };
+            fail(exit, error)
+        }
+    }
+}
+
+fn rejection_json(rejection: &Rejection, error: &PlanError) -> Value {
+    let mut object = serde_json::to_value(rejection).unwrap_or(Value::Null);
+    object["error"] = serde_json::to_value(error.to_error()).unwrap_or(Value::Null);
+    object
+}

@@ -1,0 +1,634 @@
+//! The planner: a model writes a whole workflow script once, before anything executes; each
+//! draft is linted and compiled by its dialect, error diagnostics go back to the model as JSON
+//! for repair, and the accepted script (frozen source a person can read, diff and re-run) runs
+//! in the sandbox under its own budget.
+//!
+//! - [`plan`] runs the planning conversation: the `plan` role writes a draft against the
+//!   dialect's API card and the [`profile_card`]; the first fenced code block is extracted
+//!   ([`extract_script`]); `ScriptDialect::check` lints and compiles it; errors go back in a
+//!   repair prompt, up to `repair_rounds` times. A draft cut off by the output limit stops at
+//!   once. The result is the accepted source, or a typed [`PlanError::Rejected`]
+//!   (`script_rejected`) carrying every draft's diagnostics.
+//! - The planning conversation is an ordinary journaled run (a Rust closure workflow) whose id
+//!   is [`planning_run_id`]: `plan-` plus a hash prefix of the goal and every planning input.
+//!   Planning the same goal again replays the paid drafts: a settled planning run is served
+//!   from its journal with no provider call.
+//! - [`run_planned`] plans, then runs the accepted script under its own ceiling, with the
+//!   lenient error policy of planner-written scripts; the source is stored with the run, so a
+//!   resume needs no file.
+//!
+//! The planner knows dialects only through [`ScriptDialect`]: any registered dialect plugs in.
+
+mod card;
+mod extract;
+mod repair;
+
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+pub use card::profile_card;
+pub use extract::extract_script;
+pub use repair::{PLANNER_RULES, first_prompt, repair_prompt, system_prompt};
+
+use crate::engine::{
+    AgentOptions, Ctx, Engine, OnError, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script,
+    ScriptDialect, Workflow,
+};
+use crate::error::{Error, ErrorCode};
+use crate::model::{InvocationRole, ModelRef};
+use crate::script::{Diagnostic, LintContext, Severity};
+use crate::store::{RunId, RunStatus};
+
+/// The most repair rounds a plan may ask for: each round is a paid model call.
+pub const MAX_REPAIR_ROUNDS: u32 = 10;
+
+/// The output cap of a draft when the options name none.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8192;
+
+/// The dialect a plan is written in when the options name none.
+pub const DEFAULT_DIALECT: &str = "rhai";
+
+/// Options of [`plan`]. Every field but `budget_usd`'s effect on admission enters the
+/// planning run's id, so changing any of them starts a new planning conversation.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// The dialect to write (a registered one; default `rhai`).
+    pub dialect: String,
+    /// Repair rounds after the first draft (0 to 10, default 3): at most `1 + repair_rounds`
+    /// drafts are paid for.
+    pub repair_rounds: u32,
+    /// The planning conversation's own ceiling in USD (finite, ≥ 0); the engine's default
+    /// ceiling when `None`. Recorded with the planning run at its start.
+    pub budget_usd: Option<f64>,
+    /// The planner's model (`provider:model`); by default the engine's `plan` role model,
+    /// else its default model.
+    pub model: Option<String>,
+    /// The output cap of each draft (default 8192 tokens). A draft whose output reaches it was
+    /// cut off, and planning stops with that cause.
+    pub max_output_tokens: u32,
+    /// The authored part of the system prompt; [`PLANNER_RULES`] when `None`.
+    pub rules: Option<String>,
+}
+
+impl Default for PlanOptions {
+    fn default() -> PlanOptions {
+        PlanOptions {
+            dialect: DEFAULT_DIALECT.to_owned(),
+            repair_rounds: 3,
+            budget_usd: None,
+            model: None,
+            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
+            rules: None,
+        }
+    }
+}
+
+/// An accepted plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanResult {
+    /// The accepted script's source.
+    pub source: String,
+    /// Its dialect.
+    pub dialect: String,
+    /// The accepted draft's warnings (it has no errors).
+    pub warnings: Vec<Diagnostic>,
+    /// How many drafts the conversation took (1 when the first was accepted).
+    pub drafts: u32,
+    /// The planning run's id.
+    pub planning_run_id: RunId,
+    /// The planning run's outcome: its cost, usage, and how its calls were served (a
+    /// re-plan is all replays).
+    #[serde(skip)]
+    pub planning: RunOutcome,
+}
+
+/// One rejected draft: its script and the diagnostics `check` gave it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DraftReport {
+    /// The extracted script (maybe empty).
+    pub source: String,
+    /// Every diagnostic of the draft, errors and warnings, in `cairn lint --json`'s shape.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Why a plan was rejected.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RejectCause {
+    /// Every draft had errors, through the last repair round.
+    Diagnostics {
+        /// The repair rounds allowed.
+        repair_rounds: u32,
+    },
+    /// A draft was cut off by the output limit (its reply reached the cap), so repairing it
+    /// would only be cut off again.
+    Truncated {
+        /// The draft's output tokens.
+        output_tokens: u64,
+        /// The cap it reached.
+        max_output_tokens: u32,
+    },
+}
+
+/// A rejected plan: the cause and every draft with its diagnostics.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rejection {
+    /// The planning run's id.
+    pub planning_run_id: RunId,
+    /// The dialect the drafts were written in.
+    pub dialect: String,
+    /// Why planning gave up.
+    pub cause: RejectCause,
+    /// Every draft, in order.
+    pub drafts: Vec<DraftReport>,
+}
+
+impl Rejection {
+    /// The last draft's diagnostics.
+    pub fn last_diagnostics(&self) -> &[Diagnostic] {
+        self.drafts.last().map_or(&[], |d| d.diagnostics.as_slice())
+    }
+
+    fn summary(&self) -> String {
+        match &self.cause {
+            RejectCause::Diagnostics { .. } => {
+                let errors = self.last_diagnostics().iter().filter(|d| d.is_error()).count();
+                format!(
+                    "no draft passed lint and compile in {} draft{}; the last has {errors} error{}",
+                    self.drafts.len(),
+                    if self.drafts.len() == 1 { "" } else { "s" },
+                    if errors == 1 { "" } else { "s" }
+                )
+            }
+            RejectCause::Truncated { output_tokens, max_output_tokens } => format!(
+                "draft {} was cut off by the output limit ({output_tokens} of {max_output_tokens} tokens); raise the planner's output cap",
+                self.drafts.len()
+            ),
+        }
+    }
+}
+
+/// Why [`plan`] or [`run_planned`] produced no accepted script or no run.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PlanError {
+    /// Bad options (an unknown dialect or model, too many repair rounds, a bad ceiling):
+    /// refused before any run is written or any provider called.
+    #[error("{0}")]
+    Invalid(Error),
+    /// No draft was accepted (`script_rejected`).
+    #[error("script_rejected: {}", .0.summary())]
+    Rejected(Box<Rejection>),
+    /// The planning run ended another way: its ceiling refused a draft (`exhausted`), it was
+    /// cancelled, the provider failed, or another process drives it.
+    #[error("planning run {planning_run_id} ended {status}: {error}")]
+    Planning {
+        /// The planning run.
+        planning_run_id: RunId,
+        /// How it settled.
+        status: RunStatus,
+        /// Its failure.
+        error: Error,
+    },
+    /// The accepted script could not be started (`run_planned`).
+    #[error("the planned script could not start: {0}")]
+    Run(Error),
+}
+
+impl PlanError {
+    /// The error's code: `script_rejected` for a rejection, else the underlying failure's.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            PlanError::Invalid(e) | PlanError::Run(e) | PlanError::Planning { error: e, .. } => e.code,
+            PlanError::Rejected(_) => ErrorCode::ScriptRejected,
+        }
+    }
+
+    /// The error as a cairn [`Error`] (its wire form).
+    pub fn to_error(&self) -> Error {
+        match self {
+            PlanError::Invalid(e) | PlanError::Run(e) | PlanError::Planning { error: e, .. } => e.clone(),
+            PlanError::Rejected(r) => Error::new(ErrorCode::ScriptRejected, r.summary()),
+        }
+    }
+}
+
+/// Everything a planning conversation depends on, resolved from the engine and the options.
+#[derive(Debug)]
+struct Inputs {
+    goal: String,
+    dialect: Arc<dyn ScriptDialect>,
+    lint: LintContext,
+    system: String,
+    model: String,
+    repair_rounds: u32,
+    max_output_tokens: u32,
+    budget_usd: Option<f64>,
+}
+
+impl Inputs {
+    fn resolve(engine: &Engine, goal: &str, options: &PlanOptions) -> Result<Inputs, Error> {
+        if options.repair_rounds > MAX_REPAIR_ROUNDS {
+            return Err(Error::config(format!(
+                "repair_rounds {} is more than the {MAX_REPAIR_ROUNDS} allowed (each round is a paid model call)",
+                options.repair_rounds
+            )));
+        }
+        if options.max_output_tokens == 0 {
+            return Err(Error::config("max_output_tokens must be positive"));
+        }
+        if let Some(budget) = options.budget_usd {
+            crate::money::Money::from_usd(budget)
+                .map_err(|e| Error::config(format!("invalid planning budget: {e}")))?;
+        }
+        if goal.trim().is_empty() {
+            return Err(Error::config("the goal is empty"));
+        }
+        let dialect = engine.dialect(&options.dialect)?;
+        let inner = engine.inner();
+        let model = match &options.model {
+            Some(text) => {
+                ModelRef::parse(text).map_err(|e| Error::config(format!("invalid planner model: {e}")))?
+            }
+            None => inner
+                .defaults
+                .get(&InvocationRole::Plan)
+                .cloned()
+                .unwrap_or_else(|| inner.default_model.clone()),
+        };
+        if !inner.providers.contains_key(model.provider()) {
+            return Err(Error::config(format!("planner model {model} names an unregistered provider")));
+        }
+        let rules = options.rules.as_deref().unwrap_or(PLANNER_RULES);
+        let system = system_prompt(rules, dialect.name(), dialect.card(), &profile_card(engine));
+        Ok(Inputs {
+            goal: goal.to_owned(),
+            lint: LintContext::from(engine.registered()),
+            dialect,
+            system,
+            model: model.to_string(),
+            repair_rounds: options.repair_rounds,
+            max_output_tokens: options.max_output_tokens,
+            budget_usd: options.budget_usd,
+        })
+    }
+
+    /// `plan-` and the first 20 hex digits of the sha256 of every input, canonically encoded.
+    fn run_id(&self) -> Result<RunId, Error> {
+        let budget = self.budget_usd.map(|usd| crate::money::Money::from_usd(usd).map(|m| m.to_string()));
+        let budget =
+            budget.transpose().map_err(|e| Error::config(format!("invalid planning budget: {e}")))?;
+        let inputs = json!({
+            "planner": 1,
+            "goal": self.goal,
+            "dialect": self.dialect.name(),
+            "model": self.model,
+            "repair_rounds": self.repair_rounds,
+            "max_output_tokens": self.max_output_tokens,
+            "budget": budget,
+            "system": self.system,
+        });
+        let canonical =
+            crate::journal::canonical_json(&inputs).map_err(|e| Error::internal(e.to_string()))?;
+        let hex = crate::journal::content_key_of_canonical(&canonical).to_hex();
+        RunId::parse(&format!("plan-{}", &hex[..20])).map_err(|e| Error::internal(e.to_string()))
+    }
+}
+
+/// The planning run id `plan` would use for `goal` under `options` on `engine`: `plan-` and a
+/// hash prefix of the goal and every planning input (dialect, model, repair rounds, output cap,
+/// ceiling, and the system prompt with both cards).
+///
+/// # Errors
+/// `config` for options [`plan`] would refuse.
+pub fn planning_run_id(engine: &Engine, goal: &str, options: &PlanOptions) -> Result<RunId, Error> {
+    Inputs::resolve(engine, goal, options)?.run_id()
+}
+
+/// How a planning conversation ended, as the workflow saw it.
+#[derive(Debug, Clone)]
+enum Verdict {
+    Accepted { source: String, warnings: Vec<Diagnostic>, drafts: u32 },
+    Rejected { cause: RejectCause, drafts: Vec<DraftReport> },
+}
+
+/// A started planning conversation: its run's handle, and how to read its verdict.
+#[derive(Debug)]
+pub struct Planning {
+    handle: RunHandle,
+    verdict: PendingVerdict,
+    model: String,
+}
+
+/// How to read a planning conversation's verdict once its run has settled.
+#[derive(Debug)]
+pub struct PendingVerdict {
+    verdict: Arc<Mutex<Option<Verdict>>>,
+    run_id: RunId,
+    dialect: String,
+}
+
+impl Planning {
+    /// Starts (or, for a goal planned before, replays) the planning conversation. Options are
+    /// validated first: nothing is written or dispatched for a refused one.
+    ///
+    /// # Errors
+    /// [`PlanError::Invalid`] for refused options; [`PlanError::Planning`] when the planning
+    /// run cannot start (another process drives it: `run_busy`).
+    pub fn start(engine: &Engine, goal: &str, options: &PlanOptions) -> Result<Planning, PlanError> {
+        let inputs = Inputs::resolve(engine, goal, options).map_err(PlanError::Invalid)?;
+        let run_id = inputs.run_id().map_err(PlanError::Invalid)?;
+        let dialect = inputs.dialect.name().to_owned();
+        let model = inputs.model.clone();
+        let verdict = Arc::new(Mutex::new(None));
+        let workflow = conversation(Arc::new(inputs), verdict.clone());
+        let started = |e: Error| {
+            if e.code == ErrorCode::Config {
+                PlanError::Invalid(e)
+            } else {
+                PlanError::Planning { planning_run_id: run_id.clone(), status: RunStatus::Error, error: e }
+            }
+        };
+        let existing = engine.journal_store().get_meta(&run_id).map_err(|e| started(e.into()))?;
+        let handle = match existing.map(|meta| meta.status) {
+            None => {
+                let options = RunOptions {
+                    budget_usd: options.budget_usd,
+                    run_id: Some(run_id.clone()),
+                    tags: vec!["plan".into()],
+                    ..RunOptions::default()
+                };
+                engine.run(&workflow, json!({ "goal": goal }), options).map_err(started)?
+            }
+            // A settled conversation is served from its journal: every draft replays, and
+            // nothing is written.
+            Some(RunStatus::Ok) => engine
+                .resume(
+                    &run_id,
+                    ResumeOptions {
+                        workflow: Some(workflow),
+                        dry_run: true,
+                        reproduce: true,
+                        ..Default::default()
+                    },
+                )
+                .map_err(started)?,
+            // Rejected, exhausted, failed or cut short: paid drafts replay, the rest run live,
+            // under the ceiling recorded when the conversation began.
+            Some(_) => engine
+                .resume(&run_id, ResumeOptions { workflow: Some(workflow), ..Default::default() })
+                .map_err(started)?,
+        };
+        Ok(Planning { handle, verdict: PendingVerdict { verdict, run_id, dialect }, model })
+    }
+
+    /// The planning run's handle (its events, cancellation).
+    pub fn handle(&self) -> &RunHandle {
+        &self.handle
+    }
+
+    /// The planning run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.verdict.run_id
+    }
+
+    /// The planner's model, as `provider:model`.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The run's handle, to follow the run yourself, and the verdict to read once it settles.
+    pub fn into_parts(self) -> (RunHandle, PendingVerdict) {
+        (self.handle, self.verdict)
+    }
+
+    /// Waits for the conversation to end and reads its verdict.
+    ///
+    /// # Errors
+    /// See [`plan`].
+    pub async fn finish(self) -> Result<PlanResult, PlanError> {
+        let outcome = self.handle.result().await;
+        self.verdict.read(outcome)
+    }
+}
+
+impl PendingVerdict {
+    /// The planning run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// The verdict of the conversation whose run settled with `outcome`.
+    ///
+    /// # Errors
+    /// See [`plan`].
+    pub fn read(self, outcome: Result<RunOutcome, Error>) -> Result<PlanResult, PlanError> {
+        let run_id = self.run_id;
+        let outcome = outcome.map_err(|error| PlanError::Planning {
+            planning_run_id: run_id.clone(),
+            status: RunStatus::Error,
+            error,
+        })?;
+        let verdict = self.verdict.lock().map(|mut v| v.take()).unwrap_or(None);
+        match (verdict, outcome.status) {
+            (Some(Verdict::Accepted { source, warnings, drafts }), RunStatus::Ok) => Ok(PlanResult {
+                source,
+                dialect: self.dialect,
+                warnings,
+                drafts,
+                planning_run_id: run_id,
+                planning: outcome,
+            }),
+            (Some(Verdict::Rejected { cause, drafts }), _)
+                if outcome.error.as_ref().is_some_and(|e| e.code == ErrorCode::ScriptRejected) =>
+            {
+                Err(PlanError::Rejected(Box::new(Rejection {
+                    planning_run_id: run_id,
+                    dialect: self.dialect,
+                    cause,
+                    drafts,
+                })))
+            }
+            (_, status) => Err(PlanError::Planning {
+                planning_run_id: run_id,
+                status,
+                error: outcome.error.clone().unwrap_or_else(|| {
+                    Error::internal(format!("the planning run settled {status} without a verdict"))
+                }),
+            }),
+        }
+    }
+}
+
+/// Plans a workflow for `goal`: the `plan` role writes drafts until one passes the dialect's
+/// lint and compile, or the repair rounds run out.
+///
+/// Planning the same goal with the same inputs again replays the journaled conversation: no
+/// draft is paid for twice, and a settled conversation makes no provider call at all.
+///
+/// # Errors
+/// - [`PlanError::Invalid`] (`config`) for refused options, before anything is dispatched;
+/// - [`PlanError::Rejected`] (`script_rejected`) when no draft was accepted after
+///   `1 + repair_rounds` drafts, or a draft was cut off by the output limit;
+/// - [`PlanError::Planning`] when the planning run ended otherwise (its ceiling, a provider
+///   failure, cancellation, another process driving it).
+pub async fn plan(engine: &Engine, goal: &str, options: PlanOptions) -> Result<PlanResult, PlanError> {
+    Planning::start(engine, goal, &options)?.finish().await
+}
+
+/// Options of [`run_planned`]: each leg under its own ceiling.
+#[derive(Debug, Clone, Default)]
+pub struct RunPlannedOptions {
+    /// The planning conversation's options (its ceiling is `plan.budget_usd`).
+    pub plan: PlanOptions,
+    /// The run of the accepted script (its ceiling is `run.budget_usd`); it always runs under
+    /// the lenient error policy.
+    pub run: RunOptions,
+}
+
+/// A planned and executed workflow.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The accepted plan.
+    pub plan: PlanResult,
+    /// How its run settled.
+    pub outcome: RunOutcome,
+}
+
+/// Starts the run of an accepted plan: a planner-written script (lenient error policy) whose
+/// source is stored with the run, so `Engine::resume` re-executes exactly that source.
+///
+/// # Errors
+/// `config` for invalid run options; `validation` if the dialect refuses the source.
+pub fn start_planned(
+    engine: &Engine,
+    plan: &PlanResult,
+    args: Value,
+    options: RunOptions,
+) -> Result<RunHandle, Error> {
+    let script = Script::new(&plan.dialect, "planned", &plan.source).planner_written();
+    engine.run_script(&script, args, options)
+}
+
+/// Plans `goal`, then runs the accepted script with `args`: each leg under its own ceiling.
+///
+/// # Errors
+/// Whatever [`plan`] returns; [`PlanError::Run`] when the accepted script cannot start.
+pub async fn run_planned(
+    engine: &Engine,
+    goal: &str,
+    args: Value,
+    options: RunPlannedOptions,
+) -> Result<Planned, PlanError> {
+    let plan = plan(engine, goal, options.plan).await?;
+    let handle = start_planned(engine, &plan, args, options.run).map_err(PlanError::Run)?;
+    let outcome = handle.result().await.map_err(PlanError::Run)?;
+    Ok(Planned { plan, outcome })
+}
+
+/// The planning conversation as a closure workflow.
+fn conversation(inputs: Arc<Inputs>, verdict: Arc<Mutex<Option<Verdict>>>) -> Workflow {
+    Workflow::new("plan", move |ctx, _args| {
+        let inputs = inputs.clone();
+        let verdict = verdict.clone();
+        async move {
+            let (result, reached) = converse(&ctx, &inputs).await?;
+            if let Ok(mut slot) = verdict.lock() {
+                *slot = Some(reached);
+            }
+            result
+        }
+    })
+}
+
+/// The drafting loop. Returns the workflow's result and the verdict; an `Err` from a draft
+/// call (the ceiling, the provider, cancellation) ends the run with no verdict.
+async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, Verdict), Error> {
+    let dialect = inputs.dialect.name();
+    let mut prompt = first_prompt(&inputs.goal, dialect);
+    let mut drafts: Vec<DraftReport> = Vec::new();
+    for round in 0..=inputs.repair_rounds {
+        let number = round + 1;
+        let reply = ctx
+            .agent(
+                &prompt,
+                AgentOptions {
+                    label: Some(format!("draft {number}")),
+                    model: Some(inputs.model.clone()),
+                    system: Some(inputs.system.clone()),
+                    role: Some(InvocationRole::Plan),
+                    max_output_tokens: Some(inputs.max_output_tokens),
+                    max_turns: Some(1),
+                    on_error: Some(OnError::Throw),
+                    full: true,
+                    ..AgentOptions::default()
+                },
+            )
+            .await?;
+        if reply["status"] != "ok" {
+            // The full form returns a failure instead of raising it: raise it, so the run
+            // settles as the draft call did (exhausted, failed, cancelled).
+            return Err(failure_of(&reply, number));
+        }
+        let text = reply["value"].as_str().unwrap_or_default();
+        let output_tokens = reply["usage"]["output_tokens"].as_u64().unwrap_or(0);
+        let source = extract_script(text).to_owned();
+        let diagnostics = if source.trim().is_empty() {
+            vec![empty_draft(text)]
+        } else {
+            inputs.dialect.check(&source, &inputs.lint)
+        };
+        if output_tokens >= u64::from(inputs.max_output_tokens) {
+            drafts.push(DraftReport { source, diagnostics });
+            let cause = RejectCause::Truncated { output_tokens, max_output_tokens: inputs.max_output_tokens };
+            let error = Error::new(
+                ErrorCode::ScriptRejected,
+                format!("draft {number} was cut off by the output limit ({output_tokens} tokens)"),
+            );
+            return Ok((Err(error), Verdict::Rejected { cause, drafts }));
+        }
+        let errors: Vec<Diagnostic> = diagnostics.iter().filter(|d| d.is_error()).cloned().collect();
+        if errors.is_empty() {
+            let value = json!({ "source": source, "dialect": dialect, "drafts": number });
+            return Ok((Ok(value), Verdict::Accepted { source, warnings: diagnostics, drafts: number }));
+        }
+        prompt = repair_prompt(&inputs.goal, dialect, &source, &errors);
+        drafts.push(DraftReport { source, diagnostics });
+    }
+    let error = Error::new(
+        ErrorCode::ScriptRejected,
+        format!("no draft passed lint and compile in {} drafts", drafts.len()),
+    );
+    let cause = RejectCause::Diagnostics { repair_rounds: inputs.repair_rounds };
+    Ok((Err(error), Verdict::Rejected { cause, drafts }))
+}
+
+/// The error of a draft call that did not end `ok`, from its full-form record.
+fn failure_of(reply: &Value, number: u32) -> Error {
+    let error = &reply["error"];
+    let code = serde_json::from_value::<ErrorCode>(error["code"].clone()).unwrap_or(ErrorCode::Internal);
+    let message = error["message"].as_str().unwrap_or("the draft call failed");
+    Error::new(code, format!("draft {number}: {message}"))
+}
+
+/// The diagnostic of a reply that holds no script.
+fn empty_draft(reply: &str) -> Diagnostic {
+    let message = if reply.trim().is_empty() {
+        "the reply is empty: write the whole script in one fenced code block"
+    } else {
+        "the reply's code block is empty: write the whole script in one fenced code block"
+    };
+    Diagnostic {
+        rule_id: "syntax".into(),
+        message: message.into(),
+        line: 1,
+        column: 1,
+        end_line: None,
+        end_column: None,
+        severity: Severity::Error,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,816 @@
+//! Calls and field paths: cairn globals checked against their signatures and option schemas,
+//! the names they refer to, the kept parts of Lua's standard library, the writes a call makes
+//! to the table it is given, and the functions the sandbox leaves out on purpose.
+
+use full_moon::ast::{Call, Expression, Field, FunctionArgs, Index, Prefix, Suffix, TableConstructor};
+use full_moon::tokenizer::TokenReference;
+use serde_json::Value;
+
+use super::names::{self, BUDGET_METHODS};
+use super::values::{
+    Pos, Static, ident, lua_article, peek_literal, peek_table, string_literal, token_pos, type_phrase,
+};
+use super::walk::{Linter, Resolved, pos_of};
+use crate::script::schema_check::{self, Registry, Shape, registered_problem};
+use crate::script::{Global, LOG_LEVELS, PARALLEL_MAP_FORM, Param, ParamKind, Severity, global, suggest};
+
+/// One argument of a call, in any of Lua's three call forms.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Arg<'a> {
+    Expr(&'a Expression),
+    /// `f "text"`.
+    Str(&'a TokenReference),
+    /// `f {...}`.
+    Table(&'a TableConstructor),
+}
+
+impl<'a> Arg<'a> {
+    fn pos(&self) -> Pos {
+        match self {
+            Arg::Expr(expr) => pos_of(*expr),
+            Arg::Str(token) => token_pos(token),
+            Arg::Table(table) => pos_of(*table),
+        }
+    }
+
+    fn table(&self) -> Option<&'a TableConstructor> {
+        match self {
+            Arg::Expr(Expression::TableConstructor(table)) => Some(table),
+            Arg::Table(table) => Some(table),
+            _ => None,
+        }
+    }
+
+    fn is_function_literal(&self) -> bool {
+        matches!(self, Arg::Expr(Expression::Function(_)))
+    }
+
+    /// The literal string it is, with its position.
+    fn string(&self) -> Option<(String, Pos)> {
+        let token: &TokenReference = match *self {
+            Arg::Expr(Expression::String(token)) | Arg::Str(token) => token,
+            _ => return None,
+        };
+        Some((string_literal(token)?, token_pos(token)))
+    }
+
+    /// A root local or global name it is (`x` or `x.y[1]`), for writes through calls.
+    fn root_name(&self) -> Option<&'a TokenReference> {
+        match self {
+            Arg::Expr(Expression::Var(full_moon::ast::Var::Name(token))) => Some(token),
+            Arg::Expr(Expression::Var(full_moon::ast::Var::Expression(var))) => match var.prefix() {
+                Prefix::Name(token) => Some(token),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+fn args_of(args: &FunctionArgs) -> (Vec<Arg<'_>>, bool) {
+    match args {
+        FunctionArgs::Parentheses { arguments, .. } => {
+            let list: Vec<Arg<'_>> = arguments.iter().map(Arg::Expr).collect();
+            // A call or `...` last expands to any number of values.
+            let open = match arguments.iter().last() {
+                Some(Expression::FunctionCall(_)) => true,
+                Some(Expression::Symbol(token)) => token.token().to_string() == "...",
+                _ => false,
+            };
+            (list, open)
+        }
+        FunctionArgs::String(token) => (vec![Arg::Str(token)], false),
+        FunctionArgs::TableConstructor(table) => (vec![Arg::Table(table)], false),
+        _ => (Vec::new(), true),
+    }
+}
+
+/// What a call's callee is, as far as a field path shows it.
+#[derive(Debug, Clone)]
+enum Callee {
+    /// A local holding a function (or anything), by binding.
+    Local(usize),
+    /// A cairn global.
+    Global(&'static Global),
+    /// A kept base function (`tostring`, `pairs`, ...).
+    Base(String),
+    /// A function of a kept library (`table.insert`).
+    Member(String, String),
+    /// `budget.spent` or `budget.remaining`.
+    Budget,
+    /// Anything else.
+    Unknown,
+}
+
+impl Linter<'_, '_> {
+    /// Walks `prefix` followed by `suffixes` (a call, a field read, a method call chain) and
+    /// checks every call in it.
+    pub(super) fn walk_suffixed(&mut self, prefix: &Prefix, suffixes: &[&Suffix]) -> Static {
+        let mut callee = Callee::Unknown;
+        // The root name when the path so far is `name` or `name.field`.
+        let mut path: Option<(String, Pos, Option<String>)> = None;
+        let mut root: Option<(String, Pos)> = None;
+        let mut shape = Static::Unknown;
+        match prefix {
+            Prefix::Name(token) => {
+                let name = ident(token).to_owned();
+                let pos = token_pos(token);
+                let called_directly = matches!(suffixes.first(), Some(Suffix::Call(Call::AnonymousCall(_))));
+                let member = match suffixes.first() {
+                    Some(Suffix::Index(Index::Dot { name, .. })) => Some(ident(name).to_owned()),
+                    _ => None,
+                };
+                let computed_global_index = matches!(name.as_str(), "_G" | "_ENV")
+                    && matches!(suffixes.first(), Some(Suffix::Index(Index::Brackets { expression, .. }))
+                        if !matches!(**expression, Expression::String(_)));
+                match self.resolve(&name, pos) {
+                    Resolved::Local(binding) => {
+                        callee = Callee::Local(binding);
+                        if let Some(id) = self.bindings[binding].function {
+                            shape = Static::Function(Some(id));
+                        }
+                    }
+                    Resolved::Script(_) => {}
+                    Resolved::Global if computed_global_index => {
+                        let message = format!(
+                            "{name}[...] with a computed name hides from lint which function runs (a global such \
+                             as parallel reached this way escapes every check); call the function by name"
+                        );
+                        self.error_at("dynamic-fn", pos, Some(name.chars().count()), message);
+                    }
+                    Resolved::Global => {
+                        if let Some(global) = global(&name) {
+                            callee = Callee::Global(global);
+                        } else if names::BASE_FUNCTIONS.contains(&name.as_str()) {
+                            callee = Callee::Base(name.clone());
+                        } else if called_directly
+                            && !self.assigned_globals.contains(&name)
+                            && names::library(&name).is_none()
+                            && names::forbidden_global(&name).is_none()
+                            && !names::BASE_VALUES.contains(&name.as_str())
+                        {
+                            let message = self.unknown_name_message("function", &name, pos);
+                            self.error_at("unknown-function", pos, Some(name.chars().count()), message);
+                        } else {
+                            self.read_global(&name, pos, member.as_deref());
+                        }
+                    }
+                }
+                root = Some((name.clone(), pos));
+                path = Some((name, pos, None));
+            }
+            Prefix::Expression(expr) => {
+                shape = self.walk_expr(expr);
+            }
+            _ => {}
+        }
+        for suffix in suffixes {
+            match suffix {
+                Suffix::Index(Index::Dot { name, .. }) => {
+                    let field = ident(name).to_owned();
+                    path = match path.take() {
+                        Some((root_name, root_pos, None)) => {
+                            callee = self.member_callee(&root_name, root_pos, &field, name);
+                            Some((root_name, root_pos, Some(field)))
+                        }
+                        _ => {
+                            callee = Callee::Unknown;
+                            None
+                        }
+                    };
+                    shape = Static::Unknown;
+                }
+                Suffix::Index(Index::Brackets { expression, .. }) => {
+                    self.walk_expr(expression);
+                    path = None;
+                    callee = Callee::Unknown;
+                    shape = Static::Unknown;
+                }
+                Suffix::Call(Call::AnonymousCall(args)) => {
+                    let (args, open) = args_of(args);
+                    let pos = path.as_ref().map_or_else(|| args.first().map_or((1, 1), Arg::pos), |p| p.1);
+                    shape = self.visit_call(&callee, &args, open, pos);
+                    path = None;
+                    callee = Callee::Unknown;
+                }
+                Suffix::Call(Call::MethodCall(method)) => {
+                    let name = ident(method.name());
+                    let pos = token_pos(method.name());
+                    let (args, _) = args_of(method.args());
+                    self.visit_method(name, pos, root.as_ref(), path.is_some());
+                    self.walk_args(&args);
+                    path = None;
+                    callee = Callee::Unknown;
+                    shape = Static::Unknown;
+                }
+                _ => {}
+            }
+        }
+        shape
+    }
+
+    /// The callee `root.field` names, reporting fields of libraries that do not exist or are
+    /// left out.
+    fn member_callee(
+        &mut self,
+        root: &str,
+        root_pos: Pos,
+        field: &str,
+        field_token: &TokenReference,
+    ) -> Callee {
+        if self.lookup(root).is_some() && root != "budget" {
+            return Callee::Unknown;
+        }
+        if root == "budget"
+            && self
+                .lookup("budget")
+                .is_some_and(|b| self.bindings[b].kind == super::walk::BindingKind::ScriptVariable)
+        {
+            if BUDGET_METHODS.contains(&field) {
+                return Callee::Budget;
+            }
+            let message = format!("budget has no '{field}'; it has spent() and remaining()");
+            self.error_at("unknown-function", token_pos(field_token), Some(field.chars().count()), message);
+            return Callee::Unknown;
+        }
+        let Some(functions) = names::library(root) else { return Callee::Unknown };
+        if let Some(instead) = names::forbidden_member(root, field) {
+            let message = format!("{root}.{field} is not available; {instead}");
+            let len = root.chars().count() + 1 + field.chars().count();
+            self.error_at("forbidden", root_pos, Some(len), message);
+            return Callee::Unknown;
+        }
+        if functions.contains(&field) {
+            return Callee::Member(root.to_owned(), field.to_owned());
+        }
+        let full = format!("{root}.{field}");
+        let message = match names::foreign_member_hint(root, field) {
+            Some(hint) => format!("unknown function '{full}'; {hint}"),
+            None => match suggest::did_you_mean(field, functions.iter().copied()) {
+                Some(candidate) => format!("unknown function '{full}' (did you mean '{root}.{candidate}'?)"),
+                None => format!("unknown function '{full}'; the {root} library has {}", functions.join(", ")),
+            },
+        };
+        self.error_at("unknown-function", token_pos(field_token), Some(field.chars().count()), message);
+        Callee::Unknown
+    }
+
+    /// A method call `x:name(...)`: a write to `x` unless it is a string method, and a hint for
+    /// methods other languages have.
+    fn visit_method(&mut self, name: &str, pos: Pos, root: Option<&(String, Pos)>, on_path: bool) {
+        if names::is_string_method(name) {
+            return;
+        }
+        if let Some(hint) = names::foreign_method_hint(name)
+            && !self.defines_method(name)
+        {
+            self.error_at(
+                "unknown-function",
+                pos,
+                Some(name.chars().count()),
+                format!("unknown method ':{name}'; {hint}"),
+            );
+            return;
+        }
+        if let Some((root_name, _)) = root
+            && on_path
+            && let Some(binding) = self.lookup(root_name)
+        {
+            let len = name.chars().count();
+            self.record_mutation(binding, root_name, pos, len, format!(":{name}() on"), false);
+        }
+    }
+
+    /// Whether the script defines a function field or method of this name anywhere.
+    fn defines_method(&self, name: &str) -> bool {
+        self.source.lines().any(|line| {
+            (line.contains("function")
+                && (line.contains(&format!(":{name}(")) || line.contains(&format!(".{name}("))))
+                || line.contains(&format!("{name} = function"))
+                || line.contains(&format!("{name}=function"))
+        })
+    }
+
+    pub(super) fn walk_args(&mut self, args: &[Arg<'_>]) {
+        for arg in args {
+            self.walk_arg(arg);
+        }
+    }
+
+    fn walk_arg(&mut self, arg: &Arg<'_>) -> Static {
+        match arg {
+            Arg::Expr(expr) => self.walk_expr(expr),
+            Arg::Str(token) => match string_literal(token) {
+                Some(text) => Static::Known(Value::String(text)),
+                None => Static::Type("string"),
+            },
+            Arg::Table(table) => {
+                self.walk_table(table);
+                peek_table(table)
+            }
+        }
+    }
+
+    /// What an argument is, without walking it.
+    fn peek_arg(&self, arg: &Arg<'_>) -> Static {
+        match arg {
+            Arg::Expr(Expression::Var(full_moon::ast::Var::Name(token))) => {
+                match self.lookup(ident(token)).and_then(|binding| self.bindings[binding].function) {
+                    Some(id) => Static::Function(Some(id)),
+                    None => Static::Unknown,
+                }
+            }
+            Arg::Expr(expr) => peek_literal(expr).unwrap_or(Static::Unknown),
+            Arg::Str(token) => match string_literal(token) {
+                Some(text) => Static::Known(Value::String(text)),
+                None => Static::Type("string"),
+            },
+            Arg::Table(table) => peek_table(table),
+        }
+    }
+
+    /// Checks a call by what its callee is, and walks its arguments.
+    fn visit_call(&mut self, callee: &Callee, args: &[Arg<'_>], open: bool, pos: Pos) -> Static {
+        match callee {
+            Callee::Global(global) => return self.check_global(global, args, open, pos),
+            Callee::Local(binding) => self.closure_call_writes(*binding, pos),
+            Callee::Base(name) if name == "tostring" => {
+                if let Some(first) = args.first()
+                    && matches!(self.peek_arg(first), Static::Function(_))
+                {
+                    self.function_text(first.pos(), None);
+                }
+                self.walk_args(args);
+                return Static::Type("string");
+            }
+            Callee::Member(library, name) => {
+                let target = match (library.as_str(), name.as_str()) {
+                    ("table", "insert" | "remove" | "sort") => args.first(),
+                    ("table", "move") => args.get(4).or_else(|| args.first()),
+                    _ => None,
+                };
+                if let Some(token) = target.and_then(Arg::root_name) {
+                    let root = ident(token);
+                    if let Some(binding) = self.lookup(root) {
+                        let what = format!("{library}.{name}() on");
+                        self.record_mutation(
+                            binding,
+                            root,
+                            token_pos(token),
+                            root.chars().count(),
+                            what,
+                            false,
+                        );
+                    }
+                }
+                if library == "string" && name == "format" {
+                    for arg in args.iter().skip(1) {
+                        if matches!(self.peek_arg(arg), Static::Function(_)) {
+                            self.function_text(arg.pos(), None);
+                        }
+                    }
+                }
+            }
+            Callee::Base(_) | Callee::Budget | Callee::Unknown => {}
+        }
+        self.walk_args(args);
+        Static::Unknown
+    }
+
+    /// A call of the function a local holds: each write it makes to a local from outside it
+    /// happens here too.
+    fn closure_call_writes(&mut self, binding: usize, pos: Pos) {
+        let Some(facts) = self.bindings[binding].function.and_then(|id| self.functions.get(id)) else {
+            return;
+        };
+        let callee_frame = self.bindings[binding].frame;
+        let name = self.binding_name(binding);
+        let mutations: Vec<_> = facts.escaping.clone();
+        for mutation in mutations {
+            let declared = self.bindings[mutation.binding].frame;
+            let relayed = super::walk::Mutation {
+                what: format!("calling '{name}', which writes"),
+                pos,
+                len: name.chars().count(),
+                ..mutation
+            };
+            for frame in self.frames.iter_mut().skip(declared.max(callee_frame) + 1) {
+                frame.escaping.push(relayed.clone());
+            }
+        }
+    }
+
+    fn binding_name(&self, binding: usize) -> String {
+        self.lookup_name(binding).unwrap_or_else(|| "function".to_owned())
+    }
+
+    /// Checks a call of a cairn global: arity, each argument against its parameter, and the
+    /// names it refers to.
+    fn check_global(&mut self, global: &'static Global, args: &[Arg<'_>], open: bool, pos: Pos) -> Static {
+        let Some(params) = self.params_for(global, args) else {
+            self.walk_args(args);
+            return Static::Unknown;
+        };
+        let min = params.iter().filter(|param| !param.optional).count();
+        let max = params.len();
+        let fixed = if open { args.len().saturating_sub(1) } else { args.len() };
+        if (!open && args.len() < min) || fixed > max {
+            let expected = match (min, max) {
+                (0, 0) => "no arguments".to_owned(),
+                (min, max) if min == max => format!("{min} argument{}", if min == 1 { "" } else { "s" }),
+                (min, max) if max == min + 1 => format!("{min} or {max} arguments"),
+                (min, max) => format!("{min} to {max} arguments"),
+            };
+            let message =
+                format!("{} takes {expected} ({}), got {}", global.name, lua_signature(global), args.len());
+            self.error_at("arity", pos, Some(global.name.len()), message);
+            self.walk_args(args);
+            return Static::Unknown;
+        }
+        for (param, arg) in params.iter().zip(args) {
+            self.check_arg(global, param, arg);
+        }
+        for arg in args.iter().skip(params.len()) {
+            self.walk_arg(arg);
+        }
+        let first_literal = args.first().and_then(Arg::string);
+        match global.name {
+            "host_call" => {
+                if let Some((name, pos)) = first_literal {
+                    self.check_registered(Registry::HostFunction, &name, pos);
+                }
+            }
+            "workflow" => {
+                if let Some((name, pos)) = first_literal {
+                    self.check_registered(Registry::Workflow, &name, pos);
+                }
+            }
+            "log" => {
+                if let Some((level, pos)) = first_literal
+                    && !LOG_LEVELS.contains(&level.as_str())
+                {
+                    let message = format!(
+                        "log level '{level}' is not one of {}{}",
+                        LOG_LEVELS.join(", "),
+                        suggest::suffix(&level, LOG_LEVELS)
+                    );
+                    self.error_at("arg-type", pos, None, message);
+                }
+            }
+            "agent" => self.check_duplicate_agent(args, pos),
+            _ => {}
+        }
+        Static::Unknown
+    }
+
+    /// The parameters a call of `global` is checked against: `parallel` with a function second
+    /// is the map form; `None` when a `parallel` call could be either form.
+    fn params_for(&self, global: &'static Global, args: &[Arg<'_>]) -> Option<&'static [Param]> {
+        if global.name != "parallel" {
+            return Some(global.params);
+        }
+        let second = args.get(1).map(|arg| self.peek_arg(arg));
+        match (args.len(), second) {
+            (3, _) | (_, Some(Static::Function(_))) => Some(PARALLEL_MAP_FORM),
+            (2, Some(Static::Unknown)) => {
+                let first_is_branches = args.first().and_then(Arg::table).is_some_and(|table| {
+                    table.fields().iter().any(|field| matches!(field, Field::NoKey(Expression::Function(_))))
+                });
+                first_is_branches.then_some(global.params)
+            }
+            _ => Some(global.params),
+        }
+    }
+
+    fn check_arg(&mut self, global: &Global, param: &Param, arg: &Arg<'_>) {
+        let place = Place {
+            noun: if param.kind == ParamKind::Options { "options" } else { param.name },
+            global: global.name,
+        };
+        match param.kind {
+            ParamKind::Text => {
+                match self.peek_arg(arg) {
+                    Static::Function(_) => self.closure_in_json(arg.pos(), place),
+                    Static::Known(Value::String(_)) | Static::Type("string") | Static::Unknown => {}
+                    other => {
+                        let message = format!("{place} must be a string, got {}", type_phrase(&other));
+                        self.error_at("arg-type", arg.pos(), None, message);
+                    }
+                }
+                self.walk_arg(arg);
+            }
+            ParamKind::Json => self.check_json(arg, place),
+            ParamKind::Items => {
+                match self.peek_arg(arg) {
+                    Static::Known(Value::Array(_))
+                    | Static::Type("array")
+                    | Static::EmptyTable
+                    | Static::Unknown
+                    | Static::Function(_) => {}
+                    other => {
+                        let message = format!(
+                            "{place} must be a list (a table like {{a, b}}), got {}",
+                            type_phrase(&other)
+                        );
+                        self.error_at("arg-type", arg.pos(), None, message);
+                    }
+                }
+                self.check_json(arg, place);
+            }
+            ParamKind::Options => match arg.table() {
+                Some(table) => self.check_options(global, table, place),
+                None => {
+                    match self.peek_arg(arg) {
+                        Static::Function(_) => self.closure_in_json(arg.pos(), place),
+                        Static::Known(Value::Object(_)) | Static::Type("object") | Static::Unknown => {}
+                        other => {
+                            let message = format!(
+                                "{place} must be a table like {{label = \"...\"}}, got {}",
+                                type_phrase(&other)
+                            );
+                            self.error_at("arg-type", arg.pos(), None, message);
+                        }
+                    }
+                    self.walk_arg(arg);
+                }
+            },
+            ParamKind::Body => {
+                let shape = self.peek_arg(arg);
+                if matches!(shape, Static::Known(_) | Static::Type(_) | Static::EmptyTable) {
+                    let message = format!(
+                        "{place} must be a function like function() ... end, got {}",
+                        type_phrase(&shape)
+                    );
+                    self.error_at("arg-type", arg.pos(), None, message);
+                }
+                self.immediate = arg.is_function_literal();
+                let walked = self.walk_arg(arg);
+                self.immediate = false;
+                if global.name == "parallel"
+                    && let Static::Function(id) = walked
+                {
+                    self.report_races(id, global.name);
+                }
+            }
+            ParamKind::Branches | ParamKind::Stages => match arg.table() {
+                Some(table) => {
+                    for field in table.fields() {
+                        let element = match field {
+                            Field::NoKey(element) => element,
+                            other => {
+                                let message = format!(
+                                    "{place} must be a list of functions, like {{function() ... end, function() ... end}}"
+                                );
+                                self.error_at("arg-type", pos_of(other), None, message);
+                                continue;
+                            }
+                        };
+                        let shape =
+                            peek_literal(element).unwrap_or_else(|| self.peek_arg(&Arg::Expr(element)));
+                        if let Some(called) = self.global_call(element) {
+                            let unit = if param.kind == ParamKind::Branches { "branch" } else { "stage" };
+                            let message = format!(
+                                "each {unit} of {} must be a function, got a call of {called}, which runs at once; \
+                                 wrap it: function() return {called}(...) end",
+                                global.name
+                            );
+                            self.error_at("arg-type", pos_of(element), None, message);
+                        } else if matches!(shape, Static::Known(_) | Static::Type(_) | Static::EmptyTable) {
+                            let message = if param.kind == ParamKind::Branches {
+                                format!(
+                                    "each branch of {} must be a function like function() return agent(...) end, got \
+                                     {}; to fan out over data use parallel(items, function(item) ... end)",
+                                    global.name,
+                                    type_phrase(&shape)
+                                )
+                            } else {
+                                format!(
+                                    "each stage of {} must be a function like function(item) ... end, got {}",
+                                    global.name,
+                                    type_phrase(&shape)
+                                )
+                            };
+                            self.error_at("arg-type", pos_of(element), None, message);
+                        }
+                        self.immediate = matches!(element, Expression::Function(_));
+                        let walked = self.walk_expr(element);
+                        self.immediate = false;
+                        if let Static::Function(id) = walked {
+                            self.report_races(id, global.name);
+                        }
+                    }
+                }
+                None => {
+                    let shape = self.peek_arg(arg);
+                    if matches!(shape, Static::Known(_) | Static::Type(_) | Static::Function(_)) {
+                        let message =
+                            format!("{place} must be a list of functions, got {}", type_phrase(&shape));
+                        self.error_at("arg-type", arg.pos(), None, message);
+                    }
+                    self.walk_arg(arg);
+                }
+            },
+        }
+    }
+
+    /// The cairn global an expression calls directly (`agent(...)`), when it does.
+    fn global_call(&self, expr: &Expression) -> Option<&'static str> {
+        let Expression::FunctionCall(call) = expr else { return None };
+        let Prefix::Name(token) = call.prefix() else { return None };
+        let mut suffixes = call.suffixes();
+        let (Some(Suffix::Call(Call::AnonymousCall(_))), None) = (suffixes.next(), suffixes.next()) else {
+            return None;
+        };
+        let name = ident(token);
+        if self.lookup(name).is_some() {
+            return None;
+        }
+        global(name).map(|global| global.name)
+    }
+
+    /// Checks an options table: each key against the schema, each value against its property
+    /// and for closures.
+    fn check_options(&mut self, global: &Global, table: &TableConstructor, place: Place<'_>) {
+        let schema = global.options.unwrap_or(global.name);
+        for field in table.fields() {
+            let (key, key_pos, value) = match field {
+                Field::NameKey { key, value, .. } => (ident(key).to_owned(), token_pos(key), &**value),
+                Field::ExpressionKey { key, value, .. } => match &**key {
+                    Expression::String(token) if string_literal(token).is_some() => {
+                        (string_literal(token).unwrap_or_default(), token_pos(token), &**value)
+                    }
+                    other => {
+                        self.walk_expr(other);
+                        self.check_json(&Arg::Expr(value), place);
+                        continue;
+                    }
+                },
+                Field::NoKey(value) => {
+                    let message =
+                        format!("{place} must be a table of name = value pairs, like {{label = \"...\"}}");
+                    self.error_at("arg-type", pos_of(value), None, message);
+                    self.check_json(&Arg::Expr(value), place);
+                    continue;
+                }
+                _ => continue,
+            };
+            self.check_option(global, schema, &key, key_pos, value);
+            self.check_json(&Arg::Expr(value), place);
+        }
+    }
+
+    fn check_option(&mut self, global: &Global, schema: &str, key: &str, key_pos: Pos, value: &Expression) {
+        let property = match schema_check::option_property(global.name, schema, key) {
+            None => return,
+            Some(Ok(property)) => property,
+            Some(Err(message)) => {
+                self.error_at("unknown-option", key_pos, Some(key.chars().count()), message);
+                return;
+            }
+        };
+        let shape = self.peek_arg(&Arg::Expr(value));
+        let view = match &shape {
+            Static::Known(known) => Shape::Known(known),
+            Static::Type(found) => Shape::Type(found),
+            Static::EmptyTable | Static::Function(_) | Static::Unknown => Shape::Opaque,
+        };
+        if let Some(problem) = schema_check::option_value_problem(schema, key, property, view, lua_article) {
+            let message = format!("option '{key}' of {}{problem}", global.name);
+            self.error_at("option-type", pos_of(value), None, message);
+            return;
+        }
+        if global.name != "agent" {
+            return;
+        }
+        match (key, value) {
+            ("profile", Expression::String(token)) => {
+                if let Some(name) = string_literal(token) {
+                    self.check_registered(Registry::Profile, &name, token_pos(token));
+                }
+            }
+            ("model", Expression::String(token)) => {
+                if let Some(name) = string_literal(token) {
+                    self.check_registered(Registry::Model, &name, token_pos(token));
+                }
+            }
+            ("tools", Expression::TableConstructor(table)) => {
+                for field in table.fields() {
+                    if let Field::NoKey(Expression::String(token)) = field
+                        && let Some(name) = string_literal(token)
+                    {
+                        self.check_registered(Registry::Toolset, &name, token_pos(token));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Checks a value that must be JSON: no function anywhere in its literal structure.
+    fn check_json(&mut self, arg: &Arg<'_>, place: Place<'_>) {
+        if let Some(table) = arg.table() {
+            for field in table.fields() {
+                match field {
+                    Field::NoKey(value) => self.check_json(&Arg::Expr(value), place),
+                    Field::NameKey { value, .. } => self.check_json(&Arg::Expr(value), place),
+                    Field::ExpressionKey { key, value, .. } => {
+                        self.walk_expr(key);
+                        self.check_json(&Arg::Expr(value), place);
+                    }
+                    _ => {}
+                }
+            }
+            return;
+        }
+        if let Static::Function(_) = self.walk_arg(arg) {
+            self.closure_in_json(arg.pos(), place);
+        }
+    }
+
+    fn closure_in_json(&mut self, pos: Pos, place: Place<'_>) {
+        let message = format!(
+            "a function cannot go in {place}: only JSON values cross into the engine; functions go only in \
+             parallel branches, pipeline stages, and step and phase bodies"
+        );
+        self.error_at("closure-in-options", pos, None, message);
+    }
+
+    fn check_registered(&mut self, registry: Registry, name: &str, pos: Pos) {
+        if let Some((rule, message)) = registered_problem(self.ctx, registry, name) {
+            self.error_at(rule, pos, None, message);
+        }
+    }
+
+    /// Warns on an agent call whose literal arguments repeat an earlier call in the same body
+    /// with no `key` to tell them apart.
+    fn check_duplicate_agent(&mut self, args: &[Arg<'_>], pos: Pos) {
+        let mut values = Vec::with_capacity(args.len());
+        for arg in args {
+            match self.peek_arg(arg) {
+                Static::Known(value) => values.push(value),
+                Static::EmptyTable => values.push(Value::Object(serde_json::Map::new())),
+                _ => return,
+            }
+        }
+        if values.get(1).and_then(|options| options.get("key")).is_some() {
+            return;
+        }
+        let canonical = Value::Array(values).to_string();
+        let Some(frame) = self.frames.last_mut() else { return };
+        match frame.agent_calls.get(&canonical) {
+            Some(first_line) => {
+                let message = format!(
+                    "this agent call repeats the identical call on line {first_line}; the journal tells them \
+                     apart only by order, so give each a distinct key option (key = \"...\")"
+                );
+                self.report(Severity::Warning, "duplicate-agent-call", pos, Some(5), message);
+            }
+            None => {
+                frame.agent_calls.insert(canonical, pos.0);
+            }
+        }
+    }
+
+    /// Reports every write a function run concurrently makes to a local from outside it.
+    fn report_races(&mut self, function: Option<usize>, global: &str) {
+        let Some(facts) = function.and_then(|id| self.functions.get(id)) else { return };
+        let (site, others, unit) = if global == "pipeline" {
+            ("pipeline stage", "items", "stage")
+        } else {
+            ("parallel branch", "branches", "branch")
+        };
+        let messages: Vec<(Pos, usize, String)> = facts
+            .escaping
+            .iter()
+            .map(|mutation| {
+                let message = format!(
+                    "{} captured variable '{}' inside a {site} races with the other {others}; return a value \
+                     from each {unit} and combine the results after {global} returns",
+                    mutation.what, mutation.name
+                );
+                (mutation.pos, mutation.len, message)
+            })
+            .collect();
+        for (pos, len, message) in messages {
+            self.error_at("parallel-capture-assign", pos, Some(len), message);
+        }
+    }
+}
+
+/// How a message names an argument position: "the prompt of agent", "the options of step".
+#[derive(Debug, Clone, Copy)]
+struct Place<'g> {
+    noun: &'static str,
+    global: &'g str,
+}
+
+impl std::fmt::Display for Place<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the {} of {}", self.noun, self.global)
+    }
+}
+
+/// A global's signature in Lua's words: closures as `function() ... end`.
+pub(super) fn lua_signature(global: &Global) -> String {
+    global.signature.replace("|item| ...", "function(item) ... end").replace("|| ...", "function() ... end")
+}

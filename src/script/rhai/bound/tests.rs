@@ -1,0 +1,212 @@
+use serde_json::json;
+
+use super::*;
+
+fn calls(source: &str, args: Value) -> Option<u64> {
+    call_bound(source, &args).max_agent_calls()
+}
+
+fn reason(source: &str, args: Value) -> (String, u32, u32) {
+    match call_bound(source, &args) {
+        CallBound::Unbounded { reason, line, column } => (reason, line, column),
+        CallBound::Bounded { sites } => panic!("expected unbounded, got {sites:?}"),
+    }
+}
+
+#[test]
+fn literal_ranges_and_arrays_multiply_through_nesting() {
+    assert_eq!(calls(r#"for i in 0..3 { agent("a") }"#, json!({})), Some(3));
+    assert_eq!(calls(r#"for i in 1..=3 { agent("a") }"#, json!({})), Some(3));
+    assert_eq!(calls(r#"for i in 5..2 { agent("a") }"#, json!({})), Some(0));
+    assert_eq!(calls(r#"for i in range(0, 10, 3) { agent("a") }"#, json!({})), Some(4));
+    assert_eq!(calls(r#"for x in ["a", "b"] { for y in 0..4 { agent(x + y) } }"#, json!({})), Some(8));
+    assert_eq!(calls(r#"for c in "abc" { agent(c) }"#, json!({})), Some(3));
+    assert_eq!(calls(r#"let n = 4; for i in 0..n * 2 { agent("a") }"#, json!({})), Some(8));
+}
+
+#[test]
+fn args_sizes_are_known_because_args_are_given() {
+    let args = json!({"items": [1, 2, 3, 4], "n": 5, "groups": [{"xs": [1, 2]}, {"xs": [1, 2, 3]}]});
+    assert_eq!(calls(r#"for x in args.items { agent(`${x}`) }"#, args.clone()), Some(4));
+    assert_eq!(calls(r#"for i in 0..args.n { agent("a") }"#, args.clone()), Some(5));
+    assert_eq!(calls(r#"let items = args.items; parallel(items, |x| agent(`${x}`))"#, args.clone()), Some(4));
+    assert_eq!(calls(r#"for i in 0..args.items.len() { agent("a") }"#, args.clone()), Some(4));
+    // Nested sizes differ per element: walked element by element.
+    assert_eq!(calls(r#"for g in args.groups { for x in g.xs { agent(`${x}`) } }"#, args.clone()), Some(5));
+    assert_eq!(
+        calls(r#"parallel(args.groups, |g| parallel(g.xs, |x| agent(`${x}`)))"#, args.clone()),
+        Some(5)
+    );
+    let (why, line, column) = reason("\nfor x in args.missing { agent(`${x}`) }", args);
+    assert!(why.contains("`for` loop") && why.contains("size"), "{why}");
+    assert_eq!((line, column), (2, 1));
+}
+
+#[test]
+fn fan_outs_count_items_branches_and_stages() {
+    let args = json!({"xs": ["a", "b", "c"]});
+    assert_eq!(calls(r#"parallel(args.xs, |x| agent(x))"#, args.clone()), Some(3));
+    assert_eq!(calls(r#"parallel([|| agent("a"), || agent("b")], #{settle: true})"#, args.clone()), Some(2));
+    assert_eq!(calls(r#"pipeline(args.xs, [|x| agent(x), |y| agent(y), |z| z + 1])"#, args.clone()), Some(6));
+    assert_eq!(calls(r#"step("s", || { agent("a"); agent("b") })"#, args.clone()), Some(2));
+    assert_eq!(calls(r#"phase("p", || parallel(args.xs, |x| agent(x)))"#, args.clone()), Some(3));
+    assert_eq!(calls(r#"args.xs.map(|x| agent(x))"#, args.clone()), Some(3));
+    assert_eq!(calls(r#"let r = args.xs.filter(|x| x != "a"); r"#, args), Some(0));
+}
+
+#[test]
+fn branches_count_their_largest_per_site_and_known_conditions_pick_one() {
+    let src = r#"if args.deep { agent("a"); agent("a2") } else { agent("b") }"#;
+    assert_eq!(calls(src, json!({"deep": true})), Some(2));
+    assert_eq!(calls(src, json!({"deep": false})), Some(1));
+    // Unknown condition: every site at its most.
+    let src = r#"let x = agent("q"); if x == "y" { agent("a"); agent("a2") } else { agent("b") }"#;
+    assert_eq!(calls(src, json!({})), Some(4));
+    let src =
+        r#"let x = agent("q"); switch x { "a" => agent("1"), "b" => { agent("2"); agent("3") }, _ => () }"#;
+    assert_eq!(calls(src, json!({})), Some(4));
+    let src = r#"try { agent("a") } catch (e) { agent("b") }"#;
+    assert_eq!(calls(src, json!({})), Some(2));
+    // The samples' default pattern: an `if` expression over args.
+    let src = r#"let topics = if args.topics == () { ["a", "b", "c"] } else { args.topics };
+        parallel(topics, |t| agent(t))"#;
+    assert_eq!(calls(src, json!({})), Some(3));
+    assert_eq!(calls(src, json!({"topics": ["x"]})), Some(1));
+    let src = r#"let n = if agent("q") == "y" { 2 } else { 5 }; for i in 0..n { agent("a") }"#;
+    assert_eq!(calls(src, json!({})), None);
+    let src =
+        r#"let xs = if agent("q") == "y" { [1, 2] } else { [1, 2, 3, 4, 5] }; for x in xs { agent("a") }"#;
+    assert_eq!(calls(src, json!({})), Some(6));
+}
+
+#[test]
+fn while_loop_and_do_are_unbounded_only_when_they_call_agents() {
+    let (why, line, _) = reason("let i = 0;\nwhile i < 3 {\n agent(\"a\");\n i += 1;\n}", json!({}));
+    assert!(why.contains("`while` loop"), "{why}");
+    assert_eq!(line, 2);
+    assert!(reason(r#"loop { agent("a"); break; }"#, json!({})).0.contains("`loop`"));
+    assert!(reason(r#"do { agent("a") } while true;"#, json!({})).0.contains("`do` loop"));
+    assert_eq!(calls(r#"let i = 0; while i < 3 { i += 1; } agent("a")"#, json!({})), Some(1));
+    assert_eq!(calls(r#"do { agent("a") } while false;"#, json!({})), Some(1));
+    assert_eq!(calls(r#"while false { agent("a") }"#, json!({})), Some(0));
+}
+
+#[test]
+fn functions_are_inlined_at_each_call_and_recursion_is_unbounded() {
+    let src = r#"fn ask(q) { agent(q) } fn fan(xs) { for x in xs { ask(x) } } fan(args.xs); ask("z")"#;
+    assert_eq!(calls(src, json!({"xs": [1, 2, 3]})), Some(4));
+    let (why, ..) = reason(r#"fn f(n) { agent("a"); f(n - 1) } f(3)"#, json!({}));
+    assert!(why.contains("'f' calls itself"), "{why}");
+    let (why, ..) = reason(r#"fn f(n) { g(n) } fn g(n) { agent("a"); f(n) } f(3)"#, json!({}));
+    assert!(why.contains("calls itself"), "{why}");
+    // A function that calls no agent may recurse freely... as long as it is not reached.
+    assert_eq!(calls(r#"fn f(n) { if n > 0 { f(n - 1) } } agent("a")"#, json!({})), Some(1));
+}
+
+#[test]
+fn closures_count_where_they_run_and_unbounded_where_they_escape() {
+    let args = json!({"xs": [1, 2]});
+    assert_eq!(calls(r#"let f = |x| agent(`${x}`); parallel(args.xs, f)"#, args.clone()), Some(2));
+    assert_eq!(calls(r#"let f = |x| agent(`${x}`); f.call(1); f(2); call(f, 3)"#, args.clone()), Some(3));
+    assert_eq!(
+        calls(r#"let p = "x"; let f = |y| agent(p + y); for i in 0..3 { f.call("z") }"#, args.clone()),
+        Some(3)
+    );
+    assert_eq!(calls(r#"let f = Fn("agent"); f.call("hi")"#, args.clone()), Some(1));
+    assert_eq!(
+        calls(r#"fn ask(q) { agent(q) } let f = Fn("ask"); parallel(args.xs, f)"#, args.clone()),
+        Some(2)
+    );
+    let fs = r#"let fs = [|| agent("a"), || agent("b")]; for f in fs { f.call() } parallel(fs)"#;
+    assert_eq!(calls(fs, args.clone()), Some(4));
+    let (why, ..) = reason(r#"let fs = []; fs.push(|| agent("a")); for f in fs { f.call() }"#, args.clone());
+    assert!(why.contains("closure that calls agents"), "{why}");
+    let (why, ..) = reason(r#"fn make() { || agent("a") } let f = make(); f.call()"#, args.clone());
+    assert!(why.contains("closure that calls agents"), "{why}");
+    let (why, ..) = reason(r#"let f = || 1; f = || agent("a"); f.call()"#, args.clone());
+    assert!(why.contains("closure that calls agents"), "{why}");
+    // Closures that call no agent go anywhere.
+    assert_eq!(calls(r#"let fs = []; fs.push(|| 1); let g = fs[0]; agent("a")"#, args), Some(1));
+}
+
+#[test]
+fn children_and_mutated_sizes_are_unbounded_with_their_construct() {
+    let (why, line, column) = reason("agent(\"a\");\n  workflow(\"research\", #{})", json!({}));
+    assert!(why.contains("child workflow 'research'"), "{why}");
+    assert_eq!((line, column), (2, 3));
+    let (why, ..) = reason(
+        r#"let items = []; for i in 0..3 { items.push(i) } parallel(items, |i| agent(`${i}`))"#,
+        json!({}),
+    );
+    assert!(why.contains("`parallel` fan-out"), "{why}");
+    let (why, ..) = reason(r#"let xs = agent("list").split(","); for x in xs { agent(x) }"#, json!({}));
+    assert!(why.contains("`for` loop"), "{why}");
+    // Iterating an unknown value without calling agents is fine.
+    assert_eq!(
+        calls(r#"let xs = agent("list").split(","); for x in xs { log("info", x) }"#, json!({})),
+        Some(1)
+    );
+    let (why, line, _) = reason("let x = ;", json!({}));
+    assert!(why.contains("does not parse"), "{why}");
+    assert_eq!(line, 1);
+}
+
+#[test]
+fn sites_carry_their_literal_options_and_merge_over_contexts() {
+    let src = r#"
+        for t in args.topics {
+            agent(`Summarize ${t}`, #{model: "echo:x", max_output_tokens: 400, tools: ["fs"], schema: #{type: "object"}, profile: args.p});
+        }
+        agent(args.prompt, #{max_turns: 3, est_cost: 0.05})
+    "#;
+    let CallBound::Bounded { sites } = call_bound(src, &json!({"topics": ["a", "bbbb"], "prompt": "hi"}))
+    else {
+        panic!("bounded");
+    };
+    assert_eq!(sites.len(), 2);
+    let first = &sites[0];
+    assert_eq!((first.line, first.max_calls), (3, 2));
+    assert_eq!(first.prompt, Known::Literal("Summarize bbbb".into()));
+    assert_eq!(first.model, Known::Literal("echo:x".into()));
+    assert_eq!(first.max_output_tokens, Known::Literal(400));
+    assert_eq!(first.tools, Known::Literal(vec!["fs".into()]));
+    assert!(matches!(first.schema, Known::Literal(_)));
+    // args.p is missing: () is no profile name.
+    assert_eq!(first.profile, Known::Computed);
+    let second = &sites[1];
+    assert_eq!(second.prompt, Known::Literal("hi".into()));
+    assert_eq!(second.max_turns, Known::Literal(3));
+    assert_eq!(second.est_cost, Known::Literal(crate::Money::from_usd(0.05).unwrap()));
+    assert_eq!(second.model, Known::Unset);
+    let CallBound::Bounded { sites } = call_bound(r#"let o = agent("o"); agent("x", o)"#, &json!({})) else {
+        panic!("bounded");
+    };
+    assert_eq!(sites[1].model, Known::Computed);
+}
+
+#[test]
+fn the_sample_scripts_bound_as_written() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
+    let expect = [
+        ("adversarial_panel.rhai", Some(5)),
+        ("code_review.rhai", Some(4)),
+        ("deploy_approval.rhai", Some(2)),
+        ("digest.rhai", Some(4)),
+        ("phase_chain.rhai", Some(5)),
+        ("exhausted_fanout.rhai", None),
+        ("loop_until_dry.rhai", None),
+    ];
+    for (file, expected) in expect {
+        let source = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert_eq!(calls(&source, json!({})), expected, "{file}: {:?}", call_bound(&source, &json!({})));
+    }
+}
+
+#[test]
+fn hostile_input_never_panics() {
+    for source in ["", "fn", "((((", "let x = [", "agent(", "for x in { }", "\u{0}", "switch { }"] {
+        let _ = call_bound(source, &json!(null));
+    }
+    let deep = format!("{}agent(\"a\"){}", "for i in 0..2 { ".repeat(40), " }".repeat(40));
+    let _ = call_bound(&deep, &json!({}));
+}

@@ -1,0 +1,299 @@
+//! The planner from outside: real `cairn plan` processes against a scripted OpenAI-compatible
+//! server (counting every request at the provider), cassettes, a SIGKILL mid-run and a resume
+//! without the source file, the offline echo model, and (opt-in) the tiny real model.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::scripted_server::{Reply, ScriptedServer, cairn_in, project, run, text};
+
+/// A draft with an unknown function and JavaScript syntax.
+const BAD_DRAFT: &str =
+    "Here you go:\n```js\nconst notes = fetch(\"https://example.com\");\nconsole.log(notes);\nnotes\n```\n";
+
+/// The draft that fixes it: two agent calls, the second after the first.
+const GOOD_DRAFT: &str =
+    "```rhai\nlet a = agent(\"first\");\nlet b = agent(\"second\");\na + \" / \" + b\n```";
+
+const GOAL: &str = "Ask two questions and join the answers";
+
+/// The text of the last user message of a request body.
+fn user_text(body: &Value) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.iter().rev().find(|m| m["role"] == "user").cloned().unwrap_or(Value::Null);
+    match &last["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+fn system_text(body: &Value) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    messages.iter().filter(|m| m["role"] == "system").map(|m| m["content"].to_string()).collect()
+}
+
+fn plan_requests(server: &ScriptedServer) -> usize {
+    server.requests().iter().filter(|body| user_text(body).contains("workflow script")).count()
+}
+
+#[test]
+fn cli_plan_repairs_a_bad_draft_from_the_lint_json_and_replanning_is_free() {
+    let server = ScriptedServer::start(vec![text(BAD_DRAFT, 900, 40), text(GOOD_DRAFT, 950, 30)]);
+    let dir = project(&server.url, "", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let plan: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(plan["drafts"], 2);
+    assert_eq!(plan["dialect"], "rhai");
+    assert_eq!(plan["source"], "let a = agent(\"first\");\nlet b = agent(\"second\");\na + \" / \" + b\n");
+    assert!(plan["warnings"].is_array());
+    let planning_run_id = plan["planning_run_id"].as_str().unwrap().to_owned();
+    assert!(planning_run_id.starts_with("plan-"), "{planning_run_id}");
+
+    // The goal went in a user message, never in the system prompt.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(user_text(&requests[0]).contains(GOAL));
+    assert!(!system_text(&requests[0]).contains(GOAL));
+    // The repair prompt carries exactly what `cairn lint --json` prints for the draft.
+    std::fs::write(
+        dir.path().join("bad.rhai"),
+        "const notes = fetch(\"https://example.com\");\nconsole.log(notes);\nnotes\n",
+    )
+    .unwrap();
+    let (lint_code, lint_json, _) = run(dir.path(), &["lint", "bad.rhai", "--json"]);
+    assert_eq!(lint_code, 6);
+    let diagnostics: Vec<Value> = serde_json::from_str(&lint_json).unwrap();
+    assert!(diagnostics.iter().all(|d| d["severity"] == "error"), "{lint_json}");
+    let repair = user_text(&requests[1]);
+    assert!(repair.contains(lint_json.trim_end()), "the repair prompt lacks the lint JSON:\n{repair}");
+
+    // Planning the same goal again is served from the planning journal: no request at all.
+    let (code, again, stderr) = run(dir.path(), &["plan", GOAL, "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(server.requests().len(), 2, "re-planning called the provider");
+    let again: Value = serde_json::from_str(&again).unwrap();
+    assert_eq!(again, plan);
+}
+
+#[test]
+fn cli_plan_without_json_prints_the_script_and_writes_out() {
+    let server = ScriptedServer::start(vec![text(GOOD_DRAFT, 900, 30)]);
+    let dir = project(&server.url, "", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("let a = agent(\"first\");"), "{stdout}");
+    assert!(stderr.contains("accepted after 1 draft"), "{stderr}");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--out", "planned.rhai"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let written = std::fs::read_to_string(dir.path().join("planned.rhai")).unwrap();
+    assert!(written.contains("agent(\"second\")"));
+    // The written file is an ordinary script: it lints clean.
+    assert_eq!(run(dir.path(), &["lint", "planned.rhai"]).0, 0);
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn cli_plan_that_never_converges_exits_6_after_one_plus_repair_rounds_drafts() {
+    let server = ScriptedServer::start(vec![text(BAD_DRAFT, 900, 40); 5]);
+    let dir = project(&server.url, "", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--repair-rounds", "2"]);
+    assert_eq!(code, 6, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("draft 3:"), "the last draft's diagnostics are missing: {stderr}");
+    assert!(stderr.contains("script_rejected"), "{stderr}");
+    assert_eq!(server.requests().len(), 3);
+
+    // --json: the rejection, every draft with its diagnostics.
+    let (code, stdout, _) = run(dir.path(), &["plan", GOAL, "--repair-rounds", "2", "--json"]);
+    assert_eq!(code, 6);
+    let rejection: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(rejection["error"]["code"], "script_rejected");
+    assert_eq!(rejection["cause"], json!({"kind": "diagnostics", "repair_rounds": 2}));
+    assert_eq!(rejection["drafts"].as_array().unwrap().len(), 3);
+    assert_eq!(server.requests().len(), 3, "the rejected conversation was replayed, not paid again");
+}
+
+#[test]
+fn cli_plan_refuses_bad_options_before_any_request() {
+    let server = ScriptedServer::start(vec![text(GOOD_DRAFT, 900, 30)]);
+    let dir = project(&server.url, "", "");
+    for args in [
+        vec!["plan", GOAL, "--repair-rounds", "11"],
+        vec!["plan", GOAL, "--dialect", "cobol"],
+        vec!["plan", GOAL, "--planner-model", "nowhere:x"],
+        vec!["plan", GOAL, "--planning-budget", "-1"],
+        vec!["plan", GOAL, "--budget", "1"],
+        vec!["plan", GOAL, "--run", "--args", "{not json"],
+    ] {
+        let (code, _, stderr) = run(dir.path(), &args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+    }
+    assert_eq!(server.requests().len(), 0);
+    let (_, runs, _) = run(dir.path(), &["runs", "--json"]);
+    assert_eq!(serde_json::from_str::<Value>(&runs).unwrap_or(json!([])), json!([]), "{runs}");
+}
+
+#[test]
+fn cli_plan_under_a_planning_ceiling_too_small_exits_3_and_pays_nothing() {
+    let server = ScriptedServer::start(vec![text(GOOD_DRAFT, 900, 30)]);
+    let dir = project(&server.url, "", "");
+    let (code, _, stderr) = run(dir.path(), &["plan", GOAL, "--planning-budget", "0"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(server.requests().len(), 0);
+}
+
+#[test]
+fn cli_plan_run_json_nests_the_runs_outcome() {
+    let server = ScriptedServer::start(vec![text(GOOD_DRAFT, 900, 30), text("A", 10, 2), text("B", 10, 2)]);
+    let dir = project(&server.url, "", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--run", "--json", "--budget", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    let object: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(object["drafts"], 1);
+    assert_eq!(object["run"]["status"], "ok");
+    assert_eq!(object["run"]["value"], "A / B");
+    let run_id = object["run"]["run_id"].as_str().unwrap();
+    let (_, inspect, _) = run(dir.path(), &["inspect", run_id, "--json"]);
+    assert!(inspect.contains("lenient"), "a planned script runs under the lenient policy: {inspect}");
+}
+
+#[test]
+fn cli_plan_offline_from_a_cassette_makes_no_request() {
+    let server = ScriptedServer::start(vec![text(BAD_DRAFT, 900, 40), text(GOOD_DRAFT, 950, 30)]);
+    let dir = project(&server.url, "", "");
+    let (code, recorded, stderr) =
+        run(dir.path(), &["plan", GOAL, "--json", "--record", "plan.cassette", "--store", "sqlite:a.db"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(server.requests().len(), 2);
+    // A fresh store, so nothing comes from a journal: the cassette alone answers.
+    let (code, replayed, stderr) =
+        run(dir.path(), &["plan", GOAL, "--json", "--replay", "plan.cassette", "--store", "sqlite:b.db"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(server.requests().len(), 2, "a cassette replay reached the provider");
+    let (a, b): (Value, Value) =
+        (serde_json::from_str(&recorded).unwrap(), serde_json::from_str(&replayed).unwrap());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn cli_plan_with_the_echo_model_is_a_typed_rejection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) =
+        run(dir.path(), &["plan", "Compare three storage engines", "--repair-rounds", "1"]);
+    assert_eq!(code, 6, "{stderr}");
+    assert!(stderr.contains("offline echo model"), "{stderr}");
+    assert!(stderr.contains("script_rejected"), "{stderr}");
+}
+
+#[test]
+fn cairn_card_prints_a_dialects_card_and_the_profile_card() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cairn.toml"),
+        "[profiles.researcher]\ndescription = \"Finds primary sources.\"\nmodel = \"echo:default\"\n",
+    )
+    .unwrap();
+    let (code, plain, _) = run(dir.path(), &["card"]);
+    assert_eq!(code, 0);
+    let (code, rhai, _) = run(dir.path(), &["card", "--dialect", "rhai"]);
+    assert_eq!(code, 0);
+    assert_eq!(plain, rhai);
+    let (code, profiles, _) = run(dir.path(), &["card", "--profiles"]);
+    assert_eq!(code, 0);
+    assert!(profiles.contains("- researcher: Finds primary sources. | model: echo:default"), "{profiles}");
+    assert_eq!(run(dir.path(), &["card", "--profiles"]).1, profiles, "the profile card is byte-stable");
+    assert_eq!(run(dir.path(), &["card", "--dialect", "cobol"]).0, 2);
+}
+
+/// `cairn plan --run` killed with SIGKILL while the run's second call is in flight, then
+/// `cairn resume RUN` with no script file anywhere: the stored planned source runs again, the
+/// first call replays, and neither the draft nor the first call is paid twice.
+#[cfg(unix)]
+#[test]
+fn plan_then_run_killed_mid_run_resumes_without_the_source_file() {
+    let server = ScriptedServer::start(vec![
+        text(GOOD_DRAFT, 900, 30),
+        text("A", 10, 2),
+        Reply::Stall,
+        text("B", 10, 2),
+    ]);
+    let dir = project(&server.url, "", "");
+    std::fs::remove_file(dir.path().join("s.rhai")).unwrap();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"))
+        .current_dir(dir.path())
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("CAIRN_LEASE_TTL_MS", "300")
+        .args(["plan", GOAL, "--run", "--budget", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    server.wait_for_requests(3, Duration::from_secs(30));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let (_, runs, _) = run(dir.path(), &["runs", "--json"]);
+    let runs: Vec<Value> = serde_json::from_str(&runs).unwrap();
+    let planned = runs.iter().find(|r| r["name"] == "planned").expect("the planned run");
+    assert_eq!(planned["status"], "running", "{planned}");
+    let run_id = planned["run_id"].as_str().unwrap().to_owned();
+    assert!(
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .all(|e| { !e.unwrap().file_name().to_string_lossy().ends_with(".rhai") })
+    );
+
+    let out = cairn_in(dir.path()).args(["resume", &run_id, "--wait", "--json"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["value"], "A / B");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4);
+    let count = |text: &str| requests.iter().filter(|body| user_text(body) == text).count();
+    assert_eq!(plan_requests(&server), 1, "the draft was paid twice");
+    assert_eq!(count("first"), 1, "the completed call was paid twice");
+    assert_eq!(count("second"), 2, "the interrupted call reruns once");
+}
+
+/// Opt-in: the tiny real model (`CAIRN_TEST_OPENAI_BASE_URL`) as planner. Whatever it writes,
+/// the loop ends in an accepted script or a typed `script_rejected`, never a crash. The server
+/// serves one request at a time and answers a busy moment with an incomplete stream, so the
+/// config retries patiently; its 4,096-token context holds the cards with little room to spare,
+/// and a CPU build takes a minute or two per draft.
+#[test]
+fn live_model_planning_ends_accepted_or_rejected() {
+    let Ok(url) = std::env::var("CAIRN_TEST_OPENAI_BASE_URL") else {
+        eprintln!("skipped: set CAIRN_TEST_OPENAI_BASE_URL to run against a real server");
+        return;
+    };
+    let model = std::env::var("CAIRN_TEST_OPENAI_MODEL").unwrap_or_else(|_| "smollm2".into());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cairn.toml"),
+        format!(
+            "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nprices = {{ {model} = [0.0, 0.0] }}\n\n[routing]\nplan = \"local:{model}\"\n\n[retry]\nmax_attempts = 20\ninitial_backoff_ms = 2000\nmax_backoff_ms = 10000\n"
+        ),
+    )
+    .unwrap();
+    let out = cairn_in(dir.path())
+        .timeout(Duration::from_secs(600))
+        .args(["plan", "Summarize the benefits of unit tests in two parallel agent calls", "--json"])
+        .args(["--repair-rounds", "1", "--max-output-tokens", "256"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let code = out.status.code();
+    assert!(matches!(code, Some(0) | Some(6)), "exit {code:?}: {stderr}");
+    let value: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    match code {
+        Some(0) => assert!(value["source"].is_string(), "{value}"),
+        _ => assert_eq!(value["error"]["code"], "script_rejected", "{value}\n{stderr}"),
+    }
+}
