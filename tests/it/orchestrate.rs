@@ -577,3 +577,110 @@ fn two_hundred_children_under_one_orchestrator_at_concurrency_twelve() {
     assert_eq!(value["completion"], "complete");
     assert_eq!(fake.call_count(), 9);
 }
+
+#[test]
+fn a_script_hands_a_goal_to_the_orchestrator_and_bad_options_are_typed() {
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine_on(&fake(spawn_three_cancel_finish()), store, None);
+    let source = r#"
+        let out = orchestrate("survey water", #{
+            profiles: ["researcher", "writer"],
+            acceptance: #{ policy: #{ min_successful: 2 }, min_spawned_children: 3 },
+            validation: #{ patterns: [#{ pattern: "\\[c\\d+\\]", min: 2 }] },
+        });
+        #{ completion: out.completion, ok: out.child_status_counts.ok, result: out.result }
+    "#;
+    let outcome = runtime().block_on(async {
+        engine
+            .run_script(&cairn::Script::rhai("s", source), Value::Null, RunOptions::default())
+            .unwrap()
+            .result()
+            .await
+            .unwrap()
+    });
+    assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
+    assert_eq!(
+        outcome.value,
+        Some(json!({"completion": "partial", "ok": 2, "result": "rivers and lakes [c0] [c1]"}))
+    );
+
+    for (opts, wanted) in [
+        (r#"#{ bogus: 1 }"#, "bogus"),
+        (r#"#{ acceptance: #{ policy: "most" } }"#, "acceptance"),
+        (r#"#{ validation: #{ patterns: [#{ pattern: "(" }] } }"#, "pattern"),
+        (r#"#{ profiles: ["nobody"] }"#, "nobody"),
+    ] {
+        let engine = engine_on(&fake(spawn_three_cancel_finish()), Arc::new(MemoryStore::new()), None);
+        let source = format!("orchestrate(\"goal\", {opts})");
+        // Lint refuses what it can see before the run starts; the rest fails the run typed.
+        let error = runtime().block_on(async {
+            match engine.run_script(&cairn::Script::rhai("s", &source), Value::Null, RunOptions::default()) {
+                Err(error) => error,
+                Ok(handle) => {
+                    handle.result().await.unwrap().error.unwrap_or_else(|| panic!("{opts} was accepted"))
+                }
+            }
+        });
+        assert!(matches!(error.code, ErrorCode::Validation | ErrorCode::Config), "{opts}: {error:?}");
+        assert!(error.message.contains(wanted), "{opts}: {}", error.message);
+    }
+}
+
+/// Opt-in: the tiny real model of `shared/fixtures/README.md` as orchestrator and children.
+/// Whatever it does (call the tools, answer prose, loop), the orchestration ends typed.
+#[test]
+fn live_an_orchestration_by_a_real_model_ends_typed() {
+    let Ok(url) = std::env::var("CAIRN_TEST_OPENAI_BASE_URL") else {
+        eprintln!("skipped: set CAIRN_TEST_OPENAI_BASE_URL to run against a real server");
+        return;
+    };
+    let model = std::env::var("CAIRN_TEST_OPENAI_MODEL").unwrap_or_else(|_| "smollm2".into());
+    let provider = cairn::provider::openai_compatible::OpenAiCompatibleProvider::new("local", &url)
+        .unwrap()
+        .with_capabilities(cairn::provider::Capabilities {
+            native_schema: true,
+            tools: true,
+            reasoning: false,
+        });
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder(store.clone(), store)
+        .provider(Arc::new(provider))
+        .default_model(ModelRef::parse(&format!("local:{model}")).unwrap())
+        .profile(
+            "helper",
+            AgentProfile {
+                description: "answers a short question".into(),
+                max_output_tokens: Some(48),
+                max_turns: Some(2),
+                ..AgentProfile::default()
+            },
+        )
+        .retries(8, Duration::from_millis(250))
+        .build()
+        .unwrap();
+    let opts = OrchestrateOptions { max_turns: 4, max_spawns: 2, ..OrchestrateOptions::default() };
+    let outcome = runtime().block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(300),
+            orchestrate(
+                &engine,
+                "Name two colours. Spawn one helper per colour, then finish.",
+                opts,
+                RunOptions::default(),
+            )
+            .unwrap()
+            .result(),
+        )
+        .await
+        .expect("the orchestration ends")
+        .unwrap()
+    });
+    match outcome.status {
+        RunStatus::Ok => assert!(outcome.value.is_some()),
+        RunStatus::Error | RunStatus::Exhausted => {
+            let error = outcome.error.expect("a typed error");
+            assert!(!error.message.is_empty(), "{error:?}");
+        }
+        other => panic!("the orchestration ended {other:?}"),
+    }
+}
