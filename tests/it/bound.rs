@@ -242,6 +242,26 @@ async fn generated_scripts_never_make_more_calls_than_their_bound() {
 }
 
 #[test]
+fn the_bench_script_is_bounded_by_its_args() {
+    let (engine, _) = engine();
+    let rhai = engine.dialect("rhai").unwrap();
+    let source = include_str!("../../benches/bound.rhai");
+    let args = json!({"repos": ["cairn", "rulvar", "pma-core"], "reviewers": ["ana", "bo"], "rounds": 2});
+    // 3 × 3 classifications, 3 sections × 2 agent stages, 2 + 2 reviews, 2 rounds × 2,
+    // 3 announcements, the largest `switch` case per site (2).
+    assert_eq!(rhai.call_bound(source, &args).max_agent_calls(), Some(28));
+    let args = json!({"repos": ["one"], "reviewers": [], "rounds": 5, "sections": ["fix"]});
+    assert_eq!(rhai.call_bound(source, &args).max_agent_calls(), Some(1 + 2 + 2 + 10 + 3 + 2));
+    // Without reviewers the fan-out over them has no size.
+    let CallBound::Unbounded { reason, line, .. } = rhai.call_bound(source, &json!({"repos": ["one"]}))
+    else {
+        panic!("args.reviewers is missing");
+    };
+    assert!(reason.contains("`parallel` fan-out"), "{reason}");
+    assert_eq!(line, 111);
+}
+
+#[test]
 fn the_call_bound_names_the_construct_and_its_position() {
     let (engine, _) = engine();
     let rhai = engine.dialect("rhai").unwrap();

@@ -45,6 +45,16 @@ const PER_ELEMENT_STEPS: u64 = 20_000;
 /// inlined functions multiply the work).
 const MAX_STEPS: u64 = 2_000_000;
 
+/// The analysis thread's stack.
+const BOUND_STACK: usize = 64 << 20;
+
+/// Nested function and closure calls the walk follows (the sandbox allows 48 call levels).
+const MAX_CALL_DEPTH: usize = 48;
+
+/// Globals that call agents themselves or run what they are given: a pointer to one (`Fn("agent")`)
+/// must not go where the bound cannot follow it.
+const AGENT_GLOBALS: &[&str] = &["agent", "workflow", "parallel", "pipeline", "step", "phase"];
+
 /// Builtin array methods that run a closure once per element (at most).
 const PER_ELEMENT_METHODS: &[&str] = &[
     "map",
@@ -70,6 +80,27 @@ const PER_PAIR_METHODS: &[&str] = &["sort", "sort_by", "order_by"];
 /// The call bound of `source` given `args`. A script that does not parse is unbounded at the
 /// parse error's position (lint reports it).
 pub(crate) fn call_bound(source: &str, args: &Value) -> CallBound {
+    // On a thread of its own with a stack sized for the deepest walk the limits allow (48
+    // nested calls of bodies nested 64 deep), whatever stack the caller runs on.
+    let spawned = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("cairn-bound".into())
+            .stack_size(BOUND_STACK)
+            .spawn_scoped(scope, || analyze(source, args))
+            .map(|handle| handle.join())
+    });
+    match spawned {
+        Ok(Ok(bound)) => bound,
+        _ => CallBound::Unbounded {
+            reason: "the bound analysis failed on this script (a bug in cairn)".to_owned(),
+            line: 1,
+            column: 1,
+        },
+    }
+}
+
+/// Parses and bounds, turning a panic into an unbounded result.
+fn analyze(source: &str, args: &Value) -> CallBound {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let engine = parser_engine(&SandboxLimits::STANDARD);
         match engine.compile_with_scope(&compile_scope(), source) {
@@ -509,6 +540,13 @@ struct Walker<'f> {
 
 impl Walker<'_> {
     fn step(&mut self, pos: Position) -> Bound<()> {
+        if self.active.len() > MAX_CALL_DEPTH {
+            return Err(Unbounded {
+                reason: "functions and closures call each other deeper than the sandbox allows".to_owned(),
+                pos,
+                too_complex: true,
+            });
+        }
         self.steps += 1;
         if self.steps > self.step_limit {
             return Err(Unbounded {
@@ -597,14 +635,25 @@ impl Walker<'_> {
 
     /// Whether calling the closure (with unknown arguments) may call agents.
     fn calls_agents(&mut self, callable: &Callable, pos: Position) -> Bound<bool> {
+        let name = match &callable.target {
+            // `Fn("agent")` and the globals that run what they are given.
+            Target::Global(name) => return Ok(AGENT_GLOBALS.contains(&name.as_str())),
+            Target::Script(name) => name.clone(),
+        };
+        let arities = self.functions.by_name.get(&name).cloned().unwrap_or_default();
         let sites = self.sites.clone();
-        let result = self.invoke(callable, &[], pos);
+        let mut agentic = false;
+        for arity in arities {
+            let unknown = vec![Abs::Unknown; arity.saturating_sub(callable.captured.len())];
+            let probe = Callable { target: callable.target.clone(), captured: callable.captured.clone() };
+            match self.invoke(&probe, &unknown, pos) {
+                Ok(count) if count.is_zero() => {}
+                _ => agentic = true,
+            }
+        }
         // A probe: what it learned of options is not from a real call.
         self.sites = sites;
-        Ok(match result {
-            Ok(count) => !count.is_zero(),
-            Err(_) => true,
-        })
+        Ok(agentic)
     }
 
     // ----- statements -----
@@ -1039,16 +1088,21 @@ impl Walker<'_> {
         if operator {
             return Ok((none, self.operator(name, args, pos)?));
         }
-        // A script function of that name (Rhai prefers it over a builtin).
-        if self.functions.get(name, args.len()).is_some() && !name.starts_with("anon$") {
-            let callable = Callable { target: Target::Script(name.clone()), captured: Vec::new() };
-            let mut args = args;
-            if method {
-                // `x.f(..)`: the receiver is `this`, which the body cannot see as a parameter.
-                let receiver = args.remove(0);
-                self.lose(receiver, pos)?;
+        // A script function of that name and arity (Rhai prefers it over a builtin). A method
+        // call `x.f(a)` is `f(a)` with `this` = x, or else `f(x, a)`.
+        if !name.starts_with("anon$") {
+            let has = |arity: usize| self.functions.bodies.contains_key(&(name.clone(), arity));
+            let this_style = method && has(args.len() - 1);
+            if this_style || has(args.len()) {
+                let callable = Callable { target: Target::Script(name.clone()), captured: Vec::new() };
+                let mut args = args;
+                if this_style {
+                    // `this` is not a parameter the body can be given: unknown inside.
+                    let receiver = args.remove(0);
+                    self.lose(receiver, pos)?;
+                }
+                return Ok((self.invoke(&callable, &args, pos)?, Abs::Unknown));
             }
-            return Ok((self.invoke(&callable, &args, pos)?, Abs::Unknown));
         }
         let (line, column) = line_column(pos);
         let mut args = args;

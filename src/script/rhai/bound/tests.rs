@@ -210,3 +210,37 @@ fn hostile_input_never_panics() {
     let deep = format!("{}agent(\"a\"){}", "for i in 0..2 { ".repeat(40), " }".repeat(40));
     let _ = call_bound(&deep, &json!({}));
 }
+
+#[test]
+fn pointers_to_agent_calling_globals_and_overloads_do_not_escape() {
+    let (why, ..) = reason(r#"let f = Fn("agent").curry("x"); f.call()"#, json!({}));
+    assert!(why.contains("closure that calls agents"), "{why}");
+    let (why, ..) = reason(
+        r#"fn ask() { agent("a") } fn ask(x) { x } let f = Fn("ask"); let g = f.curry(1); g.call()"#,
+        json!({}),
+    );
+    assert!(why.contains("closure that calls agents"), "{why}");
+    // `x.f(a)` runs `f(a)` with `this`, or `f(x, a)`.
+    assert_eq!(calls(r#"fn ask() { agent(this) } "q".ask()"#, json!({})), Some(1));
+    assert_eq!(calls(r#"fn ask(q, n) { for i in 0..n { agent(q) } } "q".ask(3)"#, json!({})), Some(3));
+}
+
+#[test]
+fn deep_call_chains_stop_within_a_small_stack() {
+    // A chain of functions deeper than the sandbox's call levels, each with nested blocks.
+    let mut source = String::new();
+    for i in 0..80 {
+        source.push_str(&format!(
+            "fn f{i}(x) {{ if x > 0 {{ for j in 0..2 {{ let y = [[[x]]]; f{}(x - 1) }} }} }}\n",
+            i + 1
+        ));
+    }
+    source.push_str("fn f80(x) { agent(\"end\") }\nf0(agent(\"n\").len())");
+    let bound = std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || call_bound(&source, &json!({})))
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(matches!(bound, CallBound::Unbounded { .. }), "{bound:?}");
+}
