@@ -392,6 +392,9 @@ fn the_cli_picks_the_dialect_by_extension_or_flag() {
     let rejected = cairn(dir.path()).args(["--store", "memory", "run", "-q", "bad.lua"]).output().unwrap();
     assert!(!rejected.status.success());
     assert!(String::from_utf8_lossy(&rejected.stderr).contains("rejected"));
+    let card = cairn(dir.path()).args(["card", "--dialect", "lua"]).output().unwrap();
+    assert!(card.status.success(), "{}", String::from_utf8_lossy(&card.stderr));
+    assert!(String::from_utf8_lossy(&card.stdout).starts_with("# cairn script dialect (Lua)"));
     let unknown = cairn(dir.path()).args(["lint", "--dialect", "cobol", "w.lua"]).output().unwrap();
     assert!(!unknown.status.success());
 }
