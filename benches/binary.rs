@@ -20,6 +20,14 @@
 //!
 //! Each round runs the zero-call baseline and the workload back to back; the figure printed is
 //! the median over the rounds, with the range.
+//!
+//! Wall time needs a quiet machine. On a loaded one, count instructions instead (repeatable):
+//! run the release binary under `valgrind --tool=callgrind` (add `--max-threads=1200` for
+//! `parallel_500`) on the same script and config with `n` and with 0, and divide the
+//! difference by `n`. Instructions miss the kernel's share (thread starts, SQLite's file locks
+//! and writes) and the exit-time WAL checkpoint, which `t(n) - t(0)` includes: a writer that
+//! never pauses (echo latency 0) never lets the checkpoint thread run, so the log grows by
+//! about 5.5 KB per call and the close copies and fsyncs all of it.
 
 use std::path::Path;
 use std::process::{Command, Stdio};

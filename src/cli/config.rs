@@ -96,7 +96,7 @@ impl RetryConfig {
 }
 
 /// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations,
-/// 20M allocations).
+/// 10M allocations).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SandboxConfig {

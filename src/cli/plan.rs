@@ -21,8 +21,8 @@ pub(super) struct PlanArgs {
     /// Run the accepted script (shown first), with the progress and exit codes of `cairn run`.
     #[arg(long)]
     run: bool,
-    /// Print one JSON object on stdout: source, dialect, warnings, drafts, planning_run_id (and
-    /// the run's outcome under `run`).
+    /// Print one JSON object on stdout: source, dialect, warnings, drafts, cost_bound,
+    /// planning_run_id (and the run's outcome under `run`); a rejection prints its drafts.
     #[arg(long)]
     json: bool,
     /// Write the accepted script to this file.
@@ -147,6 +147,22 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
     let outcome = runs::follow(handle, args.quiet).await;
     let plan = match pending.read(outcome) {
         Ok(plan) => plan,
+        Err(e) if e.is_replay_miss() => {
+            // The settled conversation no longer replays as journaled (a newer cairn's
+            // diagnostics changed a repair prompt): resume it live, paying only what changed.
+            if !args.quiet {
+                errln!("the planning run no longer replays as journaled; resuming it live");
+            }
+            let planning = match Planning::start_live(&setup.engine, &args.goal, &options) {
+                Ok(planning) => planning,
+                Err(e) => return plan_failed(&e, args.json),
+            };
+            let (handle, pending) = planning.into_parts();
+            match pending.read(runs::follow(handle, args.quiet).await) {
+                Ok(plan) => plan,
+                Err(e) => return plan_failed(&e, args.json),
+            }
+        }
         Err(e) => return plan_failed(&e, args.json),
     };
     if let Some(path) = &args.out

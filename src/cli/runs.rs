@@ -713,7 +713,7 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
                 return fail(
                     Exit::Usage,
                     format!(
-                        "unknown status {text:?} (use running, ok, error, cancelled, exhausted or suspended)"
+                        "unknown status {text:?} (use running, ok, error, cancelled, exhausted, suspended or queued)"
                     ),
                 );
             }

@@ -669,7 +669,7 @@ impl Engine {
     /// value does not satisfy the wait's schema; `internal` for a store failure.
     pub fn resolve(&self, run_id: &RunId, key: &str, value: Value) -> Result<Resolution, Error> {
         let resolution = lease::resolve(&self.inner, run_id, key, value)?;
-        if resolution == Resolution::Applied {
+        if resolution != Resolution::AlreadyResolved {
             // A parked queued run goes back to the queue for a worker to continue.
             queue::requeue_resolved(&self.inner, run_id)?;
         }

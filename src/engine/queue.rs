@@ -114,8 +114,9 @@ fn store_queued(
     Ok(())
 }
 
-/// Puts a parked queued run back in the queue once a resolution applied to it, so a worker
-/// continues it. Nothing for a run that is not the queue's, or not parked.
+/// Puts a parked queued run back in the queue once a resolution applied to it (or was left in
+/// its inbox), so a worker continues it. Nothing for a run that is not the queue's, or not
+/// parked (a run being driven applies its inbox itself).
 ///
 /// # Errors
 /// The store's failure (the resolution itself is durable by then).
@@ -345,6 +346,22 @@ async fn drive(engine: &Engine, options: &WorkerOptions, claim: &Claim) -> Drive
     match outcome {
         Ok(outcome) if outcome.status == RunStatus::Suspended => {
             finish(claim.clone()).await;
+            // A resolution left for this driver as it parked the run would wait for nobody:
+            // the resolver saw the run driven. Checked after the run left the queue, so either
+            // this sees it or the resolver sees the run parked and puts it back itself.
+            let (engine, run) = (engine.clone(), claim.run_id.clone());
+            let requeued = tokio::task::spawn_blocking(move || {
+                let prefix = format!("{run}/inbox/");
+                let waiting = engine.inner.transcripts.list(&run)?.iter().any(|r| r.starts_with(&prefix));
+                if waiting && let Some(queue) = engine.inner.journal.queue() {
+                    queue.enqueue(&run)?;
+                }
+                Ok::<_, Error>(())
+            })
+            .await;
+            if let Ok(Err(e)) = requeued {
+                tracing::warn!(run = %claim.run_id, error = %e, "could not put a resolved run back in the queue");
+            }
             Driven::Suspended
         }
         Ok(outcome) if is_settled(outcome.status) => {

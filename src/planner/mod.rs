@@ -226,6 +226,17 @@ impl PlanError {
         }
     }
 
+    /// Whether replaying a settled planning conversation missed: its drafts no longer replay as
+    /// they were journaled (the dialect's diagnostics changed a repair prompt). Planning again
+    /// with [`Planning::start_live`] pays for the changed drafts only.
+    pub fn is_replay_miss(&self) -> bool {
+        matches!(
+            self,
+            PlanError::Planning { error, .. }
+                if matches!(error.code, ErrorCode::JournalMiss | ErrorCode::RekeyRefused)
+        )
+    }
+
     /// The error as a cairn [`Error`] (its wire form).
     pub fn to_error(&self) -> Error {
         match self {
@@ -361,6 +372,20 @@ impl Planning {
     /// [`PlanError::Invalid`] for refused options; [`PlanError::Planning`] when the planning
     /// run cannot start (another process drives it: `run_busy`).
     pub fn start(engine: &Engine, goal: &str, options: &PlanOptions) -> Result<Planning, PlanError> {
+        Planning::begin(engine, goal, options, false)
+    }
+
+    /// Like [`Planning::start`], but a settled conversation is resumed live: what [`plan`] does
+    /// when replaying it missed (a newer cairn whose diagnostics changed a repair prompt), so
+    /// the changed drafts are paid for and the rest still replay.
+    ///
+    /// # Errors
+    /// As [`Planning::start`].
+    pub fn start_live(engine: &Engine, goal: &str, options: &PlanOptions) -> Result<Planning, PlanError> {
+        Planning::begin(engine, goal, options, true)
+    }
+
+    fn begin(engine: &Engine, goal: &str, options: &PlanOptions, live: bool) -> Result<Planning, PlanError> {
         let inputs = Inputs::resolve(engine, goal, options).map_err(PlanError::Invalid)?;
         let run_id = inputs.run_id().map_err(PlanError::Invalid)?;
         let dialect = inputs.dialect.clone();
@@ -387,7 +412,7 @@ impl Planning {
             }
             // A settled conversation is served from its journal: every draft replays, and
             // nothing is written.
-            Some(RunStatus::Ok) => engine
+            Some(RunStatus::Ok) if !live => engine
                 .resume(
                     &run_id,
                     ResumeOptions {
@@ -400,8 +425,13 @@ impl Planning {
                 .map_err(started)?,
             // Rejected, exhausted, failed or cut short: paid drafts replay, the rest run live,
             // under the ceiling recorded when the conversation began.
+            // A draft whose prompt changed since it was paid (a newer linter's diagnostics in its
+            // repair prompt) is a new draft: it is paid for, and the unchanged ones replay.
             Some(_) => engine
-                .resume(&run_id, ResumeOptions { workflow: Some(workflow), ..Default::default() })
+                .resume(
+                    &run_id,
+                    ResumeOptions { workflow: Some(workflow), accept_rekey: true, ..Default::default() },
+                )
                 .map_err(started)?,
         };
         let args = options.args.clone().unwrap_or(Value::Null);
@@ -526,7 +556,10 @@ impl PendingVerdict {
 /// - [`PlanError::Planning`] when the planning run ended otherwise (its ceiling, a provider
 ///   failure, cancellation, another process driving it).
 pub async fn plan(engine: &Engine, goal: &str, options: PlanOptions) -> Result<PlanResult, PlanError> {
-    Planning::start(engine, goal, &options)?.finish().await
+    match Planning::start(engine, goal, &options)?.finish().await {
+        Err(error) if error.is_replay_miss() => Planning::start_live(engine, goal, &options)?.finish().await,
+        other => other,
+    }
 }
 
 /// Options of [`run_planned`]: each leg under its own ceiling.

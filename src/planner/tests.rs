@@ -291,9 +291,12 @@ fn the_accepted_plan_carries_its_cost_bound_and_an_over_ceiling_run_needs_force(
     assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
 }
 
-/// A dialect the planner has never heard of, registered through the seam alone.
-#[derive(Debug)]
-struct Toy;
+/// A dialect the planner has never heard of, registered through the seam alone. Its
+/// diagnostic's wording can change, as a newer linter's would.
+#[derive(Debug, Default)]
+struct Toy {
+    reworded: std::sync::atomic::AtomicBool,
+}
 
 impl ScriptDialect for Toy {
     fn name(&self) -> &'static str {
@@ -312,9 +315,10 @@ impl ScriptDialect for Toy {
         if source.trim() == "good" {
             return Vec::new();
         }
+        let reworded = self.reworded.load(std::sync::atomic::Ordering::SeqCst);
         vec![Diagnostic {
             rule_id: "toy".into(),
-            message: "write good".into(),
+            message: if reworded { "write good, please" } else { "write good" }.into(),
             line: 1,
             column: 1,
             end_line: None,
@@ -341,7 +345,7 @@ fn any_registered_dialect_plugs_in_through_the_seam() {
         .provider(Arc::new(fake.clone()))
         .prices(prices())
         .default_model(ModelRef::parse("fake:model").unwrap())
-        .dialect(Arc::new(Toy))
+        .dialect(Arc::new(Toy::default()))
         .build()
         .unwrap();
     let options = RunPlannedOptions {
@@ -367,4 +371,30 @@ fn any_registered_dialect_plugs_in_through_the_seam() {
     assert!(system.contains("TOY CARD") && system.contains("language is toy"), "{system}");
     assert!(!system.contains(crate::script::api_card().trim_end()), "the Rhai card leaked into a toy plan");
     assert!(calls[1].last_user_text.clone().unwrap().contains("\"rule_id\": \"toy\""));
+}
+
+#[test]
+fn a_settled_plan_whose_repair_prompt_changed_is_resumed_live_paying_only_the_change() {
+    let fake = FakeProvider::new().on_any(
+        FakeScript::text("```toy\nbad\n```").then_text("```toy\ngood\n```").then_text("```toy\ngood\n```"),
+    );
+    let toy = Arc::new(Toy::default());
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder(store.clone(), store)
+        .provider(Arc::new(fake.clone()))
+        .default_model(ModelRef::parse("fake:model").unwrap())
+        .dialect(toy.clone())
+        .build()
+        .unwrap();
+    let options = PlanOptions { dialect: "toy".into(), ..PlanOptions::default() };
+    let rt = rt();
+    let first = rt.block_on(plan(&engine, "goal", options.clone())).unwrap();
+    assert_eq!((first.drafts, fake.call_count()), (2, 2));
+    // The linter now words its diagnostic differently: the first draft still replays, its
+    // repair prompt is new and is paid for, and nothing else is.
+    toy.reworded.store(true, std::sync::atomic::Ordering::SeqCst);
+    let again = rt.block_on(plan(&engine, "goal", options)).unwrap();
+    assert_eq!((again.drafts, again.source.as_str()), (2, "good\n"));
+    assert_eq!(fake.call_count(), 3);
+    assert!(fake.calls()[2].last_user_text.clone().unwrap().contains("write good, please"));
 }

@@ -78,7 +78,7 @@ const CORPUS: &[(&str, &str, Option<u64>)] = &[
         Some(4),
     ),
     (
-        r#"switch agent("q").len() % 2 { 0 => agent("even"), _ => { agent("odd"); agent("odd2") } }"#,
+        r#"let n = agent("q").len(); switch n % 2 { 0 => agent("even"), _ => { agent("odd"); agent("odd2") } }"#,
         "{}",
         Some(4),
     ),
@@ -205,7 +205,7 @@ impl Gen {
                 self.block(depth - 1)
             ),
             9 => format!(
-                r#"switch agent("w{id}").len() % 3 {{ 0 => {{ {} }}, 1 => {{ {} }}, _ => {{ {} }} }}"#,
+                r#"let w{id} = agent("w{id}").len(); switch w{id} % 3 {{ 0 => {{ {} }}, 1 => {{ {} }}, _ => {{ {} }} }}"#,
                 self.block(depth - 1),
                 self.block(depth - 1),
                 self.block(depth - 1)

@@ -334,3 +334,27 @@ fn live_model_planning_ends_typed() {
         other => panic!("exit {other:?}: {stderr}"),
     }
 }
+
+#[test]
+fn cli_plan_in_lua_repairs_a_rhai_draft_and_runs_it() {
+    let lua =
+        "```lua\nlocal a = agent(\"first\")\nlocal b = agent(\"second\")\nreturn a .. \" / \" .. b\n```";
+    let server = ScriptedServer::start(vec![
+        text(GOOD_DRAFT, 900, 30),
+        text(lua, 950, 30),
+        text("A", 10, 2),
+        text("B", 10, 2),
+    ]);
+    let dir = project(&server.url, "", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--dialect", "lua", "--run", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let object: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!((object["dialect"].as_str(), object["drafts"].as_u64()), (Some("lua"), Some(2)), "{object}");
+    assert_eq!(object["run"]["value"], "A / B");
+    let requests = server.requests();
+    assert!(system_text(&requests[0]).contains("cairn script dialect (Lua)"), "the Lua card is missing");
+    assert!(user_text(&requests[1]).contains("\"rule_id\""), "the repair prompt lacks the diagnostics");
+    let (code, card, _) = run(dir.path(), &["card", "--dialect", "lua"]);
+    assert_eq!(code, 0);
+    assert!(card.starts_with("# cairn script dialect (Lua)"), "{card}");
+}

@@ -351,3 +351,71 @@ fn three_workers_drain_the_queue_while_one_is_killed() {
     );
     println!("takeover test: {takeovers} takeovers, {repeated} calls asked again");
 }
+
+/// `cairn worker` on SIGTERM finishes the run it is driving and claims nothing new; `cairn
+/// enqueue` queues without running; `cairn runs --status queued` lists what waits.
+#[cfg(unix)]
+#[test]
+fn sigterm_drains_a_worker_it_finishes_in_flight_work_and_claims_nothing_new() {
+    let model = CountingModel::start(Duration::from_millis(150));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cairn.toml"),
+        format!(
+            "[providers.m]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\nprices = {{ tiny = [1.0, 2.0] }}\n\n[routing]\ndefault = \"m:tiny\"\n",
+            model.url
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("five.rhai"),
+        "let out = []; for k in 0..5 { out.push(agent(`run ${args.i} call ${k}`)); } out.len()",
+    )
+    .unwrap();
+    let cairn = assert_cmd::cargo::cargo_bin("cairn");
+    let command = || {
+        let mut command = std::process::Command::new(&cairn);
+        command.current_dir(dir.path()).env_remove("OPENAI_API_KEY").stdin(std::process::Stdio::null());
+        command
+    };
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        let out =
+            command().args(["enqueue", "five.rhai", "--args", &format!("{{\"i\": {i}}}")]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        ids.push(String::from_utf8(out.stdout).unwrap().trim().to_owned());
+    }
+    assert!(model.asked.lock().unwrap().is_empty(), "enqueue ran something");
+    let listed = command().args(["runs", "--status", "queued", "--json"]).output().unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+
+    let worker = command()
+        .args(["worker", "--concurrency", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while model.asked.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the worker drove nothing");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: signalling a child process this test started and has not reaped.
+    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+    let out = worker.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("1 settled"), "{stderr}");
+
+    let store = SqliteStore::open(&dir.path().join(".cairn/cairn.db"), SqliteOptions::new()).unwrap();
+    let statuses: Vec<RunStatus> =
+        ids.iter().map(|id| store.get_meta(&run(id)).unwrap().unwrap().status).collect();
+    assert_eq!(
+        statuses,
+        [RunStatus::Ok, RunStatus::Queued],
+        "in-flight work was not finished, or new work claimed"
+    );
+    assert_eq!(store.depth().unwrap(), 1);
+    assert_eq!(model.asked.lock().unwrap().len(), 5);
+}

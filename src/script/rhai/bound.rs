@@ -55,6 +55,9 @@ const MAX_CALL_DEPTH: usize = 48;
 /// must not go where the bound cannot follow it.
 const AGENT_GLOBALS: &[&str] = &["agent", "workflow", "parallel", "pipeline", "step", "phase"];
 
+/// Functions Rhai calls by itself: an interpolation or a string `+` calls `to_string`.
+const IMPLICIT_NAMES: &[&str] = &["to_string", "to_debug", "print", "debug"];
+
 /// Builtin array methods that run a closure once per element (at most).
 const PER_ELEMENT_METHODS: &[&str] = &[
     "map",
@@ -137,7 +140,7 @@ pub(crate) fn bound_of(ast: &AST, args: &Value) -> CallBound {
     let mut walker = Walker {
         functions: &functions,
         mutated,
-        args: args.clone(),
+        args,
         sites: HashMap::new(),
         scope: Vec::new(),
         frames: vec![Frame { base: 0, sees_script: true }],
@@ -526,7 +529,7 @@ struct Walker<'f> {
     functions: &'f Functions,
     /// Variables written somewhere: their values are unknown everywhere.
     mutated: HashSet<ImmutableString>,
-    args: Value,
+    args: &'f Value,
     /// What each site's options say, merged over every context it was reached in.
     sites: HashMap<SitePos, AgentSite>,
     scope: Vec<(ImmutableString, Abs)>,
@@ -566,7 +569,9 @@ impl Walker<'_> {
             .by_name
             .keys()
             .filter(|name| {
-                !name.starts_with("anon$") && !name.chars().all(|c| c.is_alphanumeric() || c == '_')
+                !name.starts_with("anon$")
+                    && (!name.chars().all(|c| c.is_alphanumeric() || c == '_')
+                        || IMPLICIT_NAMES.contains(&name.as_str()))
             })
             .cloned()
             .collect();
@@ -597,6 +602,14 @@ impl Walker<'_> {
             "args" if frame.is_some_and(|frame| frame.sees_script) => Abs::Json(self.args.clone()),
             _ => Abs::Unknown,
         }
+    }
+
+    /// Whether `args` here is the run's args (not shadowed, reassigned or out of sight).
+    fn sees_script_args(&self) -> bool {
+        let Some(frame) = self.frames.last() else { return false };
+        frame.sees_script
+            && !self.mutated.contains("args")
+            && !self.scope[frame.base..].iter().any(|(name, _)| name.as_str() == "args")
     }
 
     /// Binds a variable; a value bound to a variable written elsewhere turns unknown, so a
@@ -986,8 +999,19 @@ impl Walker<'_> {
                 self.call(call, *pos, Some(Abs::Unknown))?
             }
             Expr::Dot(chain, ..) | Expr::Index(chain, ..) => {
-                let (count, base) = self.expr(&chain.lhs)?;
                 let dot = matches!(expr, Expr::Dot(..));
+                // A path into `args` is followed by reference: only what it reaches is copied.
+                if let Expr::Variable(variable, ..) = &chain.lhs
+                    && variable.1.as_str() == "args"
+                    && self.sees_script_args()
+                {
+                    let args: &Value = self.args;
+                    return Ok(match args_path(args, dot, &chain.rhs) {
+                        (value, None) => (none, Abs::Json(value.clone())),
+                        (value, Some((dot, rest))) => self.chain(Abs::Json(value.clone()), dot, rest)?,
+                    });
+                }
+                let (count, base) = self.expr(&chain.lhs)?;
                 let (rest, value) = self.chain(base, dot, &chain.rhs)?;
                 let mut count = count;
                 count.add(&rest);
@@ -1456,6 +1480,46 @@ impl Walker<'_> {
         same(&mut old.tools, site.tools);
         same(&mut old.schema, site.schema);
         largest(&mut old.est_cost, site.est_cost);
+    }
+}
+
+/// Follows the static part of a chain into a JSON value by reference: properties after `.`,
+/// literal keys and indexes in `[]`. Returns what it reached and the rest of the chain (with how
+/// it is reached) from the first accessor it could not follow.
+fn args_path<'v, 'e>(
+    mut value: &'v Value,
+    mut dot: bool,
+    mut node: &'e Expr,
+) -> (&'v Value, Option<(bool, &'e Expr)>) {
+    static NULL: Value = Value::Null;
+    loop {
+        let (accessor, next) = match node {
+            Expr::Dot(chain, ..) => (&chain.lhs, Some((true, &chain.rhs))),
+            Expr::Index(chain, ..) => (&chain.lhs, Some((false, &chain.rhs))),
+            leaf => (leaf, None),
+        };
+        let reached = match (dot, accessor, value) {
+            // A map's missing property reads as ().
+            (true, Expr::Property(property, _), Value::Object(map)) => {
+                Some(map.get(property.2.as_str()).unwrap_or(&NULL))
+            }
+            (false, Expr::StringConstant(key, _), Value::Object(map)) => {
+                Some(map.get(key.as_str()).unwrap_or(&NULL))
+            }
+            (false, Expr::IntegerConstant(index, _), Value::Array(items)) => {
+                index_of(items.len(), *index).and_then(|i| items.get(i))
+            }
+            _ => None,
+        };
+        let Some(reached) = reached else { return (value, Some((dot, node))) };
+        value = reached;
+        match next {
+            Some((next_dot, rest)) => {
+                dot = next_dot;
+                node = rest;
+            }
+            None => return (value, None),
+        }
     }
 }
 

@@ -14,12 +14,12 @@
 //! of functions, and functions bound with `local` to a name that is never assigned anywhere
 //! (by name).
 //!
-//! Unbounded: a `while` or `repeat` loop whose body or condition calls agents; a loop or
-//! fan-out over a value of unknown size whose body calls agents; a loop over any other iterator
-//! (`gmatch`, a custom one) whose body calls agents; a child `workflow` (its calls are not in
-//! the script); recursion; a function that calls agents stored where the analysis cannot follow
-//! it (in an assigned name, a table field, a return value, an argument of anything but a cairn
-//! global or a local function).
+//! Unbounded: a `while` or `repeat` loop, or a `goto` back to a label, whose body calls
+//! agents; a loop or fan-out over a value of unknown size whose body calls agents; a loop over
+//! any other iterator (`gmatch`, a custom one) whose body calls agents; a child `workflow` (its
+//! calls are not in the script); `orchestrate` (it plans its calls at run time); recursion; a
+//! function that calls agents stored where the analysis cannot follow it (in a changed name, a
+//! table field, a return value, an argument of anything but a cairn global or a local function).
 //!
 //! The invariant that keeps it sound: an unknown value is never a function that calls agents,
 //! because such a function is reported unbounded wherever it would turn unknown. Calling an
@@ -1263,6 +1263,14 @@ impl<'a> Walker<'a> {
                     format!("a child workflow at line {} makes calls this script does not show", pos.0),
                 )
             }
+            "orchestrate" => {
+                let (count, _) = self.args(args)?;
+                let _ = count;
+                unbounded(
+                    pos,
+                    format!("an orchestrate call at line {} plans its agent calls at run time", pos.0),
+                )
+            }
             _ => self.opaque_call(args),
         }
     }
@@ -1471,6 +1479,7 @@ mod tests {
             ("local i = 0\nwhile i < 3 do\n  agent(\"x\")\n  i = i + 1\nend\nreturn i", "while loop", 2),
             ("repeat\n  agent(\"x\")\nuntil true\nreturn 1", "repeat loop", 1),
             ("return workflow(\"audit\", {})", "child workflow", 1),
+            ("return orchestrate(\"ship it\")", "orchestrate call", 1),
             ("local function f(n)\n  agent(\"x\")\n  return f(n - 1)\nend\nreturn f(3)", "calls itself", 1),
             ("local t = {}\nfunction t.run() return agent(\"x\") end\nreturn t.run()", "table field", 2),
             ("for _, x in ipairs(args.missing) do agent(x) end\nreturn 1", "unknown size", 1),

@@ -244,3 +244,22 @@ fn deep_call_chains_stop_within_a_small_stack() {
         .unwrap();
     assert!(matches!(bound, CallBound::Unbounded { .. }), "{bound:?}");
 }
+
+#[test]
+fn paths_into_args_follow_properties_keys_and_indexes() {
+    let args = json!({"groups": [{"xs": [1]}, {"xs": [1, 2, 3]}], "k": "groups"});
+    assert_eq!(calls(r#"for x in args["groups"][1].xs { agent("a") }"#, args.clone()), Some(3));
+    assert_eq!(calls(r#"for x in args.groups[-2].xs { agent("a") }"#, args.clone()), Some(1));
+    // A computed key: followed as a value.
+    assert_eq!(calls(r#"for x in args[args.k][1].xs { agent("a") }"#, args.clone()), Some(3));
+    assert_eq!(calls(r#"for x in args.groups[1].xs.len() - 1 .. 5 { agent("a") }"#, args.clone()), Some(3));
+    // `args` shadowed by a closure parameter or reassigned is not the run's args.
+    assert_eq!(calls(r#"parallel([[1, 2]], |args| { for x in args { agent("a") } })"#, args), Some(2));
+}
+
+#[test]
+fn functions_rhai_calls_implicitly_may_not_call_agents() {
+    let (why, ..) = reason(r#"fn to_string() { agent("hidden") } let m = #{a: 1}; `${m}`"#, json!({}));
+    assert!(why.contains("'to_string' is called implicitly"), "{why}");
+    assert_eq!(calls(r#"fn to_string() { "x" } agent("a")"#, json!({})), Some(1));
+}
