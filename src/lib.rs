@@ -57,14 +57,15 @@ pub use engine::{
     AgentOptions, AgentProfile, Branch, CallOptions, CostLine, CostReport, Ctx, Described, Dropped, Engine,
     EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, ExternalOptions, HostFn, OnError, OnItemError,
     ParallelOptions, Pending, PipelineOptions, Registered, Resolution, ResumeOptions, RetryPolicy, RunHandle,
-    RunOptions, RunOutcome, Script, ScriptDialect, Stage, StepOptions, UnpricedUsage, Workflow, WorkflowFn,
-    WorkflowOptions, branch, stage,
+    RunOptions, RunOutcome, Script, ScriptDialect, Stage, StepOptions, UnpricedUsage, Worker, WorkerOptions,
+    WorkerReport, Workflow, WorkflowFn, WorkflowOptions, branch, stage,
 };
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
 pub use provider::{ChatEvent, ChatRequest, Provider};
 pub use script::bound::{AgentSite, CallBound, CostBound, cost_bound};
 pub use script::{Diagnostic, LintContext, Severity};
+pub use store::{Claim, PostgresOptions, PostgresStore, RunQueue};
 pub use store::{
     Durability, JournalStore, JsonlStore, LeasableStore, Lease, MemoryStore, OpenedStore, RawEntry,
     RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, TranscriptStore,

@@ -96,7 +96,7 @@ impl RetryConfig {
 }
 
 /// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations,
-/// 20M allocations).
+/// 10M allocations).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SandboxConfig {
@@ -232,6 +232,10 @@ pub(crate) struct HostFunctionConfig {
     env: Option<Vec<String>>,
     /// The most bytes read back from its stdout or stderr (default 16 MiB).
     max_output_bytes: Option<u64>,
+    /// What it does, for the planner's profile card.
+    description: Option<String>,
+    /// A JSON Schema (as a TOML table) of the arguments it accepts, for the profile card.
+    accepts: Option<toml::Table>,
 }
 
 impl Config {
@@ -383,6 +387,8 @@ impl Config {
         };
         builder =
             builder.dialect(Arc::new(crate::script::rhai::RhaiDialect::with_limits(self.sandbox.limits()?)));
+        builder =
+            builder.dialect(Arc::new(crate::script::lua::LuaDialect::with_limits(self.sandbox.limits()?)));
         let mut registered: Vec<String> = vec!["echo".into()];
         for (name, provider) in &self.providers {
             let built = provider.build(name)?;
@@ -479,6 +485,15 @@ impl Config {
                 let command = command.clone();
                 async move { command.call(args).await }
             });
+            if host.description.is_some() || host.accepts.is_some() {
+                let accepts = host.accepts.as_ref().map(|table| {
+                    serde_json::to_value(table).map_err(|e| {
+                        Error::config(format!("host_functions.{name}.accepts: not a JSON Schema: {e}"))
+                    })
+                });
+                let description = host.description.as_deref().unwrap_or_default();
+                builder = builder.describe_host_function(name, description, accepts.transpose()?);
+            }
         }
         if let Some(n) = self.concurrency {
             builder = builder.max_concurrency(n);

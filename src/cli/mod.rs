@@ -25,6 +25,7 @@ mod plan;
 mod price_config;
 mod progress;
 mod runs;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,7 +67,7 @@ impl Exit {
     pub fn of_status(status: RunStatus) -> Exit {
         match status {
             RunStatus::Ok => Exit::Ok,
-            RunStatus::Error | RunStatus::Running => Exit::Error,
+            RunStatus::Error | RunStatus::Running | RunStatus::Queued => Exit::Error,
             RunStatus::Exhausted => Exit::Exhausted,
             RunStatus::Suspended => Exit::Suspended,
             RunStatus::Cancelled => Exit::Cancelled,
@@ -107,6 +108,10 @@ enum Command {
     Card(plan::CardArgs),
     /// Have a planner model write a workflow script for a goal; with --run, run it.
     Plan(plan::PlanArgs),
+    /// Claim and drive queued runs until stopped (SIGTERM drains: in-flight runs finish).
+    Worker(worker::WorkerArgs),
+    /// Queue a script's run for `cairn worker` to drive; prints its run id.
+    Enqueue(worker::EnqueueArgs),
     /// Print the canonical JSON (RFC 8785) and content key of the JSON on stdin.
     Canon,
 }
@@ -121,7 +126,10 @@ pub fn main() -> ExitCode {
             return code.into();
         }
     };
-    if !matches!(cli.command, Command::Run(_) | Command::Resume(_) | Command::Replay(_) | Command::Plan(_)) {
+    if !matches!(
+        cli.command,
+        Command::Run(_) | Command::Resume(_) | Command::Replay(_) | Command::Plan(_) | Command::Worker(_)
+    ) {
         // A command that only prints ends quietly when its reader goes away (`| head`), as
         // Unix tools do. The commands that drive a run keep the signal ignored and write with
         // `out!`/`errln!`, so a closed pipe never interrupts a run.
@@ -143,6 +151,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => runs::with_runtime(|| runs::run(&globals, &args)),
         Command::Resume(args) => runs::with_runtime(|| runs::resume(&globals, &args)),
         Command::Replay(args) => runs::with_runtime(|| runs::replay(&globals, &args)),
+        Command::Worker(args) => runs::with_runtime(|| worker::worker(&globals, &args)),
+        Command::Enqueue(args) => runs::with_runtime(|| worker::enqueue(&globals, &args)),
     };
     exit.into()
 }

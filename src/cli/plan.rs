@@ -21,8 +21,8 @@ pub(super) struct PlanArgs {
     /// Run the accepted script (shown first), with the progress and exit codes of `cairn run`.
     #[arg(long)]
     run: bool,
-    /// Print one JSON object on stdout: source, dialect, warnings, drafts, planning_run_id (and
-    /// the run's outcome under `run`).
+    /// Print one JSON object on stdout: source, dialect, warnings, drafts, cost_bound,
+    /// planning_run_id (and the run's outcome under `run`); a rejection prints its drafts.
     #[arg(long)]
     json: bool,
     /// Write the accepted script to this file.
@@ -43,11 +43,11 @@ pub(super) struct PlanArgs {
     /// The output cap of each draft, in tokens.
     #[arg(long, value_name = "TOKENS", default_value_t = crate::planner::DEFAULT_MAX_OUTPUT_TOKENS)]
     max_output_tokens: u32,
-    /// With --run: the run's ceiling in USD.
-    #[arg(long, value_name = "USD", allow_negative_numbers = true, requires = "run")]
+    /// The run's ceiling in USD (with --run; without, the cost bound is compared with it).
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     budget: Option<f64>,
-    /// With --run: the run's arguments, JSON or @FILE.
-    #[arg(long, requires = "run")]
+    /// The run's arguments, JSON or @FILE (the cost bound sizes args-driven fan-outs by them).
+    #[arg(long)]
     args: Option<String>,
     /// With --run: run even when the script's cost bound exceeds the run's ceiling.
     #[arg(long, requires = "run")]
@@ -128,6 +128,7 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
         model: args.planner_model.clone(),
         max_output_tokens: args.max_output_tokens,
         rules: None,
+        args: Some(run_args.clone()),
     };
     let planning = match Planning::start(&setup.engine, &args.goal, &options) {
         Ok(planning) => planning,
@@ -146,6 +147,22 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
     let outcome = runs::follow(handle, args.quiet).await;
     let plan = match pending.read(outcome) {
         Ok(plan) => plan,
+        Err(e) if e.is_replay_miss() => {
+            // The settled conversation no longer replays as journaled (a newer cairn's
+            // diagnostics changed a repair prompt): resume it live, paying only what changed.
+            if !args.quiet {
+                errln!("the planning run no longer replays as journaled; resuming it live");
+            }
+            let planning = match Planning::start_live(&setup.engine, &args.goal, &options) {
+                Ok(planning) => planning,
+                Err(e) => return plan_failed(&e, args.json),
+            };
+            let (handle, pending) = planning.into_parts();
+            match pending.read(runs::follow(handle, args.quiet).await) {
+                Ok(plan) => plan,
+                Err(e) => return plan_failed(&e, args.json),
+            }
+        }
         Err(e) => return plan_failed(&e, args.json),
     };
     if let Some(path) = &args.out
@@ -164,6 +181,14 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
             plan.planning_run_id,
             plan.planning.cost.total.cost
         );
+        errln!("cost bound: {}", crate::text::for_terminal(&plan.cost_bound.to_string()));
+        if let Some(budget) = args.budget.and_then(|usd| crate::money::Money::from_usd(usd).ok())
+            && plan.cost_bound.exceeds(budget)
+        {
+            errln!(
+                "note: the cost bound exceeds --budget {budget}; running it needs --force (the ceiling still holds)"
+            );
+        }
     }
     if !args.run {
         if args.json {
@@ -182,9 +207,9 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
         errln!("---");
     }
     let options = RunOptions { budget_usd: args.budget, ..RunOptions::default() };
-    let handle = match crate::planner::start_planned(&setup.engine, &plan, run_args, options) {
+    let handle = match crate::planner::start_planned(&setup.engine, &plan, run_args, options, args.force) {
         Ok(handle) => handle,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return plan_failed(&e, false),
     };
     let outcome = match runs::follow(handle, args.quiet).await {
         Ok(outcome) => outcome,
@@ -214,6 +239,7 @@ fn plan_json(plan: &PlanResult) -> Value {
         "dialect": plan.dialect,
         "warnings": plan.warnings,
         "drafts": plan.drafts,
+        "cost_bound": plan.cost_bound,
         "planning_run_id": plan.planning_run_id,
     })
 }
@@ -235,6 +261,13 @@ fn plan_failed(error: &PlanError, as_json: bool) -> Exit {
             fail(Exit::Rejected, error)
         }
         PlanError::Invalid(e) | PlanError::Run(e) => fail(runs::exit_of(e), e),
+        PlanError::OverCeiling { .. } => {
+            let exit = fail(Exit::Usage, error);
+            errln!(
+                "pass --force to run it anyway: the ceiling still holds, and the run settles exhausted when it is reached"
+            );
+            exit
+        }
         PlanError::Planning { status, error: e, .. } => {
             let exit = match (status, e.code) {
                 (RunStatus::Exhausted, _) | (_, ErrorCode::BudgetExhausted) => Exit::Exhausted,

@@ -28,8 +28,11 @@ pub(super) struct Globals {
 
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
-    /// The workflow script (.rhai).
+    /// The workflow script (.rhai, .lua).
     file: PathBuf,
+    /// The script's dialect (rhai, lua); default: from the file's extension.
+    #[arg(long)]
+    dialect: Option<String>,
     /// The run's arguments: JSON, or @FILE to read JSON from a file.
     #[arg(long)]
     args: Option<String>,
@@ -92,6 +95,9 @@ pub(super) struct ResumeArgs {
     /// unchanged calls replay, and re-keyed paid calls are explained first.
     #[arg(long, value_name = "FILE")]
     script: Option<PathBuf>,
+    /// The dialect of --script (rhai, lua); default: from its extension.
+    #[arg(long, requires = "script")]
+    dialect: Option<String>,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -128,6 +134,9 @@ pub(super) struct InspectArgs {
 pub(super) struct LintArgs {
     /// The script.
     file: PathBuf,
+    /// The script's dialect (rhai, lua); default: from the file's extension.
+    #[arg(long)]
+    dialect: Option<String>,
     /// Print the diagnostics as a JSON array (with `--bound`, an object with `diagnostics` and
     /// `cost_bound`).
     #[arg(long)]
@@ -203,7 +212,7 @@ pub(super) struct Setup {
     pub(super) uses_echo: bool,
 }
 
-fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
+pub(super) fn setup(globals: &Globals, model: Option<&str>) -> Result<Setup, Error> {
     setup_with(globals, model, None)
 }
 
@@ -318,7 +327,25 @@ fn lint_context(setup: &Setup) -> LintContext {
     }
 }
 
-fn read_script(file: &Path) -> Result<(String, String), Exit> {
+/// The dialect a script is written in: `--dialect` when given, else the one registered for
+/// the file's extension, else Rhai.
+fn dialect_of(
+    engine: &crate::Engine,
+    file: &Path,
+    flag: Option<&str>,
+) -> Result<Arc<dyn crate::engine::ScriptDialect>, Exit> {
+    if let Some(name) = flag {
+        return engine.dialect(name).map_err(|e| fail(Exit::Usage, e));
+    }
+    // A file whose extension names no dialect is Rhai, the primary dialect.
+    let extension = file.extension().and_then(|e| e.to_str()).unwrap_or("");
+    match engine.dialect_for_extension(extension) {
+        Some(dialect) => Ok(dialect),
+        None => engine.dialect("rhai").map_err(|e| fail(Exit::Usage, e)),
+    }
+}
+
+pub(super) fn read_script(file: &Path) -> Result<(String, String), Exit> {
     let source = std::fs::read_to_string(file)
         .map_err(|e| fail(Exit::Usage, format!("cannot read {}: {e}", file.display())))?;
     let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or("script").to_owned();
@@ -347,7 +374,7 @@ pub(super) fn parse_args(text: Option<&str>) -> Result<Value, Exit> {
     serde_json::from_str(&body).map_err(|e| fail(Exit::Usage, format!("--args is not valid JSON: {e}")))
 }
 
-fn parse_run_id(text: &str) -> Result<RunId, Exit> {
+pub(super) fn parse_run_id(text: &str) -> Result<RunId, Exit> {
     RunId::parse(text).map_err(|e| fail(Exit::Usage, e))
 }
 
@@ -448,13 +475,15 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),
     };
-    let diagnostics = match crate::script::rhai::compile(&source, &lint_context(&setup)) {
-        Ok(compiled) => compiled.warnings().to_vec(),
-        Err(diagnostics) => {
-            print_diagnostics(&args.file, &diagnostics, args.live.json);
-            return fail(Exit::Rejected, format!("{} was rejected by lint", args.file.display()));
-        }
+    let dialect = match dialect_of(&setup.engine, &args.file, args.dialect.as_deref()) {
+        Ok(dialect) => dialect,
+        Err(exit) => return exit,
     };
+    let diagnostics = dialect.check(&source, &lint_context(&setup));
+    if diagnostics.iter().any(Diagnostic::is_error) {
+        print_diagnostics(&args.file, &diagnostics, args.live.json);
+        return fail(Exit::Rejected, format!("{} was rejected by lint", args.file.display()));
+    }
     print_diagnostics(&args.file, &diagnostics, false);
     if setup.uses_echo && !args.live.quiet && args.live.cassette.replay.is_none() {
         if setup.config.providers.keys().any(|name| name != "echo") {
@@ -466,10 +495,11 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
         }
     }
     let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
-    let handle = match setup.engine.run_script(&Script::rhai(&name, &source), run_args, options) {
-        Ok(handle) => handle,
-        Err(e) => return fail(exit_of(&e), e),
-    };
+    let handle =
+        match setup.engine.run_script(&Script::new(dialect.name(), &name, &source), run_args, options) {
+            Ok(handle) => handle,
+            Err(e) => return fail(exit_of(&e), e),
+        };
     match follow(handle, args.live.quiet).await {
         Ok(outcome) => report(&outcome, args.live.json),
         Err(e) => fail(Exit::Error, e),
@@ -491,7 +521,10 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
     };
     let script = match &args.script {
         Some(file) => match read_script(file) {
-            Ok((name, source)) => Some(Script::rhai(&name, &source)),
+            Ok((name, source)) => match dialect_of(&setup.engine, file, args.dialect.as_deref()) {
+                Ok(dialect) => Some(Script::new(dialect.name(), &name, &source)),
+                Err(exit) => return exit,
+            },
             Err(exit) => return exit,
         },
         None => None,
@@ -680,7 +713,7 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
                 return fail(
                     Exit::Usage,
                     format!(
-                        "unknown status {text:?} (use running, ok, error, cancelled, exhausted or suspended)"
+                        "unknown status {text:?} (use running, ok, error, cancelled, exhausted, suspended or queued)"
                     ),
                 );
             }
@@ -820,18 +853,22 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         let opened = store::open("memory").map_err(Error::from)?;
         setup_over(globals, config, opened, None, None)
     });
-    let setup = match in_memory {
-        Ok(setup) => setup,
+    let (setup, dialect) = match in_memory {
+        Ok(setup) => match dialect_of(&setup.engine, &args.file, args.dialect.as_deref()) {
+            Ok(dialect) => (setup, dialect),
+            Err(exit) => return exit,
+        },
         Err(e) => return fail(exit_of(&e), e),
     };
     let context = lint_context(&setup);
-    let diagnostics = crate::script::rhai::lint(&source, &context);
+    let diagnostics = dialect.check(&source, &context);
     if args.bound {
         let run_args = match parse_args(args.args.as_deref()) {
             Ok(value) => value,
             Err(exit) => return exit,
         };
-        let bound = lint_bound(&setup.engine, &args.file, &source, &run_args);
+        let bound =
+            crate::script::bound::cost_bound(&setup.engine, dialect.as_ref(), &source, &run_args, None);
         if args.json {
             let both = json!({"diagnostics": diagnostics, "cost_bound": bound});
             println!("{}", serde_json::to_string_pretty(&both).unwrap_or_else(|_| "{}".into()));
@@ -843,19 +880,6 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         print_diagnostics(&args.file, &diagnostics, args.json);
     }
     if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
-}
-
-/// The static cost bound of a script, in the dialect its extension names (Rhai otherwise).
-fn lint_bound(engine: &Engine, file: &Path, source: &str, args: &Value) -> crate::script::bound::CostBound {
-    let extension = file.extension().and_then(|e| e.to_str()).unwrap_or("rhai");
-    let dialect = match engine.dialect_for_extension(extension) {
-        Some(dialect) => dialect,
-        None => match engine.dialect("rhai") {
-            Ok(dialect) => dialect,
-            Err(e) => return crate::script::bound::CostBound::Unbounded { reason: e.to_string() },
-        },
-    };
-    crate::script::bound::cost_bound(engine, dialect.as_ref(), source, args, None)
 }
 
 /// Text for a person, escaped for the terminal (see [`crate::text::for_terminal`]).

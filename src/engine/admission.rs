@@ -33,7 +33,10 @@ use crate::money::Money;
 #[derive(Debug)]
 pub(crate) struct Turns {
     state: Mutex<TurnState>,
-    moved: Notify,
+    /// One per branch: a branch is woken only when its own turn comes. (One shared `Notify`
+    /// woke every waiting branch at each pass, each on its own thread in a script fan-out:
+    /// quadratic wakeups in the fan-out's width.)
+    moved: Box<[Notify]>,
     /// The fan-out's account: the round's arithmetic applies to first admissions on it.
     account: AccountId,
 }
@@ -55,7 +58,7 @@ impl Turns {
     pub(crate) fn new(branches: usize, account: AccountId) -> Arc<Turns> {
         Arc::new(Turns {
             state: Mutex::new(TurnState { passed: vec![false; branches], next: 0, round: None }),
-            moved: Notify::new(),
+            moved: (0..branches).map(|_| Notify::new()).collect(),
             account,
         })
     }
@@ -76,8 +79,9 @@ pub(crate) struct Ticket {
 impl Ticket {
     /// Waits until every earlier branch has had its turn (or `cancel` fires).
     pub(crate) async fn wait(&self, cancel: &CancellationToken) {
+        let Some(notify) = self.turns.moved.get(self.index) else { return };
         loop {
-            let moved = self.turns.moved.notified();
+            let moved = notify.notified();
             tokio::pin!(moved);
             moved.as_mut().enable();
             if self.turns.state.lock().unwrap_or_else(|p| p.into_inner()).next >= self.index {
@@ -97,11 +101,20 @@ impl Ticket {
             return;
         }
         state.passed[self.index] = true;
+        let before = state.next;
         while state.next < state.passed.len() && state.passed[state.next] {
             state.next += 1;
         }
+        // Only the branch at `next` can have become free to go: every branch before it has
+        // passed, and every one after it still waits for it. `notify_one` keeps the wakeup
+        // for a branch that is not waiting yet.
+        let next = state.next;
         drop(state);
-        self.turns.moved.notify_waiters();
+        if next != before
+            && let Some(notify) = self.turns.moved.get(next)
+        {
+            notify.notify_one();
+        }
     }
 }
 

@@ -21,7 +21,34 @@ pub(crate) const FLAT_UNPRICED_RESERVE_NANO_USD: i64 = 500_000_000;
 #[derive(Debug, Clone)]
 pub(crate) struct Reserve {
     pub(crate) amount: Money,
-    pub(crate) derivation: String,
+    pub(crate) derivation: Derivation,
+}
+
+/// How a reserve was derived; its text is made only when a refusal shows it (every admitted
+/// call used to format it, two `format!`s per agent call).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Derivation {
+    floor: Floor,
+    /// The call's `est_cost`, when it raised the reserve above the floor.
+    est_cost: Option<Money>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Floor {
+    WorstTurn(WorstCase),
+    FlatUnpriced,
+}
+
+impl std::fmt::Display for Derivation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(est) = self.est_cost {
+            write!(f, "est_cost {est}, above ")?;
+        }
+        match &self.floor {
+            Floor::WorstTurn(worst) => write!(f, "its worst turn: {}", worst.describe()),
+            Floor::FlatUnpriced => f.write_str("the flat reserve of an unpriced model"),
+        }
+    }
 }
 
 /// What the call reserves.
@@ -37,10 +64,10 @@ pub(crate) fn reserve_for(
     bounded: bool,
     allow_unpriced: bool,
 ) -> Result<Reserve, Error> {
-    let (floor, derivation) = match price {
+    let (amount, floor) = match price {
         Some(price) => {
             let worst = WorstCase::of(request, tools, price);
-            (worst.cost, format!("its worst turn: {}", worst.describe()))
+            (worst.cost, Floor::WorstTurn(worst))
         }
         None if bounded && !allow_unpriced => {
             return Err(Error::new(
@@ -51,16 +78,13 @@ pub(crate) fn reserve_for(
                 ),
             ));
         }
-        None => (
-            Money::from_nano_usd(FLAT_UNPRICED_RESERVE_NANO_USD),
-            "the flat reserve of an unpriced model".to_owned(),
-        ),
+        None => (Money::from_nano_usd(FLAT_UNPRICED_RESERVE_NANO_USD), Floor::FlatUnpriced),
     };
     Ok(match est_cost {
-        Some(est) if est > floor => {
-            Reserve { amount: est, derivation: format!("est_cost {est}, above {derivation}") }
+        Some(est) if est > amount => {
+            Reserve { amount: est, derivation: Derivation { floor, est_cost: Some(est) } }
         }
-        _ => Reserve { amount: floor, derivation },
+        _ => Reserve { amount, derivation: Derivation { floor, est_cost: None } },
     })
 }
 
@@ -88,4 +112,33 @@ pub(crate) async fn with_deadline(
         ));
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Message;
+
+    fn usd(x: f64) -> Money {
+        Money::from_usd(x).unwrap()
+    }
+
+    /// The derivation is text only when shown, and says what it said when it was made eagerly.
+    #[test]
+    fn a_reserve_explains_how_it_was_derived() {
+        let request = ChatRequest::new("m", vec![Message::user("hello")]);
+        let price = Price::flat(usd(0.0), usd(10.0));
+        let worst = reserve_for("p:m", Some(&price), &request, &[], None, true, false).unwrap();
+        let text = worst.derivation.to_string();
+        assert!(text.starts_with("its worst turn: ") && text.contains("output tokens at most = "), "{text}");
+        let raised = reserve_for("p:m", Some(&price), &request, &[], Some(usd(5.0)), true, false).unwrap();
+        assert_eq!(raised.amount, usd(5.0));
+        assert_eq!(raised.derivation.to_string(), format!("est_cost {}, above {text}", usd(5.0)));
+        let flat = reserve_for("p:m", None, &request, &[], None, true, true).unwrap();
+        assert_eq!(flat.derivation.to_string(), "the flat reserve of an unpriced model");
+        assert_eq!(
+            reserve_for("p:m", None, &request, &[], None, true, false).unwrap_err().code,
+            ErrorCode::UnpricedModel
+        );
+    }
 }

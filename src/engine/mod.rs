@@ -16,6 +16,7 @@ mod explain;
 mod fanout;
 mod identity;
 mod lease;
+mod queue;
 mod run;
 mod started;
 #[cfg(test)]
@@ -44,6 +45,7 @@ pub use ctx::{
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
 pub use lease::Resolution;
+pub use queue::{Worker, WorkerOptions, WorkerReport};
 pub(crate) use run::Durability;
 pub(crate) use run::RunState;
 
@@ -666,7 +668,12 @@ impl Engine {
     /// `config` for an unknown run; `validation` when the run never waited on `key` or the
     /// value does not satisfy the wait's schema; `internal` for a store failure.
     pub fn resolve(&self, run_id: &RunId, key: &str, value: Value) -> Result<Resolution, Error> {
-        lease::resolve(&self.inner, run_id, key, value)
+        let resolution = lease::resolve(&self.inner, run_id, key, value)?;
+        if resolution != Resolution::AlreadyResolved {
+            // A parked queued run goes back to the queue for a worker to continue.
+            queue::requeue_resolved(&self.inner, run_id)?;
+        }
+        Ok(resolution)
     }
 
     /// The journal store.
@@ -872,6 +879,9 @@ impl EngineBuilder {
         // The composition point: the engine knows dialects only through `ScriptDialect`.
         if !self.inner.dialects.contains_key("rhai") {
             self = self.dialect(Arc::new(crate::script::rhai::RhaiDialect::new()));
+        }
+        if !self.inner.dialects.contains_key("lua") {
+            self = self.dialect(Arc::new(crate::script::lua::LuaDialect::new()));
         }
         let known = |m: &ModelRef| self.inner.providers.contains_key(m.provider());
         if !known(&self.inner.default_model) {

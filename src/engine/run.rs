@@ -749,7 +749,10 @@ fn require_runtime() -> Result<(), Error> {
         .map_err(|_| Error::config("runs must be started inside a tokio runtime"))
 }
 
-fn validate_budget(budget_usd: Option<f64>, default: Option<Money>) -> Result<Option<Money>, Error> {
+pub(super) fn validate_budget(
+    budget_usd: Option<f64>,
+    default: Option<Money>,
+) -> Result<Option<Money>, Error> {
     match budget_usd {
         None => Ok(default),
         Some(usd) => {
@@ -767,7 +770,7 @@ fn validate_deadline(deadline_ms: Option<i64>, now: i64) -> Result<(), Error> {
     }
 }
 
-fn args_ref(run_id: &RunId) -> String {
+pub(super) fn args_ref(run_id: &RunId) -> String {
     format!("{run_id}/args.json")
 }
 
@@ -843,7 +846,7 @@ pub(super) struct ScriptSource {
     pub(super) hash: String,
 }
 
-fn source_ref(run_id: &RunId) -> String {
+pub(super) fn source_ref(run_id: &RunId) -> String {
     format!("{run_id}/source")
 }
 

@@ -604,7 +604,7 @@ impl IdentitySummary {
     ) -> IdentitySummary {
         use sha2::Digest;
         let digest = sha2::Sha256::digest(prompt.as_bytes());
-        let prompt_hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let prompt_hash = hex::encode(&digest[..8]);
         IdentitySummary {
             effort: effort.map(str::to_owned),
             key: key.map(str::to_owned),

@@ -38,6 +38,8 @@ use crate::engine::{
 };
 use crate::error::{Error, ErrorCode};
 use crate::model::{InvocationRole, ModelRef};
+use crate::money::Money;
+use crate::script::bound::{CostBound, cost_bound};
 use crate::script::{Diagnostic, LintContext, Severity};
 use crate::store::{RunId, RunStatus};
 
@@ -70,6 +72,9 @@ pub struct PlanOptions {
     pub max_output_tokens: u32,
     /// The authored part of the system prompt; [`PLANNER_RULES`] when `None`.
     pub rules: Option<String>,
+    /// The arguments the script will run with, for the cost bound (an `args`-sized fan-out is
+    /// bounded by them); null when `None`. Not a planning input: drafts never see them.
+    pub args: Option<Value>,
 }
 
 impl Default for PlanOptions {
@@ -81,6 +86,7 @@ impl Default for PlanOptions {
             model: None,
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             rules: None,
+            args: None,
         }
     }
 }
@@ -96,6 +102,9 @@ pub struct PlanResult {
     pub warnings: Vec<Diagnostic>,
     /// How many drafts the conversation took (1 when the first was accepted).
     pub drafts: u32,
+    /// The script's static cost bound with the options' `args`: the most agent calls and their
+    /// worst-case cost, or why there is no bound.
+    pub cost_bound: CostBound,
     /// The planning run's id.
     pub planning_run_id: RunId,
     /// The planning run's outcome: its cost, usage, and how its calls were served (a
@@ -194,6 +203,17 @@ pub enum PlanError {
     /// The accepted script could not be started (`run_planned`).
     #[error("the planned script could not start: {0}")]
     Run(Error),
+    /// The accepted script's cost bound exceeds the run's ceiling, and the run was not forced
+    /// (`config`: pass `force`; the ceiling still holds when forced).
+    #[error(
+        "the planned script's cost bound ({bound}) exceeds the run's ceiling {ceiling}; force the run to start it anyway (the ceiling still holds)"
+    )]
+    OverCeiling {
+        /// The script's bound.
+        bound: CostBound,
+        /// The run's ceiling.
+        ceiling: Money,
+    },
 }
 
 impl PlanError {
@@ -202,7 +222,19 @@ impl PlanError {
         match self {
             PlanError::Invalid(e) | PlanError::Run(e) | PlanError::Planning { error: e, .. } => e.code,
             PlanError::Rejected(_) => ErrorCode::ScriptRejected,
+            PlanError::OverCeiling { .. } => ErrorCode::Config,
         }
+    }
+
+    /// Whether replaying a settled planning conversation missed: its drafts no longer replay as
+    /// they were journaled (the dialect's diagnostics changed a repair prompt). Planning again
+    /// with [`Planning::start_live`] pays for the changed drafts only.
+    pub fn is_replay_miss(&self) -> bool {
+        matches!(
+            self,
+            PlanError::Planning { error, .. }
+                if matches!(error.code, ErrorCode::JournalMiss | ErrorCode::RekeyRefused)
+        )
     }
 
     /// The error as a cairn [`Error`] (its wire form).
@@ -210,6 +242,7 @@ impl PlanError {
         match self {
             PlanError::Invalid(e) | PlanError::Run(e) | PlanError::Planning { error: e, .. } => e.clone(),
             PlanError::Rejected(r) => Error::new(ErrorCode::ScriptRejected, r.summary()),
+            PlanError::OverCeiling { .. } => Error::config(self.to_string()),
         }
     }
 }
@@ -326,7 +359,9 @@ pub struct Planning {
 pub struct PendingVerdict {
     verdict: Arc<Mutex<Option<Verdict>>>,
     run_id: RunId,
-    dialect: String,
+    dialect: Arc<dyn ScriptDialect>,
+    engine: Engine,
+    args: Value,
 }
 
 impl Planning {
@@ -337,9 +372,23 @@ impl Planning {
     /// [`PlanError::Invalid`] for refused options; [`PlanError::Planning`] when the planning
     /// run cannot start (another process drives it: `run_busy`).
     pub fn start(engine: &Engine, goal: &str, options: &PlanOptions) -> Result<Planning, PlanError> {
+        Planning::begin(engine, goal, options, false)
+    }
+
+    /// Like [`Planning::start`], but a settled conversation is resumed live: what [`plan`] does
+    /// when replaying it missed (a newer cairn whose diagnostics changed a repair prompt), so
+    /// the changed drafts are paid for and the rest still replay.
+    ///
+    /// # Errors
+    /// As [`Planning::start`].
+    pub fn start_live(engine: &Engine, goal: &str, options: &PlanOptions) -> Result<Planning, PlanError> {
+        Planning::begin(engine, goal, options, true)
+    }
+
+    fn begin(engine: &Engine, goal: &str, options: &PlanOptions, live: bool) -> Result<Planning, PlanError> {
         let inputs = Inputs::resolve(engine, goal, options).map_err(PlanError::Invalid)?;
         let run_id = inputs.run_id().map_err(PlanError::Invalid)?;
-        let dialect = inputs.dialect.name().to_owned();
+        let dialect = inputs.dialect.clone();
         let model = inputs.model.clone();
         let verdict = Arc::new(Mutex::new(None));
         let workflow = conversation(Arc::new(inputs), verdict.clone());
@@ -363,7 +412,7 @@ impl Planning {
             }
             // A settled conversation is served from its journal: every draft replays, and
             // nothing is written.
-            Some(RunStatus::Ok) => engine
+            Some(RunStatus::Ok) if !live => engine
                 .resume(
                     &run_id,
                     ResumeOptions {
@@ -376,11 +425,18 @@ impl Planning {
                 .map_err(started)?,
             // Rejected, exhausted, failed or cut short: paid drafts replay, the rest run live,
             // under the ceiling recorded when the conversation began.
+            // A draft whose prompt changed since it was paid (a newer linter's diagnostics in its
+            // repair prompt) is a new draft: it is paid for, and the unchanged ones replay.
             Some(_) => engine
-                .resume(&run_id, ResumeOptions { workflow: Some(workflow), ..Default::default() })
+                .resume(
+                    &run_id,
+                    ResumeOptions { workflow: Some(workflow), accept_rekey: true, ..Default::default() },
+                )
                 .map_err(started)?,
         };
-        Ok(Planning { handle, verdict: PendingVerdict { verdict, run_id, dialect }, model })
+        let args = options.args.clone().unwrap_or(Value::Null);
+        let verdict = PendingVerdict { verdict, run_id, dialect, engine: engine.clone(), args };
+        Ok(Planning { handle, verdict, model })
     }
 
     /// The planning run's handle (its events, cancellation).
@@ -433,8 +489,9 @@ impl PendingVerdict {
         let verdict = self.verdict.lock().map(|mut v| v.take()).unwrap_or(None);
         match (verdict, outcome.status) {
             (Some(Verdict::Accepted { source, warnings, drafts }), RunStatus::Ok) => Ok(PlanResult {
+                cost_bound: cost_bound(&self.engine, self.dialect.as_ref(), &source, &self.args, None),
                 source,
-                dialect: self.dialect,
+                dialect: self.dialect.name().to_owned(),
                 warnings,
                 drafts,
                 planning_run_id: run_id,
@@ -445,7 +502,7 @@ impl PendingVerdict {
             {
                 Err(PlanError::Rejected(Box::new(Rejection {
                     planning_run_id: run_id,
-                    dialect: self.dialect,
+                    dialect: self.dialect.name().to_owned(),
                     cause,
                     drafts,
                 })))
@@ -467,6 +524,31 @@ impl PendingVerdict {
 /// Planning the same goal with the same inputs again replays the journaled conversation: no
 /// draft is paid for twice, and a settled conversation makes no provider call at all.
 ///
+/// ```
+/// use std::sync::Arc;
+/// use cairn::planner::{plan, PlanOptions};
+/// use cairn::testing::{FakeProvider, FakeScript};
+/// use cairn::{Engine, MemoryStore, model::ModelRef};
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// // A scripted planner: a JavaScript draft first, then Rhai after reading the diagnostics.
+/// let planner = FakeProvider::new()
+///     .on_any(FakeScript::text("```js\nconst x = await agent('hi');\n```").then_text("```rhai\nagent(\"hi\")\n```"));
+/// let store = Arc::new(MemoryStore::new());
+/// let engine = Engine::builder(store.clone(), store)
+///     .provider(Arc::new(planner.clone()))
+///     .default_model(ModelRef::parse("fake:planner").unwrap())
+///     .build()
+///     .unwrap();
+/// let planned = plan(&engine, "Say hi", PlanOptions::default()).await.unwrap();
+/// assert_eq!((planned.source.as_str(), planned.drafts), ("agent(\"hi\")\n", 2));
+///
+/// // The same goal again replays the journaled conversation: no provider call.
+/// let again = plan(&engine, "Say hi", PlanOptions::default()).await.unwrap();
+/// assert_eq!((again.source, planner.call_count()), (planned.source, 2));
+/// # });
+/// ```
+///
 /// # Errors
 /// - [`PlanError::Invalid`] (`config`) for refused options, before anything is dispatched;
 /// - [`PlanError::Rejected`] (`script_rejected`) when no draft was accepted after
@@ -474,7 +556,10 @@ impl PendingVerdict {
 /// - [`PlanError::Planning`] when the planning run ended otherwise (its ceiling, a provider
 ///   failure, cancellation, another process driving it).
 pub async fn plan(engine: &Engine, goal: &str, options: PlanOptions) -> Result<PlanResult, PlanError> {
-    Planning::start(engine, goal, &options)?.finish().await
+    match Planning::start(engine, goal, &options)?.finish().await {
+        Err(error) if error.is_replay_miss() => Planning::start_live(engine, goal, &options)?.finish().await,
+        other => other,
+    }
 }
 
 /// Options of [`run_planned`]: each leg under its own ceiling.
@@ -485,6 +570,9 @@ pub struct RunPlannedOptions {
     /// The run of the accepted script (its ceiling is `run.budget_usd`); it always runs under
     /// the lenient error policy.
     pub run: RunOptions,
+    /// Run the script even when its cost bound exceeds the run's ceiling (the ceiling still
+    /// holds: the run settles `exhausted` when it is reached).
+    pub force: bool,
 }
 
 /// A planned and executed workflow.
@@ -499,16 +587,37 @@ pub struct Planned {
 /// Starts the run of an accepted plan: a planner-written script (lenient error policy) whose
 /// source is stored with the run, so `Engine::resume` re-executes exactly that source.
 ///
+/// Unless `force`, a script whose cost bound with `args` exceeds the run's ceiling (the
+/// options', else the engine's default) is refused before anything is written.
+///
 /// # Errors
-/// `config` for invalid run options; `validation` if the dialect refuses the source.
+/// [`PlanError::OverCeiling`] as above; [`PlanError::Run`] for invalid run options or a
+/// source the dialect refuses.
 pub fn start_planned(
     engine: &Engine,
     plan: &PlanResult,
     args: Value,
     options: RunOptions,
-) -> Result<RunHandle, Error> {
+    force: bool,
+) -> Result<RunHandle, PlanError> {
+    if !force {
+        let ceiling = match options.budget_usd {
+            Some(usd) => Some(
+                Money::from_usd(usd)
+                    .map_err(|e| PlanError::Run(Error::config(format!("invalid budget: {e}"))))?,
+            ),
+            None => engine.inner().default_budget,
+        };
+        if let Some(ceiling) = ceiling {
+            let dialect = engine.dialect(&plan.dialect).map_err(PlanError::Run)?;
+            let bound = cost_bound(engine, dialect.as_ref(), &plan.source, &args, Some(ceiling));
+            if bound.exceeds(ceiling) {
+                return Err(PlanError::OverCeiling { bound, ceiling });
+            }
+        }
+    }
     let script = Script::new(&plan.dialect, "planned", &plan.source).planner_written();
-    engine.run_script(&script, args, options)
+    engine.run_script(&script, args, options).map_err(PlanError::Run)
 }
 
 /// Plans `goal`, then runs the accepted script with `args`: each leg under its own ceiling.
@@ -521,8 +630,9 @@ pub async fn run_planned(
     args: Value,
     options: RunPlannedOptions,
 ) -> Result<Planned, PlanError> {
-    let plan = plan(engine, goal, options.plan).await?;
-    let handle = start_planned(engine, &plan, args, options.run).map_err(PlanError::Run)?;
+    let plan_options = PlanOptions { args: Some(args.clone()), ..options.plan };
+    let plan = plan(engine, goal, plan_options).await?;
+    let handle = start_planned(engine, &plan, args, options.run, options.force)?;
     let outcome = handle.result().await.map_err(PlanError::Run)?;
     Ok(Planned { plan, outcome })
 }

@@ -240,6 +240,7 @@ fn run_planned_runs_the_accepted_script_leniently_with_its_source_stored() {
     let options = RunPlannedOptions {
         plan: PlanOptions::default(),
         run: RunOptions { budget_usd: Some(1.0), ..RunOptions::default() },
+        force: false,
     };
     let planned = rt().block_on(run_planned(&engine, "Summarize", json!({}), options)).unwrap();
     assert_eq!(planned.outcome.status, RunStatus::Ok, "{:?}", planned.outcome.error);
@@ -250,4 +251,150 @@ fn run_planned_runs_the_accepted_script_leniently_with_its_source_stored() {
     assert_eq!(meta.extra.get("policy"), Some(&json!("lenient")));
     assert!(meta.source_ref.is_some());
     assert_eq!(meta.budget_ceiling, Some(crate::Money::from_usd(1.0).unwrap()));
+}
+
+#[test]
+fn the_accepted_plan_carries_its_cost_bound_and_an_over_ceiling_run_needs_force() {
+    let fanout = "```rhai\nlet notes = parallel(args.topics, |t| agent(`Notes on ${t}`));\nagent(`Merge ${notes}`)\n```";
+    let fake = FakeProvider::new()
+        .on_prompt(regex::Regex::new("workflow script").unwrap(), FakeScript::new(text_turn(fanout, 30)))
+        .otherwise(FakeScript::text("notes"));
+    let (engine, store) = engine_with(&fake);
+    let rt = rt();
+    let _entered = rt.enter();
+    let args = json!({"topics": ["a", "b", "c"]});
+    let options = PlanOptions { args: Some(args.clone()), ..PlanOptions::default() };
+    let plan = rt.block_on(plan(&engine, "goal", options)).unwrap();
+    let CostBound::Bounded { max_agent_calls, worst_case } = plan.cost_bound.clone() else {
+        panic!("{:?}", plan.cost_bound)
+    };
+    assert_eq!(max_agent_calls, 4, "three args-sized branches and the merge");
+    assert!(worst_case > crate::Money::ZERO);
+    let wire = serde_json::to_value(&plan.cost_bound).unwrap();
+    assert_eq!(wire["max_agent_calls"], 4);
+
+    // A run ceiling below the worst case: refused before anything is written, unless forced.
+    let tight = RunOptions { budget_usd: Some(worst_case.as_usd() / 2.0), ..RunOptions::default() };
+    let refused = start_planned(&engine, &plan, args.clone(), tight.clone(), false).unwrap_err();
+    assert!(matches!(refused, PlanError::OverCeiling { .. }), "{refused:?}");
+    assert_eq!(refused.code(), ErrorCode::Config);
+    use crate::store::JournalStore as _;
+    let runs = store.list_runs(&crate::store::RunFilter::default()).unwrap();
+    assert_eq!(runs.len(), 1, "only the planning run exists");
+    // Forced, it runs, and the ceiling still holds.
+    let forced = start_planned(&engine, &plan, args.clone(), tight, true).unwrap();
+    let outcome = rt.block_on(forced.result()).unwrap();
+    assert!(outcome.cost.total.cost <= crate::Money::from_usd(worst_case.as_usd() / 2.0).unwrap());
+    // A ceiling above the bound needs no force.
+    let roomy = RunOptions { budget_usd: Some(worst_case.as_usd() * 2.0), ..RunOptions::default() };
+    let outcome = rt.block_on(start_planned(&engine, &plan, args, roomy, false).unwrap().result()).unwrap();
+    assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
+}
+
+/// A dialect the planner has never heard of, registered through the seam alone. Its
+/// diagnostic's wording can change, as a newer linter's would.
+#[derive(Debug, Default)]
+struct Toy {
+    reworded: std::sync::atomic::AtomicBool,
+}
+
+impl ScriptDialect for Toy {
+    fn name(&self) -> &'static str {
+        "toy"
+    }
+
+    fn extension(&self) -> &'static str {
+        "toy"
+    }
+
+    fn card(&self) -> &'static str {
+        "TOY CARD: write `good`."
+    }
+
+    fn check(&self, source: &str, _: &LintContext) -> Vec<Diagnostic> {
+        if source.trim() == "good" {
+            return Vec::new();
+        }
+        let reworded = self.reworded.load(std::sync::atomic::Ordering::SeqCst);
+        vec![Diagnostic {
+            rule_id: "toy".into(),
+            message: if reworded { "write good, please" } else { "write good" }.into(),
+            line: 1,
+            column: 1,
+            end_line: None,
+            end_column: None,
+            severity: Severity::Error,
+        }]
+    }
+
+    fn prepare(&self, _: &Engine, name: &str, source: &str) -> Result<Workflow, Error> {
+        let source = source.to_owned();
+        Ok(Workflow::new(name, move |_, _| {
+            let source = source.clone();
+            async move { Ok(Value::String(source)) }
+        }))
+    }
+}
+
+#[test]
+fn any_registered_dialect_plugs_in_through_the_seam() {
+    let fake =
+        FakeProvider::new().on_any(FakeScript::text("```toy\nbad\n```").then_text("```toy\ngood\n```"));
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder(store.clone(), store)
+        .provider(Arc::new(fake.clone()))
+        .prices(prices())
+        .default_model(ModelRef::parse("fake:model").unwrap())
+        .dialect(Arc::new(Toy::default()))
+        .build()
+        .unwrap();
+    let options = RunPlannedOptions {
+        plan: PlanOptions { dialect: "toy".into(), ..PlanOptions::default() },
+        run: RunOptions { budget_usd: Some(1.0), ..RunOptions::default() },
+        force: false,
+    };
+    let rt = rt();
+    // The toy dialect has no static bound: a ceiling needs force.
+    let refused = rt.block_on(run_planned(&engine, "goal", json!({}), options.clone())).unwrap_err();
+    let PlanError::OverCeiling { bound: CostBound::Unbounded { reason }, .. } = refused else {
+        panic!("{refused:?}")
+    };
+    assert!(reason.contains("toy"), "{reason}");
+    let planned = rt
+        .block_on(run_planned(&engine, "goal", json!({}), RunPlannedOptions { force: true, ..options }))
+        .unwrap();
+    assert_eq!((planned.plan.dialect.as_str(), planned.plan.drafts), ("toy", 2));
+    assert_eq!(planned.outcome.value, Some(json!("good\n")));
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2, "the second plan replayed the first's drafts");
+    let system = calls[0].request.system.clone().unwrap_or_default();
+    assert!(system.contains("TOY CARD") && system.contains("language is toy"), "{system}");
+    assert!(!system.contains(crate::script::api_card().trim_end()), "the Rhai card leaked into a toy plan");
+    assert!(calls[1].last_user_text.clone().unwrap().contains("\"rule_id\": \"toy\""));
+}
+
+#[test]
+fn a_settled_plan_whose_repair_prompt_changed_is_resumed_live_paying_only_the_change() {
+    let fake = FakeProvider::new().on_any(
+        FakeScript::text("```toy\nbad\n```").then_text("```toy\ngood\n```").then_text("```toy\ngood\n```"),
+    );
+    let toy = Arc::new(Toy::default());
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder(store.clone(), store)
+        .provider(Arc::new(fake.clone()))
+        .default_model(ModelRef::parse("fake:model").unwrap())
+        .dialect(toy.clone())
+        .build()
+        .unwrap();
+    let options = PlanOptions { dialect: "toy".into(), ..PlanOptions::default() };
+    let rt = rt();
+    let first = rt.block_on(plan(&engine, "goal", options.clone())).unwrap();
+    assert_eq!((first.drafts, fake.call_count()), (2, 2));
+    // The linter now words its diagnostic differently: the first draft still replays, its
+    // repair prompt is new and is paid for, and nothing else is.
+    toy.reworded.store(true, std::sync::atomic::Ordering::SeqCst);
+    let again = rt.block_on(plan(&engine, "goal", options)).unwrap();
+    assert_eq!((again.drafts, again.source.as_str()), (2, "good\n"));
+    assert_eq!(fake.call_count(), 3);
+    assert!(fake.calls()[2].last_user_text.clone().unwrap().contains("write good, please"));
 }

@@ -19,11 +19,15 @@ mod common;
 pub mod conformance;
 mod jsonl;
 mod memory;
+mod postgres;
+mod queue;
 mod sqlite;
 mod url;
 
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
+pub use postgres::{PostgresOptions, PostgresStore};
+pub use queue::{Claim, RunQueue};
 pub use sqlite::{DEFAULT_SQLITE_PATH, SqliteOptions, SqliteStore};
 pub use url::{OpenedStore, open, open_read_only};
 
@@ -171,6 +175,8 @@ pub enum RunStatus {
     Exhausted,
     /// Parked on unresolved external input.
     Suspended,
+    /// Waiting in the store's run queue for a worker to claim and drive it.
+    Queued,
 }
 
 impl RunStatus {
@@ -183,6 +189,7 @@ impl RunStatus {
             RunStatus::Cancelled => "cancelled",
             RunStatus::Exhausted => "exhausted",
             RunStatus::Suspended => "suspended",
+            RunStatus::Queued => "queued",
         }
     }
 }
@@ -322,6 +329,9 @@ pub enum Error {
     /// SQLite failed.
     #[error("sqlite failed: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL failed (or could not be reached).
+    #[error("postgres failed: {0}")]
+    Postgres(String),
 }
 
 impl From<Error> for crate::error::Error {
@@ -431,6 +441,12 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
     /// while it holds the run's lease here, and fences every write with it; a store that
     /// grants none (the default) leaves single-driver to its user.
     fn leases(&self) -> Option<&dyn LeasableStore> {
+        None
+    }
+
+    /// The store's run queue, when it keeps one (SQLite and PostgreSQL do): runs enqueued
+    /// here are claimed and driven by workers (`cairn worker`).
+    fn queue(&self) -> Option<&dyn RunQueue> {
         None
     }
 }

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{
-    DEFAULT_SQLITE_PATH, Durability, Error, JournalStore, JsonlStore, LeasableStore, MemoryStore, Result,
-    SqliteOptions, SqliteStore, TranscriptStore,
+    DEFAULT_SQLITE_PATH, Durability, Error, JournalStore, JsonlStore, LeasableStore, MemoryStore,
+    PostgresOptions, PostgresStore, Result, RunQueue, SqliteOptions, SqliteStore, TranscriptStore,
 };
 
 /// One opened store, seen through each seam it implements. All three handles share the
@@ -19,13 +19,19 @@ pub struct OpenedStore {
     pub leases: Option<Arc<dyn LeasableStore>>,
     /// The blob store.
     pub transcripts: Arc<dyn TranscriptStore>,
+    /// The run queue (SQLite and PostgreSQL keep one; `None` for the others and for a
+    /// read-only open).
+    pub queue: Option<Arc<dyn RunQueue>>,
 }
 
 /// Opens the store a URL names, with default options:
 ///
 /// - `sqlite:PATH` (or `sqlite` for [`DEFAULT_SQLITE_PATH`]): a [`SqliteStore`];
 /// - `jsonl:DIR`: a [`JsonlStore`] over the directory;
-/// - `memory`: a [`MemoryStore`] (nothing survives the process).
+/// - `memory`: a [`MemoryStore`] (nothing survives the process);
+/// - `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?schema=NAME&pool_size=N&...]` (or
+///   `postgresql://`): a [`PostgresStore`] in the schema `NAME` (default `cairn`), with libpq's
+///   other URL parameters passed on.
 ///
 /// # Errors
 /// [`Error::Config`] for a URL of another shape; the store's own errors when it cannot open.
@@ -37,7 +43,21 @@ pub fn open(url: &str) -> Result<OpenedStore> {
     match (scheme, rest) {
         ("memory", None | Some("")) => {
             let store = Arc::new(MemoryStore::new());
-            Ok(OpenedStore { journal: store.clone(), leases: Some(store.clone()), transcripts: store })
+            Ok(OpenedStore {
+                journal: store.clone(),
+                leases: Some(store.clone()),
+                transcripts: store,
+                queue: None,
+            })
+        }
+        ("postgres" | "postgresql", Some(_)) => {
+            let store = Arc::new(PostgresStore::open(url, PostgresOptions::new())?);
+            Ok(OpenedStore {
+                journal: store.clone(),
+                leases: Some(store.clone()),
+                transcripts: store.clone(),
+                queue: Some(store),
+            })
         }
         ("sqlite", rest) => {
             let path = rest.filter(|path| !path.is_empty()).unwrap_or(DEFAULT_SQLITE_PATH);
@@ -45,17 +65,27 @@ pub fn open(url: &str) -> Result<OpenedStore> {
                 return Err(bad_url(url, "write sqlite:PATH with no '//' (e.g. sqlite:/var/lib/cairn.db)"));
             }
             let store = Arc::new(SqliteStore::open(Path::new(path), SqliteOptions::new())?);
-            Ok(OpenedStore { journal: store.clone(), leases: Some(store.clone()), transcripts: store })
+            Ok(OpenedStore {
+                journal: store.clone(),
+                leases: Some(store.clone()),
+                transcripts: store.clone(),
+                queue: Some(store),
+            })
         }
         ("jsonl", Some(dir)) if !dir.is_empty() => {
             if dir.starts_with("//") {
                 return Err(bad_url(url, "write jsonl:DIR with no '//' (e.g. jsonl:./runs)"));
             }
             let store = Arc::new(JsonlStore::open(Path::new(dir), Durability::Normal)?);
-            Ok(OpenedStore { journal: store.clone(), leases: Some(store.clone()), transcripts: store })
+            Ok(OpenedStore {
+                journal: store.clone(),
+                leases: Some(store.clone()),
+                transcripts: store,
+                queue: None,
+            })
         }
         ("jsonl", _) => Err(bad_url(url, "a jsonl store needs a directory: jsonl:DIR")),
-        _ => Err(bad_url(url, "expected sqlite:PATH, sqlite, jsonl:DIR or memory")),
+        _ => Err(bad_url(url, "expected sqlite:PATH, sqlite, jsonl:DIR, memory or postgres://HOST/DATABASE")),
     }
 }
 
@@ -81,7 +111,14 @@ pub fn open_read_only(url: &str) -> Result<Option<OpenedStore>> {
                 return Ok(None);
             };
             let store = Arc::new(store);
-            Ok(Some(OpenedStore { journal: store.clone(), leases: None, transcripts: store }))
+            Ok(Some(OpenedStore { journal: store.clone(), leases: None, transcripts: store, queue: None }))
+        }
+        ("postgres" | "postgresql", Some(_)) => {
+            let Some(store) = PostgresStore::open_read_only(url, PostgresOptions::new())? else {
+                return Ok(None);
+            };
+            let store = Arc::new(store);
+            Ok(Some(OpenedStore { journal: store.clone(), leases: None, transcripts: store, queue: None }))
         }
         ("jsonl", Some(dir)) if !dir.is_empty() && !dir.starts_with("//") && !Path::new(dir).is_dir() => {
             Ok(None)
@@ -100,7 +137,16 @@ mod tests {
 
     #[test]
     fn bad_urls_are_config_errors() {
-        for url in ["", "postgres://x", "memory:x", "jsonl:", "jsonl", "sqlite://x.db", "SQLITE:x"] {
+        for url in [
+            "",
+            "postgres:x",
+            "postgres://h/db?schema=No",
+            "memory:x",
+            "jsonl:",
+            "jsonl",
+            "sqlite://x.db",
+            "SQLITE:x",
+        ] {
             let err = open(url).err();
             assert!(matches!(err, Some(Error::Config(_))), "{url:?}: {err:?}");
         }

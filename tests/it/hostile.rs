@@ -45,7 +45,10 @@ const CORPUS: [(&str, Expect); 21] = [
 #[test]
 fn every_hostile_script_is_rejected_or_stopped_in_bounded_time() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile");
-    let files = std::fs::read_dir(&dir).unwrap().count();
+    let files = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "rhai"))
+        .count();
     assert_eq!(files, CORPUS.len(), "every corpus file has an expectation");
     // A smaller operation budget keeps the loops short in debug builds; every other limit
     // is the standard one.
@@ -200,4 +203,88 @@ fn the_wall_clock_limit_counts_script_time_not_model_waits() {
     let stderr = String::from_utf8_lossy(&slow.stderr);
     assert!(stderr.contains("sandbox_limit") && stderr.contains("wall-clock"), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+}
+
+/// The Lua corpus (`tests/hostile/*.lua`): every script is rejected by lint or ends its run
+/// with `sandbox_limit`, in process and through the binary, in bounded time and memory.
+fn lua_corpus() -> Vec<(String, std::path::PathBuf)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|x| x == "lua"))
+        .map(|path| (path.file_stem().unwrap().to_string_lossy().into_owned(), path))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 24, "the Lua corpus shrank: {}", files.len());
+    files
+}
+
+#[test]
+fn every_hostile_lua_script_is_rejected_or_stopped_in_bounded_time() {
+    let limits = SandboxLimits {
+        max_operations: 2_000_000,
+        max_wall_time: Duration::from_secs(5),
+        max_memory: 64 << 20,
+        ..SandboxLimits::STANDARD
+    };
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder(store.clone(), store)
+        .dialect(Arc::new(cairn::script::lua::LuaDialect::with_limits(limits)))
+        .build()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for (name, path) in lua_corpus() {
+        let source = std::fs::read_to_string(&path).unwrap();
+        let started = Instant::now();
+        let _guard = runtime.enter();
+        match engine.run_script(&Script::new("lua", &name, &source), json!({}), RunOptions::default()) {
+            // Lint may refuse what the sandbox would stop.
+            Err(err) => {
+                assert_eq!(err.code, ErrorCode::Validation, "{name}: {err}");
+                assert!(err.message.contains("script rejected"), "{name}: {}", err.message);
+            }
+            Ok(handle) => {
+                let outcome = runtime
+                    .block_on(async { tokio::time::timeout(Duration::from_secs(60), handle.result()).await })
+                    .unwrap_or_else(|_| panic!("{name} hung"))
+                    .unwrap();
+                assert_eq!(outcome.status, RunStatus::Error, "{name}: {outcome:?}");
+                assert_eq!(
+                    outcome.error.as_ref().unwrap().code,
+                    ErrorCode::SandboxLimit,
+                    "{name}: {outcome:?}"
+                );
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
+    }
+}
+
+#[test]
+fn hostile_lua_scripts_end_in_bounded_time_and_memory_through_the_binary() {
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(
+        work.path().join("cairn.toml"),
+        "[sandbox]\nmemory_mb = 64\nwall_time_s = 5\nmax_operations = 2000000\n",
+    )
+    .unwrap();
+    let binary = assert_cmd::cargo::cargo_bin("cairn");
+    for (name, path) in lua_corpus() {
+        let mut command = std::process::Command::new(&binary);
+        command
+            .current_dir(work.path())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .args(["--store", "memory", "run", "-q"])
+            .arg(&path);
+        let started = Instant::now();
+        let (peak, code, stderr) = run_measured(command, Duration::from_secs(60));
+        let stopped = code == 1 && stderr.contains("sandbox_limit");
+        let rejected = stderr.contains("rejected by lint");
+        assert!(stopped || rejected, "{name}: exit {code}: {stderr}");
+        assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
+        assert!(peak < 192 << 20, "{name} peaked at {} MiB (limit 64 MiB)", peak >> 20);
+    }
 }

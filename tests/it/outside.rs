@@ -283,7 +283,7 @@ fn read_commands_work_on_a_read_only_copy() {
 /// build) before the array-size limit stopped it, with almost no memory: each wrap copies and
 /// re-measures the whole nest, so the time grows with the square of the depth and the
 /// operation budget never sees it. The sandbox counts the allocations copies make and ends
-/// the run with `sandbox_limit` (about 0.4 s in release).
+/// the run with `sandbox_limit` (about 0.2 s in release).
 #[test]
 fn a_self_nesting_array_ends_quickly() {
     let dir = project("", &[("deep.rhai", "let a = []; for i in 0..100000 { a = [a]; }\n1")]);

@@ -49,6 +49,8 @@ fn cli_plan_repairs_a_bad_draft_from_the_lint_json_and_replanning_is_free() {
     assert_eq!(plan["dialect"], "rhai");
     assert_eq!(plan["source"], "let a = agent(\"first\");\nlet b = agent(\"second\");\na + \" / \" + b\n");
     assert!(plan["warnings"].is_array());
+    assert_eq!(plan["cost_bound"]["max_agent_calls"], 2, "{plan}");
+    assert!(plan["cost_bound"]["worst_case_usd"].as_f64().unwrap() > 0.0, "{plan}");
     let planning_run_id = plan["planning_run_id"].as_str().unwrap().to_owned();
     assert!(planning_run_id.starts_with("plan-"), "{planning_run_id}");
 
@@ -126,7 +128,6 @@ fn cli_plan_refuses_bad_options_before_any_request() {
         vec!["plan", GOAL, "--dialect", "cobol"],
         vec!["plan", GOAL, "--planner-model", "nowhere:x"],
         vec!["plan", GOAL, "--planning-budget", "-1"],
-        vec!["plan", GOAL, "--budget", "1"],
         vec!["plan", GOAL, "--run", "--args", "{not json"],
     ] {
         let (code, _, stderr) = run(dir.path(), &args);
@@ -162,6 +163,23 @@ fn cli_plan_run_json_nests_the_runs_outcome() {
 }
 
 #[test]
+fn cli_plan_run_over_its_ceiling_needs_force_and_the_ceiling_still_holds() {
+    let server = ScriptedServer::start(vec![text(GOOD_DRAFT, 900, 30)]);
+    let dir = project(&server.url, "", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--run", "--budget", "0.000001"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("cost bound") && stderr.contains("--force"), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let (_, runs, _) = run(dir.path(), &["runs", "--json"]);
+    let runs: Vec<Value> = serde_json::from_str(&runs).unwrap();
+    assert!(runs.iter().all(|r| r["name"] != "planned"), "a refused run was written: {runs:?}");
+    // Forced: the draft replays from the planning journal, and the ceiling refuses the calls.
+    let (code, _, stderr) = run(dir.path(), &["plan", GOAL, "--run", "--budget", "0.000001", "--force"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(server.requests().len(), 1, "only the one draft was ever paid");
+}
+
+#[test]
 fn cli_plan_offline_from_a_cassette_makes_no_request() {
     let server = ScriptedServer::start(vec![text(BAD_DRAFT, 900, 40), text(GOOD_DRAFT, 950, 30)]);
     let dir = project(&server.url, "", "");
@@ -194,7 +212,9 @@ fn cairn_card_prints_a_dialects_card_and_the_profile_card() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("cairn.toml"),
-        "[profiles.researcher]\ndescription = \"Finds primary sources.\"\nmodel = \"echo:default\"\n",
+        "[profiles.researcher]\ndescription = \"Finds primary sources.\"\nmodel = \"echo:default\"\n\n\
+         [host_functions.fetch_issue]\ncommand = [\"cat\"]\ndescription = \"Fetches one issue.\"\n\
+         accepts = { type = \"object\", required = [\"number\"] }\n\n[host_functions.bare]\ncommand = [\"cat\"]\n",
     )
     .unwrap();
     let (code, plain, _) = run(dir.path(), &["card"]);
@@ -205,6 +225,13 @@ fn cairn_card_prints_a_dialects_card_and_the_profile_card() {
     let (code, profiles, _) = run(dir.path(), &["card", "--profiles"]);
     assert_eq!(code, 0);
     assert!(profiles.contains("- researcher: Finds primary sources. | model: echo:default"), "{profiles}");
+    assert!(
+        profiles.contains(
+            r#"- fetch_issue: Fetches one issue. | accepts: {"required":["number"],"type":"object"}"#
+        ),
+        "{profiles}"
+    );
+    assert!(profiles.contains("- bare: (no description)"), "{profiles}");
     assert_eq!(run(dir.path(), &["card", "--profiles"]).1, profiles, "the profile card is byte-stable");
     assert_eq!(run(dir.path(), &["card", "--dialect", "cobol"]).0, 2);
 }
@@ -263,12 +290,14 @@ fn plan_then_run_killed_mid_run_resumes_without_the_source_file() {
 }
 
 /// Opt-in: the tiny real model (`CAIRN_TEST_OPENAI_BASE_URL`) as planner. Whatever it writes,
-/// the loop ends in an accepted script or a typed `script_rejected`, never a crash. The server
-/// serves one request at a time and answers a busy moment with an incomplete stream, so the
-/// config retries patiently; its 4,096-token context holds the cards with little room to spare,
-/// and a CPU build takes a minute or two per draft.
+/// the loop ends typed, never in a crash: an accepted script (exit 0), a `script_rejected`
+/// (exit 6), or, when the model cannot answer at all, the planning run's typed failure on one
+/// line (exit 1). SmolLM2-135M on llama.cpp has a 4,096-token context and the Rhai API card alone
+/// is about 3,760 of its tokens, so the system prompt with the output cap overflows it; the
+/// server then ends its stream early, which the adapter reports as a retryable `transport`
+/// failure. A CPU build takes a minute or two per request.
 #[test]
-fn live_model_planning_ends_accepted_or_rejected() {
+fn live_model_planning_ends_typed() {
     let Ok(url) = std::env::var("CAIRN_TEST_OPENAI_BASE_URL") else {
         eprintln!("skipped: set CAIRN_TEST_OPENAI_BASE_URL to run against a real server");
         return;
@@ -278,22 +307,54 @@ fn live_model_planning_ends_accepted_or_rejected() {
     std::fs::write(
         dir.path().join("cairn.toml"),
         format!(
-            "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nprices = {{ {model} = [0.0, 0.0] }}\n\n[routing]\nplan = \"local:{model}\"\n\n[retry]\nmax_attempts = 20\ninitial_backoff_ms = 2000\nmax_backoff_ms = 10000\n"
+            "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nprices = {{ {model} = [0.0, 0.0] }}\n\n[routing]\nplan = \"local:{model}\"\n\n[retry]\nmax_attempts = 4\ninitial_backoff_ms = 2000\n"
         ),
     )
     .unwrap();
     let out = cairn_in(dir.path())
-        .timeout(Duration::from_secs(600))
+        .timeout(Duration::from_secs(900))
         .args(["plan", "Summarize the benefits of unit tests in two parallel agent calls", "--json"])
-        .args(["--repair-rounds", "1", "--max-output-tokens", "256"])
+        .args(["--repair-rounds", "1", "--max-output-tokens", "128"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let code = out.status.code();
-    assert!(matches!(code, Some(0) | Some(6)), "exit {code:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
     let value: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     match code {
         Some(0) => assert!(value["source"].is_string(), "{value}"),
-        _ => assert_eq!(value["error"]["code"], "script_rejected", "{value}\n{stderr}"),
+        Some(6) => assert_eq!(value["error"]["code"], "script_rejected", "{value}\n{stderr}"),
+        Some(1) => {
+            let last = stderr.lines().last().unwrap_or_default();
+            assert!(
+                last.starts_with("cairn: planning run plan-") && last.contains(" ended error: "),
+                "{stderr}"
+            );
+        }
+        other => panic!("exit {other:?}: {stderr}"),
     }
+}
+
+#[test]
+fn cli_plan_in_lua_repairs_a_rhai_draft_and_runs_it() {
+    let lua =
+        "```lua\nlocal a = agent(\"first\")\nlocal b = agent(\"second\")\nreturn a .. \" / \" .. b\n```";
+    let server = ScriptedServer::start(vec![
+        text(GOOD_DRAFT, 900, 30),
+        text(lua, 950, 30),
+        text("A", 10, 2),
+        text("B", 10, 2),
+    ]);
+    let dir = project(&server.url, "", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--dialect", "lua", "--run", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let object: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!((object["dialect"].as_str(), object["drafts"].as_u64()), (Some("lua"), Some(2)), "{object}");
+    assert_eq!(object["run"]["value"], "A / B");
+    let requests = server.requests();
+    assert!(system_text(&requests[0]).contains("cairn script dialect (Lua)"), "the Lua card is missing");
+    assert!(user_text(&requests[1]).contains("\"rule_id\""), "the repair prompt lacks the diagnostics");
+    let (code, card, _) = run(dir.path(), &["card", "--dialect", "lua"]);
+    assert_eq!(code, 0);
+    assert!(card.starts_with("# cairn script dialect (Lua)"), "{card}");
 }

@@ -1,7 +1,21 @@
-//! The Lua dialect (Lua 5.4): the same globals, semantics, journal identity and diagnostics as
-//! Rhai, behind the same [`crate::engine::ScriptDialect`] seam.
+//! The Lua dialect (Lua 5.4 through mlua): the same globals, semantics, journal identity and
+//! diagnostics as Rhai, behind the same [`crate::engine::ScriptDialect`] seam.
 //!
-//! `lint` checks a source without running it (full_moon); the runner, the sandbox and the
-//! JSON boundary live beside it.
+//! `lint` checks a source without running it; the runner (`runner`, `globals`, `fanout`), the
+//! sandbox (`sandbox`, `prelude.lua`, `guard`, `frame`, `isolate`, `order`) and the JSON
+//! boundary (`json`, `options`) live beside it.
 
+mod fanout;
+mod frame;
+mod globals;
+mod guard;
+mod isolate;
+mod json;
 pub mod lint;
+mod options;
+mod order;
+mod pattern;
+mod runner;
+mod sandbox;
+
+pub use runner::LuaDialect;

@@ -514,41 +514,63 @@ fn with_workers<R>(
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
     let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
-    std::thread::scope(|scope| {
-        let mut started = 0;
-        for _ in 0..granted {
-            let rx = &rx;
-            let isolation = &isolation;
-            let spawned =
-                std::thread::Builder::new().stack_size(SCRIPT_STACK).spawn_scoped(scope, move || {
-                    let _charged = shared.guard.enter();
-                    super::threads::hold(grant.nested_budget);
-                    loop {
-                        let job = {
-                            let _waiting = shared.guard.pause();
-                            rx.lock().unwrap_or_else(|p| p.into_inner()).recv()
-                        };
-                        let Ok(job) = job else { break };
-                        let result = with_ctx(job.ctx, || {
-                            isolation
-                                .call_branch(&fns[job.index], context, job.args)
-                                .map_err(|e| from_rhai(*e))
-                                .and_then(|v| to_json(&v))
-                                .and_then(|v| bounded(v, MAX_BRANCH_RESULT, "a branch's result"))
-                        });
-                        let _ = job.reply.send(result);
-                    }
-                });
-            if spawned.is_err() {
-                break;
-            }
-            started += 1;
+    let rx = &rx;
+    let isolation = &isolation;
+    // Every worker runs this (it captures only references, so it is `Copy`).
+    let worker = move || {
+        let _charged = shared.guard.enter();
+        super::threads::hold(grant.nested_budget);
+        loop {
+            let job = {
+                let _waiting = shared.guard.pause();
+                rx.lock().unwrap_or_else(|p| p.into_inner()).recv()
+            };
+            let Ok(job) = job else { break };
+            let result = with_ctx(job.ctx, || {
+                isolation
+                    .call_branch(&fns[job.index], context, job.args)
+                    .map_err(|e| from_rhai(*e))
+                    .and_then(|v| to_json(&v))
+                    .and_then(|v| bounded(v, MAX_BRANCH_RESULT, "a branch's result"))
+            });
+            let _ = job.reply.send(result);
         }
-        if started == 0 {
+    };
+    std::thread::scope(|scope| {
+        let spawn = move || std::thread::Builder::new().stack_size(SCRIPT_STACK).spawn_scoped(scope, worker);
+        // One worker before the branches start, so a job always finds a thread; the others
+        // start on a thread of their own while the first branches already run (a wide fan-out
+        // no longer waits for hundreds of thread starts before its first call). Jobs queue in
+        // branch order and a worker takes the oldest, so a branch never waits on one that has
+        // no thread.
+        if spawn().is_err() {
             // No thread could be started: fail rather than wait for a worker forever.
             return Err(Error::new(ErrorCode::SandboxLimit, "no thread could be started for the branches"));
         }
-        Ok(body(tx, started))
+        let rest = granted - 1;
+        if rest > 0 {
+            let spawner =
+                std::thread::Builder::new().name("cairn-spawner".into()).spawn_scoped(scope, move || {
+                    for _ in 0..rest {
+                        if spawn().is_err() {
+                            // The fan-out was promised `granted` threads; with fewer, a branch
+                            // counted as running could sit in the queue behind waiting ones. End
+                            // the run instead (every queued job then fails at its first operation).
+                            shared.guard.trip(Error::new(
+                                ErrorCode::SandboxLimit,
+                                format!("only part of a fan-out's {granted} branch threads could be started"),
+                            ));
+                            break;
+                        }
+                    }
+                });
+            if spawner.is_err() {
+                // No spawner thread: start the rest here, as many as the system allows.
+                let started = 1 + (0..rest).take_while(|_| spawn().is_ok()).count();
+                return Ok(body(tx, started));
+            }
+        }
+        Ok(body(tx, granted))
     })
 }
 

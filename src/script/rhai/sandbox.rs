@@ -79,7 +79,7 @@ impl SandboxLimits {
         max_functions: 1_024,
         max_source_size: 1 << 20,
         max_memory: 256 << 20,
-        max_allocations: 20_000_000,
+        max_allocations: 10_000_000,
         max_wall_time: std::time::Duration::from_secs(300),
     };
 }

@@ -34,6 +34,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 mod checkpoint;
+mod queue;
 
 use self::checkpoint::Checkpointer;
 use super::common::{self, HeldLease};
@@ -669,6 +670,9 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection> {
         }
         tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     }
+    // The run queue's tables are additive: created on every write open of a store without
+    // them, so older stores gain a queue without a version change (and older cairns ignore it).
+    tx.execute_batch(queue::SCHEMA)?;
     // Stores made before cairn stamped its id get it on their first write open.
     let id: i32 = tx.query_row("PRAGMA application_id", [], |row| row.get(0))?;
     if id != APPLICATION_ID {
@@ -974,6 +978,10 @@ impl JournalStore for SqliteStore {
         if self.read_only { None } else { Some(self) }
     }
 
+    fn queue(&self) -> Option<&dyn super::RunQueue> {
+        if self.read_only { None } else { Some(self) }
+    }
+
     fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()> {
         self.write(|conn, now_ms| {
             fence(conn, run, lease, now_ms)?;
@@ -989,6 +997,7 @@ impl JournalStore for SqliteStore {
                 "DELETE FROM runs WHERE run_id = ?1",
                 "DELETE FROM run_tags WHERE run_id = ?1",
                 "DELETE FROM leases WHERE run_id = ?1",
+                "DELETE FROM queue WHERE run_id = ?1",
             ] {
                 conn.prepare_cached(sql)?.execute([run.as_str()])?;
             }

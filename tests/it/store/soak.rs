@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cairn::store::{Error, SqliteOptions, SqliteStore};
-use cairn::{JournalStore, LeasableStore, Lease, RawEntry, RunId, RunMeta, RunStatus};
+use cairn::store::{Error, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore};
+use cairn::{LeasableStore, Lease, RawEntry, RunId, RunMeta, RunStatus};
 
 const DB_ENV: &str = "CAIRN_SOAK_WRITER";
 const LOG_ENV: &str = "CAIRN_SOAK_LOG";
@@ -58,7 +58,7 @@ impl XorShift {
 /// One writer's storm, logging to its own file.
 struct Writer {
     id: String,
-    store: SqliteStore,
+    store: Box<dyn LeasableStore>,
     log: LineWriter<File>,
     rng: XorShift,
     run: RunId,
@@ -267,10 +267,9 @@ fn soak_writer() {
     let seed = u64::from(std::process::id())
         ^ SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
         | 1;
-    // Opened bare, at the same moment as the other writer, over a fresh file: concurrent
-    // boot is part of what is under test.
-    let options = SqliteOptions { busy_timeout: Duration::from_secs(20), ..SqliteOptions::new() };
-    let store = SqliteStore::open(Path::new(&db), options).unwrap();
+    // Opened bare, at the same moment as the other writer, over a fresh file (or schema):
+    // concurrent boot is part of what is under test.
+    let store = open_store(&db);
     let mut writer = Writer {
         id,
         store,
@@ -320,7 +319,17 @@ fn read_log(path: &Path) -> Log {
     log
 }
 
-fn spawn_writer(db: &Path, dir: &Path, id: &str) -> (Child, PathBuf, PathBuf) {
+/// The store at a soak location: a PostgreSQL URL, else a SQLite file.
+fn open_store(location: &str) -> Box<dyn LeasableStore> {
+    if location.starts_with("postgres") {
+        Box::new(PostgresStore::open(location, PostgresOptions::new()).unwrap())
+    } else {
+        let options = SqliteOptions { busy_timeout: Duration::from_secs(20), ..SqliteOptions::new() };
+        Box::new(SqliteStore::open(Path::new(location), options).unwrap())
+    }
+}
+
+fn spawn_writer(db: &str, dir: &Path, id: &str) -> (Child, PathBuf, PathBuf) {
     let log = dir.join(format!("{id}.log"));
     let output = dir.join(format!("{id}.out"));
     let child = Command::new(std::env::current_exe().unwrap())
@@ -356,8 +365,21 @@ fn wait(mut child: Child, id: &str, stderr: &Path, deadline: Instant) {
 fn sqlite_multi_process_soak() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("soak.db");
+    referee(db.to_str().unwrap(), dir.path());
+}
+
+/// The same soak on PostgreSQL: two processes, one fresh schema, competing leases.
+#[test]
+fn postgres_multi_process_soak() {
+    let Some(url) = crate::postgres::fresh_url("soak") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    referee(&url, dir.path());
+}
+
+/// Spawns two writers on the store at `db`, and checks what they logged against the store.
+fn referee(db: &str, dir: &Path) {
     let ids = ["w1", "w2"];
-    let writers: Vec<_> = ids.iter().map(|id| spawn_writer(&db, dir.path(), id)).collect();
+    let writers: Vec<_> = ids.iter().map(|id| spawn_writer(db, dir, id)).collect();
     let deadline = Instant::now() + REFEREE_TIMEOUT;
     let mut logs = HashMap::new();
     for ((child, log, stderr), id) in writers.into_iter().zip(ids) {
@@ -413,7 +435,7 @@ fn sqlite_multi_process_soak() {
         "an older epoch was accepted after a newer one"
     );
 
-    let store = SqliteStore::open(&db, SqliteOptions::new()).unwrap();
+    let store = open_store(db);
     let journal = store.load(&RunId::parse(RUN).unwrap()).unwrap();
     assert!(
         journal.windows(2).all(|pair| pair[0].seq() < pair[1].seq()),

@@ -10,7 +10,7 @@ use super::names::{self, BUDGET_METHODS};
 use super::values::{
     Pos, Static, ident, lua_article, peek_literal, peek_table, string_literal, token_pos, type_phrase,
 };
-use super::walk::{Linter, Resolved, pos_of};
+use super::walk::{BindingKind, Linter, Resolved, pos_of};
 use crate::script::schema_check::{self, Registry, Shape, registered_problem};
 use crate::script::{Global, LOG_LEVELS, PARALLEL_MAP_FORM, Param, ParamKind, Severity, global, suggest};
 
@@ -149,8 +149,9 @@ impl Linter<'_, '_> {
                             && names::forbidden_global(&name).is_none()
                             && !names::BASE_VALUES.contains(&name.as_str())
                         {
-                            let message = self.unknown_name_message("function", &name, pos);
-                            self.error_at("unknown-function", pos, Some(name.chars().count()), message);
+                            let (foreign, message) = self.unknown_name_message("function", &name, pos);
+                            let rule = if foreign { "foreign-syntax" } else { "unknown-function" };
+                            self.error_at(rule, pos, Some(name.chars().count()), message);
                         } else {
                             self.read_global(&name, pos, member.as_deref());
                         }
@@ -244,14 +245,20 @@ impl Linter<'_, '_> {
             return Callee::Member(root.to_owned(), field.to_owned());
         }
         let full = format!("{root}.{field}");
-        let message = match names::foreign_member_hint(root, field) {
-            Some(hint) => format!("unknown function '{full}'; {hint}"),
+        let (rule, message) = match names::foreign_member_hint(root, field) {
+            Some(hint) => ("foreign-syntax", format!("unknown function '{full}'; {hint}")),
             None => match suggest::did_you_mean(field, functions.iter().copied()) {
-                Some(candidate) => format!("unknown function '{full}' (did you mean '{root}.{candidate}'?)"),
-                None => format!("unknown function '{full}'; the {root} library has {}", functions.join(", ")),
+                Some(candidate) => (
+                    "unknown-function",
+                    format!("unknown function '{full}' (did you mean '{root}.{candidate}'?)"),
+                ),
+                None => (
+                    "unknown-function",
+                    format!("unknown function '{full}'; the {root} library has {}", functions.join(", ")),
+                ),
             },
         };
-        self.error_at("unknown-function", token_pos(field_token), Some(field.chars().count()), message);
+        self.error_at(rule, token_pos(field_token), Some(field.chars().count()), message);
         Callee::Unknown
     }
 
@@ -265,7 +272,7 @@ impl Linter<'_, '_> {
             && !self.defines_method(name)
         {
             self.error_at(
-                "unknown-function",
+                "foreign-syntax",
                 pos,
                 Some(name.chars().count()),
                 format!("unknown method ':{name}'; {hint}"),
@@ -275,6 +282,8 @@ impl Linter<'_, '_> {
         if let Some((root_name, _)) = root
             && on_path
             && let Some(binding) = self.lookup(root_name)
+            // A method of `args` or `budget` reads them (`budget:spent()`); writes are direct.
+            && self.bindings[binding].kind != BindingKind::ScriptVariable
         {
             let len = name.chars().count();
             self.record_mutation(binding, root_name, pos, len, format!(":{name}() on"), false);

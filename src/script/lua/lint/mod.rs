@@ -27,6 +27,7 @@
 //! - `closure-text` is an error in Lua: `tostring` of a function is its address, which differs
 //!   in every process, so a prompt made from it could never be replayed.
 
+pub mod bound;
 mod calls;
 mod names;
 mod syntax;
@@ -40,7 +41,7 @@ use full_moon::LuaVersion;
 use crate::script::{Diagnostic, LintContext, Severity, sort_diagnostics};
 
 /// The largest source lint accepts, the limit the Rhai dialect sets.
-const MAX_SOURCE_SIZE: usize = 1 << 20;
+pub(super) const MAX_SOURCE_SIZE: usize = 1 << 20;
 
 /// Every finding of lint over a Lua source, sorted by position. Never fails: a malformed or
 /// hostile script yields diagnostics, and a bug in the linter (or a panic in the parser) yields
@@ -71,23 +72,26 @@ fn analyze(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
     if let Some(fatal) = scan.fatal {
         return vec![fatal];
     }
-    if scan.nesting <= syntax::SHALLOW_NESTING {
-        return parse_and_walk(source, ctx);
+    on_parser_stack(scan.nesting, || parse_and_walk(source, ctx)).unwrap_or_else(|| {
+        let message = "the linter failed on this script; this is a bug in cairn, please report it";
+        vec![span_diagnostic("internal", message.to_owned(), 1, 1, None)]
+    })
+}
+
+/// Runs `work` (a parse, a walk of the tree and its drop) where the stack fits a source of
+/// this nesting: inline for shallow sources, else on a thread whose stack is sized for the
+/// deepest nesting [`syntax::scan`] accepts, since the parser, the walks and dropping the tree
+/// all recurse once per level. `None` when the thread could not run or panicked.
+pub(super) fn on_parser_stack<T: Send>(nesting: usize, work: impl FnOnce() -> T + Send) -> Option<T> {
+    if nesting <= syntax::SHALLOW_NESTING {
+        return Some(work());
     }
-    // Deep (but accepted) nesting: the parser and the walk recurse per level, and so does
-    // dropping the tree, so all three run on a thread with a stack sized for the limit.
     std::thread::scope(|scope| {
         let worker = std::thread::Builder::new()
-            .name("cairn-lua-lint".to_owned())
+            .name("cairn-lua-parse".to_owned())
             .stack_size(syntax::DEEP_STACK)
-            .spawn_scoped(scope, || parse_and_walk(source, ctx));
-        match worker.map(|handle| handle.join()) {
-            Ok(Ok(diagnostics)) => diagnostics,
-            _ => {
-                let message = "the linter failed on this script; this is a bug in cairn, please report it";
-                vec![span_diagnostic("internal", message.to_owned(), 1, 1, None)]
-            }
-        }
+            .spawn_scoped(scope, work);
+        worker.ok().and_then(|handle| handle.join().ok())
     })
 }
 

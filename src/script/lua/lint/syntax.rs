@@ -98,7 +98,7 @@ pub(super) fn scan(source: &str) -> Scan {
         if c == '`' {
             let message = "Lua has no backquoted template strings; join text with .. (\"total: \" .. n) or \
                            use string.format(\"total: %d\", n)";
-            scan.fatal = Some(span_diagnostic("syntax", message.to_owned(), line, column, Some(1)));
+            scan.fatal = Some(span_diagnostic("foreign-syntax", message.to_owned(), line, column, Some(1)));
             return scan;
         }
         if c.is_alphabetic() || c == '_' {
@@ -247,11 +247,18 @@ pub(super) fn parse_errors(errors: &[Error], source: &str) -> Vec<Diagnostic> {
             }
             Error::TokenizerError(error) => error.error().to_string(),
         };
-        let message = match hint(source, start.bytes(), &base) {
+        let hint = hint(source, start.bytes(), &base);
+        // A habit from another language is `foreign-syntax`, as in Rhai; a missing `then`,
+        // `do` or `end` is plain syntax.
+        let rule = match hint {
+            Some(hint) if !STRUCTURAL.contains(&hint) => "foreign-syntax",
+            _ => "syntax",
+        };
+        let message = match hint {
             Some(hint) => format!("{}; {hint}", base.trim_end_matches('.')),
             None => base,
         };
-        let mut diagnostic = span_diagnostic("syntax", message, line, column, None);
+        let mut diagnostic = span_diagnostic(rule, message, line, column, None);
         if end.line() == start.line() && end.character() > start.character() {
             diagnostic.end_line = Some(line);
             diagnostic.end_column = u32::try_from(end.character()).ok();
@@ -301,16 +308,23 @@ fn hint(source: &str, at: usize, message: &str) -> Option<&'static str> {
     } else if let Some(hint) = line_hint(line_before, line_after) {
         hint
     } else if message.contains("`then`") {
-        "Lua writes if cond then ... end, with no braces or colon"
+        STRUCTURAL[0]
     } else if message.contains("`do`") {
-        "Lua writes loops as for i = 1, n do ... end or for _, x in ipairs(list) do ... end"
+        STRUCTURAL[1]
     } else if message.contains("`end`") {
-        "every function, if, for, while and do block closes with end"
+        STRUCTURAL[2]
     } else {
         return None;
     };
     Some(hint)
 }
+
+/// The hints about Lua's own block structure, which are not habits from another language.
+const STRUCTURAL: [&str; 3] = [
+    "Lua writes if cond then ... end, with no braces or colon",
+    "Lua writes loops as for i = 1, n do ... end or for _, x in ipairs(list) do ... end",
+    "every function, if, for, while and do block closes with end",
+];
 
 const NOT_EQUAL: &str = "Lua's not-equal is ~=";
 const ARROW: &str = "Lua has no arrow functions; write function(x) return x + 1 end";

@@ -56,7 +56,7 @@ fn an_operator_chain_that_resets_at_commas_is_not_nesting() {
 #[test]
 fn inputs_that_panic_the_parser_are_reported_not_raised() {
     // full_moon's Lua 5.4 lexer panics on a backquote; the scan reports it first.
-    assert_eq!(rules("return `x`"), ["syntax"]);
+    assert_eq!(rules("return `x`"), ["foreign-syntax"]);
     assert_eq!(rules("local s = \"`\" return s"), Vec::<String>::new());
     assert_eq!(rules("-- a `quoted` word\nreturn 1"), Vec::<String>::new());
     assert_eq!(rules("return [[`]]"), Vec::<String>::new());
@@ -120,4 +120,13 @@ fn positions_count_characters_not_bytes() {
     assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
     assert_eq!((diagnostics[0].line, diagnostics[0].column), (1, 28));
     assert_eq!(diagnostics[0].end_column, Some(33));
+}
+
+#[test]
+fn budget_reads_in_either_call_style() {
+    assert!(
+        errors("local a = budget.spent()\nlocal b = budget:remaining()\nreturn {a, b, args.text:upper()}")
+            .is_empty()
+    );
+    assert_eq!(rules("return budget.left()"), ["unknown-function"]);
 }

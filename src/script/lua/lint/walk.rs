@@ -469,7 +469,7 @@ impl<'c, 's> Linter<'c, 's> {
                 let op = binop.token().token().to_string();
                 if op == "+" && (is_text(&left) || is_text(&right)) {
                     let message = "+ adds numbers; join text with .. (\"total: \" .. n)".to_owned();
-                    self.error_at("arg-type", node_pos(binop), Some(1), message);
+                    self.error_at("foreign-syntax", node_pos(binop), Some(1), message);
                 }
                 if op == ".." {
                     for (side, shape) in [(lhs, &left), (rhs, &right)] {
@@ -585,19 +585,21 @@ impl<'c, 's> Linter<'c, 's> {
             self.error_at("forbidden", pos, Some(len), format!("{name} is not available; {instead}"));
             return;
         }
-        let message = self.unknown_name_message("variable", name, pos);
-        self.error_at("unknown-variable", pos, Some(len), message);
+        let (foreign, message) = self.unknown_name_message("variable", name, pos);
+        let rule = if foreign { "foreign-syntax" } else { "unknown-variable" };
+        self.error_at(rule, pos, Some(len), message);
     }
 
-    /// "unknown variable 'x' (did you mean 'y'?)", or with what to write instead.
-    pub(super) fn unknown_name_message(&self, kind: &str, name: &str, pos: Pos) -> String {
+    /// "unknown variable 'x' (did you mean 'y'?)", or with what to write instead; true when
+    /// the name is a habit from another language (a `foreign-syntax` finding).
+    pub(super) fn unknown_name_message(&self, kind: &str, name: &str, pos: Pos) -> (bool, String) {
         if kind == "variable" && self.after_floor_division(pos) {
-            return format!(
-                "unknown variable '{name}'; comments start with -- in Lua (// is floor division)"
-            );
+            let message =
+                format!("unknown variable '{name}'; comments start with -- in Lua (// is floor division)");
+            return (true, message);
         }
         if let Some(hint) = names::foreign_global_hint(name) {
-            return format!("unknown {kind} '{name}'; {hint}");
+            return (true, format!("unknown {kind} '{name}'; {hint}"));
         }
         let locals: Vec<&str> = self.scope.iter().map(|entry| entry.name.as_str()).collect();
         let candidates = locals
@@ -606,7 +608,7 @@ impl<'c, 's> Linter<'c, 's> {
             .chain(GLOBALS.iter().map(|global| global.name))
             .chain(names::BASE_FUNCTIONS.iter().copied())
             .chain(names::LIBRARIES.iter().map(|(library, _)| *library));
-        match suggest::did_you_mean(name, candidates) {
+        let message = match suggest::did_you_mean(name, candidates) {
             Some(candidate) => format!("unknown {kind} '{name}' (did you mean '{candidate}'?)"),
             None if kind == "variable" => {
                 format!("unknown variable '{name}'; declare it with local first (the run's input is args)")
@@ -615,7 +617,8 @@ impl<'c, 's> Linter<'c, 's> {
                 "unknown function '{name}'; the globals are {}, and Lua's string, table, math and utf8 libraries",
                 GLOBALS.iter().map(|global| global.name).collect::<Vec<_>>().join(", ")
             ),
-        }
+        };
+        (false, message)
     }
 
     /// Whether the text before `pos` on its line ends with `//`: a comment written the C way,

@@ -301,10 +301,13 @@ impl<'s> Scanner<'s> {
             let tok = self.toks[i];
             match tok.text {
                 "switch" if tok.is_ident() => switch_pending = true,
-                "{" | "#{" | "(" | "[" if tok.kind == Kind::Punct => {
-                    braces.push(switch_pending && tok.text == "{");
+                "{" if tok.kind == Kind::Punct => {
+                    // The first block brace after `switch` opens its arms; the switched
+                    // expression before it may hold calls, indexes and maps.
+                    braces.push(switch_pending);
                     switch_pending = false;
                 }
+                "#{" | "(" | "[" if tok.kind == Kind::Punct => braces.push(false),
                 "}" | ")" | "]" if tok.kind == Kind::Punct => {
                     braces.pop();
                 }
@@ -580,7 +583,9 @@ impl<'s> Scanner<'s> {
     fn word(&mut self, i: usize) {
         let text = self.text(i);
         let after_dot = i > 0 && self.is(i - 1, ".");
-        if after_dot || self.declared.contains(text) {
+        // A map key (`#{class: 1, end: 2}`) is any word.
+        let map_key = self.is(i + 1, ":") && i > 0 && matches!(self.text(i - 1), "{" | "#{" | ",");
+        if after_dot || map_key || self.declared.contains(text) {
             return;
         }
         let next_is_ident = self.tok(i + 1).is_some_and(Tok::is_ident);

@@ -66,7 +66,16 @@ pub(in crate::script::rhai) fn analyze(
                         .any(|f| f.rule_id == foreign::RULE && f.line == d.line && f.column == d.column)
                 });
                 diagnostics.extend(found);
-                return (if damaged { None } else { Some(ast) }, diagnostics);
+                if !damaged {
+                    return (Some(ast), diagnostics);
+                }
+                // A rewritten script is never run; every rewrite comes with its error, and this
+                // keeps compile's refusal whatever the stages above reported.
+                if !diagnostics.iter().any(Diagnostic::is_error) {
+                    let message = "the script does not parse as written; write it in rhai";
+                    diagnostics.push(diagnostic("syntax", message.to_owned(), 1, 1));
+                }
+                return (None, diagnostics);
             }
             Err(error) => error,
         };

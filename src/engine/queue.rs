@@ -1,0 +1,386 @@
+//! Queued runs and the workers that drive them.
+//!
+//! [`Engine::enqueue_script`] stores a run the way a start does (its script, arguments, budget,
+//! routing and meta, status `queued`) and puts it in the store's [`RunQueue`]; it does not run
+//! it. A [`Worker`] claims queued runs one at a time per free slot, drives each through the
+//! engine's resume path (which runs a queued run from the top, and a run another worker left
+//! from its journal, replaying what was paid), renews its claim while the run is driven, and
+//! takes the run out of the queue when it settles or parks waiting for a person. A resolution
+//! of a parked queued run puts it back (see [`requeue_resolved`]).
+//!
+//! The claim decides which worker drives a run; the run's own lease (taken by the resume)
+//! fences every journal write, so a worker that lost its claim can never write over the
+//! worker that took the run over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{Engine, EngineInner, ErrorPolicy, ResumeOptions, RunOptions, Script};
+use crate::error::{Error, ErrorCode};
+use crate::journal;
+use crate::store::{Claim, RunId, RunMeta, RunQueue, RunStatus};
+
+/// The run-meta field that marks a run as the queue's: a resolution puts it back.
+const QUEUED_FIELD: &str = "queued";
+
+impl Engine {
+    /// Queues a run of a script for a worker to drive: compiles it (lint errors reject it
+    /// before anything is written), stores its source, arguments, budget and this engine's
+    /// model routing with the run (status `queued`), and puts it in the store's queue.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cairn::Error> {
+    /// use cairn::{Engine, RunOptions, Script};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let opened = cairn::store::open(&format!("sqlite:{}", dir.path().join("c.db").display()))?;
+    /// let engine = Engine::builder(opened.journal, opened.transcripts).build()?;
+    /// let run = engine.enqueue_script(&Script::rhai("hello", "agent(\"hi\")"), serde_json::json!({}), RunOptions::default())?;
+    /// assert_eq!(engine.journal_store().get_meta(&run)?.unwrap().status, cairn::RunStatus::Queued);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// `config` when the store keeps no queue, for invalid options (a bad budget, a deadline,
+    /// a run id that exists) or an unknown dialect; `validation` when the script is rejected;
+    /// the store's failure.
+    pub fn enqueue_script(&self, script: &Script, args: Value, options: RunOptions) -> Result<RunId, Error> {
+        let engine = &self.inner;
+        let Some(queue) = engine.journal.queue() else {
+            return Err(Error::config("this store keeps no run queue; use a sqlite or postgres store"));
+        };
+        if options.deadline_ms.is_some() {
+            return Err(Error::config("a queued run takes no deadline: it starts when a worker claims it"));
+        }
+        let dialect = self.dialect(&script.dialect)?;
+        dialect.prepare(self, &script.name, &script.source)?;
+        let ceiling = super::run::validate_budget(options.budget_usd, engine.default_budget)?;
+        let run_id = options.run_id.clone().unwrap_or_else(RunId::generate);
+        let lease = super::lease::acquire(engine, &run_id)?;
+        let stored =
+            store_queued(engine, &run_id, script, dialect.name(), &args, &options, ceiling, lease.as_ref());
+        super::lease::release(engine, lease.as_ref());
+        stored?;
+        queue.enqueue(&run_id)?;
+        Ok(run_id)
+    }
+}
+
+/// Writes a queued run's inputs and meta, under its lease.
+#[allow(clippy::too_many_arguments)] // One call site; the parts of a start, spelled out.
+fn store_queued(
+    engine: &EngineInner,
+    run_id: &RunId,
+    script: &Script,
+    dialect: &str,
+    args: &Value,
+    options: &RunOptions,
+    ceiling: Option<crate::money::Money>,
+    lease: Option<&crate::store::Lease>,
+) -> Result<(), Error> {
+    if engine.journal.get_meta(run_id)?.is_some() {
+        return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
+    }
+    let args_canonical = journal::canonical_json(args).map_err(|e| Error::validation(e.to_string()))?;
+    engine.transcripts.put(&super::run::args_ref(run_id), args_canonical.as_bytes())?;
+    engine.transcripts.put(&super::run::source_ref(run_id), script.source.as_bytes())?;
+    let mut extra = serde_json::Map::new();
+    if options.policy == ErrorPolicy::Lenient || script.policy == ErrorPolicy::Lenient {
+        extra.insert("policy".into(), Value::from("lenient"));
+    }
+    extra.insert(QUEUED_FIELD.into(), Value::Bool(true));
+    let now = engine.clock.now_ms();
+    let mut meta = RunMeta {
+        run_id: run_id.clone(),
+        status: RunStatus::Queued,
+        name: Some(script.name.clone()),
+        tags: options.tags.clone(),
+        created_at_ms: now,
+        updated_at_ms: now,
+        hash_version: journal::HASH_VERSION,
+        budget_ceiling: ceiling,
+        dialect: Some(dialect.to_owned()),
+        source_ref: Some(super::run::source_ref(run_id)),
+        source_hash: Some(script.source_hash()),
+        args_hash: Some(journal::content_key_of_canonical(&args_canonical).to_hex()),
+        segments: 0,
+        extra,
+    };
+    super::started::Routing::of(engine).store(&mut meta);
+    engine.journal.put_meta(&meta, lease)?;
+    Ok(())
+}
+
+/// Puts a parked queued run back in the queue once a resolution applied to it (or was left in
+/// its inbox), so a worker continues it. Nothing for a run that is not the queue's, or not
+/// parked (a run being driven applies its inbox itself).
+///
+/// # Errors
+/// The store's failure (the resolution itself is durable by then).
+pub(crate) fn requeue_resolved(engine: &EngineInner, run: &RunId) -> Result<(), Error> {
+    let Some(queue) = engine.journal.queue() else { return Ok(()) };
+    let Some(meta) = engine.journal.get_meta(run)? else { return Ok(()) };
+    if meta.status == RunStatus::Suspended && meta.extra.get(QUEUED_FIELD) == Some(&Value::Bool(true)) {
+        queue.enqueue(run)?;
+    }
+    Ok(())
+}
+
+/// How a [`Worker`] works.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// How many runs it drives at once.
+    pub concurrency: usize,
+    /// How long a claim lasts unrenewed: a worker that dies holds its runs this long before
+    /// another worker takes them over. Renewed every third of it.
+    pub claim_ttl: Duration,
+    /// How long it waits before looking again when the queue has nothing ready.
+    pub poll: Duration,
+    /// How long a run another process still drives waits before it is tried again.
+    pub busy_retry: Duration,
+    /// Who claims: the owner written into claims (default: `worker pid N on HOST`).
+    pub owner: String,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> WorkerOptions {
+        WorkerOptions {
+            concurrency: 1,
+            claim_ttl: Duration::from_secs(30),
+            poll: Duration::from_millis(100),
+            busy_retry: Duration::from_millis(500),
+            owner: format!("worker {}", super::lease::owner()),
+        }
+    }
+}
+
+/// What a worker did, counted when it stopped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerReport {
+    /// Runs it drove to a settled status (`ok`, `error`, `cancelled`, `exhausted`).
+    pub settled: u64,
+    /// Runs it drove until they parked waiting for a person.
+    pub suspended: u64,
+    /// Claims it took over from a worker whose claim had expired.
+    pub takeovers: u64,
+    /// Claims it handed back because another process still drove the run.
+    pub deferred: u64,
+    /// Runs that could not be driven (their error is logged; they left the queue).
+    pub failed: u64,
+}
+
+/// Claims queued runs from the engine's store and drives them, `concurrency` at a time.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    engine: Engine,
+    options: WorkerOptions,
+}
+
+/// How one claim ended.
+enum Driven {
+    Settled,
+    Suspended,
+    Deferred,
+    Failed,
+}
+
+impl Worker {
+    /// A worker over the engine's store.
+    ///
+    /// # Errors
+    /// `config` when the store keeps no run queue.
+    pub fn new(engine: Engine, mut options: WorkerOptions) -> Result<Worker, Error> {
+        if engine.inner.journal.queue().is_none() {
+            return Err(Error::config("this store keeps no run queue; use a sqlite or postgres store"));
+        }
+        options.concurrency = options.concurrency.max(1);
+        Ok(Worker { engine, options })
+    }
+
+    /// Claims and drives runs until `shutdown` fires; then claims nothing more, finishes the
+    /// runs in flight and returns what it did. A worker killed instead loses nothing: its
+    /// claims expire and other workers resume its runs from their journals.
+    pub async fn run_until(&self, shutdown: CancellationToken) -> WorkerReport {
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.options.concurrency));
+        let mut tasks: JoinSet<Driven> = JoinSet::new();
+        let mut report = WorkerReport::default();
+        loop {
+            while let Some(done) = tasks.try_join_next() {
+                tally(&mut report, done);
+            }
+            let permit = tokio::select! {
+                permit = slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+                _ = shutdown.cancelled() => break,
+            };
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let engine = self.engine.clone();
+            let (owner, ttl) = (self.options.owner.clone(), self.options.claim_ttl);
+            let claimed = tokio::task::spawn_blocking(move || match engine.inner.journal.queue() {
+                Some(queue) => queue.claim(&owner, ttl),
+                None => Ok(None),
+            })
+            .await;
+            match claimed {
+                Ok(Ok(Some(claim))) => {
+                    if claim.takeover {
+                        report.takeovers += 1;
+                        tracing::info!(run = %claim.run_id, attempts = claim.attempts, "took over a run whose worker's claim expired");
+                    }
+                    let (engine, options) = (self.engine.clone(), self.options.clone());
+                    tasks.spawn(async move {
+                        let driven = drive(&engine, &options, &claim).await;
+                        drop(permit);
+                        driven
+                    });
+                }
+                other => {
+                    drop(permit);
+                    if let Ok(Err(e)) | Err(e) =
+                        other.map_err(|e| crate::store::Error::Postgres(e.to_string()))
+                    {
+                        tracing::warn!(error = %e, "claiming from the run queue failed");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.options.poll) => {}
+                        _ = shutdown.cancelled() => break,
+                        Some(done) = tasks.join_next(), if !tasks.is_empty() => tally(&mut report, done),
+                    }
+                }
+            }
+        }
+        while let Some(done) = tasks.join_next().await {
+            tally(&mut report, done);
+        }
+        report
+    }
+}
+
+fn tally(report: &mut WorkerReport, done: Result<Driven, tokio::task::JoinError>) {
+    match done {
+        Ok(Driven::Settled) => report.settled += 1,
+        Ok(Driven::Suspended) => report.suspended += 1,
+        Ok(Driven::Deferred) => report.deferred += 1,
+        Ok(Driven::Failed) | Err(_) => report.failed += 1,
+    }
+}
+
+/// Runs a blocking queue operation off the async threads.
+async fn on_queue<T: Send + 'static>(
+    engine: &Engine,
+    op: impl FnOnce(&dyn RunQueue) -> crate::store::Result<T> + Send + 'static,
+) -> Result<T, Error> {
+    let engine = engine.clone();
+    tokio::task::spawn_blocking(move || match engine.inner.journal.queue() {
+        Some(queue) => op(queue).map_err(Error::from),
+        None => Err(Error::config("this store keeps no run queue")),
+    })
+    .await
+    .map_err(|e| Error::internal(format!("a queue task failed: {e}")))?
+}
+
+/// Drives one claimed run to settlement or suspension, renewing the claim meanwhile.
+async fn drive(engine: &Engine, options: &WorkerOptions, claim: &Claim) -> Driven {
+    let run = claim.run_id.clone();
+    let finish = |claim: Claim| async move {
+        if let Err(e) = on_queue(engine, move |queue| queue.finish(&claim)).await {
+            // Lost to a takeover (this worker stalled past its claim): the other worker
+            // finishes it.
+            tracing::warn!(run = %run, error = %e, "could not take a driven run out of the queue");
+        }
+    };
+    let meta = {
+        let engine = engine.clone();
+        let run = claim.run_id.clone();
+        tokio::task::spawn_blocking(move || engine.inner.journal.get_meta(&run)).await
+    };
+    match meta {
+        Ok(Ok(Some(meta))) if is_settled(meta.status) => {
+            finish(claim.clone()).await;
+            return Driven::Settled;
+        }
+        Ok(Ok(Some(_))) => {}
+        Ok(Ok(None)) => {
+            tracing::warn!(run = %claim.run_id, "a queued run has no meta record; dropping it from the queue");
+            finish(claim.clone()).await;
+            return Driven::Failed;
+        }
+        _ => return defer(engine, options, claim).await,
+    }
+    let resumed = {
+        let engine = engine.clone();
+        let run = claim.run_id.clone();
+        // Starting a resume reads and writes the store: off the async threads.
+        tokio::task::spawn_blocking(move || engine.resume(&run, ResumeOptions::default())).await
+    };
+    let mut handle = match resumed {
+        Ok(Ok(handle)) => handle,
+        Ok(Err(e)) if e.code == ErrorCode::RunBusy => return defer(engine, options, claim).await,
+        Ok(Err(e)) => {
+            tracing::error!(run = %claim.run_id, error = %e, "a queued run could not be driven");
+            finish(claim.clone()).await;
+            return Driven::Failed;
+        }
+        Err(_) => return defer(engine, options, claim).await,
+    };
+    handle.release_events();
+    let renew_every = (options.claim_ttl / 3).max(Duration::from_millis(10));
+    let outcome = loop {
+        tokio::select! {
+            outcome = handle.wait() => break outcome,
+            _ = tokio::time::sleep(renew_every) => {
+                let (held, ttl) = (claim.clone(), options.claim_ttl);
+                if let Err(e) = on_queue(engine, move |queue| queue.renew(&held, ttl)).await {
+                    tracing::warn!(run = %claim.run_id, error = %e, "could not renew a claim");
+                }
+            }
+        }
+    };
+    match outcome {
+        Ok(outcome) if outcome.status == RunStatus::Suspended => {
+            finish(claim.clone()).await;
+            // A resolution left for this driver as it parked the run would wait for nobody:
+            // the resolver saw the run driven. Checked after the run left the queue, so either
+            // this sees it or the resolver sees the run parked and puts it back itself.
+            let (engine, run) = (engine.clone(), claim.run_id.clone());
+            let requeued = tokio::task::spawn_blocking(move || {
+                let prefix = format!("{run}/inbox/");
+                let waiting = engine.inner.transcripts.list(&run)?.iter().any(|r| r.starts_with(&prefix));
+                if waiting && let Some(queue) = engine.inner.journal.queue() {
+                    queue.enqueue(&run)?;
+                }
+                Ok::<_, Error>(())
+            })
+            .await;
+            if let Ok(Err(e)) = requeued {
+                tracing::warn!(run = %claim.run_id, error = %e, "could not put a resolved run back in the queue");
+            }
+            Driven::Suspended
+        }
+        Ok(outcome) if is_settled(outcome.status) => {
+            finish(claim.clone()).await;
+            Driven::Settled
+        }
+        Ok(_) | Err(_) => defer(engine, options, claim).await,
+    }
+}
+
+/// Hands a claim back for a later try.
+async fn defer(engine: &Engine, options: &WorkerOptions, claim: &Claim) -> Driven {
+    let (held, delay) = (claim.clone(), options.busy_retry);
+    if let Err(e) = on_queue(engine, move |queue| queue.defer(&held, delay)).await {
+        tracing::warn!(run = %claim.run_id, error = %e, "could not hand a claim back");
+    }
+    Driven::Deferred
+}
+
+fn is_settled(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Ok | RunStatus::Error | RunStatus::Cancelled | RunStatus::Exhausted)
+}

@@ -1,0 +1,169 @@
+//! The run's bounds for the Lua dialect, checked from the instruction hook on every thread
+//! (coroutine) of a run: the operation budget (one VM instruction is one operation), the
+//! script-time limit, cancellation, and a latch that ends the whole run once any branch hits a
+//! sandbox error. Memory is bounded by the state's own byte limit (`set_memory_limit`).
+//!
+//! A run's Lua state lives on one OS thread, so the guard is plain cells, not atomics.
+
+use std::cell::{Cell, OnceCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, ErrorCode};
+use crate::script::rhai::sandbox::SandboxLimits;
+
+/// What every coroutine of one run checks.
+#[derive(Debug)]
+pub(super) struct Guard {
+    operations: Cell<u64>,
+    max_operations: u64,
+    /// Closed intervals of script time.
+    total: Cell<Duration>,
+    /// Since when the script has been running (while it runs, not while it waits).
+    since: Cell<Option<Instant>>,
+    max_wall_time: Duration,
+    pub(super) max_memory: u64,
+    cancel: CancellationToken,
+    tripped: OnceCell<Error>,
+}
+
+impl Guard {
+    pub(super) fn new(limits: &SandboxLimits, cancel: CancellationToken) -> Guard {
+        Guard {
+            operations: Cell::new(0),
+            max_operations: limits.max_operations,
+            total: Cell::new(Duration::ZERO),
+            since: Cell::new(None),
+            max_wall_time: limits.max_wall_time,
+            max_memory: limits.max_memory,
+            cancel,
+            tripped: OnceCell::new(),
+        }
+    }
+
+    /// Starts counting script time (the script thread runs Lua or the runner's own work).
+    pub(super) fn resume_clock(&self) {
+        if self.since.get().is_none() {
+            self.since.set(Some(Instant::now()));
+        }
+    }
+
+    /// Stops counting script time (the thread waits for the engine); returns whether it was
+    /// counting, so a nested pause restores exactly what it found.
+    pub(super) fn pause_clock(&self) -> bool {
+        match self.since.take() {
+            Some(since) => {
+                self.total.set(self.total.get() + since.elapsed());
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn script_time(&self) -> Duration {
+        self.total.get() + self.since.get().map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// Counts `n` operations and checks every bound; the error ends the run.
+    pub(super) fn charge(&self, n: u64) -> Option<Error> {
+        let total = self.operations.get().saturating_add(n);
+        self.operations.set(total);
+        if total > self.max_operations {
+            return Some(self.trip(Error::new(
+                ErrorCode::SandboxLimit,
+                format!("the script exceeded its budget of {} operations", self.max_operations),
+            )));
+        }
+        self.check()
+    }
+
+    /// The bounds that do not count anything: the latch, cancellation and the clock.
+    pub(super) fn check(&self) -> Option<Error> {
+        if let Some(error) = self.tripped.get() {
+            return Some(error.clone());
+        }
+        if self.cancel.is_cancelled() {
+            return Some(Error::new(ErrorCode::Cancelled, "the run was stopped"));
+        }
+        if self.script_time() > self.max_wall_time {
+            return Some(self.trip(Error::new(
+                ErrorCode::SandboxLimit,
+                format!(
+                    "the script ran longer than its wall-clock limit of {:.1} s (time spent waiting for \
+                     model calls and other engine work is not counted); do less work in the script",
+                    self.max_wall_time.as_secs_f64()
+                ),
+            )));
+        }
+        None
+    }
+
+    /// The error a memory allocation failure ends the run with.
+    pub(super) fn out_of_memory(&self) -> Error {
+        self.trip(Error::new(
+            ErrorCode::SandboxLimit,
+            format!(
+                "the script holds more than its memory limit of {} MiB; keep fewer or smaller values \
+                 (process large data in child workflows or host functions)",
+                self.max_memory >> 20
+            ),
+        ))
+    }
+
+    /// Latches the first sandbox error of the run; every coroutine of the run stops with it.
+    pub(super) fn trip(&self, error: Error) -> Error {
+        self.tripped.get_or_init(|| error).clone()
+    }
+
+    /// The latched error, if any coroutine hit one.
+    pub(super) fn tripped(&self) -> Option<Error> {
+        self.tripped.get().cloned()
+    }
+}
+
+/// A future whose polls are script time (the top of a run: every Lua instruction runs inside
+/// one of its polls).
+pub(super) struct Timed<F> {
+    pub(super) guard: Rc<Guard>,
+    pub(super) inner: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Timed<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.guard.resume_clock();
+        let result = self.inner.as_mut().poll(cx);
+        self.guard.pause_clock();
+        result
+    }
+}
+
+/// A future of engine work done for the script (a model call, a journal write, a fan-out's
+/// bookkeeping): its polls are not script time.
+pub(super) struct EngineWork<F> {
+    pub(super) guard: Rc<Guard>,
+    pub(super) inner: Pin<Box<F>>,
+}
+
+impl<F> EngineWork<F> {
+    pub(super) fn new(guard: &Rc<Guard>, inner: F) -> EngineWork<F> {
+        EngineWork { guard: guard.clone(), inner: Box::pin(inner) }
+    }
+}
+
+impl<F: Future> Future for EngineWork<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let was_counting = self.guard.pause_clock();
+        let result = self.inner.as_mut().poll(cx);
+        if was_counting {
+            self.guard.resume_clock();
+        }
+        result
+    }
+}

@@ -1,0 +1,2 @@
+-- A loop that never ends: the instruction budget stops it.
+while true do end
