@@ -64,6 +64,7 @@ pub use engine::{
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
 pub use provider::{ChatEvent, ChatRequest, Provider};
+pub use script::bound::{AgentSite, CallBound, CostBound, cost_bound};
 pub use script::{Diagnostic, LintContext, Severity};
 pub use store::{Claim, PostgresOptions, PostgresStore, RunQueue};
 pub use store::{

@@ -21,6 +21,7 @@ macro_rules! errln {
 mod canon;
 mod config;
 mod host_fn;
+mod orchestrate;
 mod plan;
 mod price_config;
 mod progress;
@@ -93,6 +94,8 @@ struct Cli {
 enum Command {
     /// Run a workflow script.
     Run(runs::RunArgs),
+    /// Hand a goal to a dynamic orchestrator that spawns agents with the configured profiles.
+    Orchestrate(orchestrate::OrchestrateArgs),
     /// Resume a run from its journal: completed calls replay, the rest run live.
     Resume(runs::ResumeArgs),
     /// List runs.
@@ -136,6 +139,7 @@ pub fn main() -> ExitCode {
             | Command::Replay(_)
             | Command::Plan(_)
             | Command::Worker(_)
+            | Command::Orchestrate(_)
             | Command::Serve(_)
     ) {
         // A command that only prints ends quietly when its reader goes away (`| head`), as
@@ -157,6 +161,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => runs::inspect(&globals, &args),
         Command::Resolve(args) => runs::resolve(&globals, &args),
         Command::Run(args) => runs::with_runtime(|| runs::run(&globals, &args)),
+        Command::Orchestrate(args) => runs::with_runtime(|| orchestrate::run(&globals, &args)),
         Command::Resume(args) => runs::with_runtime(|| runs::resume(&globals, &args)),
         Command::Replay(args) => runs::with_runtime(|| runs::replay(&globals, &args)),
         Command::Worker(args) => runs::with_runtime(|| worker::worker(&globals, &args)),

@@ -796,8 +796,12 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         .filter(|e| !resolutions.is_closed(e.seq))
         .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) }))
         .collect();
+    let orchestrations = crate::orchestrator::journal_report(&entries);
     if args.json {
-        let out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });
+        let mut out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });
+        if !orchestrations.is_empty() {
+            out["orchestrations"] = json!(orchestrations);
+        }
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Exit::Ok;
     }
@@ -828,6 +832,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     if !cost.unpriced.is_empty() {
         println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
     }
+    super::orchestrate::print_report(&orchestrations);
     for p in &pending {
         let prompt = p["prompt"].as_str().map_or(String::new(), |p| format!(" — {p}"));
         println!(

@@ -161,8 +161,17 @@ impl Orch {
             fold(&mut self.lock(), &decision);
             n += 1;
         }
-        let to_start: Vec<u32> =
-            self.lock().roster.iter().filter(|c| !c.cancel_decided).map(|c| c.n).collect();
+        let (to_start, cancelled): (Vec<u32>, Vec<u32>) = {
+            let state = self.lock();
+            let (live, dead): (Vec<&Child>, Vec<&Child>) =
+                state.roster.iter().partition(|c| !c.cancel_decided);
+            (live.iter().map(|c| c.n).collect(), dead.iter().map(|c| c.n).collect())
+        };
+        // A cancelled child never runs again: what it journaled is accounted for by the
+        // decision, not orphaned.
+        for child in cancelled {
+            self.ctx.run.cover(&self.ctx.scope.child(&super::roster::child_segment(child)));
+        }
         for child in to_start {
             self.start(child);
         }
@@ -210,4 +219,85 @@ pub(crate) fn parse(value: &Value) -> Option<Decision> {
     let item = value.get("item")?.as_u64()? as u32;
     let verdict: Verdict = serde_json::from_value(value.clone()).ok()?;
     Some(Decision { call, item, verdict })
+}
+
+/// Each orchestration of a journal, folded from its decision entries and its children's
+/// terminal entries: `{scope, children: [{handle, profile, status, cost_usd}], decisions:
+/// [{seq, n, call, decision, ...}]}`, in journal order. What `cairn inspect` shows.
+pub fn journal_report(entries: &[Entry]) -> Vec<Value> {
+    let mut scopes: Vec<String> = Vec::new();
+    let mut decided: Vec<(String, u64, Decision)> = Vec::new();
+    for entry in entries.iter().filter(|e| e.kind == Kind::Decision) {
+        let Some(decision) = entry.value().as_ref().and_then(parse) else { continue };
+        let scope = entry.scope.to_string();
+        if !scopes.contains(&scope) {
+            scopes.push(scope.clone());
+        }
+        decided.push((scope, entry.seq.0, decision));
+    }
+    scopes
+        .into_iter()
+        .map(|scope| {
+            let mine: Vec<&(String, u64, Decision)> =
+                decided.iter().filter(|(s, _, _)| *s == scope).collect();
+            let cancelled: Vec<u32> = mine
+                .iter()
+                .filter_map(
+                    |(_, _, d)| if let Verdict::Cancel { child } = d.verdict { Some(child) } else { None },
+                )
+                .collect();
+            let children: Vec<Value> = mine
+                .iter()
+                .filter_map(|(_, _, d)| match &d.verdict {
+                    Verdict::Admit { child, profile, .. } => Some((*child, profile.clone())),
+                    _ => None,
+                })
+                .map(|(child, profile)| {
+                    let child_scope = format!("{scope}/{}", super::roster::child_segment(child));
+                    let terminal = entries.iter().rfind(|e| {
+                        e.kind == Kind::Agent && e.status.is_terminal() && e.scope.to_string() == child_scope
+                    });
+                    let status = if cancelled.contains(&child) {
+                        "cancelled"
+                    } else {
+                        terminal.map_or("running", |t| t.status.as_str())
+                    };
+                    let cost: i64 = entries
+                        .iter()
+                        .filter(|e| e.kind == Kind::Agent && e.status.is_terminal())
+                        .filter(|e| e.scope.to_string() == child_scope)
+                        .filter_map(|e| e.cost.map(crate::money::Money::nano_usd))
+                        .sum();
+                    json!({
+                        "handle": super::roster::handle(child),
+                        "profile": profile,
+                        "status": status,
+                        "cost_usd": crate::money::Money::from_nano_usd(cost).as_usd(),
+                    })
+                })
+                .collect();
+            let decisions: Vec<Value> = mine
+                .iter()
+                .map(|(_, seq, d)| {
+                    let mut value = serde_json::to_value(&d.verdict).unwrap_or(Value::Null);
+                    if let Value::Object(map) = &mut value {
+                        map.insert("seq".into(), json!(seq));
+                        map.insert("call".into(), json!(d.call));
+                        map.insert("item".into(), json!(d.item));
+                        // The journal holds the whole prompt and result; the report a line.
+                        for long in ["prompt", "result"] {
+                            if let Some(text) = map.get(long).map(|v| match v {
+                                Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            }) {
+                                map.insert(long.into(), json!(super::roster::summarize(&text, 120)));
+                            }
+                        }
+                    }
+                    value
+                })
+                .collect();
+            json!({ "scope": scope, "children": children, "decisions": decisions })
+        })
+        .collect()
 }

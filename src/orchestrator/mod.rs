@@ -44,6 +44,7 @@ use crate::money::Money;
 
 pub use acceptance::{Acceptance, ChildPolicy, Completion};
 pub use claims::{ClaimFinding, ClaimPolicy, ClaimVerdict};
+pub use decisions::journal_report;
 pub use roster::{ChildStatus, ChildSummary};
 pub use validate::{ChildView, FinishValidation, FinishValidator, PatternRule};
 
@@ -303,7 +304,12 @@ async fn run(parent: &Ctx, goal: &str, opts: OrchestrateOptions) -> Result<Orche
     let scope = parent.labelled_site(Some("orchestrate"))?.unwrap_or_else(|| parent.clone());
     let orch = Orch::new(scope, goal, opts, profiles);
     orch.restore();
-    let outcome = orch.drive().await;
+    // Restored children settle first (a completed one replays at once; one a crash left in
+    // flight runs again), so the orchestrator continues from the roster as it stood.
+    let outcome = match orch.wait_until(|state| state.roster.iter().all(|c| c.settled())).await {
+        Ok(()) => orch.drive().await,
+        Err(e) => Err(e),
+    };
     // The exit barrier: every child has a journaled terminal before the orchestration ends.
     orch.exit_barrier().await;
     orch.release_finalize_reserve();
@@ -445,10 +451,6 @@ impl Orch {
         for (name, description) in &self.profiles {
             text.push_str(&format!("- {name}: {description}\n"));
         }
-        text.push_str(&format!("\nYou may admit at most {} children.", self.opts.max_spawns));
-        if let Some(acceptance) = &self.opts.acceptance {
-            text.push_str(&format!("\nAcceptance: {}.", acceptance.describe()));
-        }
         text
     }
 
@@ -461,6 +463,12 @@ impl Orch {
              (cancel_agent), and end with finish {result}. Cite a child's output as [HANDLE] \
              (for example [c0]) where your result relies on it.",
         );
+        // Policy goes here, not in the prompt: the system text is not part of the call's
+        // identity, so a resume with drifted options continues the same orchestrator.
+        text.push_str(&format!("\n\nYou may admit at most {} children.", self.opts.max_spawns));
+        if let Some(acceptance) = &self.opts.acceptance {
+            text.push_str(&format!(" Acceptance: {}.", acceptance.describe()));
+        }
         if let Some(extra) = &self.opts.system {
             text.push_str("\n\n");
             text.push_str(extra);

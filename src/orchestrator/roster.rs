@@ -170,6 +170,11 @@ pub(crate) fn handle(n: u32) -> String {
     format!("c{n}")
 }
 
+/// Child `n`'s scope segment under the orchestration: `at:child:n`.
+pub(crate) fn child_segment(n: u32) -> Segment {
+    Segment::Site { label: "child".into(), index: n }
+}
+
 /// The child ordinal a handle names.
 pub(crate) fn parse_handle(handle: &str) -> Option<u32> {
     handle.strip_prefix('c')?.parse().ok()
@@ -316,7 +321,7 @@ impl Orch {
         child.started = true;
         let cancel = self.ctx.cancel.child_token();
         child.cancel = cancel.clone();
-        let segment = Segment::Site { label: "child".into(), index: n };
+        let segment = child_segment(n);
         let child_ctx = self.ctx.nested(&segment, cancel, self.ctx.account);
         let prompt = child.prompt.clone();
         let opts = AgentOptions {

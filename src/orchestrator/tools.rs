@@ -87,6 +87,12 @@ impl Tool for OrchTool {
                 Kind::WaitForEvents => orch.wait_for_events(&args).await,
                 Kind::Finish => orch.finish(&call, lane == "final", &args),
             }?;
+            if matches!(kind, Kind::Spawn | Kind::Parallel | Kind::Cancel | Kind::Finish) {
+                // The answer reaches the model (and the loop's checkpoint, written outside
+                // the journal) only once the verdicts behind it are durable: a resume never
+                // continues a conversation that names a decision the journal lost.
+                orch.ctx.run.flush_async().await?;
+            }
             Ok(value.to_string())
         })
     }

@@ -17,7 +17,8 @@
 //! - **Output per turn**: `max_output_tokens` (option, else profile, else the model's price-table
 //!   cap, else 8192), at the output price.
 //! - **Input per turn** (the rule; input is not known statically): the first turn of a call
-//!   whose prompt (and system text) is a literal is the engine's estimator
+//!   whose prompt (and system text) is a literal (or built only from literals and `args`) is
+//!   the engine's estimator
 //!   (`provider::estimate_request_tokens`: system, prompt, tool definitions, schema, plus 32
 //!   tokens for the instruction that shows a schema to a model without native support) over
 //!   that request; a computed prompt's first turn is the call's context bound,
@@ -29,6 +30,8 @@
 //!   the real input can exceed it; and a computed prompt longer than the context bound is
 //!   sent whole. Transport retries of a failed attempt are not counted.
 //! - An `est_cost` raises the call's worst case to it (admission reserves at least that).
+//! - The engine's lifetime cap on agent spawns (`max_spawns`) is not applied: the bound is the
+//!   script's own.
 //! - **Unpriced models**: unless the price table allows unpriced models, the cost is unbounded
 //!   (the reason names the model); when allowed, the call is priced at the flat reserve
 //!   admission holds for it ($0.50, or `est_cost` when larger).

@@ -41,10 +41,6 @@ fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
     entries
 }
 
-/// Rules only the Rhai linter reports: the Lua linter reports the forms of other languages
-/// (`foreign-syntax` in Rhai) as `syntax`, whose folder has its Lua examples.
-const RHAI_ONLY_RULES: &[&str] = &["foreign-syntax"];
-
 #[test]
 fn every_rule_folder_matches_its_expected_diagnostics() {
     let ctx = context();
@@ -119,7 +115,7 @@ fn every_rule_folder_matches_its_expected_diagnostics() {
             failures
                 .push(format!("{rule}: needs at least two bad and one good script, has {bad} and {good}"));
         }
-        if (lua_bad < 2 || lua_good < 1) && !RHAI_ONLY_RULES.contains(&rule.as_str()) {
+        if lua_bad < 2 || lua_good < 1 {
             failures.push(format!(
                 "{rule}: needs at least two bad and one good Lua script, has {lua_bad} and {lua_good}"
             ));

@@ -12,6 +12,8 @@ use cairn::script::rhai::sandbox::SandboxLimits;
 use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunStatus, Script};
 use serde_json::{Value, json};
 
+/// An engine whose Lua dialect runs scripts without the lint gate: these tests hold the
+/// runtime's own defences, which must stand even for what lint would refuse.
 fn engine() -> Engine {
     let store = Arc::new(MemoryStore::new());
     let limits = SandboxLimits {
@@ -20,7 +22,7 @@ fn engine() -> Engine {
         ..SandboxLimits::STANDARD
     };
     Engine::builder(store.clone(), store)
-        .dialect(Arc::new(LuaDialect::with_limits(limits)))
+        .dialect(Arc::new(LuaDialect::with_limits(limits).without_lint()))
         .host_function("add", |args: Value| async move {
             Ok(json!(args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)))
         })
@@ -390,6 +392,9 @@ fn the_cli_picks_the_dialect_by_extension_or_flag() {
     let rejected = cairn(dir.path()).args(["--store", "memory", "run", "-q", "bad.lua"]).output().unwrap();
     assert!(!rejected.status.success());
     assert!(String::from_utf8_lossy(&rejected.stderr).contains("rejected"));
+    let card = cairn(dir.path()).args(["card", "--dialect", "lua"]).output().unwrap();
+    assert!(card.status.success(), "{}", String::from_utf8_lossy(&card.stderr));
+    assert!(String::from_utf8_lossy(&card.stdout).starts_with("# cairn script dialect (Lua)"));
     let unknown = cairn(dir.path()).args(["lint", "--dialect", "cobol", "w.lua"]).output().unwrap();
     assert!(!unknown.status.success());
 }

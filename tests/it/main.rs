@@ -21,6 +21,8 @@ mod lint;
 mod live_model;
 mod lua;
 mod money;
+mod orchestrate;
+mod orchestrate_cli;
 mod outside;
 mod planner;
 mod postgres;

@@ -215,6 +215,18 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     )?;
 
     table.raw_set(
+        "orchestrate",
+        async_global(lua, shared, false, |lua, shared, ctx, _, args| async move {
+            let goal = text(&args, 0, "orchestrate", "goal")?;
+            let value = opts(&shared, "orchestrate", arg(&args, 1))?;
+            let oopts = crate::orchestrator::OrchestrateOptions::from_json(&value)?;
+            let outcome =
+                EngineWork::new(&shared.guard, async move { ctx.orchestrate(&goal, oopts).await }).await?;
+            Ok(one(shared.to_lua(&lua, &outcome.value())?))
+        })?,
+    )?;
+
+    table.raw_set(
         "now",
         async_global(lua, shared, false, |_, shared, ctx, _, _| async move {
             let now = EngineWork::new(&shared.guard, async move { ctx.now().await }).await?;

@@ -19,3 +19,6 @@ mod runner;
 mod sandbox;
 
 pub use runner::LuaDialect;
+
+#[cfg(test)]
+mod tests;
