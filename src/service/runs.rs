@@ -93,6 +93,11 @@ pub async fn submit(
     let dialect = submit.dialect.unwrap_or_else(|| "rhai".into());
     let name = submit.name.unwrap_or_else(|| "http".into());
     let run_id = blocking(&state, move |engine| {
+        if let Some(id) = &run_id
+            && engine.journal_store().get_meta(id)?.is_some()
+        {
+            return Err(ApiError::conflict(format!("run {id} already exists")));
+        }
         let script = Script::new(&dialect, &name, &submit.source);
         let options = RunOptions { budget_usd: budget, run_id, ..RunOptions::default() };
         match engine.enqueue_script(&script, args, options) {
@@ -100,9 +105,6 @@ pub async fn submit(
             Err(e) if e.code == crate::error::ErrorCode::Validation => {
                 let diagnostics = diagnostics_of(engine, &dialect, &submit.source);
                 Err(ApiError::from(e).with_details(json!({ "diagnostics": diagnostics })))
-            }
-            Err(e) if e.code == crate::error::ErrorCode::Config && e.message.contains("already exists") => {
-                Err(ApiError::conflict(e.message))
             }
             Err(e) => Err(ApiError::from(e)),
         }
