@@ -53,7 +53,7 @@ const MAX_CALL_DEPTH: usize = 48;
 
 /// Globals that call agents themselves or run what they are given: a pointer to one (`Fn("agent")`)
 /// must not go where the bound cannot follow it.
-const AGENT_GLOBALS: &[&str] = &["agent", "workflow", "parallel", "pipeline", "step", "phase"];
+const AGENT_GLOBALS: &[&str] = &["agent", "workflow", "orchestrate", "parallel", "pipeline", "step", "phase"];
 
 /// Functions Rhai calls by itself: an interpolation or a string `+` calls `to_string`.
 const IMPLICIT_NAMES: &[&str] = &["to_string", "to_debug", "print", "debug"];
@@ -1202,6 +1202,12 @@ impl Walker<'_> {
                     format!("the child workflow {child} makes agent calls the script does not show"),
                 )
             }
+            ("orchestrate", 1 | 2) => unbounded(
+                pos,
+                "an orchestrator decides at run time how many agents it spawns (bounded by its max_spawns \
+                 and the ceiling, not by the script)"
+                    .to_owned(),
+            ),
             ("call", n) if n >= 1 => {
                 let callee = args.remove(0);
                 match callee {

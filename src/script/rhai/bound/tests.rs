@@ -134,6 +134,11 @@ fn children_and_mutated_sizes_are_unbounded_with_their_construct() {
     let (why, line, column) = reason("agent(\"a\");\n  workflow(\"research\", #{})", json!({}));
     assert!(why.contains("child workflow 'research'"), "{why}");
     assert_eq!((line, column), (2, 3));
+    // An orchestrator spawns as many children as it decides: never counted as zero.
+    let (why, line, _) =
+        reason("agent(\"a\");\nlet r = orchestrate(\"plan a trip\", #{max_spawns: 3});", json!({}));
+    assert!(why.contains("orchestrator"), "{why}");
+    assert_eq!(line, 2);
     let (why, ..) = reason(
         r#"let items = []; for i in 0..3 { items.push(i) } parallel(items, |i| agent(`${i}`))"#,
         json!({}),
