@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::runs::{blocking, meta_of, parse_run_id};
 use super::{ApiError, AppState};
-use crate::store::{RunId, RunStatus};
+use crate::store::{RunChanges, RunId, RunStatus};
 
 /// `GET /v1/runs/{id}/events`.
 pub async fn events(
@@ -33,32 +33,37 @@ pub async fn events(
                 ApiError::bad_request("Last-Event-ID must be a journal seq (a whole number)")
             })?,
         };
+    // Following starts before the first read, so a write between the read and the first
+    // wait still wakes the stream.
+    let changes = state.engine.journal_store().watch().map(|watch| watch.subscribe(&run));
     let (meta, raw) = {
         let run = run.clone();
         blocking(&state, move |engine| {
             let meta = meta_of(engine, &run)?;
-            let raw = engine.journal_store().load(&run)?;
+            let raw = engine.journal_store().load_since(&run, after)?;
             Ok((meta, raw))
         })
         .await?
     };
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(follow(state, run, after, meta.status, raw, tx));
+    tokio::spawn(follow(state, run, after, meta.status, raw, changes, tx));
     Ok(Sse::new(rx).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
 type Tx = mpsc::Sender<Result<Event, Infallible>>;
 
-/// Sends the entries past `after`, then polls the store for more until the run settles.
+/// Sends the entries past `after`, then, woken by the store's change notifications (or its
+/// bounded poll), reads the entries past the last one sent until the run settles.
 async fn follow(
     state: AppState,
     run: RunId,
     mut after: u64,
     status: RunStatus,
     raw: Vec<crate::store::RawEntry>,
+    mut changes: Option<RunChanges>,
     mut tx: Tx,
 ) {
-    let replayed_up_to = raw.last().map_or(0, |e| e.seq());
+    let replayed_up_to = raw.last().map_or(after, |e| e.seq());
     let mut status = status;
     if !send_status(&mut tx, &run, status).await {
         return;
@@ -93,7 +98,18 @@ async fn follow(
             let _ = tx.send(Ok(Event::default().event("outcome").data(data.to_string()))).await;
             return;
         }
-        tokio::time::sleep(state.options.poll_interval).await;
+        let poll = tokio::time::sleep(state.options.poll_interval);
+        match &mut changes {
+            Some(changes) => {
+                tokio::select! {
+                    () = changes.changed() => {}
+                    () = poll => {}
+                }
+                // Seen before the read below: a write after this point wakes the next wait.
+                changes.mark_seen();
+            }
+            None => poll.await,
+        }
         if tx.is_closed() {
             return;
         }
@@ -102,12 +118,15 @@ async fn follow(
             blocking(&state, move |engine| {
                 // The status first: entries read after it include every entry a settled run wrote.
                 let meta = meta_of(engine, &run)?;
-                let raw = engine.journal_store().load(&run)?;
+                let raw = engine.journal_store().load_since(&run, after)?;
                 Ok((meta.status, raw))
             })
             .await
         };
-        let Ok((now, raw)) = polled else { continue };
+        let Ok((now, raw)) = polled else {
+            batch = Vec::new();
+            continue;
+        };
         if now != status {
             status = now;
             if !send_status(&mut tx, &run, status).await {

@@ -34,7 +34,10 @@ pub struct ServiceOptions {
     pub max_body_bytes: usize,
     /// The largest budget a submitted run may ask for; a run that asks none gets it.
     pub max_budget: Option<Money>,
-    /// How often an event stream polls the journal while nothing wakes it.
+    /// How often an event stream looks at the store while nothing wakes it: the fallback
+    /// when a change is not notified (SQLite written by another process; a lost PostgreSQL
+    /// notification connection). Writes this process makes, and PostgreSQL writes from
+    /// any host, wake the stream at once.
     pub poll_interval: std::time::Duration,
 }
 
@@ -44,7 +47,7 @@ impl Default for ServiceOptions {
             token: None,
             max_body_bytes: 1024 * 1024,
             max_budget: None,
-            poll_interval: std::time::Duration::from_millis(2),
+            poll_interval: std::time::Duration::from_millis(50),
         }
     }
 }

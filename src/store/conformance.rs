@@ -78,6 +78,8 @@ pub fn journal_store_conformance(make: &dyn Fn() -> Box<dyn JournalStore>) {
         ("meta-separate-from-journal", meta_separate_from_journal),
         ("list-filters-never-drop", list_filters_never_drop),
         ("delete-removes-run", delete_removes_run),
+        ("load-since-reads-only-later-entries", load_since_reads_only_later_entries),
+        ("watch-wakes-on-writes", watch_wakes_on_writes),
     ];
     for (name, check) in checks {
         let store = make();
@@ -358,6 +360,53 @@ fn monotonic_seq(store: &dyn JournalStore) -> Outcome {
     ensure!(store.append(&run, &[rival], None).is_err(), "a rival entry at the tail seq was accepted");
     let loaded = ok("load", store.load(&run))?;
     ensure!(loaded == entries(&[1, 2, 3]), "refused appends changed the journal: {loaded:?}");
+    Ok(())
+}
+
+fn load_since_reads_only_later_entries(store: &dyn JournalStore) -> Outcome {
+    let (run, other) = (run_id("since"), run_id("since-other"));
+    ok("append", store.append(&run, &entries(&[1, 2, 3]), None))?;
+    ok("append", store.append(&other, &entries(&[1, 2, 3, 4, 5, 6, 7, 8]), None))?;
+    ok("append", store.append(&run, &entries(&[7, 9]), None))?;
+    for (after, want) in [
+        (0, &[1, 2, 3, 7, 9][..]),
+        (2, &[3, 7, 9]),
+        (3, &[7, 9]),
+        (5, &[7, 9]),
+        (8, &[9]),
+        (9, &[]),
+        (u64::MAX, &[]),
+    ] {
+        let loaded = ok("load_since", store.load_since(&run, after))?;
+        ensure!(
+            loaded == entries(want),
+            "load_since(after {after}) returned {:?}, not {want:?}",
+            seqs(&loaded)
+        );
+    }
+    ensure!(
+        ok("load_since", store.load_since(&run_id("since-unknown"), 0))?.is_empty(),
+        "load_since of an unknown run is not empty"
+    );
+    Ok(())
+}
+
+fn watch_wakes_on_writes(store: &dyn JournalStore) -> Outcome {
+    use futures::FutureExt as _;
+    let Some(watch) = store.watch() else { return Ok(()) };
+    let (run, other) = (run_id("watched"), run_id("unwatched"));
+    // Checked at once after each write: a store's notification of its own writes is
+    // synchronous (notifications from other processes come later).
+    let mut changes = watch.subscribe(&run);
+    changes.mark_seen();
+    ok("append", store.append(&run, &[entry(1)], None))?;
+    ensure!(changes.changed().now_or_never().is_some(), "an append did not wake the run's follower");
+    changes.mark_seen();
+    ok("put_meta", store.put_meta(&meta("watched", RunStatus::Running, 1), None))?;
+    ensure!(changes.changed().now_or_never().is_some(), "a meta write did not wake the run's follower");
+    // A follower may be woken spuriously (it re-reads and finds nothing), so another run's
+    // write waking it is no violation; the watch's own tests keep that rare.
+    ok("append", store.append(&other, &[entry(1)], None))?;
     Ok(())
 }
 

@@ -23,6 +23,7 @@ mod postgres;
 mod queue;
 mod sqlite;
 mod url;
+mod watch;
 
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
@@ -30,6 +31,7 @@ pub use postgres::{PostgresOptions, PostgresStore};
 pub use queue::{Claim, RunQueue};
 pub use sqlite::{DEFAULT_SQLITE_PATH, SqliteOptions, SqliteStore};
 pub use url::{OpenedStore, open, open_read_only};
+pub use watch::{RunChanges, RunWatch};
 
 use std::fmt;
 use std::str::FromStr;
@@ -422,6 +424,22 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
 
     /// Every entry of the run in append order (empty for an unknown run).
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>>;
+
+    /// The run's entries after seq `after`, in append order: what a follower reads each time
+    /// it looks again. The default filters [`JournalStore::load`]; SQLite and PostgreSQL read
+    /// only the new rows.
+    fn load_since(&self, run: &RunId, after: u64) -> Result<Vec<RawEntry>> {
+        let mut entries = self.load(run)?;
+        entries.retain(|entry| entry.seq() > after);
+        Ok(entries)
+    }
+
+    /// The store's change notifications, when it has them: a follower of a run waits on them
+    /// instead of polling. SQLite notifies the writes made through this store; PostgreSQL the
+    /// writes of every process on the database. The default has none.
+    fn watch(&self) -> Option<&RunWatch> {
+        None
+    }
 
     /// Creates or replaces the run's meta record (fenced like `append` when given a lease).
     fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()>;

@@ -25,6 +25,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 
+mod notify;
 mod queue;
 mod schema;
 
@@ -82,6 +83,12 @@ pub struct PostgresStore {
     /// The group-commit writer's queue.
     writer: mpsc::UnboundedSender<AppendJob>,
     read_only: bool,
+    /// Wakes this process's followers of a run (fed by `LISTEN` once followed).
+    watch: super::RunWatch,
+    /// The notifier task's queue: runs to announce with `NOTIFY`; `None` when read-only.
+    notifier: Option<mpsc::UnboundedSender<notify::Signal>>,
+    /// Whether the notifier was asked to listen.
+    listening: std::sync::atomic::AtomicBool,
 }
 
 /// One append waiting for the writer.
@@ -133,6 +140,7 @@ impl PostgresStore {
             .thread_name("cairn-postgres")
             .enable_all()
             .build()?;
+        let notify_config = config.clone();
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -174,7 +182,24 @@ impl PostgresStore {
         }
         let (writer, jobs) = mpsc::unbounded_channel();
         runtime.spawn(write_loop(pool.clone(), options.clock.clone(), jobs));
-        Ok(PostgresStore { place, options, pool, runtime: Some(runtime), writer, read_only })
+        let watch = super::RunWatch::new();
+        let notifier = (!read_only).then(|| {
+            let (signals, receiver) = mpsc::unbounded_channel();
+            let channel = notify::channel_of(&options.schema);
+            runtime.spawn(notify::notifier(notify_config, channel, watch.clone(), receiver));
+            signals
+        });
+        Ok(PostgresStore {
+            place,
+            options,
+            pool,
+            runtime: Some(runtime),
+            writer,
+            read_only,
+            watch,
+            notifier,
+            listening: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// Runs `work` on the store's runtime and waits for it.
@@ -472,15 +497,48 @@ impl JournalStore for PostgresStore {
         let job = AppendJob { run: run.clone(), seqs, jsons, lease: lease.cloned(), done };
         if !self.options.group_commit {
             let clock = self.options.clock.clone();
-            return self.block(move |pool, _| async move {
-                let group = [job];
-                let mut outcomes = commit_group(&pool, &*clock, &group).await?;
-                outcomes.pop().unwrap_or(Ok(()))
-            });
+            return self
+                .block(move |pool, _| async move {
+                    let group = [job];
+                    let mut outcomes = commit_group(&pool, &*clock, &group).await?;
+                    outcomes.pop().unwrap_or(Ok(()))
+                })
+                .inspect(|()| self.changed(run));
         }
         self.writer.send(job).map_err(|_| Error::Postgres("the store's writer stopped".into()))?;
         futures::executor::block_on(outcome)
             .unwrap_or_else(|_| Err(Error::Postgres("the store's writer stopped".into())))
+            .inspect(|()| self.changed(run))
+    }
+
+    fn load_since(&self, run: &RunId, after: u64) -> Result<Vec<RawEntry>> {
+        let Ok(after) = i64::try_from(after) else { return Ok(Vec::new()) };
+        let run = run.clone();
+        self.block(move |pool, _| async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            let stmt = client
+                .prepare_cached("SELECT seq, json FROM journal WHERE run_id = $1 AND seq > $2 ORDER BY seq")
+                .await
+                .map_err(pg_err)?;
+            let rows = client.query(&stmt, &[&run.as_str(), &after]).await.map_err(pg_err)?;
+            rows.iter()
+                .map(|row| {
+                    let seq = to_u64(row.get(0))?;
+                    RawEntry::new(seq, row.get::<_, String>(1)).map_err(|err| Error::Corrupt {
+                        what: format!("journal of run {run}"),
+                        detail: err.to_string(),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn watch(&self) -> Option<&super::RunWatch> {
+        let notifier = self.notifier.as_ref()?;
+        if !self.listening.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let _ = notifier.send(notify::Signal::Listen);
+        }
+        Some(&self.watch)
     }
 
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {
@@ -529,6 +587,7 @@ impl JournalStore for PostgresStore {
                 .map_err(pg_err)?;
             check_fenced(&run, lease.as_ref(), &row, now)
         })
+        .inspect(|()| self.changed(&meta.run_id))
     }
 
     fn get_meta(&self, run: &RunId) -> Result<Option<RunMeta>> {
@@ -648,6 +707,15 @@ impl LeasableStore for PostgresStore {
 }
 
 impl PostgresStore {
+    /// After a committed write of `run`: wakes this process's followers now and announces
+    /// the change to every other process on the database.
+    fn changed(&self, run: &RunId) {
+        self.watch.notify(run);
+        if let Some(notifier) = &self.notifier {
+            let _ = notifier.send(notify::Signal::Changed(run.clone()));
+        }
+    }
+
     /// One statement that changes a lease only while it is current (its `WHERE` is the
     /// fence); when it changed nothing, says why.
     fn lease_write(&self, lease: &Lease, sql: &'static str, ttl: Option<Duration>) -> Result<()> {

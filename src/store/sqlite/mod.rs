@@ -121,6 +121,8 @@ pub struct SqliteStore {
     _checkpointer: Option<Checkpointer>,
     /// Opened read-only: every write is refused, and nothing ever touches the file.
     read_only: bool,
+    /// Wakes the followers of a run this store wrote.
+    watch: super::RunWatch,
     /// Read-only and read as immutable: the database lies where its WAL index cannot be made
     /// (a read-only directory or mount), so no writer can be changing it either.
     immutable: bool,
@@ -252,6 +254,7 @@ impl SqliteStore {
             _checkpointer: Some(checkpointer),
             read_only: false,
             immutable: false,
+            watch: super::RunWatch::new(),
         })
     }
 
@@ -308,6 +311,7 @@ impl SqliteStore {
             _checkpointer: None,
             read_only: true,
             immutable,
+            watch: super::RunWatch::new(),
         }))
     }
 
@@ -865,16 +869,25 @@ impl JournalStore for SqliteStore {
             row_key(run, 0, last.seq())?;
         }
         if self.options.group_commit {
-            return self.append_grouped(run, entries, lease);
+            return self.append_grouped(run, entries, lease).inspect(|()| self.watch.notify(run));
         }
         let pending =
             Pending { ticket: 0, run: run.clone(), entries: entries.to_vec(), lease: lease.cloned() };
         let number = self.write(|conn, now_ms| append_in(conn, &self.numbers, &pending, now_ms))?;
         self.numbers.remember(run, number);
+        self.watch.notify(run);
         Ok(())
     }
 
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {
+        self.load_since(run, 0)
+    }
+
+    fn load_since(&self, run: &RunId, after: u64) -> Result<Vec<RawEntry>> {
+        // Seqs past the last one a key can hold: nothing is after them.
+        let Some(first) = after.checked_add(1).filter(|first| *first < 1 << SEQ_BITS) else {
+            return Ok(Vec::new());
+        };
         self.read(|conn| {
             let number = match self.numbers.get(run) {
                 Some(number) => number,
@@ -889,7 +902,7 @@ impl JournalStore for SqliteStore {
             let keys = key_range(number);
             let mut select = conn
                 .prepare_cached("SELECT key, json FROM journal WHERE key >= ?1 AND key < ?2 ORDER BY key")?;
-            let mut rows = select.query([keys.start, keys.end])?;
+            let mut rows = select.query([keys.start | first as i64, keys.end])?;
             let mut entries = Vec::new();
             while let Some(row) = rows.next()? {
                 let seq = seq_of(row.get(0)?)?;
@@ -924,6 +937,7 @@ impl JournalStore for SqliteStore {
             }
             Ok(())
         })
+        .inspect(|()| self.watch.notify(run))
     }
 
     fn get_meta(&self, run: &RunId) -> Result<Option<RunMeta>> {
@@ -980,6 +994,10 @@ impl JournalStore for SqliteStore {
 
     fn queue(&self) -> Option<&dyn super::RunQueue> {
         if self.read_only { None } else { Some(self) }
+    }
+
+    fn watch(&self) -> Option<&super::RunWatch> {
+        if self.read_only { None } else { Some(&self.watch) }
     }
 
     fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()> {
