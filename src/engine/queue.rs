@@ -81,7 +81,9 @@ fn store_queued(
     ceiling: Option<crate::money::Money>,
     lease: Option<&crate::store::Lease>,
 ) -> Result<(), Error> {
-    if engine.journal.get_meta(run_id)?.is_some() {
+    if let Some(existing) = engine.journal.get_meta(run_id)?
+        && !is_reserved(&existing)
+    {
         return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
     }
     let args_canonical = journal::canonical_json(args).map_err(|e| Error::validation(e.to_string()))?;
@@ -112,6 +114,18 @@ fn store_queued(
     super::started::Routing::of(engine).store(&mut meta);
     engine.journal.put_meta(&meta, lease)?;
     Ok(())
+}
+
+/// The meta field that marks a run id reserved before its script exists (`cairn serve`
+/// holds a planner goal's run id while the planner writes the script): `enqueue_script`
+/// queues the script under a reserved id, replacing the reservation.
+pub(crate) const RESERVED_FIELD: &str = "reserved";
+
+/// Whether `meta` is a reservation still waiting for its script (queued, no source yet).
+pub(crate) fn is_reserved(meta: &RunMeta) -> bool {
+    meta.status == RunStatus::Queued
+        && meta.source_ref.is_none()
+        && meta.extra.get(RESERVED_FIELD) == Some(&Value::Bool(true))
 }
 
 /// Puts a parked queued run back in the queue once a resolution applied to it (or was left in

@@ -85,16 +85,22 @@ async fn follow(
             after = entry.seq();
         }
         if settled(status) {
-            let cost = {
+            let settled = {
                 let run = run.clone();
                 blocking(&state, move |engine| {
                     let entries = super::runs::entries_of(engine, &run)?;
-                    Ok(crate::engine::CostReport::fold(entries.iter()))
+                    let error = meta_of(engine, &run)?.extra.remove(super::plan::ERROR_FIELD);
+                    Ok((crate::engine::CostReport::fold(entries.iter()), error))
                 })
                 .await
                 .ok()
             };
-            let data = json!({ "run_id": run, "status": status, "cost": cost });
+            let (cost, error) = settled.map_or((None, None), |(cost, error)| (Some(cost), error));
+            let mut data = json!({ "run_id": run, "status": status, "cost": cost });
+            if let Some(error) = error {
+                // A run that settled without running (a planned run whose plan failed).
+                data["error"] = error;
+            }
             let _ = tx.send(Ok(Event::default().event("outcome").data(data.to_string()))).await;
             return;
         }

@@ -4,7 +4,7 @@
 //! journal, so a run driven by another process streams the same way.
 //!
 //! One concept per file: [`error`] the `{code, message}` body, [`auth`] the bearer token,
-//! [`runs`] the run routes, [`events`] the SSE stream, [`metrics`] the Prometheus text,
+//! [`runs`] the run routes, [`plan`] a planner goal's run, [`events`] the SSE stream, [`metrics`] the Prometheus text,
 //! [`openapi`] the OpenAPI document.
 
 pub mod auth;
@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod metrics;
 pub mod openapi;
+pub mod plan;
 pub mod runs;
 
 use std::sync::Arc;

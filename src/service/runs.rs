@@ -18,25 +18,37 @@ use crate::money::Money;
 use crate::store::{RunFilter, RunId, RunMeta, RunStatus};
 use crate::{RunOptions, Script};
 
-/// The body of `POST /v1/runs`.
+/// The body of `POST /v1/runs`: a script (`source`) or a planner goal (`goal`), exactly one.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRun {
     /// The script's source.
-    pub source: String,
-    /// Its dialect (`rhai` by default).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// A goal, in words, for the planner to write the script from.
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// The script's dialect, or the dialect the planner writes (`rhai` by default).
     #[serde(default)]
     pub dialect: Option<String>,
     /// The run's arguments (`{}` by default).
     #[serde(default)]
     pub args: Option<Value>,
     /// Its budget ceiling in USD (the server's maximum by default).
-    #[serde(default)]
+    #[serde(default, alias = "budget")]
     pub budget_usd: Option<f64>,
+    /// With a goal: the planning conversation's own ceiling in USD (the server's maximum by
+    /// default).
+    #[serde(default, alias = "planning_budget")]
+    pub planning_budget_usd: Option<f64>,
+    /// With a goal: run the accepted script even when its cost bound exceeds the run's
+    /// ceiling (the ceiling still holds).
+    #[serde(default)]
+    pub force: Option<bool>,
     /// Its run id (a fresh ULID by default).
     #[serde(default)]
     pub run_id: Option<String>,
-    /// Its workflow name (`http` by default).
+    /// Its workflow name (`http` by default; a planned run's is `planned`).
     #[serde(default)]
     pub name: Option<String>,
 }
@@ -82,7 +94,7 @@ pub async fn submit(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let submit: SubmitRun = json_body(body)?;
-    let budget = budget_of(submit.budget_usd, state.options.max_budget)?;
+    let budget = budget_of("budget_usd", submit.budget_usd, state.options.max_budget)?;
     let run_id = submit.run_id.as_deref().map(RunId::parse).transpose().map_err(|_| {
         ApiError::bad_request("run_id must be 1 to 128 characters of letters, digits, '-' and '_'")
     })?;
@@ -91,6 +103,34 @@ pub async fn submit(
         return Err(ApiError::bad_request("args must be a JSON object"));
     }
     let dialect = submit.dialect.unwrap_or_else(|| "rhai".into());
+    let source = match (submit.source, submit.goal) {
+        (Some(source), None) => source,
+        (None, Some(goal)) => {
+            if submit.name.is_some() {
+                return Err(ApiError::bad_request("a goal's run is named \"planned\"; drop name"));
+            }
+            let planning_budget =
+                budget_of("planning_budget_usd", submit.planning_budget_usd, state.options.max_budget)?;
+            let run = super::plan::GoalRun {
+                run_id: run_id.unwrap_or_else(RunId::generate),
+                goal,
+                plan: crate::planner::PlanOptions {
+                    dialect,
+                    budget_usd: planning_budget,
+                    args: Some(args.clone()),
+                    ..crate::planner::PlanOptions::default()
+                },
+                args,
+                budget_usd: budget,
+                force: submit.force.unwrap_or(false),
+            };
+            return submit_goal(state, run).await;
+        }
+        _ => return Err(ApiError::bad_request("the body takes exactly one of source (a script) and goal")),
+    };
+    if submit.planning_budget_usd.is_some() || submit.force.is_some() {
+        return Err(ApiError::bad_request("planning_budget_usd and force go with a goal, not a script"));
+    }
     let name = submit.name.unwrap_or_else(|| "http".into());
     let run_id = blocking(&state, move |engine| {
         if let Some(id) = &run_id
@@ -98,12 +138,12 @@ pub async fn submit(
         {
             return Err(ApiError::conflict(format!("run {id} already exists")));
         }
-        let script = Script::new(&dialect, &name, &submit.source);
+        let script = Script::new(&dialect, &name, &source);
         let options = RunOptions { budget_usd: budget, run_id, ..RunOptions::default() };
         match engine.enqueue_script(&script, args, options) {
             Ok(run_id) => Ok(run_id),
             Err(e) if e.code == crate::error::ErrorCode::Validation => {
-                let diagnostics = diagnostics_of(engine, &dialect, &submit.source);
+                let diagnostics = diagnostics_of(engine, &dialect, &source);
                 Err(ApiError::from(e).with_details(json!({ "diagnostics": diagnostics })))
             }
             Err(e) => Err(ApiError::from(e)),
@@ -113,14 +153,34 @@ pub async fn submit(
     Ok((StatusCode::ACCEPTED, Json(json!({ "run_id": run_id }))).into_response())
 }
 
+/// A goal's submission: checks the planning options (a bad dialect or budget is refused
+/// before anything is written), reserves the run id, and plans in the background; `202
+/// {run_id, planning_run_id}` at once.
+async fn submit_goal(state: AppState, run: super::plan::GoalRun) -> Result<Response, ApiError> {
+    let reserved = run.clone();
+    let planning_run_id = blocking(&state, move |engine| {
+        let planning_run_id = crate::planner::planning_run_id(engine, &reserved.goal, &reserved.plan)?;
+        if engine.journal_store().get_meta(&reserved.run_id)?.is_some() {
+            return Err(ApiError::conflict(format!("run {} already exists", reserved.run_id)));
+        }
+        super::plan::reserve(engine, &reserved, &planning_run_id)?;
+        Ok(planning_run_id)
+    })
+    .await?;
+    let run_id = run.run_id.clone();
+    tokio::spawn(super::plan::plan_and_queue(state, run));
+    Ok((StatusCode::ACCEPTED, Json(json!({ "run_id": run_id, "planning_run_id": planning_run_id })))
+        .into_response())
+}
+
 /// The budget a submitted run gets: its own when within the server's maximum, else the maximum.
-fn budget_of(asked: Option<f64>, max: Option<Money>) -> Result<Option<f64>, ApiError> {
+fn budget_of(field: &str, asked: Option<f64>, max: Option<Money>) -> Result<Option<f64>, ApiError> {
     match (asked, max) {
         (Some(usd), _) if !usd.is_finite() || usd <= 0.0 => {
-            Err(ApiError::bad_request("budget_usd must be a positive number of USD"))
+            Err(ApiError::bad_request(format!("{field} must be a positive number of USD")))
         }
         (Some(usd), Some(max)) if usd > max.as_usd() => Err(ApiError::bad_request(format!(
-            "budget_usd {usd} is above the server's maximum of {} USD per run",
+            "{field} {usd} is above the server's maximum of {} USD per run",
             max.as_usd()
         ))),
         (Some(usd), _) => Ok(Some(usd)),
@@ -191,10 +251,22 @@ pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Resu
             .filter(|e| !resolutions.is_closed(e.seq))
             .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) }))
             .collect();
+        // The script the run executes (a planned run's accepted source), as stored with it.
+        let source = match &meta.source_ref {
+            Some(reference) => engine
+                .inner()
+                .transcripts
+                .get(reference)?
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
+            None => None,
+        };
         Ok(Json(json!({
             "run_id": meta.run_id,
             "status": meta.status,
             "meta": meta,
+            "source": source,
+            "error": meta.extra.get(super::plan::ERROR_FIELD),
+            "planning": meta.extra.get(super::plan::PLANNING_FIELD),
             "pending": pending,
             "cost": cost,
             "entries": entries.len(),
@@ -301,6 +373,11 @@ pub async fn resume(State(state): State<AppState>, Path(id): Path<String>) -> Re
             return Err(ApiError::conflict(format!(
                 "run {run} is {}; only a suspended, failed or exhausted run resumes",
                 meta.status
+            )));
+        }
+        if meta.source_ref.is_none() && meta.extra.contains_key(super::plan::PLANNING_FIELD) {
+            return Err(ApiError::conflict(format!(
+                "run {run} has no script to resume: its plan produced none; submit the goal again"
             )));
         }
         let Some(queue) = engine.journal_store().queue() else {

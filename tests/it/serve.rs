@@ -9,18 +9,22 @@ use serde_json::{Value, json};
 
 const TOKEN: &str = "s3cret-token";
 
-/// A running `cairn serve`, killed on drop.
+/// A running `cairn serve` (and any `cairn worker`s beside it), killed on drop.
 struct Server {
     child: Child,
+    workers: Vec<Child>,
     base: String,
     token: Option<String>,
-    _dir: tempfile::TempDir,
+    store: String,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in self.workers.iter_mut().chain(std::iter::once(&mut self.child)) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -29,13 +33,26 @@ fn free_port() -> u16 {
 }
 
 fn serve_command(dir: &std::path::Path, listen: &str, token: Option<&str>, extra: &[&str]) -> Command {
+    let store = format!("sqlite:{}", dir.join("c.db").display());
+    serve_command_on(dir, &store, listen, token, extra)
+}
+
+fn serve_command_on(
+    dir: &std::path::Path,
+    store: &str,
+    listen: &str,
+    token: Option<&str>,
+    extra: &[&str],
+) -> Command {
     let mut command = Command::new(assert_cmd::cargo::cargo_bin("cairn"));
     command
         .current_dir(dir)
-        .args(["serve", "--quiet", "--listen", listen, "--store"])
-        .arg(format!("sqlite:{}", dir.join("c.db").display()))
+        .args(["serve", "--quiet", "--listen", listen, "--store", store])
         .args(extra)
-        .env_remove("CAIRN_SERVER_TOKEN");
+        .env_remove("CAIRN_SERVER_TOKEN")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL");
     if let Some(token) = token {
         command.env("CAIRN_SERVER_TOKEN", token);
     }
@@ -44,17 +61,25 @@ fn serve_command(dir: &std::path::Path, listen: &str, token: Option<&str>, extra
 
 async fn start(token: Option<&str>, extra: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    start_on(dir, store, token, extra).await
+}
+
+/// `cairn serve` in `dir` (its `cairn.toml`, if any) over the store at `store`.
+async fn start_on(dir: tempfile::TempDir, store: String, token: Option<&str>, extra: &[&str]) -> Server {
     let port = free_port();
-    let child = serve_command(dir.path(), &format!("127.0.0.1:{port}"), token, extra)
+    let child = serve_command_on(dir.path(), &store, &format!("127.0.0.1:{port}"), token, extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
     let server = Server {
         child,
+        workers: Vec::new(),
         base: format!("http://127.0.0.1:{port}"),
         token: token.map(str::to_owned),
-        _dir: dir,
+        store,
+        dir,
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -68,7 +93,30 @@ async fn start(token: Option<&str>, extra: &[&str]) -> Server {
     }
 }
 
+/// `cairn serve` over a fresh PostgreSQL schema, or `None` (skipped) without a test server
+/// outside CI.
+async fn start_on_postgres(token: Option<&str>, extra: &[&str]) -> Option<Server> {
+    let store = super::postgres::fresh_url("serve")?;
+    Some(start_on(tempfile::tempdir().unwrap(), store, token, extra).await)
+}
+
 impl Server {
+    /// Starts a `cairn worker` process on the server's store, killed with the server.
+    fn add_worker(&mut self, extra: &[&str]) {
+        let child = Command::new(assert_cmd::cargo::cargo_bin("cairn"))
+            .current_dir(self.dir.path())
+            .args(["--store", &self.store, "worker", "--quiet"])
+            .args(extra)
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        self.workers.push(child);
+    }
+
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
         let request = client.request(method, format!("{}{path}", self.base));
@@ -163,9 +211,9 @@ fn entry_seqs(events: &[(String, Option<u64>, Value)]) -> Vec<u64> {
 
 const TWO_AGENTS: &str = "let a = agent(\"one\");\nlet b = agent(\"two\");\n[a, b]";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_submitted_run_is_driven_and_its_events_stream_to_the_outcome() {
-    let server = start(Some(TOKEN), &[]).await;
+/// A submitted run is driven, and its event stream delivers every journal entry once, in
+/// order, ending with its outcome; a later stream replays it all.
+async fn submitted_run_streams_to_its_outcome(server: &Server) {
     let (code, body) = server.submit(json!({ "source": TWO_AGENTS, "name": "two" })).await;
     assert_eq!(code, 202, "{body}");
     let run = body["run_id"].as_str().unwrap().to_owned();
@@ -194,8 +242,18 @@ async fn a_submitted_run_is_driven_and_its_events_stream_to_the_outcome() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reconnect_with_last_event_id_misses_nothing_and_repeats_nothing() {
-    let server = start(None, &[]).await;
+async fn a_submitted_run_is_driven_and_its_events_stream_to_the_outcome() {
+    submitted_run_streams_to_its_outcome(&start(Some(TOKEN), &[]).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_submitted_run_streams_to_its_outcome() {
+    let Some(server) = start_on_postgres(Some(TOKEN), &[]).await else { return };
+    submitted_run_streams_to_its_outcome(&server).await;
+}
+
+/// A stream cut after one entry and reopened with `Last-Event-ID` misses and repeats nothing.
+async fn reconnect_misses_nothing(server: &Server) {
     let (code, body) = server.submit(json!({ "source": TWO_AGENTS })).await;
     assert_eq!(code, 202, "{body}");
     let run = body["run_id"].as_str().unwrap().to_owned();
@@ -213,8 +271,18 @@ async fn a_reconnect_with_last_event_id_misses_nothing_and_repeats_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_awaited_run_suspends_is_resolved_over_http_and_finishes() {
-    let server = start(None, &[]).await;
+async fn a_reconnect_with_last_event_id_misses_nothing_and_repeats_nothing() {
+    reconnect_misses_nothing(&start(None, &[]).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_reconnect_with_last_event_id_misses_nothing() {
+    let Some(server) = start_on_postgres(None, &[]).await else { return };
+    reconnect_misses_nothing(&server).await;
+}
+
+/// An awaited run suspends, is resolved over HTTP, and finishes; resolving again is recorded.
+async fn approval_resolved_over_http(server: &Server) {
     let source = "let r = await_external(\"approve\");\nlet a = agent(\"after \" + r);\na";
     let (code, body) = server.submit(json!({ "source": source })).await;
     assert_eq!(code, 202, "{body}");
@@ -229,6 +297,17 @@ async fn an_awaited_run_suspends_is_resolved_over_http_and_finishes() {
     let (code, again) = server.post(&format!("/v1/runs/{run}/resolve/approve"), json!("no")).await;
     assert_eq!(code, 200, "{again}");
     assert_eq!(again["resolution"], "already_resolved");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_awaited_run_suspends_is_resolved_over_http_and_finishes() {
+    approval_resolved_over_http(&start(None, &[]).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_an_approval_is_resolved_over_http_and_the_run_finishes() {
+    let Some(server) = start_on_postgres(None, &[]).await else { return };
+    approval_resolved_over_http(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,5 +417,87 @@ async fn every_documented_route_is_served() {
         if r.status() == 404 {
             panic!("{method} {path} is not routed");
         }
+    }
+}
+
+/// The run's journal seqs, as `GET /v1/runs/{id}/journal` gives them.
+async fn journal_seqs(server: &Server, run: &str) -> Vec<u64> {
+    let (code, journal) = server.get(&format!("/v1/runs/{run}/journal")).await;
+    assert_eq!(code, 200, "{journal}");
+    journal["entries"].as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_run_driven_by_a_separate_worker_process_streams_to_the_end() {
+    // No in-process workers: a `cairn worker` process drives the run, and the server follows
+    // it through the store (woken by NOTIFY from the worker's store).
+    let Some(mut server) = start_on_postgres(None, &["--workers", "0"]).await else { return };
+    let (code, body) = server.submit(json!({ "source": TWO_AGENTS })).await;
+    assert_eq!(code, 202, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    // The stream opens while the run is still queued, before any worker exists.
+    let stream = {
+        let request = server.request(reqwest::Method::GET, &format!("/v1/runs/{run}/events"));
+        request.send().await.unwrap()
+    };
+    assert_eq!(stream.status(), 200);
+    assert_eq!(server.get(&format!("/v1/runs/{run}")).await.1["status"], "queued");
+    server.add_worker(&["--concurrency", "2"]);
+    let text = tokio::time::timeout(Duration::from_secs(30), stream.text()).await.expect("the stream ended");
+    let events = parse_events(&text.unwrap());
+    let last = events.last().unwrap();
+    assert_eq!((last.0.as_str(), &last.2["status"]), ("outcome", &json!("ok")), "{events:?}");
+    let seqs = entry_seqs(&events);
+    assert_eq!(seqs, journal_seqs(&server, &run).await, "every entry once, in order");
+    // Every entry was journaled after the stream opened: none is marked replayed.
+    assert!(events.iter().filter(|e| e.0 == "entry").all(|e| e.2["replayed"] == false), "{events:?}");
+    let statuses: Vec<&Value> = events.iter().filter(|e| e.0 == "status").map(|e| &e.2["status"]).collect();
+    assert_eq!(statuses.first(), Some(&&json!("queued")), "{statuses:?}");
+    assert!(statuses.contains(&&json!("running")), "{statuses:?}");
+}
+
+/// The events of a whole SSE body.
+fn parse_events(text: &str) -> Vec<(String, Option<u64>, Value)> {
+    let mut events = Vec::new();
+    for block in text.split("\n\n") {
+        let (mut event, mut id, mut data) = (String::from("message"), None, String::new());
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                event = v.trim().to_owned();
+            } else if let Some(v) = line.strip_prefix("id:") {
+                id = v.trim().parse().ok();
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push_str(v.trim_start());
+            }
+        }
+        if !data.is_empty() {
+            events.push((event, id, serde_json::from_str(&data).unwrap()));
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_write_by_another_store_wakes_this_stores_followers() {
+    // Two stores over one schema stand for two hosts: a follower of the first is woken by a
+    // write through the second (LISTEN/NOTIFY), with no polling at all.
+    use cairn::store::{JournalStore, PostgresOptions, PostgresStore, RawEntry, RunId};
+    let Some(url) = super::postgres::fresh_url("notify") else { return };
+    let here = PostgresStore::open(&url, PostgresOptions::new()).unwrap();
+    let there = PostgresStore::open(&url, PostgresOptions::new()).unwrap();
+    let run = RunId::parse("followed").unwrap();
+    let watch = here.watch().expect("a postgres store notifies");
+    let mut changes = watch.subscribe(&run);
+    // The listener starts with the first follower; once it listens, it wakes everyone once.
+    tokio::time::timeout(Duration::from_secs(10), changes.changed()).await.expect("listening");
+    for seq in 1..=3u64 {
+        changes.mark_seen();
+        let entry = RawEntry::new(seq, format!("{{\"seq\":{seq}}}")).unwrap();
+        let (store, id) = (&there, run.clone());
+        tokio::task::block_in_place(|| store.append(&id, &[entry], None)).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), changes.changed())
+            .await
+            .unwrap_or_else(|_| panic!("the write of seq {seq} on another store never woke the follower"));
+        assert_eq!(here.load_since(&run, seq - 1).unwrap().len(), 1);
     }
 }
