@@ -501,3 +501,86 @@ async fn on_postgres_a_write_by_another_store_wakes_this_stores_followers() {
         assert_eq!(here.load_since(&run, seq - 1).unwrap().len(), 1);
     }
 }
+
+/// A planner draft (fenced, as models write them) that waits for an approval between its calls.
+const PLANNED_DRAFT: &str =
+    "```rhai\nlet a = agent(\"first\");\nlet ok = await_external(\"approve\");\na + \" \" + ok\n```";
+const PLANNED_SOURCE: &str =
+    "let a = agent(\"first\");\nlet ok = await_external(\"approve\");\na + \" \" + ok\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goal_is_planned_and_its_accepted_script_is_queued_run_and_resumed() {
+    use super::scripted_server::{ScriptedServer, project, text};
+    // The planner's one draft, then the script's one agent call; nothing else is scripted,
+    // so a call asked twice fails the run.
+    let model = ScriptedServer::start(vec![text(PLANNED_DRAFT, 900, 40), text("one", 10, 5)]);
+    let dir = project(&model.url, "", "");
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let server = start_on(dir, store, None, &["--max-budget", "5"]).await;
+    let (code, body) =
+        server.submit(json!({ "goal": "Ask one question, then wait for approval", "budget": 1.0 })).await;
+    assert_eq!(code, 202, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    assert!(body["planning_run_id"].as_str().unwrap().starts_with("plan-"), "{body}");
+    // The run exists from the first moment, before its script does.
+    let (code, shown) = server.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(code, 200, "{shown}");
+    assert_eq!(shown["planning"]["goal"], "Ask one question, then wait for approval");
+    let shown = server.wait_for(&run, "suspended").await;
+    assert_eq!(shown["source"], PLANNED_SOURCE, "GET shows the accepted source: {shown}");
+    assert_eq!(shown["meta"]["name"], "planned");
+    assert_eq!(shown["pending"][0]["key"], "approve", "{shown}");
+    assert!(shown["meta"]["budget_ceiling"].is_string() || shown["meta"]["budget_ceiling"].is_number());
+    // Resolving resumes the run from its stored source: the paid call replays.
+    let (code, resolved) = server.post(&format!("/v1/runs/{run}/resolve/approve"), json!("yes")).await;
+    assert_eq!(code, 200, "{resolved}");
+    let events = server.events(&run, None, None).await;
+    assert_eq!(events.last().unwrap().2["status"], "ok", "{events:?}");
+    assert_eq!(model.requests().len(), 2, "a call was asked twice");
+    let (_, journal) = server.get(&format!("/v1/runs/{run}/journal")).await;
+    let paid =
+        journal["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "agent" && e["status"] == "ok");
+    assert_eq!(paid.count(), 1, "{journal}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goal_whose_plan_is_rejected_settles_failed_with_script_rejected_and_its_diagnostics() {
+    // No cairn.toml: the planner is the offline echo model, which cannot write a script.
+    let server = start(None, &[]).await;
+    let (code, body) = server.submit(json!({ "goal": "Compare three storage engines" })).await;
+    assert_eq!(code, 202, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    let shown = server.wait_for(&run, "error").await;
+    assert_eq!(shown["error"]["code"], "script_rejected", "{shown}");
+    assert!(shown["source"].is_null(), "{shown}");
+    let drafts = shown["planning"]["rejection"]["drafts"].as_array().unwrap();
+    assert_eq!(drafts.len(), 4, "one draft and three repairs: {shown}");
+    assert!(!drafts.last().unwrap()["diagnostics"].as_array().unwrap().is_empty(), "{shown}");
+    let events = server.events(&run, None, None).await;
+    let last = events.last().unwrap();
+    assert_eq!((last.0.as_str(), &last.2["status"]), ("outcome", &json!("error")), "{events:?}");
+    assert_eq!(last.2["error"]["code"], "script_rejected", "{events:?}");
+    // There is no script to resume.
+    let (code, refused) = server.post(&format!("/v1/runs/{run}/resume"), json!({})).await;
+    assert_eq!(code, 409, "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_goal_submissions_are_refused_before_anything_is_written() {
+    let server = start(None, &["--max-budget", "1"]).await;
+    for (body, why) in [
+        (json!({ "goal": "g", "source": "1" }), "both a goal and a script"),
+        (json!({ "dialect": "rhai" }), "neither"),
+        (json!({ "goal": "g", "dialect": "cobol" }), "an unknown dialect"),
+        (json!({ "goal": "g", "planning_budget": 5.0 }), "a planning budget over the maximum"),
+        (json!({ "goal": "g", "budget": -1.0 }), "a negative budget"),
+        (json!({ "source": "1", "force": true }), "force with a script"),
+        (json!({ "goal": "g", "name": "x" }), "a name for a goal's run"),
+    ] {
+        let (code, answer) = server.submit(body).await;
+        assert_eq!(code, 400, "{why}: {answer}");
+        assert_eq!(answer["code"], "bad_request", "{why}: {answer}");
+    }
+    let (_, listed) = server.get("/v1/runs").await;
+    assert_eq!(listed["runs"], json!([]), "a refused submission wrote a run");
+}
