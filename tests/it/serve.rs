@@ -584,3 +584,90 @@ async fn bad_goal_submissions_are_refused_before_anything_is_written() {
     let (_, listed) = server.get("/v1/runs").await;
     assert_eq!(listed["runs"], json!([]), "a refused submission wrote a run");
 }
+
+/// The README's newcomer path, step by step through the real binaries: PostgreSQL (the test
+/// server, a fresh schema), `cairn serve` with a token and two `cairn worker`s on it, a script
+/// submitted as the README's curl does, its events watched live, its approval resolved, and
+/// the run seen to finish, driven by the workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_newcomer_path_on_postgres() {
+    let Some(store) = super::postgres::fresh_url("readme") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = || {
+        let mut command = Command::new(assert_cmd::cargo::cargo_bin("cairn"));
+        command
+            .current_dir(dir.path())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("CAIRN_SERVER_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        command
+    };
+    let port = free_port();
+    // CAIRN_SERVER_TOKEN=secret cairn --store $S serve --listen 127.0.0.1:7420 --max-budget 2 --workers 0
+    let serve = cairn()
+        .env("CAIRN_SERVER_TOKEN", "secret")
+        .args(["--store", &store, "serve", "--listen", &format!("127.0.0.1:{port}"), "--max-budget", "2"])
+        .args(["--workers", "0"])
+        .spawn()
+        .unwrap();
+    // cairn --store $S worker --concurrency 4 &   (twice)
+    let workers: Vec<Child> = (0..2)
+        .map(|_| cairn().args(["--store", &store, "worker", "--concurrency", "4"]).spawn().unwrap())
+        .collect();
+    let server = Server {
+        child: serve,
+        workers,
+        base: format!("http://127.0.0.1:{port}"),
+        token: Some("secret".into()),
+        store,
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !reqwest::get(format!("{}/healthz", server.base)).await.is_ok_and(|r| r.status() == 200) {
+        assert!(Instant::now() < deadline, "cairn serve did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // curl -s -H 'Authorization: Bearer secret' -H 'Content-Type: application/json' \
+    //   -d '{"source":"let ok = await_external(\"approve\");\nagent(\"write a haiku\")"}' .../v1/runs
+    let body = r#"{"source":"let ok = await_external(\"approve\");\nagent(\"write a haiku\")"}"#;
+    let submitted = server
+        .request(reqwest::Method::POST, "/v1/runs")
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(submitted.status(), 202);
+    let run = submitted.json::<Value>().await.unwrap()["run_id"].as_str().unwrap().to_owned();
+    // curl -N .../v1/runs/$RUN/events   (live, in another terminal)
+    let watching = {
+        let stream = server.request(reqwest::Method::GET, &format!("/v1/runs/{run}/events"));
+        let stream = stream.timeout(Duration::from_secs(60)).send().await.unwrap();
+        assert_eq!(stream.status(), 200);
+        tokio::spawn(async move { stream.text().await.unwrap() })
+    };
+    let shown = server.wait_for(&run, "suspended").await;
+    assert_eq!(shown["pending"][0]["key"], "approve", "{shown}");
+    // curl ... -d '"yes"' .../v1/runs/$RUN/resolve/approve
+    let resolved = server
+        .request(reqwest::Method::POST, &format!("/v1/runs/{run}/resolve/approve"))
+        .header("Content-Type", "application/json")
+        .body(r#""yes""#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resolved.status(), 200);
+    let text =
+        tokio::time::timeout(Duration::from_secs(60), watching).await.expect("the stream ended").unwrap();
+    let events = parse_events(&text);
+    let last = events.last().unwrap();
+    assert_eq!((last.0.as_str(), &last.2["status"]), ("outcome", &json!("ok")), "{events:?}");
+    let statuses: Vec<&Value> = events.iter().filter(|e| e.0 == "status").map(|e| &e.2["status"]).collect();
+    assert!(statuses.contains(&&json!("suspended")), "watched live through the wait: {statuses:?}");
+    assert_eq!(entry_seqs(&events), journal_seqs(&server, &run).await);
+    let shown = server.wait_for(&run, "ok").await;
+    assert!(shown["cost"]["total"].is_object(), "{shown}");
+}
