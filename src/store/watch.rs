@@ -73,6 +73,12 @@ impl RunWatch {
         self.lock().runs.values().filter(|sender| sender.receiver_count() > 0).count()
     }
 
+    /// A handle that does not keep the watch alive (for a store's helper thread, which
+    /// stops once its store is gone).
+    pub(crate) fn downgrade(&self) -> WeakRunWatch {
+        WeakRunWatch(Arc::downgrade(&self.inner))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding this lock leaves the map consistent (every step is one call).
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -82,6 +88,17 @@ impl RunWatch {
 impl fmt::Debug for RunWatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RunWatch").field("followed", &self.followed()).finish()
+    }
+}
+
+/// A [`RunWatch`] that may be gone.
+#[derive(Debug, Clone)]
+pub(crate) struct WeakRunWatch(std::sync::Weak<Mutex<Inner>>);
+
+impl WeakRunWatch {
+    /// The watch, while its store keeps it.
+    pub(crate) fn upgrade(&self) -> Option<RunWatch> {
+        self.0.upgrade().map(|inner| RunWatch { inner })
     }
 }
 

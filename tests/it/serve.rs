@@ -671,3 +671,24 @@ async fn the_readme_newcomer_path_on_postgres() {
     let shown = server.wait_for(&run, "ok").await;
     assert!(shown["cost"]["total"].is_object(), "{shown}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_a_write_by_another_store_on_the_file_wakes_this_stores_followers() {
+    // Two stores over one file stand for the server and a `cairn worker` process.
+    use cairn::store::{JournalStore, RawEntry, RunId, SqliteOptions, SqliteStore};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.db");
+    let here = SqliteStore::open(&path, SqliteOptions::new()).unwrap();
+    let there = SqliteStore::open(&path, SqliteOptions::new()).unwrap();
+    let run = RunId::parse("followed").unwrap();
+    let mut changes = here.watch().expect("a sqlite store notifies").subscribe(&run);
+    for seq in 1..=3u64 {
+        changes.mark_seen();
+        let entry = RawEntry::new(seq, format!("{{\"seq\":{seq}}}")).unwrap();
+        tokio::task::block_in_place(|| there.append(&run, &[entry], None)).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), changes.changed())
+            .await
+            .unwrap_or_else(|_| panic!("the write of seq {seq} on another store never woke the follower"));
+        assert_eq!(here.load_since(&run, seq - 1).unwrap().len(), 1);
+    }
+}

@@ -34,6 +34,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 mod checkpoint;
+mod follow;
 mod queue;
 
 use self::checkpoint::Checkpointer;
@@ -123,6 +124,8 @@ pub struct SqliteStore {
     read_only: bool,
     /// Wakes the followers of a run this store wrote.
     watch: super::RunWatch,
+    /// Starts the thread that notices other processes' writes, once followed.
+    follow: std::sync::Once,
     /// Read-only and read as immutable: the database lies where its WAL index cannot be made
     /// (a read-only directory or mount), so no writer can be changing it either.
     immutable: bool,
@@ -255,6 +258,7 @@ impl SqliteStore {
             read_only: false,
             immutable: false,
             watch: super::RunWatch::new(),
+            follow: std::sync::Once::new(),
         })
     }
 
@@ -312,6 +316,7 @@ impl SqliteStore {
             read_only: true,
             immutable,
             watch: super::RunWatch::new(),
+            follow: std::sync::Once::new(),
         }))
     }
 
@@ -997,7 +1002,11 @@ impl JournalStore for SqliteStore {
     }
 
     fn watch(&self) -> Option<&super::RunWatch> {
-        if self.read_only { None } else { Some(&self.watch) }
+        if self.read_only {
+            return None;
+        }
+        self.follow.call_once(|| follow::start(self.path.clone(), self.options.clone(), &self.watch));
+        Some(&self.watch)
     }
 
     fn delete(&self, run: &RunId, lease: Option<&Lease>) -> Result<()> {
