@@ -58,7 +58,12 @@ impl Default for ServiceOptions {
 pub struct AppState {
     pub(crate) engine: Engine,
     pub(crate) options: Arc<ServiceOptions>,
+    /// Bounds the planner goals planned at once (the rest wait their turn, queued).
+    pub(crate) planning: Arc<tokio::sync::Semaphore>,
 }
+
+/// How many planner goals one server plans at once.
+pub const PLANNING_AT_ONCE: usize = 4;
 
 /// Every route of the service, as `(method, path)` in axum's path syntax: the OpenAPI
 /// document's test checks each one appears there.
@@ -79,7 +84,11 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// The service's router over `engine` (whose store must keep a run queue for submissions).
 pub fn router(engine: Engine, options: ServiceOptions) -> Router {
     let max_body = options.max_body_bytes;
-    let state = AppState { engine, options: Arc::new(options) };
+    let state = AppState {
+        engine,
+        options: Arc::new(options),
+        planning: Arc::new(tokio::sync::Semaphore::new(PLANNING_AT_ONCE)),
+    };
     let guarded = Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(openapi::document))

@@ -70,6 +70,8 @@ pub(crate) fn reserve(engine: &Engine, run: &GoalRun, planning_run_id: &RunId) -
 /// produced none settles the reservation `error`.
 pub(crate) async fn plan_and_queue(state: AppState, run: GoalRun) {
     let engine = state.engine.clone();
+    // Never closed, so the permit always comes; held while the planner writes.
+    let _turn = state.planning.clone().acquire_owned().await;
     let planned = crate::planner::plan(&engine, &run.goal, run.plan.clone()).await;
     let settled = tokio::task::spawn_blocking(move || match planned {
         Ok(plan) => queue_planned(&engine, &run, &plan),
