@@ -510,12 +510,24 @@ const PLANNED_SOURCE: &str =
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_goal_is_planned_and_its_accepted_script_is_queued_run_and_resumed() {
+    goal_planned_queued_and_resumed(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_goal_is_planned_and_its_accepted_script_is_queued_run_and_resumed() {
+    let Some(store) = super::postgres::fresh_url("goal") else { return };
+    goal_planned_queued_and_resumed(Some(store)).await;
+}
+
+/// A goal's run: reserved at once, planned, its accepted script queued, suspended, resolved
+/// and resumed from the stored source (on SQLite, or the PostgreSQL store `store`).
+async fn goal_planned_queued_and_resumed(store: Option<String>) {
     use super::scripted_server::{ScriptedServer, project, text};
     // The planner's one draft, then the script's one agent call; nothing else is scripted,
     // so a call asked twice fails the run.
     let model = ScriptedServer::start(vec![text(PLANNED_DRAFT, 900, 40), text("one", 10, 5)]);
     let dir = project(&model.url, "", "");
-    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let store = store.unwrap_or_else(|| format!("sqlite:{}", dir.path().join("c.db").display()));
     let server = start_on(dir, store, None, &["--max-budget", "5"]).await;
     let (code, body) =
         server.submit(json!({ "goal": "Ask one question, then wait for approval", "budget": 1.0 })).await;
