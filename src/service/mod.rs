@@ -82,6 +82,8 @@ pub const ROUTES: &[(&str, &str)] = &[
 ];
 
 /// The service's router over `engine` (whose store must keep a run queue for submissions).
+/// Called inside a tokio runtime, it also picks up the planner goals a stopped server left
+/// mid-plan.
 pub fn router(engine: Engine, options: ServiceOptions) -> Router {
     let max_body = options.max_body_bytes;
     let state = AppState {
@@ -89,6 +91,10 @@ pub fn router(engine: Engine, options: ServiceOptions) -> Router {
         options: Arc::new(options),
         planning: Arc::new(tokio::sync::Semaphore::new(PLANNING_AT_ONCE)),
     };
+    // Planner goals a stopped server left mid-plan are planned again here.
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::spawn(plan::recover(state.clone()));
+    }
     let guarded = Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(openapi::document))

@@ -38,9 +38,19 @@ pub(crate) fn reserve(engine: &Engine, run: &GoalRun, planning_run_id: &RunId) -
     let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
     let mut extra = serde_json::Map::new();
     extra.insert(RESERVED_FIELD.into(), Value::Bool(true));
+    // Everything needed to plan it again: a server that stops mid-plan leaves the
+    // reservation, and the next one to start on the store picks it up (`recover`).
     extra.insert(
         PLANNING_FIELD.into(),
-        json!({ "goal": run.goal, "planning_run_id": planning_run_id, "dialect": run.plan.dialect }),
+        json!({
+            "goal": run.goal,
+            "planning_run_id": planning_run_id,
+            "dialect": run.plan.dialect,
+            "args": run.args,
+            "budget_usd": run.budget_usd,
+            "planning_budget_usd": run.plan.budget_usd,
+            "force": run.force,
+        }),
     );
     let ceiling = match run.budget_usd {
         Some(usd) => Some(crate::money::Money::from_usd(usd).map_err(|e| Error::config(e.to_string()))?),
@@ -70,9 +80,26 @@ pub(crate) fn reserve(engine: &Engine, run: &GoalRun, planning_run_id: &RunId) -
 /// produced none settles the reservation `error`.
 pub(crate) async fn plan_and_queue(state: AppState, run: GoalRun) {
     let engine = state.engine.clone();
-    // Never closed, so the permit always comes; held while the planner writes.
-    let _turn = state.planning.clone().acquire_owned().await;
-    let planned = crate::planner::plan(&engine, &run.goal, run.plan.clone()).await;
+    let planned = loop {
+        // Never closed, so the permit always comes; held while the planner writes.
+        let turn = state.planning.clone().acquire_owned().await;
+        let planned = crate::planner::plan(&engine, &run.goal, run.plan.clone()).await;
+        drop(turn);
+        match planned {
+            // Another process holds the planning run (the same goal planned at once, or a
+            // stopped server's lease not yet expired): look again once it may be free, as long
+            // as the reservation still waits.
+            Err(error) if error.code() == crate::error::ErrorCode::RunBusy => {
+                tokio::time::sleep(BUSY_RETRY).await;
+                let (engine, id) = (engine.clone(), run.run_id.clone());
+                match tokio::task::spawn_blocking(move || still_reserved(&engine, &id)).await {
+                    Ok(Ok(true)) => continue,
+                    _ => return,
+                }
+            }
+            other => break other,
+        }
+    };
     let settled = tokio::task::spawn_blocking(move || match planned {
         Ok(plan) => queue_planned(&engine, &run, &plan),
         Err(error) => fail(&engine, &run.run_id, &error),
@@ -83,6 +110,52 @@ pub(crate) async fn plan_and_queue(state: AppState, run: GoalRun) {
         Ok(Err(e)) => tracing::error!(error = %e, "a planned run could not be queued or settled"),
         Err(e) => tracing::error!(error = %e, "planning a run failed"),
     }
+}
+
+/// How long a goal whose planning run another process holds waits before trying again.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Picks up the reservations a stopped server left mid-plan: each is planned again (paid
+/// drafts replay from the planning run's journal) and queued. A reservation another live
+/// server is planning is left to it (its planning run's lease says so).
+pub(crate) async fn recover(state: AppState) {
+    let found = super::runs::blocking(&state, |engine| {
+        let filter = crate::store::RunFilter {
+            statuses: vec![RunStatus::Queued],
+            tags: vec!["planned".into()],
+            ..crate::store::RunFilter::default()
+        };
+        let runs = engine.journal_store().list_runs(&filter)?;
+        Ok(runs.into_iter().filter(is_reserved).filter_map(|meta| goal_run_of(&meta)).collect::<Vec<_>>())
+    })
+    .await;
+    match found {
+        Ok(runs) => {
+            for run in runs {
+                tokio::spawn(plan_and_queue(state.clone(), run));
+            }
+        }
+        Err(e) => tracing::warn!(error = ?e, "cannot look for planner goals left mid-plan"),
+    }
+}
+
+/// The goal run a reservation records.
+fn goal_run_of(meta: &RunMeta) -> Option<GoalRun> {
+    let planning = meta.extra.get(PLANNING_FIELD)?;
+    let number = |key: &str| planning.get(key).and_then(Value::as_f64);
+    Some(GoalRun {
+        run_id: meta.run_id.clone(),
+        goal: planning.get("goal")?.as_str()?.to_owned(),
+        plan: PlanOptions {
+            dialect: planning.get("dialect")?.as_str()?.to_owned(),
+            budget_usd: number("planning_budget_usd"),
+            args: planning.get("args").cloned(),
+            ..PlanOptions::default()
+        },
+        args: planning.get("args").cloned().unwrap_or_else(|| json!({})),
+        budget_usd: number("budget_usd"),
+        force: planning.get("force").and_then(Value::as_bool).unwrap_or(false),
+    })
 }
 
 /// Queues the accepted plan's script under the run's reserved id (unless its cost bound

@@ -704,3 +704,59 @@ async fn on_sqlite_a_write_by_another_store_on_the_file_wakes_this_stores_follow
         assert_eq!(here.load_since(&run, seq - 1).unwrap().len(), 1);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goal_left_mid_plan_by_a_killed_server_is_planned_by_the_next_one() {
+    use super::scripted_server::{Reply, ScriptedServer, project, text};
+    // The first server's planner never answers; it is killed while it waits.
+    let stalled = ScriptedServer::start(vec![Reply::Stall]);
+    let first_dir = project(&stalled.url, "", "");
+    let store = format!("sqlite:{}", first_dir.path().join("c.db").display());
+    let spawn = |dir: &std::path::Path, port: u16| {
+        serve_command_on(dir, &store, &format!("127.0.0.1:{port}"), None, &[])
+            .env("CAIRN_LEASE_TTL_MS", "300")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let up = |base: String| async move {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !reqwest::get(format!("{base}/healthz")).await.is_ok_and(|r| r.status() == 200) {
+            assert!(Instant::now() < deadline, "cairn serve did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let port = free_port();
+    let mut first = spawn(first_dir.path(), port);
+    up(format!("http://127.0.0.1:{port}")).await;
+    let submitted = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/runs"))
+        .json(&json!({ "goal": "Ask one question, then wait for approval" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(submitted.status(), 202);
+    let run = submitted.json::<Value>().await.unwrap()["run_id"].as_str().unwrap().to_owned();
+    tokio::task::block_in_place(|| stalled.wait_for_requests(1, Duration::from_secs(20)));
+    first.kill().unwrap(); // SIGKILL, mid-plan
+    first.wait().unwrap();
+    // The next server (its planner answers) picks the reservation up on its own.
+    let model = ScriptedServer::start(vec![text(PLANNED_DRAFT, 900, 40), text("one", 10, 5)]);
+    let second_dir = project(&model.url, "", "");
+    let port = free_port();
+    let second = spawn(second_dir.path(), port);
+    let server = Server {
+        child: second,
+        workers: Vec::new(),
+        base: format!("http://127.0.0.1:{port}"),
+        token: None,
+        store: store.clone(),
+        dir: second_dir,
+    };
+    up(server.base.clone()).await;
+    let shown = server.wait_for(&run, "suspended").await;
+    assert_eq!(shown["source"], PLANNED_SOURCE, "{shown}");
+    drop(server); // before the directory holding its store
+    drop(first_dir);
+}
