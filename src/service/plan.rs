@@ -34,7 +34,12 @@ pub(crate) struct GoalRun {
 }
 
 /// Writes the reservation of a goal's run: a queued meta record without a script.
-pub(crate) fn reserve(engine: &Engine, run: &GoalRun, planning_run_id: &RunId) -> Result<(), Error> {
+pub(crate) fn reserve(
+    engine: &Engine,
+    run: &GoalRun,
+    planning_run_id: &RunId,
+    lease: Option<&crate::store::Lease>,
+) -> Result<(), Error> {
     let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
     let mut extra = serde_json::Map::new();
     extra.insert(RESERVED_FIELD.into(), Value::Bool(true));
@@ -72,7 +77,7 @@ pub(crate) fn reserve(engine: &Engine, run: &GoalRun, planning_run_id: &RunId) -
         segments: 0,
         extra,
     };
-    engine.journal_store().put_meta(&meta, None)?;
+    engine.journal_store().put_meta(&meta, lease)?;
     Ok(())
 }
 

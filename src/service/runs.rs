@@ -160,11 +160,27 @@ async fn submit_goal(state: AppState, run: super::plan::GoalRun) -> Result<Respo
     let reserved = run.clone();
     let planning_run_id = blocking(&state, move |engine| {
         let planning_run_id = crate::planner::planning_run_id(engine, &reserved.goal, &reserved.plan)?;
-        if engine.journal_store().get_meta(&reserved.run_id)?.is_some() {
-            return Err(ApiError::conflict(format!("run {} already exists", reserved.run_id)));
+        let store = engine.journal_store();
+        // Under the run's lease, so two submissions of one run id cannot both reserve it.
+        let lease = match store.leases() {
+            Some(leases) => Some(
+                leases
+                    .acquire(&reserved.run_id, "cairn-serve-reserve", std::time::Duration::from_secs(30))
+                    .map_err(|_| ApiError::conflict(format!("run {} already exists", reserved.run_id)))?,
+            ),
+            None => None,
+        };
+        let outcome = (|| {
+            if store.get_meta(&reserved.run_id)?.is_some() {
+                return Err(ApiError::conflict(format!("run {} already exists", reserved.run_id)));
+            }
+            super::plan::reserve(engine, &reserved, &planning_run_id, lease.as_ref())?;
+            Ok(planning_run_id)
+        })();
+        if let (Some(leases), Some(lease)) = (store.leases(), lease.as_ref()) {
+            let _ = leases.release(lease);
         }
-        super::plan::reserve(engine, &reserved, &planning_run_id)?;
-        Ok(planning_run_id)
+        outcome
     })
     .await?;
     let run_id = run.run_id.clone();
