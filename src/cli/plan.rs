@@ -40,6 +40,10 @@ pub(super) struct PlanArgs {
     /// The planning conversation's own ceiling in USD.
     #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     planning_budget: Option<f64>,
+    /// The API card the planner is shown: auto (the compact card when the planner model's
+    /// context_window is small), full or compact.
+    #[arg(long, value_name = "CARD", default_value = "auto", value_parser = ["auto", "full", "compact"])]
+    card: String,
     /// The output cap of each draft, in tokens.
     #[arg(long, value_name = "TOKENS", default_value_t = crate::planner::DEFAULT_MAX_OUTPUT_TOKENS)]
     max_output_tokens: u32,
@@ -70,12 +74,16 @@ pub(super) struct CardArgs {
     /// Print the profile card of what cairn.toml registers (profiles, toolsets, host functions).
     #[arg(long)]
     profiles: bool,
+    /// Print the compact form of the API card (what a planner with a small context window is shown).
+    #[arg(long)]
+    compact: bool,
 }
 
 /// `cairn card`.
 pub(super) fn card(globals: &Globals, args: &CardArgs) -> Exit {
+    let shown = |card: &str| if args.compact { crate::planner::compact_card(card) } else { card.to_owned() };
     if args.dialect.is_none() && !args.profiles {
-        print!("{}", crate::script::api_card());
+        print!("{}", shown(crate::script::api_card()));
         return Exit::Ok;
     }
     let engine = match card_engine(globals) {
@@ -84,7 +92,7 @@ pub(super) fn card(globals: &Globals, args: &CardArgs) -> Exit {
     };
     if let Some(name) = &args.dialect {
         match engine.dialect(name) {
-            Ok(dialect) => print!("{}", dialect.card()),
+            Ok(dialect) => print!("{}", shown(dialect.card())),
             Err(e) => return fail(Exit::Usage, e),
         }
     }
@@ -129,6 +137,7 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
         max_output_tokens: args.max_output_tokens,
         rules: None,
         args: Some(run_args.clone()),
+        card: args.card.parse().unwrap_or_default(),
     };
     let planning = match Planning::start(&setup.engine, &args.goal, &options) {
         Ok(planning) => planning,

@@ -542,6 +542,14 @@ impl Ctx {
                 }
                 self.run.emit(self.span_pair(span), true, start_event);
                 self.run.emit(self.span_pair(span), true, || agent_end_event(terminal));
+                if opts.full && terminal.status != Status::Ok && terminal.status != Status::Cancelled {
+                    // The full form's record of the failure, as the settled run saw it.
+                    let error = terminal
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
+                    return self.agent_failed(&opts, label, error, Some((terminal, true)));
+                }
                 let value = self.replayed(terminal, opts.on_error, "agent", label)?;
                 return Ok(if opts.full { full_result(terminal, value, true) } else { value });
             }

@@ -20,6 +20,7 @@
 //! The planner knows dialects only through [`ScriptDialect`]: any registered dialect plugs in.
 
 mod card;
+mod compact;
 mod extract;
 mod repair;
 
@@ -29,6 +30,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 pub use card::profile_card;
+pub use compact::compact_card;
 pub use extract::extract_script;
 pub use repair::{PLANNER_RULES, first_prompt, repair_prompt, system_prompt};
 
@@ -75,6 +77,36 @@ pub struct PlanOptions {
     /// The arguments the script will run with, for the cost bound (an `args`-sized fan-out is
     /// bounded by them); null when `None`. Not a planning input: drafts never see them.
     pub args: Option<Value>,
+    /// Which API card the system prompt carries (default [`CardChoice::Auto`]).
+    pub card: CardChoice,
+}
+
+/// Which form of the dialect's API card a planner is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CardChoice {
+    /// The full card, unless the planner model's context window is known to be small (the
+    /// full system prompt would take more than half of it): then the compact card. A draft
+    /// the provider refuses for its context length falls back once to the compact card.
+    #[default]
+    Auto,
+    /// Always the full card (no fallback).
+    Full,
+    /// Always the [`compact_card`].
+    Compact,
+}
+
+impl std::str::FromStr for CardChoice {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<CardChoice, Error> {
+        match text {
+            "auto" => Ok(CardChoice::Auto),
+            "full" => Ok(CardChoice::Full),
+            "compact" => Ok(CardChoice::Compact),
+            other => Err(Error::config(format!("unknown card {other:?}: use auto, full or compact"))),
+        }
+    }
 }
 
 impl Default for PlanOptions {
@@ -87,6 +119,7 @@ impl Default for PlanOptions {
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             rules: None,
             args: None,
+            card: CardChoice::Auto,
         }
     }
 }
@@ -139,6 +172,17 @@ pub enum RejectCause {
         /// The cap it reached.
         max_output_tokens: u32,
     },
+    /// A draft's request did not fit the planner model's context window (the provider refused
+    /// it for its context length, or its estimate left no room for the draft), with the
+    /// compact card already: repairing cannot shrink it.
+    ContextOverflow {
+        /// The draft that did not fit (1-based).
+        draft: u32,
+        /// The model's context window, when known.
+        context_window: Option<u64>,
+        /// Why, as the provider or the estimate said.
+        message: String,
+    },
 }
 
 /// A rejected plan: the cause and every draft with its diagnostics.
@@ -175,6 +219,13 @@ impl Rejection {
                 "draft {} was cut off by the output limit ({output_tokens} of {max_output_tokens} tokens); raise the planner's output cap",
                 self.drafts.len()
             ),
+            RejectCause::ContextOverflow { draft, context_window, message } => {
+                let window = context_window.map(|w| format!(" of {w} tokens")).unwrap_or_default();
+                format!(
+                    "draft {draft} does not fit the planner model's context window{window} even with the compact card ({}); use a model with a larger context or a shorter goal",
+                    crate::text::for_terminal(message)
+                )
+            }
         }
     }
 }
@@ -254,6 +305,11 @@ struct Inputs {
     dialect: Arc<dyn ScriptDialect>,
     lint: LintContext,
     system: String,
+    /// The system prompt with the compact card, to fall back to once when a draft does not
+    /// fit the model's context (only when the full card was chosen automatically).
+    fallback: Option<String>,
+    /// The planner model's context window, when known.
+    context_window: Option<u64>,
     model: String,
     repair_rounds: u32,
     max_output_tokens: u32,
@@ -294,12 +350,28 @@ impl Inputs {
             return Err(Error::config(format!("planner model {model} names an unregistered provider")));
         }
         let rules = options.rules.as_deref().unwrap_or(PLANNER_RULES);
-        let system = system_prompt(rules, dialect.name(), dialect.card(), &profile_card(engine));
+        let profiles = profile_card(engine);
+        let full = system_prompt(rules, dialect.name(), dialect.card(), &profiles);
+        let compact = || system_prompt(rules, dialect.name(), &compact_card(dialect.card()), &profiles);
+        let context_window =
+            inner.providers.get(model.provider()).and_then(|provider| provider.context_window(model.model()));
+        let (system, fallback) = match options.card {
+            CardChoice::Full => (full, None),
+            CardChoice::Compact => (compact(), None),
+            // The full card would take more than half a small window: leave the room to the
+            // goal, a repair round and the draft.
+            CardChoice::Auto if context_window.is_some_and(|window| estimate_tokens(&full) > window / 2) => {
+                (compact(), None)
+            }
+            CardChoice::Auto => (full, Some(compact())),
+        };
         Ok(Inputs {
             goal: goal.to_owned(),
             lint: LintContext::from(engine.registered()),
             dialect,
             system,
+            fallback,
+            context_window,
             model: model.to_string(),
             repair_rounds: options.repair_rounds,
             max_output_tokens: options.max_output_tokens,
@@ -322,6 +394,11 @@ impl Inputs {
             "budget": budget,
             "system": self.system,
         });
+        let mut inputs = inputs;
+        if let Some(window) = self.context_window {
+            // Only when known, so the ids of plans for models of unknown window stay as they were.
+            inputs["context_window"] = json!(window);
+        }
         let canonical =
             crate::journal::canonical_json(&inputs).map_err(|e| Error::internal(e.to_string()))?;
         let hex = crate::journal::content_key_of_canonical(&canonical).to_hex();
@@ -658,40 +735,66 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
     let dialect = inputs.dialect.name();
     let mut prompt = first_prompt(&inputs.goal, dialect);
     let mut drafts: Vec<DraftReport> = Vec::new();
-    for round in 0..=inputs.repair_rounds {
+    let mut system = inputs.system.as_str();
+    let mut fallback = inputs.fallback.as_deref();
+    let mut round = 0;
+    while round <= inputs.repair_rounds {
         let number = round + 1;
-        let reply = ctx
-            .agent(
-                &prompt,
-                AgentOptions {
-                    label: Some(format!("draft {number}")),
-                    model: Some(inputs.model.clone()),
-                    system: Some(inputs.system.clone()),
-                    role: Some(InvocationRole::Plan),
-                    max_output_tokens: Some(inputs.max_output_tokens),
-                    max_turns: Some(1),
-                    on_error: Some(OnError::Throw),
-                    full: true,
-                    ..AgentOptions::default()
-                },
-            )
-            .await?;
+        let reply = match draft_cap(inputs, system, &prompt) {
+            Ok(max_output_tokens) => {
+                ctx.agent(
+                    &prompt,
+                    AgentOptions {
+                        label: Some(format!("draft {number}")),
+                        model: Some(inputs.model.clone()),
+                        system: Some(system.to_owned()),
+                        role: Some(InvocationRole::Plan),
+                        max_output_tokens: Some(max_output_tokens),
+                        max_turns: Some(1),
+                        on_error: Some(OnError::Throw),
+                        full: true,
+                        ..AgentOptions::default()
+                    },
+                )
+                .await?
+            }
+            Err(overflow) => json!({ "status": "error", "error": overflow }),
+        };
         if reply["status"] != "ok" {
+            if reply["error"]["code"] == json!(ErrorCode::ContextOverflow) {
+                // Too long for the model: once, the same draft again with the compact card.
+                if let Some(compact) = fallback.take() {
+                    system = compact;
+                    continue;
+                }
+                let message = reply["error"]["message"].as_str().unwrap_or_default().to_owned();
+                let cause = RejectCause::ContextOverflow {
+                    draft: number,
+                    context_window: inputs.context_window,
+                    message,
+                };
+                let error = Error::new(
+                    ErrorCode::ScriptRejected,
+                    format!("draft {number} does not fit the planner model's context window"),
+                );
+                return Ok((Err(error), Verdict::Rejected { cause, drafts }));
+            }
             // The full form returns a failure instead of raising it: raise it, so the run
             // settles as the draft call did (exhausted, failed, cancelled).
             return Err(failure_of(&reply, number));
         }
         let text = reply["value"].as_str().unwrap_or_default();
         let output_tokens = reply["usage"]["output_tokens"].as_u64().unwrap_or(0);
+        let max_output_tokens = draft_cap(inputs, system, &prompt).unwrap_or(inputs.max_output_tokens);
         let source = extract_script(text).to_owned();
         let diagnostics = if source.trim().is_empty() {
             vec![empty_draft(text)]
         } else {
             inputs.dialect.check(&source, &inputs.lint)
         };
-        if output_tokens >= u64::from(inputs.max_output_tokens) {
+        if cut_off(&reply, output_tokens, max_output_tokens) {
             drafts.push(DraftReport { source, diagnostics });
-            let cause = RejectCause::Truncated { output_tokens, max_output_tokens: inputs.max_output_tokens };
+            let cause = RejectCause::Truncated { output_tokens, max_output_tokens };
             let error = Error::new(
                 ErrorCode::ScriptRejected,
                 format!("draft {number} was cut off by the output limit ({output_tokens} tokens)"),
@@ -705,6 +808,7 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
         }
         prompt = repair_prompt(&inputs.goal, dialect, &source, &errors);
         drafts.push(DraftReport { source, diagnostics });
+        round += 1;
     }
     let error = Error::new(
         ErrorCode::ScriptRejected,
@@ -712,6 +816,45 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
     );
     let cause = RejectCause::Diagnostics { repair_rounds: inputs.repair_rounds };
     Ok((Err(error), Verdict::Rejected { cause, drafts }))
+}
+
+/// The fewest output tokens a draft is sent with: less room than this in the context window
+/// and the request counts as not fitting.
+const MIN_DRAFT_TOKENS: u64 = 256;
+
+/// Estimated tokens of planner text: a third of its characters. Conservative on purpose (the
+/// tokenizers of small models take about 3.5 characters a token for code and JSON, more than
+/// the 4 the usage estimate assumes), since it decides whether a request fits at all.
+fn estimate_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(3)
+}
+
+/// A draft's output cap: the options' cap, lowered to the room the context window leaves
+/// after the prompt when the window is known. `Err` (`context_overflow`) when that room is
+/// under [`MIN_DRAFT_TOKENS`]: the request would not fit, and is not sent.
+fn draft_cap(inputs: &Inputs, system: &str, prompt: &str) -> Result<u32, Error> {
+    let Some(window) = inputs.context_window else { return Ok(inputs.max_output_tokens) };
+    // The chat template's role markers and the like: a few tokens a message.
+    let prompt_tokens = estimate_tokens(system) + estimate_tokens(prompt) + 32;
+    let room = window.saturating_sub(prompt_tokens);
+    if room < MIN_DRAFT_TOKENS.min(u64::from(inputs.max_output_tokens)) {
+        return Err(Error::new(
+            ErrorCode::ContextOverflow,
+            format!(
+                "the request takes about {prompt_tokens} tokens of the model's {window}-token context window, leaving no room for the draft"
+            ),
+        ));
+    }
+    Ok(u32::try_from(room).unwrap_or(u32::MAX).min(inputs.max_output_tokens))
+}
+
+/// Whether a draft was cut off by the output limit: the provider said so (`finish_reason`
+/// `length`), or, for a draft journaled before finish reasons were, its output reached the cap.
+fn cut_off(reply: &Value, output_tokens: u64, max_output_tokens: u32) -> bool {
+    match reply["finish_reason"].as_str() {
+        Some(reason) => reason == "length",
+        None => output_tokens >= u64::from(max_output_tokens),
+    }
 }
 
 /// The error of a draft call that did not end `ok`, from its full-form record.

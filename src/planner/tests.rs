@@ -398,3 +398,116 @@ fn a_settled_plan_whose_repair_prompt_changed_is_resumed_live_paying_only_the_ch
     assert_eq!(fake.call_count(), 3);
     assert!(fake.calls()[2].last_user_text.clone().unwrap().contains("write good, please"));
 }
+
+/// An engine whose planner model declares a context window of `window` tokens.
+fn engine_with_window(fake: &FakeProvider, window: u64) -> Engine {
+    let store = Arc::new(MemoryStore::new());
+    let provider = crate::provider::WithContextWindow::new(Arc::new(fake.clone()), window);
+    Engine::builder(store.clone(), store)
+        .provider(Arc::new(provider))
+        .prices(prices())
+        .default_model(ModelRef::parse("fake:model").unwrap())
+        .profile("researcher", AgentProfile { description: "Finds sources.".into(), ..Default::default() })
+        .build()
+        .unwrap()
+}
+
+fn system_of(fake: &FakeProvider, call: usize) -> String {
+    fake.calls()[call].request.system.clone().unwrap_or_default()
+}
+
+fn context_overflow() -> crate::Error {
+    crate::Error::new(ErrorCode::ContextOverflow, "This model's maximum context length is 4096 tokens")
+}
+
+#[test]
+fn a_small_context_window_gets_the_compact_card_and_a_capped_draft() {
+    let fake = FakeProvider::new().on_any(FakeScript::text(GOOD_DRAFT));
+    let small = engine_with_window(&fake, 4096);
+    let planned = rt().block_on(plan(&small, "goal", PlanOptions::default())).unwrap();
+    assert_eq!(planned.drafts, 1);
+    let system = system_of(&fake, 0);
+    let compact = compact_card(crate::script::api_card());
+    assert!(system.contains(compact.trim_end()), "the compact card is missing:\n{system}");
+    assert!(!system.contains(crate::script::api_card().trim_end()), "the full card does not fit 4096 tokens");
+    assert!(system.contains("- researcher: Finds sources."), "the profile card is missing");
+    // The request leaves the draft what the window has room for, no more.
+    let cap = fake.calls()[0].request.max_output_tokens.unwrap();
+    assert!(cap < 4096 && u64::from(cap) >= MIN_DRAFT_TOKENS, "{cap}");
+
+    // A large window keeps the full card, and so does an explicit choice.
+    let fake = FakeProvider::new().on_any(FakeScript::text(GOOD_DRAFT));
+    let large = engine_with_window(&fake, 200_000);
+    rt().block_on(plan(&large, "goal", PlanOptions::default())).unwrap();
+    assert!(system_of(&fake, 0).contains(crate::script::api_card().trim_end()));
+    let forced = PlanOptions { card: CardChoice::Compact, ..PlanOptions::default() };
+    rt().block_on(plan(&large, "goal", forced.clone())).unwrap();
+    assert!(system_of(&fake, 1).contains(compact.trim_end()));
+    // The card is a planning input: the two conversations have different ids.
+    assert_ne!(
+        planning_run_id(&large, "goal", &forced).unwrap(),
+        planning_run_id(&large, "goal", &PlanOptions::default()).unwrap()
+    );
+}
+
+#[test]
+fn a_draft_refused_for_its_context_length_falls_back_once_to_the_compact_card() {
+    // The provider refuses any request that carries the full card.
+    let full = crate::script::api_card().trim_end().to_owned();
+    let fake = FakeProvider::new().on_any(FakeScript::respond_with(move |request| {
+        if request.system.as_deref().is_some_and(|s| s.contains(&full)) {
+            FakeTurn::new(FakeReply::Error(context_overflow()))
+        } else {
+            text_turn(GOOD_DRAFT, 30)
+        }
+    }));
+    let (engine, _) = engine_with(&fake);
+    let planned = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
+    assert_eq!((planned.drafts, fake.call_count()), (1, 2), "one refused request, then the compact card");
+    assert!(system_of(&fake, 1).contains(compact_card(crate::script::api_card()).trim_end()));
+    // Re-planning replays both calls, the refusal included: no provider call.
+    let again = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
+    assert_eq!((again.source, fake.call_count()), (planned.source, 2));
+}
+
+#[test]
+fn a_draft_that_never_fits_is_a_typed_rejection() {
+    // Refused with the full card and with the compact one: rejected after one fallback.
+    let fake = FakeProvider::new().on_any(FakeScript::error(context_overflow()));
+    let (engine, _) = engine_with(&fake);
+    let error = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap_err();
+    assert_eq!(error.code(), ErrorCode::ScriptRejected, "{error}");
+    let PlanError::Rejected(rejection) = error else { panic!() };
+    assert_eq!(fake.call_count(), 2);
+    assert!(
+        matches!(&rejection.cause, RejectCause::ContextOverflow { draft: 1, context_window: None, message } if message.contains("4096")),
+        "{:?}",
+        rejection.cause
+    );
+    // An explicit full card has no fallback.
+    let fake = FakeProvider::new().on_any(FakeScript::error(context_overflow()));
+    let (engine, _) = engine_with(&fake);
+    let full = PlanOptions { card: CardChoice::Full, ..PlanOptions::default() };
+    let error = rt().block_on(plan(&engine, "goal", full)).unwrap_err();
+    assert_eq!((error.code(), fake.call_count()), (ErrorCode::ScriptRejected, 1));
+
+    // A window too small for even the compact card: nothing is sent.
+    let fake = FakeProvider::new().on_any(FakeScript::text(GOOD_DRAFT));
+    let tiny = engine_with_window(&fake, 1000);
+    let error = rt().block_on(plan(&tiny, "goal", PlanOptions::default())).unwrap_err();
+    let PlanError::Rejected(rejection) = error else { panic!("{error:?}") };
+    assert_eq!(fake.call_count(), 0, "a request that cannot fit is not paid for");
+    assert!(matches!(
+        rejection.cause,
+        RejectCause::ContextOverflow { draft: 1, context_window: Some(1000), .. }
+    ));
+    assert!(rejection.drafts.is_empty());
+}
+
+#[test]
+fn card_choices_parse() {
+    assert_eq!("compact".parse::<CardChoice>().unwrap(), CardChoice::Compact);
+    assert_eq!("full".parse::<CardChoice>().unwrap(), CardChoice::Full);
+    assert_eq!("auto".parse::<CardChoice>().unwrap(), CardChoice::Auto);
+    assert_eq!("tiny".parse::<CardChoice>().unwrap_err().code, ErrorCode::Config);
+}

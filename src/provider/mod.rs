@@ -24,6 +24,7 @@ pub mod openai_compatible;
 pub mod openai_responses;
 pub mod sse;
 mod stream;
+mod window;
 
 use std::fmt;
 
@@ -40,6 +41,7 @@ pub use http::ApiKey;
 pub(crate) use http::parse_base_url;
 pub(crate) use stream::cancelled as cancelled_error;
 pub use stream::{StreamDecoder, decode_sse};
+pub use window::WithContextWindow;
 
 /// A model provider: turns one [`ChatRequest`] into a stream of [`ChatEvent`]s.
 ///
@@ -52,6 +54,14 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
     /// What a model of this provider supports (native structured output, tools, ...).
     fn capabilities(&self, model: &str) -> Capabilities;
+
+    /// The context window of `model` in tokens (prompt and output together), when known: as
+    /// declared for the provider (`context_window` in cairn.toml, [`WithContextWindow`]) or
+    /// reported by it. `None` when unknown. The planner writes for a small window with a
+    /// compact card.
+    fn context_window(&self, _model: &str) -> Option<u64> {
+        None
+    }
 
     /// Starts one model turn. Connection happens inside the stream; the stream yields
     /// exactly one terminal event (Finish or Error) and then ends. Dropping the stream or
