@@ -775,6 +775,7 @@ impl Ctx {
         terminal.usage = Some(outcome.usage);
         terminal.cost = outcome.cost;
         terminal.served_by = Some(journal::intern(&outcome.served_by));
+        terminal.finish_reason = outcome.finish_reason;
         if wrote_checkpoint {
             terminal.transcript_ref = Some(hooks.checkpoint_ref);
         }
@@ -1365,6 +1366,7 @@ fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
         "usage": entry.usage.unwrap_or_default(),
         "cost_nano_usd": entry.cost,
         "served_by": entry.served_by,
+        "finish_reason": entry.finish_reason,
         "replayed": replayed,
     })
 }

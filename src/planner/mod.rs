@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 pub use card::profile_card;
 pub use compact::compact_card;
 pub use extract::extract_script;
-pub use repair::{PLANNER_RULES, first_prompt, repair_prompt, system_prompt};
+pub use repair::{PLANNER_RULES, first_prompt, repair_prompt, repair_prompt_shown, system_prompt};
 
 use crate::engine::{
     AgentOptions, Ctx, Engine, OnError, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script,
@@ -807,6 +807,12 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
             return Ok((Ok(value), Verdict::Accepted { source, warnings: diagnostics, drafts: number }));
         }
         prompt = repair_prompt(&inputs.goal, dialect, &source, &errors);
+        // A small window that cannot hold every diagnostic gets the first ones that fit.
+        let mut shown = errors.len();
+        while shown > 1 && draft_cap(inputs, system, &prompt).is_err() {
+            shown /= 2;
+            prompt = repair_prompt_shown(&inputs.goal, dialect, &source, &errors, shown);
+        }
         drafts.push(DraftReport { source, diagnostics });
         round += 1;
     }

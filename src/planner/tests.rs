@@ -511,3 +511,22 @@ fn card_choices_parse() {
     assert_eq!("auto".parse::<CardChoice>().unwrap(), CardChoice::Auto);
     assert_eq!("tiny".parse::<CardChoice>().unwrap_err().code, ErrorCode::Config);
 }
+
+#[test]
+fn a_repair_round_in_a_small_window_shows_the_diagnostics_that_fit() {
+    // Forty errors: far more diagnostics than a 4096-token window holds beside the card.
+    let many: String = (0..40).map(|i| format!("console.log(x{i});\n")).collect();
+    let bad = format!("```rhai\n{many}```");
+    let fake = FakeProvider::new().on_any(FakeScript::text(bad).then_text(GOOD_DRAFT));
+    let small = engine_with_window(&fake, 4096);
+    let planned = rt().block_on(plan(&small, "goal", PlanOptions::default())).unwrap();
+    assert_eq!((planned.drafts, fake.call_count()), (2, 2), "the repair round must be sent");
+    let repair = fake.calls()[1].last_user_text.clone().unwrap();
+    assert!(repair.contains("more errors are not shown"), "{repair}");
+    // A large window shows them all.
+    let fake =
+        FakeProvider::new().on_any(FakeScript::text(format!("```rhai\n{many}```")).then_text(GOOD_DRAFT));
+    let (engine, _) = engine_with(&fake);
+    rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
+    assert!(!fake.calls()[1].last_user_text.clone().unwrap().contains("not shown"));
+}
