@@ -530,3 +530,35 @@ fn a_repair_round_in_a_small_window_shows_the_diagnostics_that_fit() {
     rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
     assert!(!fake.calls()[1].last_user_text.clone().unwrap().contains("not shown"));
 }
+
+#[test]
+fn the_providers_finish_reason_decides_a_cut_off_not_the_token_count() {
+    // Usage at the cap, but the provider says the answer ended naturally (an estimated count,
+    // as llama.cpp's): accepted.
+    let fake = FakeProvider::new().on_any(FakeScript::new(text_turn(GOOD_DRAFT, 512)));
+    let (engine, _) = engine_with(&fake);
+    let options = PlanOptions { max_output_tokens: 512, ..PlanOptions::default() };
+    let planned = rt().block_on(plan(&engine, "goal", options.clone())).unwrap();
+    assert_eq!(planned.drafts, 1);
+    // Fewer tokens than the cap, but the provider says the output limit cut it: rejected at
+    // once, and re-planning (served from the journal) says the same.
+    let cut = FakeTurn {
+        reply: FakeReply::Events(vec![
+            ChatEvent::text("```rhai\nlet a = agent(\"x\""),
+            ChatEvent::Finish {
+                reason: FinishReason::Length,
+                usage: Usage { input_tokens: 100, output_tokens: 40, ..Usage::default() },
+            },
+        ]),
+        usage: None,
+        latency: None,
+    };
+    let fake = FakeProvider::new().on_any(FakeScript::new(cut));
+    let (engine, _) = engine_with(&fake);
+    for _ in 0..2 {
+        let error = rt().block_on(plan(&engine, "goal", options.clone())).unwrap_err();
+        let PlanError::Rejected(rejection) = error else { panic!("{error:?}") };
+        assert_eq!(rejection.cause, RejectCause::Truncated { output_tokens: 40, max_output_tokens: 512 });
+    }
+    assert_eq!(fake.call_count(), 1);
+}
