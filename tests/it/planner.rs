@@ -290,12 +290,12 @@ fn plan_then_run_killed_mid_run_resumes_without_the_source_file() {
 }
 
 /// Opt-in: the tiny real model (`CAIRN_TEST_OPENAI_BASE_URL`) as planner. Whatever it writes,
-/// the loop ends typed, never in a crash: an accepted script (exit 0), a `script_rejected`
-/// (exit 6), or, when the model cannot answer at all, the planning run's typed failure on one
-/// line (exit 1). SmolLM2-135M on llama.cpp has a 4,096-token context and the Rhai API card alone
-/// is about 3,760 of its tokens, so the system prompt with the output cap overflows it; the
-/// server then ends its stream early, which the adapter reports as a retryable `transport`
-/// failure. A CPU build takes a minute or two per request.
+/// the loop ends in an accepted script (exit 0) or a typed `script_rejected` (exit 6), never a
+/// crash or a transport error. SmolLM2-135M on llama.cpp has a 4,096-token context and the full
+/// Rhai card alone is about 4,400 of its tokens (a streamed request that long gets an empty
+/// event stream back); the provider declares `context_window = 4096`, so the planner writes
+/// with the compact card, caps each draft at the room left, and shows a repair round only the
+/// diagnostics that fit. A CPU build takes a minute or two per run.
 #[test]
 fn live_model_planning_ends_typed() {
     let Ok(url) = std::env::var("CAIRN_TEST_OPENAI_BASE_URL") else {
@@ -451,4 +451,87 @@ fn cli_plan_falls_back_to_the_compact_card_when_the_provider_refuses_the_context
     assert_eq!(rejected["cause"]["kind"], "context_overflow", "{rejected}");
     assert_eq!(rejected["cause"]["draft"], 1, "{rejected}");
     assert_eq!(server.requests().len(), 2);
+}
+
+/// `cairn plan` killed with SIGKILL while its second draft is in flight, then `cairn resume
+/// plan-…`: the planning run resumes (the paid first draft replays, the interrupted one is
+/// drafted again) and prints the accepted plan as `cairn plan` would.
+#[cfg(unix)]
+#[test]
+fn a_planning_run_killed_mid_draft_resumes_with_cairn_resume() {
+    let server =
+        ScriptedServer::start(vec![text(BAD_DRAFT, 900, 40), Reply::Stall, text(GOOD_DRAFT, 950, 30)]);
+    let dir = project(&server.url, "", "");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"))
+        .current_dir(dir.path())
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("CAIRN_LEASE_TTL_MS", "300")
+        .args(["plan", GOAL, "--json", "--repair-rounds", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    server.wait_for_requests(2, Duration::from_secs(30));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let (_, runs, _) = run(dir.path(), &["runs", "--json"]);
+    let runs: Vec<Value> = serde_json::from_str(&runs).unwrap();
+    let planning = runs.iter().find(|r| r["name"] == "plan").expect("the planning run");
+    assert_eq!(planning["status"], "running", "{planning}");
+    let run_id = planning["run_id"].as_str().unwrap().to_owned();
+    assert!(run_id.starts_with("plan-"), "{run_id}");
+
+    // Flags that mean nothing to a planning conversation are refused, naming the way out.
+    let (code, _, stderr) = run(dir.path(), &["resume", &run_id, "--dry-run"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("is a planning run") && stderr.contains("cairn plan"), "{stderr}");
+
+    std::thread::sleep(Duration::from_millis(500)); // the killed driver's lease lapses
+    let out = cairn_in(dir.path()).args(["resume", &run_id, "--json"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["planning_run_id"], run_id.as_str());
+    assert_eq!(plan["drafts"], 2, "{plan}");
+    assert_eq!(plan["source"], "let a = agent(\"first\");\nlet b = agent(\"second\");\na + \" / \" + b\n");
+    assert_eq!(server.requests().len(), 3, "the paid first draft was paid again");
+
+    // Once settled, `cairn plan` with the same goal replays it all: no request.
+    let (code, again, stderr) = run(dir.path(), &["plan", GOAL, "--json", "--repair-rounds", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(serde_json::from_str::<Value>(&again).unwrap(), plan);
+    assert_eq!(server.requests().len(), 3);
+}
+
+/// A planning run whose inputs changed since it began (a profile added to cairn.toml) cannot
+/// be resumed as the same conversation: a clear message to plan again, not a config error.
+#[test]
+fn resuming_a_planning_run_whose_inputs_changed_says_to_plan_again() {
+    let server = ScriptedServer::start(vec![text(GOOD_DRAFT, 950, 30)]);
+    let dir = project(&server.url, "", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let run_id =
+        serde_json::from_str::<Value>(&stdout).unwrap()["planning_run_id"].as_str().unwrap().to_owned();
+    // A settled planning run resumes too: it replays, with no request.
+    let (code, resumed, stderr) = run(dir.path(), &["resume", &run_id, "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&resumed).unwrap(),
+        serde_json::from_str::<Value>(&stdout).unwrap()
+    );
+    assert_eq!(server.requests().len(), 1);
+
+    let config = std::fs::read_to_string(dir.path().join("cairn.toml")).unwrap();
+    std::fs::write(
+        dir.path().join("cairn.toml"),
+        format!("{config}\n[profiles.writer]\ndescription = \"Writes.\"\n"),
+    )
+    .unwrap();
+    let (code, _, stderr) = run(dir.path(), &["resume", &run_id]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("changed since it began") && stderr.contains("cairn plan"), "{stderr}");
+    assert!(!stderr.contains("has not registered"), "{stderr}");
 }
