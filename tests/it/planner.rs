@@ -535,3 +535,131 @@ fn resuming_a_planning_run_whose_inputs_changed_says_to_plan_again() {
     assert!(stderr.contains("changed since it began") && stderr.contains("cairn plan"), "{stderr}");
     assert!(!stderr.contains("has not registered"), "{stderr}");
 }
+
+/// An Anthropic Messages stream answering `text`.
+fn anthropic_text(text: &str) -> Reply {
+    let events = [
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x", "content": [], "stop_reason": null, "usage": {"input_tokens": 900, "output_tokens": 1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 30}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    Reply::Sse(events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect())
+}
+
+/// A Responses API stream answering `text`.
+fn responses_text(text: &str) -> Reply {
+    let item = json!({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]});
+    let events = [
+        json!({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "output": []}}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}}),
+        json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": text}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": [item], "usage": {"input_tokens": 900, "output_tokens": 30, "total_tokens": 930}}}),
+    ];
+    Reply::Sse(
+        events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect(),
+    )
+}
+
+/// `cairn plan` against a keyed provider of `kind` (a mock server standing in for the real
+/// API, the key from a variable): the accepted plan and the one request body it sent.
+fn plan_with_keyed_provider(kind: &str, reply: Reply) -> (Value, Value) {
+    let server = ScriptedServer::start(vec![reply]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cairn.toml"),
+        format!(
+            "[providers.p]\nkind = \"{kind}\"\nbase_url = \"{}\"\napi_key_env = \"CAIRN_TEST_FAKE_KEY\"\nprices = {{ big = [3.0, 15.0] }}\n\n[routing]\nplan = \"p:big\"\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let out = cairn_in(dir.path())
+        .env("CAIRN_TEST_FAKE_KEY", "sk-test-not-a-key")
+        .args(["plan", GOAL, "--json", "--max-output-tokens", "2000"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{kind}: {stderr}");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "{kind}");
+    assert!(!requests[0].to_string().contains("sk-test-not-a-key"), "the key leaked into the body");
+    (plan, requests[0].clone())
+}
+
+/// The Anthropic, OpenAI Chat and Responses adapters each build a correct planning request:
+/// the model, the system prompt (the rules, the full API card and the profile card) in the
+/// API's own system field, the goal alone in the one user message, the draft's output cap,
+/// streaming, no tools.
+#[test]
+fn a_planning_call_builds_each_keyed_apis_request() {
+    let card = "### agent(prompt, opts?)";
+    let user_of = |content: &Value| match content {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    };
+
+    let (plan, body) = plan_with_keyed_provider("anthropic", anthropic_text(GOOD_DRAFT));
+    assert_eq!(plan["drafts"], 1);
+    assert_eq!(body["model"], "big");
+    assert_eq!(body["max_tokens"], 2000);
+    assert_eq!(body["stream"], true);
+    assert!(body.get("tools").is_none(), "{body}");
+    let system = body["system"].as_array().expect("system blocks");
+    assert_eq!(system.len(), 1, "{body}");
+    let system_text = system[0]["text"].as_str().unwrap();
+    assert!(system_text.starts_with("You write one workflow script"), "{system_text}");
+    assert!(system_text.contains(card) && system_text.contains("# Registered names"));
+    assert!(!system_text.contains(GOAL), "the goal is data, never in the system prompt");
+    assert_eq!(system[0]["cache_control"], json!({"type": "ephemeral"}), "the long, stable card is cached");
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{body}");
+    assert_eq!(messages[0]["role"], "user");
+    let user = user_of(&messages[0]["content"]);
+    assert!(user.contains(&format!("```text\n{GOAL}\n```")), "{user}");
+
+    let (plan, body) = plan_with_keyed_provider("openai", text(GOOD_DRAFT, 900, 30));
+    assert_eq!(plan["drafts"], 1);
+    assert_eq!(body["model"], "big");
+    assert_eq!(body["max_completion_tokens"], 2000, "OpenAI's current name for the cap: {body}");
+    assert!(body.get("max_tokens").is_none(), "{body}");
+    assert_eq!(body["stream"], true);
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{body}");
+    assert_eq!(messages[0]["role"], "system");
+    let system_text = messages[0]["content"].as_str().unwrap();
+    assert!(system_text.starts_with("You write one workflow script") && system_text.contains(card));
+    assert!(!system_text.contains(GOAL));
+    assert_eq!(messages[1]["role"], "user");
+    assert!(user_of(&messages[1]["content"]).contains(GOAL));
+
+    let (plan, body) = plan_with_keyed_provider("openai-responses", responses_text(GOOD_DRAFT));
+    assert_eq!(plan["drafts"], 1, "{plan}");
+    assert_eq!(body["model"], "big");
+    assert_eq!(body["max_output_tokens"], 2000);
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["store"], false, "nothing is kept on OpenAI's side");
+    let instructions = body["instructions"].as_str().unwrap();
+    assert!(instructions.starts_with("You write one workflow script") && instructions.contains(card));
+    assert!(!instructions.contains(GOAL));
+    let input = body["input"].as_array().unwrap();
+    assert_eq!(input.len(), 1, "{body}");
+    assert!(input[0].to_string().contains(GOAL), "{body}");
+}
