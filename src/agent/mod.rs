@@ -250,9 +250,13 @@ pub(crate) async fn run(
     let mut last = None;
     let mut outcome = run_turns(spec, hooks, cancel, on_delta, &mut last).await;
     outcome.finish_reason = match &outcome.end {
-        // The way to the answer broke (a dropped or incomplete stream, an outage) and the
-        // retries are spent: the turn was never completed.
-        AgentEnd::Error(error) | AgentEnd::Limit(error) if error.retryable => Some(StopReason::Incomplete),
+        // The stream broke off or ended without a finish reason (or the server failed it) and
+        // the retries are spent: the turn was never completed.
+        AgentEnd::Error(error)
+            if matches!(error.code, ErrorCode::Transport | ErrorCode::ProviderUnavailable) =>
+        {
+            Some(StopReason::Incomplete)
+        }
         _ => last,
     };
     outcome

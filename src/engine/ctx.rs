@@ -1351,6 +1351,7 @@ impl Ctx {
                 "usage": Usage::default(),
                 "cost_nano_usd": 0,
                 "served_by": null,
+                "finish_reason": null,
                 "replayed": false,
             }),
         };

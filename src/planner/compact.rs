@@ -188,6 +188,17 @@ mod tests {
     }
 
     #[test]
+    fn the_lua_cards_compact_form_keeps_its_globals_too() {
+        let full = include_str!("../../dialect/card.lua.md");
+        let compact = compact_card(full);
+        assert!(compact.starts_with("# cairn script dialect (Lua), compact\n"), "{compact}");
+        for signature in full.lines().filter_map(|l| l.strip_prefix("### ")) {
+            assert!(compact.contains(&format!("- {signature}:")), "{signature} is missing:\n{compact}");
+        }
+        assert!(compact.contains("```lua\n"), "{compact}");
+    }
+
+    #[test]
     fn sentences_end_at_a_full_stop_not_inside_an_abbreviation() {
         assert_eq!(first_sentence("Use e.g. this. Then that."), "Use e.g. this.");
         assert_eq!(first_sentence("No stop"), "No stop");

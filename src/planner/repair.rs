@@ -59,18 +59,16 @@ pub fn repair_prompt_shown(
     errors: &[Diagnostic],
     shown: usize,
 ) -> String {
-    let shown = shown.clamp(1, errors.len().max(1)).min(errors.len());
+    let shown = shown.max(1).min(errors.len());
     let hidden = errors.len() - shown;
-    let errors_all = errors;
-    let errors = &errors[..shown];
-    let diagnostics = serde_json::to_string_pretty(errors).unwrap_or_else(|_| "[]".into());
+    let diagnostics = serde_json::to_string_pretty(&errors[..shown]).unwrap_or_else(|_| "[]".into());
     let mut text = String::with_capacity(goal.len() + draft.len() + diagnostics.len() + 400);
     let _ = write!(
         text,
         "Your previous {dialect} script was rejected by the linter with {} error{}. Fix every one and reply \
          with the whole corrected script in one fenced code block.\n\n",
-        errors_all.len(),
-        if errors_all.len() == 1 { "" } else { "s" }
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" }
     );
     goal_block(&mut text, goal);
     text.push_str("\nThe rejected script:\n");
