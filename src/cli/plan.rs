@@ -42,7 +42,8 @@ pub(super) struct PlanArgs {
     #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     planning_budget: Option<f64>,
     /// The API card the planner is shown: auto (the compact card when the planner model's
-    /// context_window is small), full or compact.
+    /// context_window is small, or once after a draft is refused for its length), full or
+    /// compact.
     #[arg(long, value_name = "CARD", default_value = "auto", value_parser = ["auto", "full", "compact"])]
     card: String,
     /// The output cap of each draft, in tokens.

@@ -87,7 +87,9 @@ pub struct PlanOptions {
 pub enum CardChoice {
     /// The full card, unless the planner model's context window is known to be small (the
     /// full system prompt would take more than half of it): then the compact card. A draft
-    /// the provider refuses for its context length falls back once to the compact card.
+    /// the provider refuses for its context length (`context_overflow`), or whose stream keeps
+    /// breaking off (`transport` once retries are spent: llama.cpp ends an over-long streamed
+    /// request with an empty stream), is drafted again once with the compact card.
     #[default]
     Auto,
     /// Always the full card (no fallback).
@@ -865,12 +867,19 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
             Err(overflow) => json!({ "status": "error", "error": overflow }),
         };
         if reply["status"] != "ok" {
-            if reply["error"]["code"] == json!(ErrorCode::ContextOverflow) {
-                // Too long for the model: once, the same draft again with the compact card.
+            let overflow = reply["error"]["code"] == json!(ErrorCode::ContextOverflow);
+            // A server that cannot say "too long" in a stream ends it early instead (llama.cpp
+            // answers an over-long streamed request with an empty event stream): a `transport`
+            // failure, its retries spent, is treated as a possible overflow too.
+            let maybe_overflow = reply["error"]["code"] == json!(ErrorCode::Transport);
+            if overflow || maybe_overflow {
+                // Once, the same draft again with the compact card.
                 if let Some(compact) = fallback.take() {
                     system = compact;
                     continue;
                 }
+            }
+            if overflow {
                 let message = reply["error"]["message"].as_str().unwrap_or_default().to_owned();
                 let cause = RejectCause::ContextOverflow {
                     draft: number,

@@ -562,3 +562,44 @@ fn the_providers_finish_reason_decides_a_cut_off_not_the_token_count() {
     }
     assert_eq!(fake.call_count(), 1);
 }
+
+#[test]
+fn a_draft_whose_stream_keeps_breaking_off_is_tried_once_with_the_compact_card() {
+    // llama.cpp ends an over-long streamed request with an empty stream: a `transport` failure.
+    let full = crate::script::api_card().trim_end().to_owned();
+    let fake = FakeProvider::new().on_any(FakeScript::respond_with(move |request| {
+        if request.system.as_deref().is_some_and(|s| s.contains(&full)) {
+            FakeTurn::new(FakeReply::Error(crate::Error::new(ErrorCode::Transport, "the stream ended")))
+        } else {
+            text_turn(GOOD_DRAFT, 30)
+        }
+    }));
+    let engine = engine_without_retries(&fake);
+    let planned = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
+    assert_eq!((planned.drafts, fake.call_count()), (1, 2));
+
+    // With the compact card already, a transport failure is the planning run's, as before.
+    let fake = FakeProvider::new()
+        .on_any(FakeScript::error(crate::Error::new(ErrorCode::Transport, "the stream ended")));
+    let engine = engine_without_retries(&fake);
+    let compact = PlanOptions { card: CardChoice::Compact, ..PlanOptions::default() };
+    let error = rt().block_on(plan(&engine, "goal", compact)).unwrap_err();
+    assert!(
+        matches!(&error, PlanError::Planning { error, .. } if error.code == ErrorCode::Transport),
+        "{error:?}"
+    );
+    assert_eq!(fake.call_count(), 1);
+}
+
+/// [`engine_with`]'s engine, retrying nothing.
+fn engine_without_retries(fake: &FakeProvider) -> Engine {
+    let store = Arc::new(MemoryStore::new());
+    Engine::builder(store.clone(), store)
+        .provider(Arc::new(fake.clone()))
+        .prices(prices())
+        .default_model(ModelRef::parse("fake:model").unwrap())
+        .profile("researcher", AgentProfile { description: "Finds sources.".into(), ..Default::default() })
+        .retries(0, std::time::Duration::ZERO)
+        .build()
+        .unwrap()
+}

@@ -663,3 +663,20 @@ fn a_planning_call_builds_each_keyed_apis_request() {
     assert_eq!(input.len(), 1, "{body}");
     assert!(input[0].to_string().contains(GOAL), "{body}");
 }
+
+/// llama.cpp answers a streamed request longer than its context with `200 OK` and an empty
+/// event stream (recorded against the SmolLM2 server). With no declared window, the planner
+/// retries as for any broken stream, then drafts once more with the compact card.
+#[test]
+fn cli_plan_retries_an_empty_stream_with_the_compact_card() {
+    let empty = || Reply::Sse(String::new());
+    let server = ScriptedServer::start(vec![empty(), empty(), text(GOOD_DRAFT, 900, 30)]);
+    let dir = project(&server.url, "[retry]\nmax_attempts = 2\ninitial_backoff_ms = 1\n", "");
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap()["drafts"], 1);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "two attempts with the full card, then one with the compact card");
+    assert!(system_text(&requests[1]).contains("### agent(prompt, opts?)"));
+    assert!(system_text(&requests[2]).contains("(Rhai), compact"));
+}
