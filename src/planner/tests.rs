@@ -603,3 +603,25 @@ fn engine_without_retries(fake: &FakeProvider) -> Engine {
         .build()
         .unwrap()
 }
+
+#[test]
+fn a_planning_run_stores_its_goal_and_options_for_a_resume() {
+    let fake = FakeProvider::new().on_any(FakeScript::text(GOOD_DRAFT));
+    let (engine, _) = engine_with(&fake);
+    let options = PlanOptions { repair_rounds: 2, card: CardChoice::Compact, ..PlanOptions::default() };
+    let planned = rt().block_on(plan(&engine, "the goal", options.clone())).unwrap();
+    let stored = stored_planning(&engine, &planned.planning_run_id).unwrap().unwrap();
+    assert_eq!(stored.goal, "the goal");
+    let again = stored.options.unwrap().to_options();
+    assert_eq!(
+        (again.repair_rounds, again.card, again.model.as_deref()),
+        (2, CardChoice::Compact, Some("fake:model"))
+    );
+    assert_eq!(planning_run_id(&engine, "the goal", &again).unwrap(), planned.planning_run_id);
+    // A run that is not a planning run has no record.
+    assert!(stored_planning(&engine, &RunId::parse("plan-0000").unwrap()).unwrap().is_none());
+    // A planning run from before the record: its goal, from its arguments, and no options.
+    engine.inner().transcripts.delete(&stored_ref(&planned.planning_run_id)).unwrap();
+    let old = stored_planning(&engine, &planned.planning_run_id).unwrap().unwrap();
+    assert_eq!((old.goal.as_str(), old.options), ("the goal", None));
+}
