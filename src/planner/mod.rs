@@ -843,6 +843,8 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
     let mut drafts: Vec<DraftReport> = Vec::new();
     let mut system = inputs.system.as_str();
     let mut fallback = inputs.fallback.as_deref();
+    // Whether the compact card came in because the full card's stream broke off.
+    let mut broke_off = false;
     let mut round = 0;
     while round <= inputs.repair_rounds {
         let number = round + 1;
@@ -876,11 +878,19 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
                 // Once, the same draft again with the compact card.
                 if let Some(compact) = fallback.take() {
                     system = compact;
+                    broke_off = maybe_overflow;
                     continue;
                 }
             }
-            if overflow {
-                let message = reply["error"]["message"].as_str().unwrap_or_default().to_owned();
+            // The full card's stream broke off and the compact card's did not: this server
+            // ends an over-long stream early, so a later draft's broken stream is one too.
+            if overflow || (maybe_overflow && broke_off) {
+                let mut message = reply["error"]["message"].as_str().unwrap_or_default().to_owned();
+                if !overflow {
+                    message = format!(
+                        "its stream broke off, as the full card's did ({message}): the server seems to end a request longer than its context window early; declare the provider's context_window to size the requests"
+                    );
+                }
                 let cause = RejectCause::ContextOverflow {
                     draft: number,
                     context_window: inputs.context_window,
@@ -920,8 +930,13 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
             return Ok((Ok(value), Verdict::Accepted { source, warnings: diagnostics, drafts: number }));
         }
         prompt = repair_prompt(&inputs.goal, dialect, &source, &errors);
-        // A small window that cannot hold every diagnostic gets the first ones that fit.
+        // A small window that cannot hold every diagnostic gets the first ones that fit; a
+        // window known only to be small (the full card broke off) the first few.
         let mut shown = errors.len();
+        if broke_off && inputs.context_window.is_none() && shown > UNSIZED_SHOWN {
+            shown = UNSIZED_SHOWN;
+            prompt = repair_prompt_shown(&inputs.goal, dialect, &source, &errors, shown);
+        }
         while shown > 1 && draft_cap(inputs, system, &prompt).is_err() {
             shown /= 2;
             prompt = repair_prompt_shown(&inputs.goal, dialect, &source, &errors, shown);
@@ -936,6 +951,9 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
     let cause = RejectCause::Diagnostics { repair_rounds: inputs.repair_rounds };
     Ok((Err(error), Verdict::Rejected { cause, drafts }))
 }
+
+/// The diagnostics a repair round shows when the model's window is small but of unknown size.
+const UNSIZED_SHOWN: usize = 5;
 
 /// The fewest output tokens a draft is sent with: less room than this in the context window
 /// and the request counts as not fitting.

@@ -578,6 +578,32 @@ fn a_draft_whose_stream_keeps_breaking_off_is_tried_once_with_the_compact_card()
     let planned = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
     assert_eq!((planned.drafts, fake.call_count()), (1, 2));
 
+    // The compact card's first draft goes through, but its repair round breaks off too: the
+    // server ends over-long streams early, so the repair showed only the first diagnostics,
+    // and its broken stream is a typed rejection for the context window.
+    let full = crate::script::api_card().trim_end().to_owned();
+    let many: String = (0..12).map(|i| format!("console.log(x{i});\n")).collect();
+    let bad = format!("```rhai\n{many}```");
+    let fake = FakeProvider::new().on_any(FakeScript::respond_with(move |request| {
+        let repair = request.last_user_text().is_some_and(|t| t.contains("rejected by the linter"));
+        if repair || request.system.as_deref().is_some_and(|s| s.contains(&full)) {
+            FakeTurn::new(FakeReply::Error(crate::Error::new(ErrorCode::Transport, "the stream ended")))
+        } else {
+            text_turn(&bad, 30)
+        }
+    }));
+    let engine = engine_without_retries(&fake);
+    let error = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap_err();
+    let PlanError::Rejected(rejection) = error else { panic!("{error:?}") };
+    assert!(
+        matches!(&rejection.cause, RejectCause::ContextOverflow { draft: 2, context_window: None, .. }),
+        "{:?}",
+        rejection.cause
+    );
+    assert_eq!(fake.call_count(), 3);
+    let repair = fake.calls()[2].last_user_text.clone().unwrap();
+    assert!(repair.contains("more errors are not shown"), "{repair}");
+
     // With the compact card already, a transport failure is the planning run's, as before.
     let fake = FakeProvider::new()
         .on_any(FakeScript::error(crate::Error::new(ErrorCode::Transport, "the stream ended")));
