@@ -110,8 +110,8 @@ fn cli_plan_that_never_converges_exits_6_after_one_plus_repair_rounds_drafts() {
     assert_eq!(server.requests().len(), 3);
 
     // --json: the rejection, every draft with its diagnostics.
-    let (code, stdout, _) = run(dir.path(), &["plan", GOAL, "--repair-rounds", "2", "--json"]);
-    assert_eq!(code, 6);
+    let (code, stdout, stderr) = run(dir.path(), &["plan", GOAL, "--repair-rounds", "2", "--json"]);
+    assert_eq!(code, 6, "{stderr}");
     let rejection: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(rejection["error"]["code"], "script_rejected");
     assert_eq!(rejection["cause"], json!({"kind": "diagnostics", "repair_rounds": 2}));
