@@ -680,3 +680,25 @@ fn cli_plan_retries_an_empty_stream_with_the_compact_card() {
     assert!(system_text(&requests[1]).contains("### agent(prompt, opts?)"));
     assert!(system_text(&requests[2]).contains("(Rhai), compact"));
 }
+
+/// A cassette records the model's context window with each exchange, so an offline replay
+/// picks the same compact card as the recording did and every draft is a cassette hit.
+#[test]
+fn cli_plan_replays_a_small_window_plan_from_a_cassette() {
+    let server = ScriptedServer::start(vec![text(BAD_DRAFT, 900, 40), text(GOOD_DRAFT, 950, 30)]);
+    let dir = project_with_window(&server.url, Some(4096));
+    let (code, recorded, stderr) =
+        run(dir.path(), &["plan", GOAL, "--json", "--record", "plan.cassette", "--store", "sqlite:a.db"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(system_text(&server.requests()[0]).contains("(Rhai), compact"));
+    let tape = std::fs::read_to_string(dir.path().join("plan.cassette")).unwrap();
+    assert!(tape.lines().all(|row| row.contains("\"context_window\":4096")), "{tape}");
+    let (code, replayed, stderr) =
+        run(dir.path(), &["plan", GOAL, "--json", "--replay", "plan.cassette", "--store", "sqlite:b.db"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(server.requests().len(), 2, "a cassette replay reached the provider");
+    assert_eq!(
+        serde_json::from_str::<Value>(&recorded).unwrap(),
+        serde_json::from_str::<Value>(&replayed).unwrap()
+    );
+}
