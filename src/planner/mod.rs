@@ -22,7 +22,10 @@
 mod card;
 mod compact;
 mod extract;
+mod fit;
+mod rejection;
 mod repair;
+mod stored;
 
 use std::sync::{Arc, Mutex};
 
@@ -32,7 +35,11 @@ use serde_json::{Value, json};
 pub use card::profile_card;
 pub use compact::compact_card;
 pub use extract::extract_script;
+use fit::{UNSIZED_SHOWN, cut_off, draft_cap, estimate_tokens};
+pub use rejection::{DraftReport, PlanError, RejectCause, Rejection};
 pub use repair::{PLANNER_RULES, first_prompt, repair_prompt, repair_prompt_shown, system_prompt};
+use stored::stored_ref;
+pub use stored::{StoredOptions, StoredPlanning, stored_planning};
 
 use crate::engine::{
     AgentOptions, Ctx, Engine, OnError, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script,
@@ -146,158 +153,6 @@ pub struct PlanResult {
     /// re-plan is all replays).
     #[serde(skip)]
     pub planning: RunOutcome,
-}
-
-/// One rejected draft: its script and the diagnostics `check` gave it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DraftReport {
-    /// The extracted script (maybe empty).
-    pub source: String,
-    /// Every diagnostic of the draft, errors and warnings, in `cairn lint --json`'s shape.
-    pub diagnostics: Vec<Diagnostic>,
-}
-
-/// Why a plan was rejected.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum RejectCause {
-    /// Every draft had errors, through the last repair round.
-    Diagnostics {
-        /// The repair rounds allowed.
-        repair_rounds: u32,
-    },
-    /// A draft was cut off by the output limit (its reply reached the cap), so repairing it
-    /// would only be cut off again.
-    Truncated {
-        /// The draft's output tokens.
-        output_tokens: u64,
-        /// The cap it reached.
-        max_output_tokens: u32,
-    },
-    /// A draft's request did not fit the planner model's context window (the provider refused
-    /// it for its context length, or its estimate left no room for the draft), with the
-    /// compact card already: repairing cannot shrink it.
-    ContextOverflow {
-        /// The draft that did not fit (1-based).
-        draft: u32,
-        /// The model's context window, when known.
-        context_window: Option<u64>,
-        /// Why, as the provider or the estimate said.
-        message: String,
-    },
-}
-
-/// A rejected plan: the cause and every draft with its diagnostics.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Rejection {
-    /// The planning run's id.
-    pub planning_run_id: RunId,
-    /// The dialect the drafts were written in.
-    pub dialect: String,
-    /// Why planning gave up.
-    pub cause: RejectCause,
-    /// Every draft, in order.
-    pub drafts: Vec<DraftReport>,
-}
-
-impl Rejection {
-    /// The last draft's diagnostics.
-    pub fn last_diagnostics(&self) -> &[Diagnostic] {
-        self.drafts.last().map_or(&[], |d| d.diagnostics.as_slice())
-    }
-
-    fn summary(&self) -> String {
-        match &self.cause {
-            RejectCause::Diagnostics { .. } => {
-                let errors = self.last_diagnostics().iter().filter(|d| d.is_error()).count();
-                format!(
-                    "no draft passed lint and compile in {} draft{}; the last has {errors} error{}",
-                    self.drafts.len(),
-                    if self.drafts.len() == 1 { "" } else { "s" },
-                    if errors == 1 { "" } else { "s" }
-                )
-            }
-            RejectCause::Truncated { output_tokens, max_output_tokens } => format!(
-                "draft {} was cut off by the output limit ({output_tokens} of {max_output_tokens} tokens); raise the planner's output cap",
-                self.drafts.len()
-            ),
-            RejectCause::ContextOverflow { draft, context_window, message } => {
-                let window = context_window.map(|w| format!(" of {w} tokens")).unwrap_or_default();
-                format!(
-                    "draft {draft} does not fit the planner model's context window{window} even with the compact card ({}); use a model with a larger context or a shorter goal",
-                    crate::text::for_terminal(message)
-                )
-            }
-        }
-    }
-}
-
-/// Why [`plan`] or [`run_planned`] produced no accepted script or no run.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PlanError {
-    /// Bad options (an unknown dialect or model, too many repair rounds, a bad ceiling):
-    /// refused before any run is written or any provider called.
-    #[error("{0}")]
-    Invalid(Error),
-    /// No draft was accepted (`script_rejected`).
-    #[error("script_rejected: {}", .0.summary())]
-    Rejected(Box<Rejection>),
-    /// The planning run ended another way: its ceiling refused a draft (`exhausted`), it was
-    /// cancelled, the provider failed, or another process drives it.
-    #[error("planning run {planning_run_id} ended {status}: {error}")]
-    Planning {
-        /// The planning run.
-        planning_run_id: RunId,
-        /// How it settled.
-        status: RunStatus,
-        /// Its failure.
-        error: Error,
-    },
-    /// The accepted script could not be started (`run_planned`).
-    #[error("the planned script could not start: {0}")]
-    Run(Error),
-    /// The accepted script's cost bound exceeds the run's ceiling, and the run was not forced
-    /// (`config`: pass `force`; the ceiling still holds when forced).
-    #[error(
-        "the planned script's cost bound ({bound}) exceeds the run's ceiling {ceiling}; force the run to start it anyway (the ceiling still holds)"
-    )]
-    OverCeiling {
-        /// The script's bound.
-        bound: CostBound,
-        /// The run's ceiling.
-        ceiling: Money,
-    },
-}
-
-impl PlanError {
-    /// The error's code: `script_rejected` for a rejection, else the underlying failure's.
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            PlanError::Invalid(e) | PlanError::Run(e) | PlanError::Planning { error: e, .. } => e.code,
-            PlanError::Rejected(_) => ErrorCode::ScriptRejected,
-            PlanError::OverCeiling { .. } => ErrorCode::Config,
-        }
-    }
-
-    /// Whether replaying a settled planning conversation missed: its drafts no longer replay as
-    /// they were journaled (the dialect's diagnostics changed a repair prompt). Planning again
-    /// with [`Planning::start_live`] pays for the changed drafts only.
-    pub fn is_replay_miss(&self) -> bool {
-        matches!(
-            self,
-            PlanError::Planning { error, .. }
-                if matches!(error.code, ErrorCode::JournalMiss | ErrorCode::RekeyRefused)
-        )
-    }
-
-    /// The error as a cairn [`Error`] (its wire form).
-    pub fn to_error(&self) -> Error {
-        match self {
-            PlanError::Invalid(e) | PlanError::Run(e) | PlanError::Planning { error: e, .. } => e.clone(),
-            PlanError::Rejected(r) => Error::new(ErrorCode::ScriptRejected, r.summary()),
-            PlanError::OverCeiling { .. } => Error::config(self.to_string()),
-        }
-    }
 }
 
 /// Everything a planning conversation depends on, resolved from the engine and the options.
@@ -416,98 +271,6 @@ impl Inputs {
 /// `config` for options [`plan`] would refuse.
 pub fn planning_run_id(engine: &Engine, goal: &str, options: &PlanOptions) -> Result<RunId, Error> {
     Inputs::resolve(engine, goal, options)?.run_id()
-}
-
-/// Where a planning run keeps its goal and options, beside its journal.
-fn stored_ref(run_id: &RunId) -> String {
-    format!("{run_id}/planning.json")
-}
-
-/// A planning run's goal and the options it was started with, as stored with it: what a
-/// resume after a kill needs to plan the same conversation again ([`stored_planning`]).
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct StoredPlanning {
-    /// The goal.
-    pub goal: String,
-    /// The options; `None` for a planning run that did not record them.
-    pub options: Option<StoredOptions>,
-}
-
-/// The options of a planning run, resolved (the planner model as `provider:model`).
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct StoredOptions {
-    /// The dialect.
-    pub dialect: String,
-    /// The repair rounds.
-    pub repair_rounds: u32,
-    /// The planner model, resolved.
-    pub model: String,
-    /// The output cap of a draft.
-    pub max_output_tokens: u32,
-    /// The planning ceiling in USD.
-    pub budget_usd: Option<f64>,
-    /// The card choice.
-    pub card: CardChoice,
-    /// Whether the system prompt had authored rules of its own (they are not stored: such a
-    /// conversation can only be planned again by its host).
-    pub custom_rules: bool,
-    /// The arguments the cost bound was computed with.
-    pub args: Option<Value>,
-}
-
-impl StoredOptions {
-    fn of(options: &PlanOptions, model: &str) -> StoredOptions {
-        StoredOptions {
-            dialect: options.dialect.clone(),
-            repair_rounds: options.repair_rounds,
-            model: model.to_owned(),
-            max_output_tokens: options.max_output_tokens,
-            budget_usd: options.budget_usd,
-            card: options.card,
-            custom_rules: options.rules.is_some(),
-            args: options.args.clone(),
-        }
-    }
-
-    /// The [`PlanOptions`] these were stored from (with the default rules).
-    pub fn to_options(&self) -> PlanOptions {
-        PlanOptions {
-            dialect: self.dialect.clone(),
-            repair_rounds: self.repair_rounds,
-            budget_usd: self.budget_usd,
-            model: Some(self.model.clone()),
-            max_output_tokens: self.max_output_tokens,
-            rules: None,
-            args: self.args.clone(),
-            card: self.card,
-        }
-    }
-}
-
-/// The goal and options stored with planning run `run_id`, or `None` when `run_id` is not a
-/// planning run of this store.
-///
-/// # Errors
-/// `store_io`/`internal` when the store cannot be read or the record is unreadable.
-pub fn stored_planning(engine: &Engine, run_id: &RunId) -> Result<Option<StoredPlanning>, Error> {
-    let Some(meta) = engine.journal_store().get_meta(run_id)? else { return Ok(None) };
-    if meta.name.as_deref() != Some("plan") || !meta.tags.iter().any(|t| t == "plan") {
-        return Ok(None);
-    }
-    match engine.inner().transcripts.get(&stored_ref(run_id))? {
-        Some(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::internal(format!("the planning record of run {run_id} is unreadable: {e}"))),
-        // A planning run from before the record was kept: its goal is its argument.
-        None => {
-            let args = engine.inner().transcripts.get(&format!("{run_id}/args.json"))?;
-            let goal = args
-                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-                .and_then(|args| args["goal"].as_str().map(str::to_owned))
-                .unwrap_or_default();
-            Ok(Some(StoredPlanning { goal, options: None }))
-        }
-    }
 }
 
 /// How a planning conversation ended, as the workflow saw it.
@@ -950,48 +713,6 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
     );
     let cause = RejectCause::Diagnostics { repair_rounds: inputs.repair_rounds };
     Ok((Err(error), Verdict::Rejected { cause, drafts }))
-}
-
-/// The diagnostics a repair round shows when the model's window is small but of unknown size.
-const UNSIZED_SHOWN: usize = 5;
-
-/// The fewest output tokens a draft is sent with: less room than this in the context window
-/// and the request counts as not fitting.
-const MIN_DRAFT_TOKENS: u64 = 256;
-
-/// Estimated tokens of planner text: a third of its characters. Conservative on purpose (the
-/// tokenizers of small models take about 3.5 characters a token for code and JSON, more than
-/// the 4 the usage estimate assumes), since it decides whether a request fits at all.
-fn estimate_tokens(text: &str) -> u64 {
-    (text.chars().count() as u64).div_ceil(3)
-}
-
-/// A draft's output cap: the options' cap, lowered to the room the context window leaves
-/// after the prompt when the window is known. `Err` (`context_overflow`) when that room is
-/// under [`MIN_DRAFT_TOKENS`]: the request would not fit, and is not sent.
-fn draft_cap(inputs: &Inputs, system: &str, prompt: &str) -> Result<u32, Error> {
-    let Some(window) = inputs.context_window else { return Ok(inputs.max_output_tokens) };
-    // The chat template's role markers and the like: a few tokens a message.
-    let prompt_tokens = estimate_tokens(system) + estimate_tokens(prompt) + 32;
-    let room = window.saturating_sub(prompt_tokens);
-    if room < MIN_DRAFT_TOKENS.min(u64::from(inputs.max_output_tokens)) {
-        return Err(Error::new(
-            ErrorCode::ContextOverflow,
-            format!(
-                "the request takes about {prompt_tokens} tokens of the model's {window}-token context window, leaving no room for the draft"
-            ),
-        ));
-    }
-    Ok(u32::try_from(room).unwrap_or(u32::MAX).min(inputs.max_output_tokens))
-}
-
-/// Whether a draft was cut off by the output limit: the provider said so (`finish_reason`
-/// `length`), or, for a draft journaled before finish reasons were, its output reached the cap.
-fn cut_off(reply: &Value, output_tokens: u64, max_output_tokens: u32) -> bool {
-    match reply["finish_reason"].as_str() {
-        Some(reason) => reason == "length",
-        None => output_tokens >= u64::from(max_output_tokens),
-    }
 }
 
 /// The error of a draft call that did not end `ok`, from its full-form record.

@@ -433,7 +433,7 @@ fn a_small_context_window_gets_the_compact_card_and_a_capped_draft() {
     assert!(system.contains("- researcher: Finds sources."), "the profile card is missing");
     // The request leaves the draft what the window has room for, no more.
     let cap = fake.calls()[0].request.max_output_tokens.unwrap();
-    assert!(cap < 4096 && u64::from(cap) >= MIN_DRAFT_TOKENS, "{cap}");
+    assert!(cap < 4096 && u64::from(cap) >= fit::MIN_DRAFT_TOKENS, "{cap}");
 
     // A large window keeps the full card, and so does an explicit choice.
     let fake = FakeProvider::new().on_any(FakeScript::text(GOOD_DRAFT));
