@@ -44,10 +44,10 @@ pub(crate) fn reserve(
     let mut extra = serde_json::Map::new();
     extra.insert(RESERVED_FIELD.into(), Value::Bool(true));
     // Everything needed to plan it again: a server that stops mid-plan leaves the
-    // reservation, and the next one to start on the store picks it up (`recover`).
-    extra.insert(
-        PLANNING_FIELD.into(),
-        json!({
+    // reservation, and the next one to start on the store picks it up (`recover`). Kept as a
+    // blob too: the queued run's meta, written when its script is queued, holds no trace of
+    // the goal.
+    let planning = json!({
             "goal": run.goal,
             "planning_run_id": planning_run_id,
             "dialect": run.plan.dialect,
@@ -55,8 +55,9 @@ pub(crate) fn reserve(
             "budget_usd": run.budget_usd,
             "planning_budget_usd": run.plan.budget_usd,
             "force": run.force,
-        }),
-    );
+    });
+    engine.inner().transcripts.put(&planning_ref(&run.run_id), planning.to_string().as_bytes())?;
+    extra.insert(PLANNING_FIELD.into(), planning);
     let ceiling = match run.budget_usd {
         Some(usd) => Some(crate::money::Money::from_usd(usd).map_err(|e| Error::config(e.to_string()))?),
         None => None,
@@ -79,6 +80,20 @@ pub(crate) fn reserve(
     };
     engine.journal_store().put_meta(&meta, lease)?;
     Ok(())
+}
+
+/// The blob that keeps a planned run's goal and planning options.
+fn planning_ref(run: &RunId) -> String {
+    format!("{run}/planning.json")
+}
+
+/// A planned run's goal and planning options (`None` for a run that was not planned).
+pub(crate) fn planning_of(engine: &Engine, meta: &RunMeta) -> Result<Option<Value>, Error> {
+    if let Some(planning) = meta.extra.get(PLANNING_FIELD) {
+        return Ok(Some(planning.clone()));
+    }
+    let Some(bytes) = engine.inner().transcripts.get(&planning_ref(&meta.run_id))? else { return Ok(None) };
+    Ok(serde_json::from_slice(&bytes).ok())
 }
 
 /// Plans the goal, then queues the accepted script under the reserved id; a plan that

@@ -282,7 +282,7 @@ pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Resu
             "meta": meta,
             "source": source,
             "error": meta.extra.get(super::plan::ERROR_FIELD),
-            "planning": meta.extra.get(super::plan::PLANNING_FIELD),
+            "planning": super::plan::planning_of(engine, &meta)?,
             "pending": pending,
             "cost": cost,
             "entries": entries.len(),

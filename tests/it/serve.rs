@@ -540,6 +540,8 @@ async fn goal_planned_queued_and_resumed(store: Option<String>) {
     assert_eq!(shown["planning"]["goal"], "Ask one question, then wait for approval");
     let shown = server.wait_for(&run, "suspended").await;
     assert_eq!(shown["source"], PLANNED_SOURCE, "GET shows the accepted source: {shown}");
+    assert_eq!(shown["planning"]["goal"], "Ask one question, then wait for approval", "{shown}");
+    assert_eq!(shown["planning"]["planning_run_id"], body["planning_run_id"], "{shown}");
     assert_eq!(shown["meta"]["name"], "planned");
     assert_eq!(shown["pending"][0]["key"], "approve", "{shown}");
     assert!(shown["meta"]["budget_ceiling"].is_string() || shown["meta"]["budget_ceiling"].is_number());
