@@ -435,6 +435,39 @@ fn replay_of_a_cancelled_run_is_the_same_outcome() {
     assert_eq!(code, 0, "{stdout}{stderr}");
 }
 
+/// A run cancelled between two quick calls (or inside one) replays to the same point: the
+/// strict replay serves every journaled call and stops where the cancellation came, which
+/// is the run's own outcome. It exited 7 ("a call would run live", or "settled cancelled,
+/// its replay settles error") whenever the interrupt did not land inside a slow call.
+#[test]
+fn replay_of_a_run_cancelled_between_quick_calls_is_the_same_outcome() {
+    let script = "let out = [];\nfor i in 0..400 { out.push(agent(`call ${i}`)); }\nout.len()";
+    let dir = project("[providers.echo]\nkind = \"echo\"\nlatency_ms = 2\n", &[("q.rhai", script)]);
+    let d = dir.path();
+    for (n, wait_ms) in [450u64, 620, 790, 960].into_iter().enumerate() {
+        let id = format!("q{n}");
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"))
+            .current_dir(d)
+            .args(["run", "q.rhai", "--run-id", &id, "-q"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        // SAFETY: signalling our own child process by its pid.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+        }
+        let code = child.wait().unwrap().code();
+        if code != Some(5) {
+            // The run finished (or had not started its calls) before the interrupt.
+            continue;
+        }
+        let (code, stdout, stderr) = run(d, &["replay", &id]);
+        assert_eq!(code, 0, "{id} after {wait_ms} ms: {stdout}{stderr}");
+    }
+}
+
 /// `cairn replay` of a run that failed because a `step` threw exits 7 "dry run reached a call
 /// the journal does not hold", though the journal holds the failed step and replaying it
 /// fails the same way (a run that failed in an agent call replays "same outcome", exit 0).
