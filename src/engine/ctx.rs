@@ -519,7 +519,7 @@ impl Ctx {
                     return self.agent_failed(&opts, label, error, Some((&entry, true)));
                 }
                 let value = self.replayed(&entry, opts.on_error, "agent", label)?;
-                return Ok(if opts.full { full_result(&entry, value, true) } else { value });
+                return Ok(if opts.full { full_result(&entry, value) } else { value });
             }
             Outcome::Skip => {
                 self.run.emit(self.span_pair(span), true, start_event);
@@ -551,7 +551,7 @@ impl Ctx {
                     return self.agent_failed(&opts, label, error, Some((terminal, true)));
                 }
                 let value = self.replayed(terminal, opts.on_error, "agent", label)?;
-                return Ok(if opts.full { full_result(terminal, value, true) } else { value });
+                return Ok(if opts.full { full_result(terminal, value) } else { value });
             }
             Outcome::Rerun { supersedes, ref previous } => {
                 matched_previous_terminal = previous.is_some();
@@ -792,7 +792,7 @@ impl Ctx {
         self.run.emit(self.span_pair(span), false, || agent_end_event(&terminal));
         self.run.emit_budget(self.span_pair(span));
         match (value, error) {
-            (Some(value), _) => Ok(if opts.full { full_result(&terminal, value, false) } else { value }),
+            (Some(value), _) => Ok(if opts.full { full_result(&terminal, value) } else { value }),
             (None, Some(error)) => {
                 if status == Status::Cancelled && self.cancel.is_cancelled() {
                     return Err(self.run.stopped_error());
@@ -1344,7 +1344,7 @@ impl Ctx {
             self.run.mark_exhausted();
         }
         let mut record = match entry {
-            Some((entry, replayed)) => full_result(entry, Value::Null, replayed),
+            Some((entry, _)) => full_result(entry, Value::Null),
             None => json!({
                 "value": null,
                 "status": "limit",
@@ -1352,7 +1352,6 @@ impl Ctx {
                 "cost_nano_usd": 0,
                 "served_by": null,
                 "finish_reason": null,
-                "replayed": false,
             }),
         };
         record["error"] = json!({ "code": error.code, "message": error.message });
@@ -1360,7 +1359,10 @@ impl Ctx {
     }
 }
 
-fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
+/// The record `result: "full"` returns. It holds only what the journal holds, so a replay
+/// returns the same record: whether the call was served from the journal is not in it (a
+/// script could branch on that, and its value would differ on replay).
+fn full_result(entry: &Entry, value: Value) -> Value {
     json!({
         "value": value,
         "status": entry.status.as_str(),
@@ -1368,7 +1370,6 @@ fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
         "cost_nano_usd": entry.cost,
         "served_by": entry.served_by,
         "finish_reason": entry.finish_reason,
-        "replayed": replayed,
     })
 }
 

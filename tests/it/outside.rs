@@ -468,6 +468,26 @@ fn replay_of_a_run_cancelled_between_quick_calls_is_the_same_outcome() {
     }
 }
 
+/// The record `result: "full"` returns is the same on replay: it carried `replayed` (false
+/// live, true from the journal), so a run whose value holds it "settled with a different value
+/// than its replay returns", and a script branching on it paid for a call only on resume.
+#[test]
+fn a_full_result_record_is_the_same_when_it_replays() {
+    let script = "let r = agent(\"one\", #{result: \"full\"});\nif r.replayed == true { agent(\"only on resume\"); }\nlet g = await_external(\"go\");\n[r, g]";
+    let dir = project("[providers.echo]\nkind = \"echo\"\nlatency_ms = 0\n", &[("r.rhai", script)]);
+    let d = dir.path();
+    assert_eq!(run(d, &["run", "r.rhai", "--run-id", "r1", "-q"]).0, 4);
+    assert_eq!(run(d, &["resolve", "r1", "go", "1"]).0, 0);
+    let (code, stdout, stderr) = run(d, &["resume", "r1", "--json"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let out: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(out["value"][0]["value"], "echo: one", "{out}");
+    assert!(out["value"][0].get("replayed").is_none(), "{out}");
+    let (code, stdout, stderr) = run(d, &["replay", "r1"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(dispatched(d, "r1"), 1, "a call was paid only on resume");
+}
+
 /// `cairn replay` of a run that failed because a `step` threw exits 7 "dry run reached a call
 /// the journal does not hold", though the journal holds the failed step and replaying it
 /// fails the same way (a run that failed in an agent call replays "same outcome", exit 0).
