@@ -4,7 +4,9 @@
 //! A script runs on its own OS thread with a 16 MiB stack; each host call blocks that thread
 //! on the async engine. `parallel` branches and `pipeline` items run on scoped threads of
 //! their own (one per branch or item), each with the `Ctx` of its scope, so a branch's calls
-//! keep their identity however the threads interleave. One operation budget is shared by all
+//! keep their identity however the threads interleave; a `parallel` branch that is one agent
+//! call needs no thread: it is evaluated up to its call, which runs as an engine future on the
+//! fan-out's thread (`defer`). One operation budget is shared by all
 //! of a run's threads through `on_progress`, which also stops the script when the run is
 //! cancelled. Values cross the boundary as JSON only; a closure where JSON is expected is a
 //! `validation` error.
