@@ -14,6 +14,7 @@ mod determinism_journal;
 mod determinism_sandbox;
 mod edges;
 mod fanout_defer;
+mod finish_reason;
 mod hostile;
 mod hostile_cli;
 mod jcs;
