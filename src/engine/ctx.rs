@@ -492,10 +492,9 @@ impl Ctx {
         let key = identity.key()?;
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, key);
-        let approvals_scope = self.scope.child(&approvals_segment(key, matched.ordinal));
         if matches!(matched.outcome, Outcome::Replay(_) | Outcome::Skip) {
             // The loop will not run: its approval waits are served by the call's result.
-            self.run.cover(&approvals_scope);
+            self.run.cover(&self.scope.child(&approvals_segment(key, matched.ordinal)));
         }
         let start_event = || EventKind::AgentStart {
             label: label.clone(),
@@ -730,10 +729,10 @@ impl Ctx {
                 .or_else(|| profile.and_then(|p| p.max_context_tokens))
                 .unwrap_or(agent::DEFAULT_MAX_CONTEXT_TOKENS),
         };
-        let approvals = Ctx { scope: approvals_scope, counters: Arc::default(), ..self.clone() };
         let hooks = AccountHooks {
             ctx: self,
-            approvals,
+            approvals: std::sync::OnceLock::new(),
+            approvals_site: (key, matched.ordinal),
             checkpoint_ref,
             wrote_checkpoint: Default::default(),
             reservation: reservation.id(),
@@ -1378,8 +1377,10 @@ fn full_result(entry: &Entry, value: Value) -> Value {
 struct AccountHooks<'a> {
     ctx: &'a Ctx,
     /// Where the call's approval waits are journaled: a scope of their own, covered when the
-    /// call replays whole.
-    approvals: Ctx,
+    /// call replays whole. Made at the call's first approval (most calls ask none).
+    approvals: std::sync::OnceLock<Ctx>,
+    /// The call's key and ordinal, which name that scope.
+    approvals_site: (ContentKey, u32),
     checkpoint_ref: String,
     wrote_checkpoint: std::sync::atomic::AtomicBool,
     /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
@@ -1450,7 +1451,12 @@ impl BudgetHooks for AccountHooks<'_> {
                 // An unanswered ask past its deadline resolves as timed out: denied.
                 timeout: request.timeout,
             };
-            let answer = self.approvals.await_external(&request.key, opts).await?;
+            let approvals = self.approvals.get_or_init(|| {
+                let (key, ordinal) = self.approvals_site;
+                let scope = self.ctx.scope.child(&approvals_segment(key, ordinal));
+                Ctx { scope, counters: Arc::default(), ..self.ctx.clone() }
+            });
+            let answer = approvals.await_external(&request.key, opts).await?;
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
         })
     }
