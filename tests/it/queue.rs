@@ -419,3 +419,75 @@ fn sigterm_drains_a_worker_it_finishes_in_flight_work_and_claims_nothing_new() {
     assert_eq!(store.depth().unwrap(), 1);
     assert_eq!(model.asked.lock().unwrap().len(), 5);
 }
+
+/// Three workers, each with its own engine and store (as three processes would have), 16
+/// slots each, drain `runs` queued runs of five quick echo calls within a bound: many runs in
+/// flight on few threads must neither hang nor crawl.
+async fn three_workers_drain_many_quick_runs(open: impl Fn() -> Engine, runs: usize) {
+    let submitter = open();
+    let five = Script::rhai(
+        "five",
+        "let out = []; for k in 0..5 { out.push(agent(`run ${args.i} call ${k}`)); } out.len()",
+    );
+    for i in 0..runs {
+        submitter.enqueue_script(&five, json!({"i": i}), RunOptions::default()).unwrap();
+    }
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let drivers: Vec<_> = (0..3)
+        .map(|_| {
+            let worker =
+                Worker::new(open(), WorkerOptions { concurrency: 16, ..WorkerOptions::default() }).unwrap();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { worker.run_until(shutdown).await })
+        })
+        .collect();
+    let ok = RunFilter { statuses: vec![RunStatus::Ok], ..RunFilter::default() };
+    let deadline = started + Duration::from_secs(30);
+    loop {
+        let store = submitter.journal_store().clone();
+        let filter = ok.clone();
+        let done =
+            tokio::task::spawn_blocking(move || store.list_runs(&filter).unwrap().len()).await.unwrap();
+        if done == runs {
+            break;
+        }
+        assert!(Instant::now() < deadline, "three workers settled only {done} of {runs} runs in 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    shutdown.cancel();
+    let mut settled = 0;
+    for driver in drivers {
+        let report = tokio::time::timeout(Duration::from_secs(20), driver)
+            .await
+            .expect("a worker did not stop after its shutdown")
+            .unwrap();
+        assert_eq!((report.failed, report.deferred), (0, 0), "{report:?}");
+        settled += report.settled;
+    }
+    assert_eq!(settled, runs as u64);
+    assert_eq!(submitter.journal_store().queue().unwrap().depth().unwrap(), 0);
+    println!("{runs} runs drained by three workers in {elapsed:.2?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_postgres_workers_drain_sixty_quick_runs_in_bounded_time() {
+    let Some(url) = fresh_url("many") else { return };
+    let open = || {
+        let store = Arc::new(PostgresStore::open(&url, PostgresOptions::new()).unwrap());
+        Engine::builder(store.clone(), store).build().unwrap()
+    };
+    three_workers_drain_many_quick_runs(open, 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sqlite_workers_drain_sixty_quick_runs_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let open = || {
+        let store = Arc::new(SqliteStore::open(&path, SqliteOptions::new()).unwrap());
+        Engine::builder(store.clone(), store).build().unwrap()
+    };
+    three_workers_drain_many_quick_runs(open, 60).await;
+}
