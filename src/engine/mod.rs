@@ -45,7 +45,7 @@ pub use ctx::{
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
 pub use lease::Resolution;
-pub use queue::{Worker, WorkerOptions, WorkerReport};
+pub use queue::{CancelOutcome, Worker, WorkerOptions, WorkerReport};
 pub(crate) use run::Durability;
 pub(crate) use run::RunState;
 

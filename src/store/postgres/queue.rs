@@ -26,6 +26,11 @@ WITH next AS (
 )
 SELECT run_id, epoch, attempts, takeover FROM claimed";
 
+fn parse_run(text: &str) -> Result<RunId> {
+    RunId::parse(text)
+        .map_err(|err| Error::Corrupt { what: "postgres store queue".into(), detail: err.to_string() })
+}
+
 impl PostgresStore {
     /// One statement that changes a claimed queue row only while the claim is current;
     /// when it changed nothing, says why.
@@ -96,10 +101,7 @@ impl RunQueue for PostgresStore {
             let row =
                 client.query_opt(&stmt, &[&owner, &now, &common::expiry(now, ttl)]).await.map_err(pg_err)?;
             let Some(row) = row else { return Ok(None) };
-            let run_id = RunId::parse(row.get::<_, &str>(0)).map_err(|err| Error::Corrupt {
-                what: "postgres store queue".into(),
-                detail: err.to_string(),
-            })?;
+            let run_id = parse_run(row.get(0))?;
             Ok(Some(Claim {
                 run_id,
                 owner,
@@ -134,6 +136,54 @@ impl RunQueue for PostgresStore {
              WHERE run_id = $1 AND owner = $2 AND epoch = $3 AND expires_at_ms > $4",
             Some(delay),
         )
+    }
+
+    fn withdraw(&self, run: &RunId) -> Result<bool> {
+        self.refuse_write()?;
+        let run = run.clone();
+        self.block(move |pool, clock| async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            let stmt = client
+                .prepare_cached(
+                    "DELETE FROM queue WHERE run_id = $1 AND (owner IS NULL OR expires_at_ms <= $2)",
+                )
+                .await
+                .map_err(pg_err)?;
+            let removed = client.execute(&stmt, &[&run.as_str(), &clock.now_ms()]).await.map_err(pg_err)?;
+            Ok(removed == 1)
+        })
+    }
+
+    fn request_cancel(&self, run: &RunId) -> Result<bool> {
+        self.refuse_write()?;
+        let run = run.clone();
+        self.block(move |pool, clock| async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            let stmt = client
+                .prepare_cached(
+                    "UPDATE queue SET cancel_requested_at_ms = COALESCE(cancel_requested_at_ms, $2)
+                     WHERE run_id = $1",
+                )
+                .await
+                .map_err(pg_err)?;
+            let marked = client.execute(&stmt, &[&run.as_str(), &clock.now_ms()]).await.map_err(pg_err)?;
+            Ok(marked == 1)
+        })
+    }
+
+    fn cancel_requests(&self, owner: &str) -> Result<Vec<RunId>> {
+        let owner = owner.to_owned();
+        self.block(move |pool, _| async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            let stmt = client
+                .prepare_cached(
+                    "SELECT run_id FROM queue WHERE owner = $1 AND cancel_requested_at_ms IS NOT NULL",
+                )
+                .await
+                .map_err(pg_err)?;
+            let rows = client.query(&stmt, &[&owner]).await.map_err(pg_err)?;
+            rows.iter().map(|row| parse_run(row.get(0))).collect()
+        })
     }
 
     fn depth(&self) -> Result<u64> {
