@@ -453,23 +453,27 @@ async fn drive(
             tracing::warn!(run = %run, error = %e, "could not take a driven run out of the queue");
         }
     };
-    let meta = {
-        let engine = engine.clone();
-        let run = claim.run_id.clone();
-        tokio::task::spawn_blocking(move || engine.inner.journal.get_meta(&run)).await
-    };
-    match meta {
-        Ok(Ok(Some(meta))) if is_settled(meta.status) => {
-            finish(claim.clone()).await;
-            return Driven::Settled;
+    // A run claimed before may have settled under an earlier claim that never finished. A
+    // first claim is of a run that waits (and the resume reads its meta anyway).
+    if claim.attempts > 1 {
+        let meta = {
+            let engine = engine.clone();
+            let run = claim.run_id.clone();
+            tokio::task::spawn_blocking(move || engine.inner.journal.get_meta(&run)).await
+        };
+        match meta {
+            Ok(Ok(Some(meta))) if is_settled(meta.status) => {
+                finish(claim.clone()).await;
+                return Driven::Settled;
+            }
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => {
+                tracing::warn!(run = %claim.run_id, "a queued run has no meta record; dropping it from the queue");
+                finish(claim.clone()).await;
+                return Driven::Failed;
+            }
+            _ => return defer(engine, options, claim).await,
         }
-        Ok(Ok(Some(_))) => {}
-        Ok(Ok(None)) => {
-            tracing::warn!(run = %claim.run_id, "a queued run has no meta record; dropping it from the queue");
-            finish(claim.clone()).await;
-            return Driven::Failed;
-        }
-        _ => return defer(engine, options, claim).await,
     }
     let resumed = {
         let engine = engine.clone();
