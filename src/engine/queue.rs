@@ -446,11 +446,16 @@ async fn drive(
     cancelled: &CancellationToken,
 ) -> Driven {
     let run = claim.run_id.clone();
+    // Whether someone had asked to cancel the run when it left the queue.
     let finish = |claim: Claim| async move {
-        if let Err(e) = on_queue(engine, move |queue| queue.finish(&claim)).await {
-            // Lost to a takeover (this worker stalled past its claim): the other worker
-            // finishes it.
-            tracing::warn!(run = %run, error = %e, "could not take a driven run out of the queue");
+        match on_queue(engine, move |queue| queue.finish(&claim)).await {
+            Ok(asked) => asked,
+            Err(e) => {
+                // Lost to a takeover (this worker stalled past its claim): the other worker
+                // finishes it.
+                tracing::warn!(run = %run, error = %e, "could not take a driven run out of the queue");
+                false
+            }
         }
     };
     // A run claimed before may have settled under an earlier claim that never finished. A
@@ -512,7 +517,16 @@ async fn drive(
     };
     match outcome {
         Ok(outcome) if outcome.status == RunStatus::Suspended => {
-            finish(claim.clone()).await;
+            let asked = finish(claim.clone()).await || cancelled.is_cancelled();
+            if asked {
+                // Asked to cancel as it parked: nobody drives it now, so it is cancelled here.
+                let (engine, run) = (engine.clone(), claim.run_id.clone());
+                let cancelled = tokio::task::spawn_blocking(move || engine.cancel_run(&run)).await;
+                if let Ok(Err(e)) = cancelled {
+                    tracing::warn!(run = %claim.run_id, error = %e, "could not cancel a parked run as asked");
+                }
+                return Driven::Settled;
+            }
             // A resolution left for this driver as it parked the run would wait for nobody:
             // the resolver saw the run driven. Checked after the run left the queue, so either
             // this sees it or the resolver sees the run parked and puts it back itself.

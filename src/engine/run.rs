@@ -1162,13 +1162,7 @@ fn launch(
     let task = tokio::spawn(async move {
         let body = (workflow.body)(ctx, args);
         let value = body.await;
-        // Settling waits on the store (the settlement, meta, the lease): off the async threads,
-        // which the other runs of this process share.
-        match tokio::task::spawn_blocking(move || settle(&task_state, meta, value)).await {
-            Ok(outcome) => outcome,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => std::panic::resume_unwind(Box::new(format!("settling the run failed: {e}"))),
-        }
+        settle(&task_state, meta, value)
     });
     let events = state.events.clone();
     tokio::spawn(async move {

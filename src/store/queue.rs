@@ -54,11 +54,12 @@ pub trait RunQueue: Send + Sync + std::fmt::Debug {
     /// [`Error::LeaseHeld`](super::Error::LeaseHeld) when the claim is no longer current.
     fn renew(&self, claim: &Claim, ttl: Duration) -> Result<()>;
 
-    /// Takes the run out of the queue: it settled, or parked waiting for a person.
+    /// Takes the run out of the queue: it settled, or parked waiting for a person. Returns
+    /// whether someone had asked to cancel it (a run that parked is then still to cancel).
     ///
     /// # Errors
     /// [`Error::LeaseHeld`](super::Error::LeaseHeld) when the claim is no longer current.
-    fn finish(&self, claim: &Claim) -> Result<()>;
+    fn finish(&self, claim: &Claim) -> Result<bool>;
 
     /// Gives the claim up and makes the run ready again after `delay` (its driver could not
     /// start it yet, or is shutting down).

@@ -42,7 +42,7 @@ fn queue_semantics(queue: &dyn RunQueue, clock: &ManualClock) {
     assert_eq!(c2.run_id.as_str(), "r2");
     assert!(queue.claim("c", ttl).unwrap().is_none(), "a claimed run was claimed again");
     queue.renew(&c1, ttl).unwrap();
-    queue.finish(&c2).unwrap();
+    assert!(!queue.finish(&c2).unwrap(), "a run nobody asked to cancel was reported asked");
     assert_eq!(queue.depth().unwrap(), 1);
     assert_eq!(queue.takeovers().unwrap(), 0);
 
@@ -92,7 +92,8 @@ fn queue_semantics(queue: &dyn RunQueue, clock: &ManualClock) {
     queue.enqueue(&run("r3")).unwrap();
     let c6 = queue.claim("e", ttl).unwrap().unwrap();
     assert!(queue.cancel_requests("e").unwrap().is_empty(), "a request outlived its run's time in the queue");
-    queue.finish(&c6).unwrap();
+    assert!(queue.request_cancel(&run("r3")).unwrap());
+    assert!(queue.finish(&c6).unwrap(), "finishing hid a cancel request from the worker");
 }
 
 #[test]

@@ -34,7 +34,13 @@ fn parse_run(text: &str) -> Result<RunId> {
 impl PostgresStore {
     /// One statement that changes a claimed queue row only while the claim is current;
     /// when it changed nothing, says why.
-    fn claim_write(&self, claim: &Claim, sql: &'static str, extend: Option<Duration>) -> Result<()> {
+    /// When the statement returns a row, its first column (a flag) comes back.
+    fn claim_write(
+        &self,
+        claim: &Claim,
+        sql: &'static str,
+        extend: Option<Duration>,
+    ) -> Result<Option<bool>> {
         self.refuse_write()?;
         let claim = claim.clone();
         let epoch = to_i64(claim.epoch)?;
@@ -44,12 +50,14 @@ impl PostgresStore {
             let now = clock.now_ms();
             let until = extend.map(|ttl| common::expiry(now, ttl));
             let run = &claim.run_id;
-            let changed = client
-                .execute(&stmt, &[&run.as_str(), &claim.owner, &epoch, &now, &until])
-                .await
-                .map_err(pg_err)?;
-            if changed == 1 {
-                return Ok(());
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                [&run.as_str(), &claim.owner, &epoch, &now, &until];
+            if stmt.columns().is_empty() {
+                if client.execute(&stmt, &params).await.map_err(pg_err)? == 1 {
+                    return Ok(None);
+                }
+            } else if let Some(row) = client.query_opt(&stmt, &params).await.map_err(pg_err)? {
+                return Ok(Some(row.get(0)));
             }
             let row = client
                 .query_opt(
@@ -118,15 +126,17 @@ impl RunQueue for PostgresStore {
             "UPDATE queue SET expires_at_ms = $5 WHERE run_id = $1 AND owner = $2 AND epoch = $3 AND expires_at_ms > $4",
             Some(ttl),
         )
+        .map(drop)
     }
 
-    fn finish(&self, claim: &Claim) -> Result<()> {
+    fn finish(&self, claim: &Claim) -> Result<bool> {
         self.claim_write(
             claim,
             "DELETE FROM queue WHERE run_id = $1 AND owner = $2 AND epoch = $3 AND expires_at_ms > $4
-             AND $5::bigint IS NULL",
+             AND $5::bigint IS NULL RETURNING cancel_requested_at_ms IS NOT NULL",
             None,
         )
+        .map(|asked| asked.unwrap_or(false))
     }
 
     fn defer(&self, claim: &Claim, delay: Duration) -> Result<()> {
@@ -136,6 +146,7 @@ impl RunQueue for PostgresStore {
              WHERE run_id = $1 AND owner = $2 AND epoch = $3 AND expires_at_ms > $4",
             Some(delay),
         )
+        .map(drop)
     }
 
     fn withdraw(&self, run: &RunId) -> Result<bool> {

@@ -121,11 +121,13 @@ impl RunQueue for SqliteStore {
         })
     }
 
-    fn finish(&self, claim: &Claim) -> Result<()> {
+    fn finish(&self, claim: &Claim) -> Result<bool> {
         self.write(|conn, now_ms| {
             check_claim(conn, claim, now_ms)?;
-            conn.prepare_cached("DELETE FROM queue WHERE run_id = ?1")?.execute([claim.run_id.as_str()])?;
-            Ok(())
+            let asked: Option<i64> = conn
+                .prepare_cached("DELETE FROM queue WHERE run_id = ?1 RETURNING cancel_requested_at_ms")?
+                .query_row([claim.run_id.as_str()], |row| row.get(0))?;
+            Ok(asked.is_some())
         })
     }
 
