@@ -94,6 +94,18 @@ impl Engine {
     /// Cancels a stored run from any process sharing its store: at once when nobody drives it,
     /// through the driving worker when a queue worker does (see [`CancelOutcome`]).
     ///
+    /// ```
+    /// # fn main() -> Result<(), cairn::Error> {
+    /// use cairn::{CancelOutcome, Engine, RunOptions, RunStatus, Script};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let opened = cairn::store::open(&format!("sqlite:{}", dir.path().join("c.db").display()))?;
+    /// let engine = Engine::builder(opened.journal, opened.transcripts).build()?;
+    /// let run = engine.enqueue_script(&Script::rhai("hello", "agent(\"hi\")"), serde_json::json!({}), RunOptions::default())?;
+    /// assert_eq!(engine.cancel_run(&run)?, CancelOutcome::Cancelled);
+    /// assert_eq!(engine.cancel_run(&run)?, CancelOutcome::Settled(RunStatus::Cancelled));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// `config` for an unknown run; `run_busy` when a process outside the run queue drives it
     /// (a `cairn run`: stop it there); the store's failure.
