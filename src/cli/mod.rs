@@ -18,6 +18,7 @@ macro_rules! errln {
     }};
 }
 
+mod cancel;
 mod canon;
 mod config;
 mod host_fn;
@@ -116,6 +117,8 @@ enum Command {
     Worker(worker::WorkerArgs),
     /// Queue a script's run for `cairn worker` to drive; prints its run id.
     Enqueue(worker::EnqueueArgs),
+    /// Cancel a run from any process: at once when nobody drives it, through its worker when one does.
+    Cancel(cancel::CancelArgs),
     /// Serve the HTTP API: queue scripts, follow runs live (SSE), resolve, cancel, resume.
     Serve(serve::ServeArgs),
     /// Print the canonical JSON (RFC 8785) and content key of the JSON on stdin.
@@ -160,6 +163,7 @@ pub fn main() -> ExitCode {
         Command::Runs(args) => runs::list(&globals, &args),
         Command::Inspect(args) => runs::inspect(&globals, &args),
         Command::Resolve(args) => runs::resolve(&globals, &args),
+        Command::Cancel(args) => cancel::cancel(&globals, &args),
         Command::Run(args) => runs::with_runtime(|| runs::run(&globals, &args)),
         Command::Orchestrate(args) => runs::with_runtime(|| orchestrate::run(&globals, &args)),
         Command::Resume(args) => runs::with_runtime(|| runs::resume(&globals, &args)),

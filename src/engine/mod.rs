@@ -45,8 +45,8 @@ pub use ctx::{
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, OnItemError, Stage, branch, stage};
 pub use lease::Resolution;
+pub use queue::{CancelOutcome, Worker, WorkerOptions, WorkerReport};
 pub(crate) use queue::{RESERVED_FIELD, is_reserved};
-pub use queue::{Worker, WorkerOptions, WorkerReport};
 pub(crate) use run::Durability;
 pub(crate) use run::RunState;
 

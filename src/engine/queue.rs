@@ -11,8 +11,16 @@
 //! The claim decides which worker drives a run; the run's own lease (taken by the resume)
 //! fences every journal write, so a worker that lost its claim can never write over the
 //! worker that took the run over.
+//!
+//! Cancelling from another process ([`Engine::cancel_run`]): a run nobody drives (queued and
+//! unclaimed, parked, or left by a driver that died) is settled `cancelled` at once, under its
+//! lease, with the settlement journaled. A run a worker claims is marked in the queue (durable);
+//! each worker looks for marks on its claims every [`WorkerOptions::cancel_poll`] and cancels
+//! the run through the engine's own path (in-flight calls severed and journaled, the run
+//! settles `cancelled`), then carries on with other runs.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -21,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Engine, EngineInner, ErrorPolicy, ResumeOptions, RunOptions, Script};
 use crate::error::{Error, ErrorCode};
-use crate::journal;
-use crate::store::{Claim, RunId, RunMeta, RunQueue, RunStatus};
+use crate::journal::{self, Entry, Kind, ScopePath, Seq, Status};
+use crate::store::{Claim, Lease, RunId, RunMeta, RunQueue, RunStatus};
 
 /// The run-meta field that marks a run as the queue's: a resolution puts it back.
 const QUEUED_FIELD: &str = "queued";
@@ -67,6 +75,110 @@ impl Engine {
         queue.enqueue(&run_id)?;
         Ok(run_id)
     }
+}
+
+/// What [`Engine::cancel_run`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Nobody was driving the run (queued and unclaimed, parked, or left by a driver that
+    /// died): it is settled `cancelled` now, the settlement journaled.
+    Cancelled,
+    /// A worker claims the run: the request is durable in the queue, and that worker cancels
+    /// the run when it next looks (within its `cancel_poll`, half a second by default).
+    Requested,
+    /// The run had settled already, with this status; nothing changed.
+    Settled(RunStatus),
+}
+
+impl Engine {
+    /// Cancels a stored run from any process sharing its store: at once when nobody drives it,
+    /// through the driving worker when a queue worker does (see [`CancelOutcome`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cairn::Error> {
+    /// use cairn::{CancelOutcome, Engine, RunOptions, RunStatus, Script};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let opened = cairn::store::open(&format!("sqlite:{}", dir.path().join("c.db").display()))?;
+    /// let engine = Engine::builder(opened.journal, opened.transcripts).build()?;
+    /// let run = engine.enqueue_script(&Script::rhai("hello", "agent(\"hi\")"), serde_json::json!({}), RunOptions::default())?;
+    /// assert_eq!(engine.cancel_run(&run)?, CancelOutcome::Cancelled);
+    /// assert_eq!(engine.cancel_run(&run)?, CancelOutcome::Settled(RunStatus::Cancelled));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// `config` for an unknown run; `run_busy` when a process outside the run queue drives it
+    /// (a `cairn run`: stop it there); the store's failure.
+    pub fn cancel_run(&self, run: &RunId) -> Result<CancelOutcome, Error> {
+        let engine = &self.inner;
+        let Some(meta) = engine.journal.get_meta(run)? else {
+            return Err(Error::config(format!("unknown run {run}")));
+        };
+        if is_settled(meta.status) {
+            return Ok(CancelOutcome::Settled(meta.status));
+        }
+        let queue = engine.journal.queue();
+        let mut tries = 0;
+        loop {
+            match super::lease::acquire(engine, run) {
+                Ok(lease) => {
+                    let outcome = cancel_undriven(engine, queue, run, lease.as_ref());
+                    super::lease::release(engine, lease.as_ref());
+                    return outcome;
+                }
+                Err(e) if e.code == ErrorCode::RunBusy => {
+                    if let Some(queue) = queue
+                        && queue.request_cancel(run)?
+                    {
+                        return Ok(CancelOutcome::Requested);
+                    }
+                    // Not in the queue: its worker may have just taken it out (it parked, or
+                    // settled) and not yet let go of its lease; look again, then give up.
+                    tries += 1;
+                    if tries == 3 {
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Cancels a run nobody drives (this process holds its lease), unless a worker's live claim
+/// still holds it in the queue: then that worker is asked to.
+fn cancel_undriven(
+    engine: &EngineInner,
+    queue: Option<&dyn RunQueue>,
+    run: &RunId,
+    lease: Option<&Lease>,
+) -> Result<CancelOutcome, Error> {
+    let Some(mut meta) = engine.journal.get_meta(run)? else {
+        return Err(Error::config(format!("unknown run {run}")));
+    };
+    if is_settled(meta.status) {
+        return Ok(CancelOutcome::Settled(meta.status));
+    }
+    // A worker claimed it and is about to take its lease: it will see the request.
+    if let Some(queue) = queue
+        && !queue.withdraw(run)?
+        && queue.request_cancel(run)?
+    {
+        return Ok(CancelOutcome::Requested);
+    }
+    let entries = journal::decode_all(&engine.journal.load(run)?)?;
+    let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
+    let key = journal::content_key(&identity).map_err(|e| Error::internal(e.to_string()))?;
+    let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, ScopePath::root(), key, 0);
+    entry.set_value(Some(&journal::settle_value(RunStatus::Cancelled)));
+    entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
+    entry.ts = Some(engine.clock.now_ms());
+    engine.journal.append(run, &[journal::encode(&entry)?], lease)?;
+    meta.status = RunStatus::Cancelled;
+    meta.updated_at_ms = engine.clock.now_ms();
+    engine.journal.put_meta(&meta, lease)?;
+    Ok(CancelOutcome::Cancelled)
 }
 
 /// Writes a queued run's inputs and meta, under its lease.
@@ -157,6 +269,8 @@ pub struct WorkerOptions {
     pub busy_retry: Duration,
     /// Who claims: the owner written into claims (default: `worker pid N on HOST`).
     pub owner: String,
+    /// How often it looks for requests (from other processes) to cancel the runs it drives.
+    pub cancel_poll: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -167,6 +281,7 @@ impl Default for WorkerOptions {
             poll: Duration::from_millis(100),
             busy_retry: Duration::from_millis(500),
             owner: format!("worker {}", super::lease::owner()),
+            cancel_poll: Duration::from_millis(500),
         }
     }
 }
@@ -221,6 +336,8 @@ impl Worker {
         let slots = Arc::new(tokio::sync::Semaphore::new(self.options.concurrency));
         let mut tasks: JoinSet<Driven> = JoinSet::new();
         let mut report = WorkerReport::default();
+        let driving = Driving::default();
+        let watcher = tokio::spawn(watch_cancels(self.engine.clone(), self.options.clone(), driving.clone()));
         loop {
             while let Some(done) = tasks.try_join_next() {
                 tally(&mut report, done);
@@ -249,8 +366,11 @@ impl Worker {
                         tracing::info!(run = %claim.run_id, attempts = claim.attempts, "took over a run whose worker's claim expired");
                     }
                     let (engine, options) = (self.engine.clone(), self.options.clone());
+                    let cancelled = driving.register(&claim.run_id);
+                    let driving = driving.clone();
                     tasks.spawn(async move {
-                        let driven = drive(&engine, &options, &claim).await;
+                        let driven = drive(&engine, &options, &claim, &cancelled).await;
+                        driving.forget(&claim.run_id);
                         drop(permit);
                         driven
                     });
@@ -273,7 +393,51 @@ impl Worker {
         while let Some(done) = tasks.join_next().await {
             tally(&mut report, done);
         }
+        watcher.abort();
         report
+    }
+}
+
+/// The runs a worker drives, each with the token that cancels it.
+#[derive(Debug, Clone, Default)]
+struct Driving(Arc<Mutex<HashMap<RunId, CancellationToken>>>);
+
+impl Driving {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, CancellationToken>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn register(&self, run: &RunId) -> CancellationToken {
+        let token = CancellationToken::new();
+        self.lock().insert(run.clone(), token.clone());
+        token
+    }
+
+    fn forget(&self, run: &RunId) {
+        self.lock().remove(run);
+    }
+}
+
+/// Looks for cancel requests on the worker's claims every `cancel_poll` (one query for all of
+/// them, none while it drives nothing) and fires the tokens of the runs asked to cancel.
+async fn watch_cancels(engine: Engine, options: WorkerOptions, driving: Driving) {
+    loop {
+        tokio::time::sleep(options.cancel_poll).await;
+        if driving.lock().is_empty() {
+            continue;
+        }
+        let owner = options.owner.clone();
+        match on_queue(&engine, move |queue| queue.cancel_requests(&owner)).await {
+            Ok(asked) => {
+                let driving = driving.lock();
+                for run in asked {
+                    if let Some(token) = driving.get(&run) {
+                        token.cancel();
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not look for cancel requests"),
+        }
     }
 }
 
@@ -301,32 +465,46 @@ async fn on_queue<T: Send + 'static>(
 }
 
 /// Drives one claimed run to settlement or suspension, renewing the claim meanwhile.
-async fn drive(engine: &Engine, options: &WorkerOptions, claim: &Claim) -> Driven {
+async fn drive(
+    engine: &Engine,
+    options: &WorkerOptions,
+    claim: &Claim,
+    cancelled: &CancellationToken,
+) -> Driven {
     let run = claim.run_id.clone();
+    // Whether someone had asked to cancel the run when it left the queue.
     let finish = |claim: Claim| async move {
-        if let Err(e) = on_queue(engine, move |queue| queue.finish(&claim)).await {
-            // Lost to a takeover (this worker stalled past its claim): the other worker
-            // finishes it.
-            tracing::warn!(run = %run, error = %e, "could not take a driven run out of the queue");
+        match on_queue(engine, move |queue| queue.finish(&claim)).await {
+            Ok(asked) => asked,
+            Err(e) => {
+                // Lost to a takeover (this worker stalled past its claim): the other worker
+                // finishes it.
+                tracing::warn!(run = %run, error = %e, "could not take a driven run out of the queue");
+                false
+            }
         }
     };
-    let meta = {
-        let engine = engine.clone();
-        let run = claim.run_id.clone();
-        tokio::task::spawn_blocking(move || engine.inner.journal.get_meta(&run)).await
-    };
-    match meta {
-        Ok(Ok(Some(meta))) if is_settled(meta.status) => {
-            finish(claim.clone()).await;
-            return Driven::Settled;
+    // A run claimed before may have settled under an earlier claim that never finished. A
+    // first claim is of a run that waits (and the resume reads its meta anyway).
+    if claim.attempts > 1 {
+        let meta = {
+            let engine = engine.clone();
+            let run = claim.run_id.clone();
+            tokio::task::spawn_blocking(move || engine.inner.journal.get_meta(&run)).await
+        };
+        match meta {
+            Ok(Ok(Some(meta))) if is_settled(meta.status) => {
+                finish(claim.clone()).await;
+                return Driven::Settled;
+            }
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => {
+                tracing::warn!(run = %claim.run_id, "a queued run has no meta record; dropping it from the queue");
+                finish(claim.clone()).await;
+                return Driven::Failed;
+            }
+            _ => return defer(engine, options, claim).await,
         }
-        Ok(Ok(Some(_))) => {}
-        Ok(Ok(None)) => {
-            tracing::warn!(run = %claim.run_id, "a queued run has no meta record; dropping it from the queue");
-            finish(claim.clone()).await;
-            return Driven::Failed;
-        }
-        _ => return defer(engine, options, claim).await,
     }
     let resumed = {
         let engine = engine.clone();
@@ -346,9 +524,15 @@ async fn drive(engine: &Engine, options: &WorkerOptions, claim: &Claim) -> Drive
     };
     handle.release_events();
     let renew_every = (options.claim_ttl / 3).max(Duration::from_millis(10));
+    let mut cancel_sent = false;
     let outcome = loop {
         tokio::select! {
             outcome = handle.wait() => break outcome,
+            _ = cancelled.cancelled(), if !cancel_sent => {
+                tracing::info!(run = %claim.run_id, "cancelling a run at another process's request");
+                handle.cancel();
+                cancel_sent = true;
+            }
             _ = tokio::time::sleep(renew_every) => {
                 let (held, ttl) = (claim.clone(), options.claim_ttl);
                 if let Err(e) = on_queue(engine, move |queue| queue.renew(&held, ttl)).await {
@@ -359,7 +543,16 @@ async fn drive(engine: &Engine, options: &WorkerOptions, claim: &Claim) -> Drive
     };
     match outcome {
         Ok(outcome) if outcome.status == RunStatus::Suspended => {
-            finish(claim.clone()).await;
+            let asked = finish(claim.clone()).await || cancelled.is_cancelled();
+            if asked {
+                // Asked to cancel as it parked: nobody drives it now, so it is cancelled here.
+                let (engine, run) = (engine.clone(), claim.run_id.clone());
+                let cancelled = tokio::task::spawn_blocking(move || engine.cancel_run(&run)).await;
+                if let Ok(Err(e)) = cancelled {
+                    tracing::warn!(run = %claim.run_id, error = %e, "could not cancel a parked run as asked");
+                }
+                return Driven::Settled;
+            }
             // A resolution left for this driver as it parked the run would wait for nobody:
             // the resolver saw the run driven. Checked after the run left the queue, so either
             // this sees it or the resolver sees the run parked and puts it back itself.

@@ -335,46 +335,27 @@ pub async fn resolve(
     .await
 }
 
-/// `POST /v1/runs/{id}/cancel`: cancels a run that is queued or suspended (no process drives
-/// it); 409 while a worker drives it or once it settled.
-pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// `POST /v1/runs/{id}/cancel`: a run nobody drives (queued, suspended, left by a worker that
+/// died) is cancelled now (200, status `cancelled`); a run a worker drives, in this process or
+/// another, is asked to cancel through the store and its worker cancels it within a poll (202,
+/// `cancel: requested`; follow the run to see it settle); 409 once it settled, or while a
+/// process outside the run queue drives it.
+pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let run = parse_run_id(&id)?;
     blocking(&state, move |engine| {
-        let store = engine.journal_store();
-        let lease = match store.leases() {
-            Some(leases) => Some(
-                leases
-                    .acquire(
-                        &run,
-                        &format!("cairn-serve-{}", std::process::id()),
-                        std::time::Duration::from_secs(30),
-                    )
-                    .map_err(|e| match e {
-                        crate::store::Error::LeaseHeld { .. } => ApiError::conflict(format!(
-                            "run {run} is being driven; it cannot be cancelled now"
-                        )),
-                        other => ApiError::from(other),
-                    })?,
-            ),
-            None => None,
-        };
-        let result = (|| {
-            let mut meta = meta_of(engine, &run)?;
-            if !matches!(meta.status, RunStatus::Queued | RunStatus::Suspended) {
-                return Err(ApiError::conflict(format!(
-                    "run {run} is {}; only a queued or suspended run can be cancelled",
-                    meta.status
-                )));
+        meta_of(engine, &run)?;
+        match engine.cancel_run(&run)? {
+            crate::CancelOutcome::Cancelled => {
+                Ok(Json(json!({ "run_id": run, "status": RunStatus::Cancelled })).into_response())
             }
-            meta.status = RunStatus::Cancelled;
-            meta.updated_at_ms = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
-            store.put_meta(&meta, lease.as_ref())?;
-            Ok(Json(json!({ "run_id": run, "status": meta.status })))
-        })();
-        if let (Some(leases), Some(lease)) = (store.leases(), lease.as_ref()) {
-            let _ = leases.release(lease);
+            crate::CancelOutcome::Requested => {
+                Ok((StatusCode::ACCEPTED, Json(json!({ "run_id": run, "cancel": "requested" })))
+                    .into_response())
+            }
+            crate::CancelOutcome::Settled(status) => {
+                Err(ApiError::conflict(format!("run {run} is {status}; a settled run cannot be cancelled")))
+            }
         }
-        result
     })
     .await
 }

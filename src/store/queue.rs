@@ -54,11 +54,12 @@ pub trait RunQueue: Send + Sync + std::fmt::Debug {
     /// [`Error::LeaseHeld`](super::Error::LeaseHeld) when the claim is no longer current.
     fn renew(&self, claim: &Claim, ttl: Duration) -> Result<()>;
 
-    /// Takes the run out of the queue: it settled, or parked waiting for a person.
+    /// Takes the run out of the queue: it settled, or parked waiting for a person. Returns
+    /// whether someone had asked to cancel it (a run that parked is then still to cancel).
     ///
     /// # Errors
     /// [`Error::LeaseHeld`](super::Error::LeaseHeld) when the claim is no longer current.
-    fn finish(&self, claim: &Claim) -> Result<()>;
+    fn finish(&self, claim: &Claim) -> Result<bool>;
 
     /// Gives the claim up and makes the run ready again after `delay` (its driver could not
     /// start it yet, or is shutting down).
@@ -66,6 +67,28 @@ pub trait RunQueue: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`Error::LeaseHeld`](super::Error::LeaseHeld) when the claim is no longer current.
     fn defer(&self, claim: &Claim, delay: Duration) -> Result<()>;
+
+    /// Takes a run out of the queue when no live claim holds it (never claimed, deferred, or
+    /// claimed by a worker whose claim expired): a run cancelled before any worker drives it.
+    /// `false` when a live claim holds it, or it is not in the queue.
+    ///
+    /// # Errors
+    /// The store's failure.
+    fn withdraw(&self, run: &RunId) -> Result<bool>;
+
+    /// Records a request to cancel a run in the queue, for the worker that claims (or holds) it
+    /// to act on; durable, and kept until the run leaves the queue. `false` when the run is not
+    /// in the queue.
+    ///
+    /// # Errors
+    /// The store's failure.
+    fn request_cancel(&self, run: &RunId) -> Result<bool>;
+
+    /// The runs claimed by `owner` that someone asked to cancel.
+    ///
+    /// # Errors
+    /// The store's failure.
+    fn cancel_requests(&self, owner: &str) -> Result<Vec<RunId>>;
 
     /// How many runs are in the queue (claimed or not).
     ///

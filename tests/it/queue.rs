@@ -42,7 +42,7 @@ fn queue_semantics(queue: &dyn RunQueue, clock: &ManualClock) {
     assert_eq!(c2.run_id.as_str(), "r2");
     assert!(queue.claim("c", ttl).unwrap().is_none(), "a claimed run was claimed again");
     queue.renew(&c1, ttl).unwrap();
-    queue.finish(&c2).unwrap();
+    assert!(!queue.finish(&c2).unwrap(), "a run nobody asked to cancel was reported asked");
     assert_eq!(queue.depth().unwrap(), 1);
     assert_eq!(queue.takeovers().unwrap(), 0);
 
@@ -68,6 +68,32 @@ fn queue_semantics(queue: &dyn RunQueue, clock: &ManualClock) {
     queue.finish(&c4).unwrap();
     assert_eq!(queue.depth().unwrap(), 0);
     assert_eq!(queue.takeovers().unwrap(), 1);
+
+    // Cancel requests: recorded only for a run in the queue, shown to the worker that claims
+    // it (and nobody else), and gone with the run.
+    queue.enqueue(&run("r3")).unwrap();
+    assert!(queue.request_cancel(&run("r3")).unwrap());
+    assert!(queue.request_cancel(&run("r3")).unwrap(), "a second request was refused");
+    assert!(!queue.request_cancel(&run("gone")).unwrap(), "a run outside the queue took a request");
+    assert!(queue.cancel_requests("e").unwrap().is_empty(), "an unclaimed run's request was handed out");
+    let c5 = queue.claim("e", ttl).unwrap().unwrap();
+    assert_eq!(c5.run_id.as_str(), "r3");
+    assert_eq!(queue.cancel_requests("e").unwrap(), vec![run("r3")]);
+    assert!(queue.cancel_requests("f").unwrap().is_empty(), "another worker saw the request");
+    // Withdrawn only when no live claim holds it.
+    assert!(!queue.withdraw(&run("r3")).unwrap(), "a run under a live claim was withdrawn");
+    clock.advance(1_001);
+    assert!(queue.withdraw(&run("r3")).unwrap(), "a run whose claim expired was not withdrawn");
+    assert!(matches!(queue.finish(&c5), Err(Error::LeaseHeld { .. })));
+    queue.enqueue(&run("r4")).unwrap();
+    assert!(queue.withdraw(&run("r4")).unwrap());
+    assert!(!queue.withdraw(&run("r4")).unwrap());
+    assert_eq!(queue.depth().unwrap(), 0);
+    queue.enqueue(&run("r3")).unwrap();
+    let c6 = queue.claim("e", ttl).unwrap().unwrap();
+    assert!(queue.cancel_requests("e").unwrap().is_empty(), "a request outlived its run's time in the queue");
+    assert!(queue.request_cancel(&run("r3")).unwrap());
+    assert!(queue.finish(&c6).unwrap(), "finishing hid a cancel request from the worker");
 }
 
 #[test]
@@ -210,11 +236,13 @@ async fn a_store_without_a_queue_refuses_to_enqueue() {
     assert!(Worker::new(engine, WorkerOptions::default()).is_err());
 }
 
-/// A mock OpenAI-compatible model: answers every request after `delay`, echoing the prompt,
-/// and counts the requests per prompt.
+/// A mock OpenAI-compatible model: answers every request after `delay` (a prompt containing
+/// `slow` after a minute), echoing the prompt's length, and counts the requests per prompt,
+/// noting when each prompt was first asked.
 struct CountingModel {
     url: String,
     asked: Arc<Mutex<HashMap<String, u32>>>,
+    first_asked: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 impl CountingModel {
@@ -222,11 +250,12 @@ impl CountingModel {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let asked = Arc::new(Mutex::new(HashMap::new()));
-        let counts = asked.clone();
+        let first_asked = Arc::new(Mutex::new(HashMap::new()));
+        let (counts, firsts) = (asked.clone(), first_asked.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
-                let counts = counts.clone();
+                let (counts, firsts) = (counts.clone(), firsts.clone());
                 std::thread::spawn(move || {
                     let Some(body) = crate::scripted_server::read_request(&stream) else { return };
                     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -235,8 +264,9 @@ impl CountingModel {
                         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
                         .map(|m| m["content"].to_string())
                         .unwrap_or_default();
+                    firsts.lock().unwrap().entry(prompt.clone()).or_insert_with(Instant::now);
                     *counts.lock().unwrap().entry(prompt.clone()).or_insert(0) += 1;
-                    std::thread::sleep(delay);
+                    std::thread::sleep(if prompt.contains("slow") { Duration::from_secs(60) } else { delay });
                     let text = crate::scripted_server::data_lines(&[
                         json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": format!("seen {}", prompt.len())}, "finish_reason": null}]}),
                         json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
@@ -251,26 +281,26 @@ impl CountingModel {
                 });
             }
         });
-        CountingModel { url, asked }
+        CountingModel { url, asked, first_asked }
+    }
+
+    fn calls(&self) -> usize {
+        self.asked.lock().unwrap().values().map(|&n| n as usize).sum()
+    }
+
+    fn asked_for(&self, needle: &str) -> u32 {
+        self.asked.lock().unwrap().iter().filter(|(prompt, _)| prompt.contains(needle)).map(|(_, &n)| n).sum()
     }
 }
 
-/// Three `cairn worker` processes on one PostgreSQL drain queued runs (five model calls
-/// each) while one of them is SIGKILLed mid-run: every run settles `ok`, the killed worker's
-/// runs are taken over (counted by the store), and no call is asked twice except those the
-/// killed worker had in flight.
-#[cfg(unix)]
-#[test]
-fn three_workers_drain_the_queue_while_one_is_killed() {
-    const RUNS: usize = 30;
-    const CONCURRENCY: usize = 4;
-    let Some(url) = fresh_url("takeover") else { return };
-    let model = CountingModel::start(Duration::from_millis(30));
+/// A directory with a `cairn.toml` naming `store` and the mock model as the default route.
+fn project(store: Option<&str>, model: &CountingModel) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
+    let store = store.map(|url| format!("store = \"{url}\"\n\n")).unwrap_or_default();
     std::fs::write(
         dir.path().join("cairn.toml"),
         format!(
-            "store = \"{url}\"\n\n[providers.m]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\nprices = {{ tiny = [1.0, 2.0] }}\n\n[routing]\ndefault = \"m:tiny\"\n",
+            "{store}[providers.m]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\nprices = {{ tiny = [1.0, 2.0] }}\n\n[routing]\ndefault = \"m:tiny\"\n",
             model.url
         ),
     )
@@ -280,42 +310,119 @@ fn three_workers_drain_the_queue_while_one_is_killed() {
         "let out = []; for k in 0..5 { out.push(agent(`run ${args.i} call ${k}`)); } out.len()",
     )
     .unwrap();
-    let cairn = assert_cmd::cargo::cargo_bin("cairn");
-    let command = || {
-        let mut command = std::process::Command::new(&cairn);
-        command
-            .current_dir(dir.path())
-            .env_remove("OPENAI_API_KEY")
-            .env("CAIRN_LEASE_TTL_MS", "1500")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped());
-        command
-    };
+    dir
+}
+
+/// `cairn` in `dir`, with short leases so a killed driver's runs are free soon.
+fn cairn_in(dir: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"));
+    command
+        .current_dir(dir)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("CAIRN_SERVER_TOKEN")
+        .env("CAIRN_LEASE_TTL_MS", "1500")
+        .stdin(std::process::Stdio::null());
+    command
+}
+
+/// A child process killed (and reaped) on drop, so a failed assertion leaves no worker behind.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `cairn serve --workers 0` on the project's store: the HTTP API only.
+fn serve(dir: &std::path::Path) -> (Reaped, std::net::SocketAddr) {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = cairn_in(dir)
+        .args(["serve", "--quiet", "--workers", "0", "--listen", &addr.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let server = Reaped(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while http(addr, "GET", "/healthz", None).0 != 200 {
+        assert!(Instant::now() < deadline, "cairn serve did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (server, addr)
+}
+
+/// One HTTP/1.1 request (connection closed after it): the status and the body. Status 0 when
+/// nothing answers.
+fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+    use std::io::Read;
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return (0, String::new()) };
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if stream.write_all(request.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// Three `cairn worker` processes on one PostgreSQL drain 100 queued runs (five model calls
+/// each, submitted over HTTP to a `cairn serve` on the same store) while one of them is
+/// SIGKILLed mid-run: every run settles `ok`, the killed worker's runs are taken over and the
+/// takeovers show in the server's `/metrics`, and no completed call is asked twice: the only
+/// calls asked again are ones the killed worker had asked before it died (at most one per
+/// slot: its in-flight calls).
+#[cfg(unix)]
+#[test]
+fn three_workers_drain_the_queue_while_one_is_killed() {
+    const RUNS: usize = 100;
+    const CONCURRENCY: usize = 4;
+    let started = Instant::now();
+    let Some(url) = fresh_url("takeover") else { return };
+    let model = CountingModel::start(Duration::from_millis(30));
+    let dir = project(Some(&url), &model);
+    let (_server, addr) = serve(dir.path());
+    let five = std::fs::read_to_string(dir.path().join("five.rhai")).unwrap();
     for i in 0..RUNS {
-        let out =
-            command().args(["enqueue", "five.rhai", "--args", &format!("{{\"i\": {i}}}")]).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let (status, body) = http(addr, "POST", "/v1/runs", Some(&json!({"source": five, "args": {"i": i}})));
+        assert_eq!(status, 202, "{body}");
     }
-    let spawn = || {
-        command()
-            .args(["worker", "--concurrency", &CONCURRENCY.to_string(), "--claim-ttl-ms", "1500"])
+    let worker = || {
+        let child = cairn_in(dir.path())
+            .args(["worker", "--quiet", "--concurrency", &CONCURRENCY.to_string(), "--claim-ttl-ms", "1500"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
-            .unwrap()
+            .unwrap();
+        Reaped(child)
     };
-    let mut victim = spawn();
-    let mut survivors = vec![spawn(), spawn()];
-    // Kill one worker once calls are flowing: it has runs in flight.
+    // The victim starts alone, so the calls flowing are its own: with 100 runs queued and 4
+    // slots it always drives 4 runs, so a kill is always mid-run.
+    let mut victim = worker();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while model.asked.lock().unwrap().len() < 20 {
+    while model.calls() < 8 {
         assert!(Instant::now() < deadline, "no calls reached the model");
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(5));
     }
-    victim.kill().unwrap();
-    victim.wait().unwrap();
+    let survivors = [worker(), worker()];
+    while model.calls() < 60 {
+        assert!(Instant::now() < deadline, "the calls stopped flowing");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    victim.0.kill().unwrap();
+    victim.0.wait().unwrap();
+    let killed_at = Instant::now();
 
     let store = PostgresStore::open(&url, PostgresOptions::new()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(45);
     loop {
         let metas = store.list_runs(&RunFilter::default()).unwrap();
         let settled = metas.iter().filter(|m| m.status == RunStatus::Ok).count();
@@ -332,24 +439,146 @@ fn three_workers_drain_the_queue_while_one_is_killed() {
     // SIGTERM drains: the survivors exit cleanly.
     for child in &survivors {
         // SAFETY: signalling a child process this test started and has not reaped.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
     }
-    for child in survivors.drain(..) {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "a worker failed to drain: {}", String::from_utf8_lossy(&out.stderr));
+    for mut child in survivors {
+        let status = child.0.wait().unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(status.success(), "a worker failed to drain: {stderr}");
     }
 
     assert_eq!(store.depth().unwrap(), 0, "runs were left in the queue");
     let takeovers = store.takeovers().unwrap();
     assert!(takeovers >= 1, "the killed worker's runs were not taken over");
+    let (status, metrics) = http(addr, "GET", "/metrics", None);
+    assert_eq!(status, 200, "{metrics}");
+    assert!(
+        metrics.lines().any(|line| line == format!("cairn_lease_takeovers_total {takeovers}")),
+        "the takeovers do not show in /metrics: {metrics}"
+    );
     let asked = model.asked.lock().unwrap();
     assert_eq!(asked.len(), RUNS * 5, "not every call reached the model");
-    let repeated: u32 = asked.values().map(|n| n - 1).sum();
+    let first_asked = model.first_asked.lock().unwrap();
+    let again: Vec<(&String, &u32)> = asked.iter().filter(|(_, n)| **n > 1).collect();
+    for (prompt, n) in &again {
+        assert!(
+            **n == 2 && first_asked[*prompt] < killed_at,
+            "call {prompt} was asked {n} times, first after the kill: a completed call was asked again"
+        );
+    }
     assert!(
-        repeated as usize <= CONCURRENCY,
-        "{repeated} calls were asked again; only the killed worker's {CONCURRENCY} in-flight calls may be"
+        again.len() <= CONCURRENCY,
+        "{} calls were asked again; only the killed worker's {CONCURRENCY} in-flight calls may be",
+        again.len()
     );
-    println!("takeover test: {takeovers} takeovers, {repeated} calls asked again");
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(60), "the takeover test took {elapsed:.1?}");
+    println!("takeover test: {takeovers} takeovers, {} calls asked again, {elapsed:.1?}", again.len());
+}
+
+/// A run a `cairn worker` process drives (waiting on a slow model call) is cancelled from
+/// other processes, by `cairn cancel` and over HTTP through a `cairn serve` on the same store:
+/// the worker cancels it within a poll, the in-flight call and the settlement are journaled,
+/// the run settles `cancelled` and nothing after the cancelled call runs; the worker carries on
+/// with other runs. A queued run nobody claimed is cancelled at once and never driven; a
+/// settled run refuses.
+#[cfg(unix)]
+#[test]
+fn a_run_driven_by_a_worker_process_is_cancelled_from_another_process() {
+    let Some(url) = fresh_url("cancel") else { return };
+    let model = CountingModel::start(Duration::from_millis(10));
+    let dir = project(Some(&url), &model);
+    std::fs::write(dir.path().join("slow.rhai"), "let a = agent(`slow ${args.n}`); agent(`after ${args.n}`)")
+        .unwrap();
+    let enqueue = |file: &str, args: &str| {
+        let out = cairn_in(dir.path()).args(["enqueue", file, "--args", args]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        run(String::from_utf8(out.stdout).unwrap().trim())
+    };
+    let store = PostgresStore::open(&url, PostgresOptions::new()).unwrap();
+    let status_of = |id: &RunId| store.get_meta(id).unwrap().unwrap().status;
+
+    // Queued and unclaimed: cancelled at once, and no worker ever drives it.
+    let idle = enqueue("slow.rhai", r#"{"n": "idle"}"#);
+    let out = cairn_in(dir.path()).args(["cancel", idle.as_str()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(status_of(&idle), RunStatus::Cancelled);
+    assert_eq!(store.depth().unwrap(), 0, "a cancelled queued run stayed in the queue");
+
+    let (_server, addr) = serve(dir.path());
+    let _worker = Reaped(
+        cairn_in(dir.path())
+            .args(["worker", "--quiet", "--concurrency", "2"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let wait_asked = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while model.asked_for(needle) == 0 {
+            assert!(Instant::now() < deadline, "the worker never asked {needle:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let wait_settled = |id: &RunId, bound: Duration| {
+        let deadline = Instant::now() + bound;
+        loop {
+            let status = status_of(id);
+            if !matches!(status, RunStatus::Queued | RunStatus::Running) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "run {id} is still {status} after {bound:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // Cancelled by `cairn cancel` in another process while the worker waits on the model.
+    let first = enqueue("slow.rhai", r#"{"n": "one"}"#);
+    wait_asked("slow one");
+    let asked_at = Instant::now();
+    let out = cairn_in(dir.path()).args(["cancel", first.as_str(), "--wait", "20"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("asked the worker"), "{stdout}");
+    assert!(asked_at.elapsed() < Duration::from_secs(10), "the cancel took {:?}", asked_at.elapsed());
+    assert_eq!(status_of(&first), RunStatus::Cancelled);
+    let journal: Vec<String> = store.load(&first).unwrap().iter().map(|e| e.json().to_owned()).collect();
+    assert!(
+        journal.iter().any(|e| e.contains(r#""kind":"agent""#) && e.contains(r#""status":"cancelled""#)),
+        "the severed call was not journaled: {journal:#?}"
+    );
+    assert!(
+        journal.last().unwrap().contains("run_settled"),
+        "the settlement was not journaled: {journal:#?}"
+    );
+    assert_eq!(model.asked_for("after one"), 0, "the cancelled run went on");
+
+    // The worker carries on; a second driven run is cancelled over HTTP.
+    let quick = enqueue("five.rhai", r#"{"i": 1}"#);
+    assert_eq!(wait_settled(&quick, Duration::from_secs(30)), RunStatus::Ok);
+    let second = enqueue("slow.rhai", r#"{"n": "two"}"#);
+    wait_asked("slow two");
+    let (code, body) = http(addr, "POST", &format!("/v1/runs/{second}/cancel"), Some(&json!({})));
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(wait_settled(&second, Duration::from_secs(10)), RunStatus::Cancelled);
+    assert_eq!(model.asked_for("after two"), 0, "the cancelled run went on");
+    let again = enqueue("five.rhai", r#"{"i": 2}"#);
+    assert_eq!(wait_settled(&again, Duration::from_secs(30)), RunStatus::Ok);
+
+    // A settled run refuses, over HTTP and from the CLI.
+    let (code, body) = http(addr, "POST", &format!("/v1/runs/{second}/cancel"), Some(&json!({})));
+    assert_eq!(code, 409, "{body}");
+    let out = cairn_in(dir.path()).args(["cancel", quick.as_str()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("settled"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(status_of(&quick), RunStatus::Ok);
+    assert_eq!(model.asked_for("slow idle"), 0, "a cancelled queued run was driven");
 }
 
 /// `cairn worker` on SIGTERM finishes the run it is driving and claims nothing new; `cairn
@@ -418,4 +647,76 @@ fn sigterm_drains_a_worker_it_finishes_in_flight_work_and_claims_nothing_new() {
     );
     assert_eq!(store.depth().unwrap(), 1);
     assert_eq!(model.asked.lock().unwrap().len(), 5);
+}
+
+/// Three workers, each with its own engine and store (as three processes would have), 16
+/// slots each, drain `runs` queued runs of five quick echo calls within a bound: many runs in
+/// flight on few threads must neither hang nor crawl.
+async fn three_workers_drain_many_quick_runs(open: impl Fn() -> Engine, runs: usize) {
+    let submitter = open();
+    let five = Script::rhai(
+        "five",
+        "let out = []; for k in 0..5 { out.push(agent(`run ${args.i} call ${k}`)); } out.len()",
+    );
+    for i in 0..runs {
+        submitter.enqueue_script(&five, json!({"i": i}), RunOptions::default()).unwrap();
+    }
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let drivers: Vec<_> = (0..3)
+        .map(|_| {
+            let worker =
+                Worker::new(open(), WorkerOptions { concurrency: 16, ..WorkerOptions::default() }).unwrap();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { worker.run_until(shutdown).await })
+        })
+        .collect();
+    let ok = RunFilter { statuses: vec![RunStatus::Ok], ..RunFilter::default() };
+    let deadline = started + Duration::from_secs(30);
+    loop {
+        let store = submitter.journal_store().clone();
+        let filter = ok.clone();
+        let done =
+            tokio::task::spawn_blocking(move || store.list_runs(&filter).unwrap().len()).await.unwrap();
+        if done == runs {
+            break;
+        }
+        assert!(Instant::now() < deadline, "three workers settled only {done} of {runs} runs in 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    shutdown.cancel();
+    let mut settled = 0;
+    for driver in drivers {
+        let report = tokio::time::timeout(Duration::from_secs(20), driver)
+            .await
+            .expect("a worker did not stop after its shutdown")
+            .unwrap();
+        assert_eq!((report.failed, report.deferred), (0, 0), "{report:?}");
+        settled += report.settled;
+    }
+    assert_eq!(settled, runs as u64);
+    assert_eq!(submitter.journal_store().queue().unwrap().depth().unwrap(), 0);
+    println!("{runs} runs drained by three workers in {elapsed:.2?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_postgres_workers_drain_sixty_quick_runs_in_bounded_time() {
+    let Some(url) = fresh_url("many") else { return };
+    let open = || {
+        let store = Arc::new(PostgresStore::open(&url, PostgresOptions::new()).unwrap());
+        Engine::builder(store.clone(), store).build().unwrap()
+    };
+    three_workers_drain_many_quick_runs(open, 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sqlite_workers_drain_sixty_quick_runs_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let open = || {
+        let store = Arc::new(SqliteStore::open(&path, SqliteOptions::new()).unwrap());
+        Engine::builder(store.clone(), store).build().unwrap()
+    };
+    three_workers_drain_many_quick_runs(open, 60).await;
 }

@@ -3,8 +3,11 @@
 //!
 //! The store's traits are synchronous; this store runs its own small tokio runtime, and each
 //! call hands its work to that runtime and waits for it (as a SQLite call waits for the disk),
-//! so it works from inside and outside an async context alike. Connections come from a
-//! `deadpool-postgres` pool.
+//! so it works from inside and outside an async context alike. The caller waits on a plain
+//! channel, never by polling a tokio future itself: a tokio future polled from inside another
+//! runtime's task is charged to that task's cooperative budget, and once a task has made ~128
+//! store calls in one poll every such future answers "not yet" and wakes itself, for ever (a
+//! livelock that froze workers). Connections come from a `deadpool-postgres` pool.
 //!
 //! Every fenced write is one statement: a server-side function takes the lease row with
 //! `FOR SHARE` (held to the end of the transaction), checks it, and writes, so a takeover
@@ -22,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 
 mod notify;
@@ -97,7 +100,7 @@ struct AppendJob {
     seqs: Vec<i64>,
     jsons: Vec<String>,
     lease: Option<Lease>,
-    done: oneshot::Sender<Result<()>>,
+    done: std::sync::mpsc::SyncSender<Result<()>>,
 }
 
 impl PostgresStore {
@@ -154,17 +157,19 @@ impl PostgresStore {
             .build()
             .map_err(|e| Error::Config(format!("postgres pool: {e}")))?;
         let schema_name = options.schema.clone();
-        // Spawned and waited for (not `block_on`), so opening works inside another runtime too.
-        let preparing = runtime.spawn(async move {
+        // Run on the store's runtime and waited for, so opening works inside another runtime too.
+        let preparing = async move {
             let (mut client, connection) = config.connect(NoTls).await.map_err(pg_err)?;
             let driver = tokio::spawn(connection);
             let outcome = if read_only {
                 match schema::identity(&client, &schema_name).await? {
                     schema::Identity::Fresh => Err(Error::Config(FRESH.into())),
-                    schema::Identity::Cairn(version) if version < schema::VERSION => Err(Error::Config(format!(
-                        "postgres store schema {schema_name:?} has version {version}; open it once with a \
+                    schema::Identity::Cairn(version) if version < schema::VERSION => {
+                        Err(Error::Config(format!(
+                            "postgres store schema {schema_name:?} has version {version}; open it once with a \
                          writing command (cairn run, resume or worker) to migrate it"
-                    ))),
+                        )))
+                    }
                     schema::Identity::Cairn(_) => Ok(()),
                 }
             } else {
@@ -173,9 +178,8 @@ impl PostgresStore {
             drop(client);
             let _ = driver.await;
             outcome
-        });
-        let prepared = futures::executor::block_on(preparing)
-            .unwrap_or_else(|join| Err(Error::Postgres(format!("opening the store failed: {join}"))));
+        };
+        let prepared = wait_for(&runtime, preparing).and_then(|outcome| outcome);
         if let Err(err) = prepared {
             runtime.shutdown_background();
             return Err(err);
@@ -209,11 +213,7 @@ impl PostgresStore {
         T: Send + 'static,
     {
         let Some(runtime) = &self.runtime else { return Err(Error::Postgres("the store is closed".into())) };
-        let task = runtime.spawn(work(self.pool.clone(), self.options.clock.clone()));
-        match futures::executor::block_on(task) {
-            Ok(outcome) => outcome,
-            Err(join) => Err(Error::Postgres(format!("a postgres store task failed: {join}"))),
-        }
+        wait_for(runtime, work(self.pool.clone(), self.options.clock.clone()))?
     }
 
     /// Refuses a lease of another run: it authorizes nothing here.
@@ -263,6 +263,20 @@ impl PostgresStore {
             Ok(Lease { run_id: run, owner, epoch: held.epoch })
         })
     }
+}
+
+/// Runs `work` on `runtime` and blocks this thread until it is done. The result comes back
+/// over a std channel: waiting never polls a tokio future here, so no caller's cooperative
+/// budget is charged (see the module's note). `Err` when the task panicked or was dropped.
+fn wait_for<T: Send + 'static>(
+    runtime: &tokio::runtime::Runtime,
+    work: impl Future<Output = T> + Send + 'static,
+) -> Result<T> {
+    let (done, outcome) = std::sync::mpsc::sync_channel(1);
+    runtime.spawn(async move {
+        let _ = done.send(work.await);
+    });
+    outcome.recv().map_err(|_| Error::Postgres("a postgres store task failed".into()))
 }
 
 /// The message by which `connect` tells `open_read_only` that there is no store yet.
@@ -493,7 +507,7 @@ impl JournalStore for PostgresStore {
         self.refuse_foreign(run, lease)?;
         let seqs = entries.iter().map(|e| to_i64(e.seq())).collect::<Result<Vec<_>>>()?;
         let jsons = entries.iter().map(|e| e.json().to_owned()).collect();
-        let (done, outcome) = oneshot::channel();
+        let (done, outcome) = std::sync::mpsc::sync_channel(1);
         let job = AppendJob { run: run.clone(), seqs, jsons, lease: lease.cloned(), done };
         if !self.options.group_commit {
             let clock = self.options.clock.clone();
@@ -506,7 +520,9 @@ impl JournalStore for PostgresStore {
                 .inspect(|()| self.changed(run));
         }
         self.writer.send(job).map_err(|_| Error::Postgres("the store's writer stopped".into()))?;
-        futures::executor::block_on(outcome)
+        // A std channel, not a tokio one: see the module's note on cooperative budgets.
+        outcome
+            .recv()
             .unwrap_or_else(|_| Err(Error::Postgres("the store's writer stopped".into())))
             .inspect(|()| self.changed(run))
     }

@@ -26,10 +26,21 @@ WITH next AS (
 )
 SELECT run_id, epoch, attempts, takeover FROM claimed";
 
+fn parse_run(text: &str) -> Result<RunId> {
+    RunId::parse(text)
+        .map_err(|err| Error::Corrupt { what: "postgres store queue".into(), detail: err.to_string() })
+}
+
 impl PostgresStore {
     /// One statement that changes a claimed queue row only while the claim is current;
     /// when it changed nothing, says why.
-    fn claim_write(&self, claim: &Claim, sql: &'static str, extend: Option<Duration>) -> Result<()> {
+    /// When the statement returns a row, its first column (a flag) comes back.
+    fn claim_write(
+        &self,
+        claim: &Claim,
+        sql: &'static str,
+        extend: Option<Duration>,
+    ) -> Result<Option<bool>> {
         self.refuse_write()?;
         let claim = claim.clone();
         let epoch = to_i64(claim.epoch)?;
@@ -39,12 +50,14 @@ impl PostgresStore {
             let now = clock.now_ms();
             let until = extend.map(|ttl| common::expiry(now, ttl));
             let run = &claim.run_id;
-            let changed = client
-                .execute(&stmt, &[&run.as_str(), &claim.owner, &epoch, &now, &until])
-                .await
-                .map_err(pg_err)?;
-            if changed == 1 {
-                return Ok(());
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                [&run.as_str(), &claim.owner, &epoch, &now, &until];
+            if stmt.columns().is_empty() {
+                if client.execute(&stmt, &params).await.map_err(pg_err)? == 1 {
+                    return Ok(None);
+                }
+            } else if let Some(row) = client.query_opt(&stmt, &params).await.map_err(pg_err)? {
+                return Ok(Some(row.get(0)));
             }
             let row = client
                 .query_opt(
@@ -96,10 +109,7 @@ impl RunQueue for PostgresStore {
             let row =
                 client.query_opt(&stmt, &[&owner, &now, &common::expiry(now, ttl)]).await.map_err(pg_err)?;
             let Some(row) = row else { return Ok(None) };
-            let run_id = RunId::parse(row.get::<_, &str>(0)).map_err(|err| Error::Corrupt {
-                what: "postgres store queue".into(),
-                detail: err.to_string(),
-            })?;
+            let run_id = parse_run(row.get(0))?;
             Ok(Some(Claim {
                 run_id,
                 owner,
@@ -116,15 +126,17 @@ impl RunQueue for PostgresStore {
             "UPDATE queue SET expires_at_ms = $5 WHERE run_id = $1 AND owner = $2 AND epoch = $3 AND expires_at_ms > $4",
             Some(ttl),
         )
+        .map(drop)
     }
 
-    fn finish(&self, claim: &Claim) -> Result<()> {
+    fn finish(&self, claim: &Claim) -> Result<bool> {
         self.claim_write(
             claim,
             "DELETE FROM queue WHERE run_id = $1 AND owner = $2 AND epoch = $3 AND expires_at_ms > $4
-             AND $5::bigint IS NULL",
+             AND $5::bigint IS NULL RETURNING cancel_requested_at_ms IS NOT NULL",
             None,
         )
+        .map(|asked| asked.unwrap_or(false))
     }
 
     fn defer(&self, claim: &Claim, delay: Duration) -> Result<()> {
@@ -134,6 +146,55 @@ impl RunQueue for PostgresStore {
              WHERE run_id = $1 AND owner = $2 AND epoch = $3 AND expires_at_ms > $4",
             Some(delay),
         )
+        .map(drop)
+    }
+
+    fn withdraw(&self, run: &RunId) -> Result<bool> {
+        self.refuse_write()?;
+        let run = run.clone();
+        self.block(move |pool, clock| async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            let stmt = client
+                .prepare_cached(
+                    "DELETE FROM queue WHERE run_id = $1 AND (owner IS NULL OR expires_at_ms <= $2)",
+                )
+                .await
+                .map_err(pg_err)?;
+            let removed = client.execute(&stmt, &[&run.as_str(), &clock.now_ms()]).await.map_err(pg_err)?;
+            Ok(removed == 1)
+        })
+    }
+
+    fn request_cancel(&self, run: &RunId) -> Result<bool> {
+        self.refuse_write()?;
+        let run = run.clone();
+        self.block(move |pool, clock| async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            let stmt = client
+                .prepare_cached(
+                    "UPDATE queue SET cancel_requested_at_ms = COALESCE(cancel_requested_at_ms, $2)
+                     WHERE run_id = $1",
+                )
+                .await
+                .map_err(pg_err)?;
+            let marked = client.execute(&stmt, &[&run.as_str(), &clock.now_ms()]).await.map_err(pg_err)?;
+            Ok(marked == 1)
+        })
+    }
+
+    fn cancel_requests(&self, owner: &str) -> Result<Vec<RunId>> {
+        let owner = owner.to_owned();
+        self.block(move |pool, _| async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            let stmt = client
+                .prepare_cached(
+                    "SELECT run_id FROM queue WHERE owner = $1 AND cancel_requested_at_ms IS NOT NULL",
+                )
+                .await
+                .map_err(pg_err)?;
+            let rows = client.query(&stmt, &[&owner]).await.map_err(pg_err)?;
+            rows.iter().map(|row| parse_run(row.get(0))).collect()
+        })
     }
 
     fn depth(&self) -> Result<u64> {

@@ -13,7 +13,7 @@ use super::pg_err;
 use crate::store::{Error, Result};
 
 /// The schema version this build writes. A store stamped higher was made by a newer cairn.
-pub(super) const VERSION: i32 = 1;
+pub(super) const VERSION: i32 = 2;
 
 /// What `cairn_store.application` holds in a cairn store.
 const APPLICATION: &str = "cairn";
@@ -187,6 +187,10 @@ BEGIN
     l_epoch := high;
     l_expires := p_expires;
 END $$;
+"#,
+    // 2: a durable request to cancel a queued run, for the worker that drives it.
+    r#"
+ALTER TABLE queue ADD COLUMN cancel_requested_at_ms bigint;
 "#,
 ];
 

@@ -682,6 +682,7 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection> {
     // The run queue's tables are additive: created on every write open of a store without
     // them, so older stores gain a queue without a version change (and older cairns ignore it).
     tx.execute_batch(queue::SCHEMA)?;
+    queue::upgrade(&tx)?;
     // Stores made before cairn stamped its id get it on their first write open.
     let id: i32 = tx.query_row("PRAGMA application_id", [], |row| row.get(0))?;
     if id != APPLICATION_ID {

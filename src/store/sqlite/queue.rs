@@ -19,7 +19,8 @@ CREATE TABLE IF NOT EXISTS queue (
     owner TEXT,
     epoch INTEGER NOT NULL DEFAULT 0,
     expires_at_ms INTEGER,
-    attempts INTEGER NOT NULL DEFAULT 0
+    attempts INTEGER NOT NULL DEFAULT 0,
+    cancel_requested_at_ms INTEGER
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS queue_by_age ON queue (enqueued_at_ms, run_id);
 CREATE TABLE IF NOT EXISTS counters (
@@ -27,6 +28,24 @@ CREATE TABLE IF NOT EXISTS counters (
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
+
+/// Adds what later cairns added to a queue table an earlier one created (inside the open's
+/// write transaction, after [`SCHEMA`]).
+pub(super) fn upgrade(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let has_cancel: bool = conn
+        .prepare("SELECT COUNT(*) FROM pragma_table_info('queue') WHERE name = 'cancel_requested_at_ms'")?
+        .query_row([], |row| row.get::<_, i64>(0))?
+        > 0;
+    if !has_cancel {
+        conn.execute_batch("ALTER TABLE queue ADD COLUMN cancel_requested_at_ms INTEGER")?;
+    }
+    Ok(())
+}
+
+fn parse_run(text: &str) -> Result<RunId> {
+    RunId::parse(text)
+        .map_err(|err| Error::Corrupt { what: "sqlite store queue".into(), detail: err.to_string() })
+}
 
 /// Checks a claim against the queue row, inside the caller's transaction.
 fn check_claim(conn: &rusqlite::Connection, claim: &Claim, now_ms: i64) -> Result<()> {
@@ -68,10 +87,7 @@ impl RunQueue for SqliteStore {
                 .query_row([now_ms], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
                 .optional()?;
             let Some((run_id, epoch, expires_at_ms, attempts)) = row else { return Ok(None) };
-            let run_id = RunId::parse(&run_id).map_err(|err| Error::Corrupt {
-                what: "sqlite store queue".into(),
-                detail: err.to_string(),
-            })?;
+            let run_id = parse_run(&run_id)?;
             let takeover = expires_at_ms.is_some();
             let epoch = epoch + 1;
             conn.prepare_cached(
@@ -105,11 +121,13 @@ impl RunQueue for SqliteStore {
         })
     }
 
-    fn finish(&self, claim: &Claim) -> Result<()> {
+    fn finish(&self, claim: &Claim) -> Result<bool> {
         self.write(|conn, now_ms| {
             check_claim(conn, claim, now_ms)?;
-            conn.prepare_cached("DELETE FROM queue WHERE run_id = ?1")?.execute([claim.run_id.as_str()])?;
-            Ok(())
+            let asked: Option<i64> = conn
+                .prepare_cached("DELETE FROM queue WHERE run_id = ?1 RETURNING cancel_requested_at_ms")?
+                .query_row([claim.run_id.as_str()], |row| row.get(0))?;
+            Ok(asked.is_some())
         })
     }
 
@@ -122,6 +140,41 @@ impl RunQueue for SqliteStore {
             .execute(params![claim.run_id.as_str(), common::expiry(now_ms, delay)])?;
             Ok(())
         })
+    }
+
+    fn withdraw(&self, run: &RunId) -> Result<bool> {
+        self.write(|conn, now_ms| {
+            let removed = conn
+                .prepare_cached(
+                    "DELETE FROM queue WHERE run_id = ?1 AND (owner IS NULL OR expires_at_ms <= ?2)",
+                )?
+                .execute(params![run.as_str(), now_ms])?;
+            Ok(removed == 1)
+        })
+    }
+
+    fn request_cancel(&self, run: &RunId) -> Result<bool> {
+        self.write(|conn, now_ms| {
+            let marked = conn
+                .prepare_cached(
+                    "UPDATE queue SET cancel_requested_at_ms = COALESCE(cancel_requested_at_ms, ?2)
+                     WHERE run_id = ?1",
+                )?
+                .execute(params![run.as_str(), now_ms])?;
+            Ok(marked == 1)
+        })
+    }
+
+    fn cancel_requests(&self, owner: &str) -> Result<Vec<RunId>> {
+        let ids: Vec<String> = self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT run_id FROM queue WHERE owner = ?1 AND cancel_requested_at_ms IS NOT NULL",
+            )?;
+            let ids =
+                stmt.query_map([owner], |row| row.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+            Ok(ids)
+        })?;
+        ids.iter().map(|id| parse_run(id)).collect()
     }
 
     fn depth(&self) -> Result<u64> {
