@@ -62,6 +62,11 @@ fn bench_planner(c: &mut Criterion) {
     c.bench_function("plan_overhead_rejected_200_lines", |b| {
         b.iter(|| overhead(black_box(&rejected), &check))
     });
+
+    // Once per plan (not per draft): the compact card, derived from the full one.
+    c.bench_function("plan_compact_card", |b| {
+        b.iter(|| cairn::planner::compact_card(black_box(dialect.card())).len())
+    });
 }
 
 criterion_group!(benches, bench_planner);

@@ -37,7 +37,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, ErrorCode};
 use crate::model::Price;
 use crate::money::Money;
-use crate::provider::{ChatEvent, ChatRequest, FinishReason, Message, Part, Provider, Role, ToolSpec};
+use crate::provider::{
+    ChatEvent, ChatRequest, FinishReason, Message, Part, Provider, Role, StopReason, ToolSpec,
+};
 use crate::usage::Usage;
 
 /// Re-prompts allowed after a structured-output validation failure.
@@ -247,14 +249,42 @@ pub(crate) struct AgentRun {
     /// `None` when the serving model is unpriced.
     pub(crate) cost: Option<Money>,
     pub(crate) served_by: String,
+    /// Why the last model turn ended, as the provider said; [`StopReason::Incomplete`] when
+    /// the call failed because its stream broke off or ended without a finish reason; `None`
+    /// when no turn was answered.
+    pub(crate) finish_reason: Option<StopReason>,
 }
 
 /// Runs one agent invocation to its end.
 pub(crate) async fn run(
+    spec: AgentSpec,
+    hooks: &dyn BudgetHooks,
+    cancel: &CancellationToken,
+    on_delta: &(dyn Fn(&str) + Send + Sync),
+) -> AgentRun {
+    let mut last = None;
+    let mut outcome = run_turns(spec, hooks, cancel, on_delta, &mut last).await;
+    outcome.finish_reason = match &outcome.end {
+        // The stream broke off or ended without a finish reason (or the server failed it) and
+        // the retries are spent: the turn was never completed.
+        AgentEnd::Error(error)
+            if matches!(error.code, ErrorCode::Transport | ErrorCode::ProviderUnavailable) =>
+        {
+            Some(StopReason::Incomplete)
+        }
+        _ => last,
+    };
+    outcome
+}
+
+/// The turns of one invocation; `last` holds the finish reason of the last answered turn
+/// (`None` while a turn is in flight).
+async fn run_turns(
     mut spec: AgentSpec,
     hooks: &dyn BudgetHooks,
     cancel: &CancellationToken,
     on_delta: &(dyn Fn(&str) + Send + Sync),
+    last: &mut Option<StopReason>,
 ) -> AgentRun {
     let mut usage = Usage::default();
     let mut spend = Spend::new();
@@ -356,6 +386,7 @@ pub(crate) async fn run(
             context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
         }
         bounded = false;
+        *last = None;
         let turn = turn_with_retries(&mut spec, &usage, hooks, cancel, on_delta, &mut spend).await;
         drop(slot);
         let turn = match turn {
@@ -369,6 +400,7 @@ pub(crate) async fn run(
         usage += turn.usage;
         spend.add(spec.price, &turn.usage);
         state.usage += turn.usage;
+        *last = Some(StopReason::from(&turn.reason));
         if turn.reason == FinishReason::ContentFilter {
             let error =
                 Error::new(ErrorCode::ContentFilter, "the provider's content filter stopped the output");
@@ -515,7 +547,7 @@ async fn answer_tool_call(
 fn finish(spec: &AgentSpec, end: AgentEnd, usage: Usage, spend: Spend) -> AgentRun {
     let mut usage = usage;
     usage += spend.carried;
-    AgentRun { end, usage, cost: spend.cost, served_by: spec.served_by.clone() }
+    AgentRun { end, usage, cost: spend.cost, served_by: spec.served_by.clone(), finish_reason: None }
 }
 
 struct Turn {

@@ -179,6 +179,10 @@ pub(crate) struct ProviderConfig {
     /// llama.cpp server, which serves one request at a time and interrupts the one in flight
     /// when another arrives).
     concurrency: Option<usize>,
+    /// The context window of this provider's models, in tokens (prompt and output together),
+    /// e.g. 4096 for a llama.cpp server started with `--n_ctx 4096`: the planner writes for a
+    /// small window with its compact card.
+    context_window: Option<u64>,
 }
 
 /// `capabilities = { native_schema = true, tools = true }` in a provider table.
@@ -271,6 +275,9 @@ impl Config {
             if let Some(url) = &provider.base_url {
                 crate::provider::parse_base_url(url)
                     .map_err(|why| format!("providers.{name}.base_url = {url:?}: {why}"))?;
+            }
+            if provider.context_window == Some(0) {
+                return Err(format!("providers.{name}.context_window = 0: must be positive"));
             }
             if provider.idle_timeout_ms == Some(0) {
                 return Err(format!("providers.{name}.idle_timeout_ms = 0: must be positive"));
@@ -650,7 +657,10 @@ impl ProviderConfig {
                 )));
             }
         };
-        Ok(provider)
+        Ok(match self.context_window {
+            Some(tokens) => Arc::new(crate::provider::WithContextWindow::new(provider, tokens)),
+            None => provider,
+        })
     }
 }
 

@@ -12,6 +12,7 @@ use super::{Exit, fail};
 use crate::engine::{Engine, RunOptions, RunOutcome};
 use crate::error::{Error, ErrorCode};
 use crate::planner::{PlanError, PlanOptions, PlanResult, Planning, Rejection};
+use crate::store::RunId;
 use crate::store::RunStatus;
 
 #[derive(Debug, Args)]
@@ -40,6 +41,11 @@ pub(super) struct PlanArgs {
     /// The planning conversation's own ceiling in USD.
     #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     planning_budget: Option<f64>,
+    /// The API card the planner is shown: auto (the compact card when the planner model's
+    /// context_window is small, or once after a draft is refused for its length), full or
+    /// compact.
+    #[arg(long, value_name = "CARD", default_value = "auto", value_parser = ["auto", "full", "compact"])]
+    card: String,
     /// The output cap of each draft, in tokens.
     #[arg(long, value_name = "TOKENS", default_value_t = crate::planner::DEFAULT_MAX_OUTPUT_TOKENS)]
     max_output_tokens: u32,
@@ -70,12 +76,16 @@ pub(super) struct CardArgs {
     /// Print the profile card of what cairn.toml registers (profiles, toolsets, host functions).
     #[arg(long)]
     profiles: bool,
+    /// Print the compact form of the API card (what a planner with a small context window is shown).
+    #[arg(long)]
+    compact: bool,
 }
 
 /// `cairn card`.
 pub(super) fn card(globals: &Globals, args: &CardArgs) -> Exit {
+    let shown = |card: &str| if args.compact { crate::planner::compact_card(card) } else { card.to_owned() };
     if args.dialect.is_none() && !args.profiles {
-        print!("{}", crate::script::api_card());
+        print!("{}", shown(crate::script::api_card()));
         return Exit::Ok;
     }
     let engine = match card_engine(globals) {
@@ -84,7 +94,7 @@ pub(super) fn card(globals: &Globals, args: &CardArgs) -> Exit {
     };
     if let Some(name) = &args.dialect {
         match engine.dialect(name) {
-            Ok(dialect) => print!("{}", dialect.card()),
+            Ok(dialect) => print!("{}", shown(dialect.card())),
             Err(e) => return fail(Exit::Usage, e),
         }
     }
@@ -129,6 +139,7 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
         max_output_tokens: args.max_output_tokens,
         rules: None,
         args: Some(run_args.clone()),
+        card: args.card.parse().unwrap_or_default(),
     };
     let planning = match Planning::start(&setup.engine, &args.goal, &options) {
         Ok(planning) => planning,
@@ -283,4 +294,91 @@ fn rejection_json(rejection: &Rejection, error: &PlanError) -> Value {
     let mut object = serde_json::to_value(rejection).unwrap_or(Value::Null);
     object["error"] = serde_json::to_value(error.to_error()).unwrap_or(Value::Null);
     object
+}
+
+/// `cairn resume plan-…`: a planning run is resumed by planning its goal again with the options
+/// it recorded. Its paid drafts replay from its journal; the rest are drafted live. `None` when
+/// `run_id` is not a planning run (the ordinary resume goes on). `other_flags`: the resume was
+/// given flags that mean nothing to a planning run (`--dry-run`, `--invalidate`, `--script`,
+/// `--accept-rekey`).
+pub(super) async fn resume_planning(
+    globals: &Globals,
+    run_id: &RunId,
+    json: bool,
+    quiet: bool,
+    other_flags: bool,
+) -> Option<Exit> {
+    if !run_id.as_str().starts_with("plan-") {
+        return None;
+    }
+    let stored = {
+        let setup = match runs::setup_with(globals, None, None) {
+            Ok(setup) => setup,
+            Err(e) => return Some(fail(runs::exit_of(&e), e)),
+        };
+        let stored = match crate::planner::stored_planning(&setup.engine, run_id) {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return None,
+            Err(e) => return Some(fail(runs::exit_of(&e), e)),
+        };
+        let goal = crate::text::for_terminal(&stored.goal).into_owned();
+        let again =
+            format!("plan the goal again with `cairn plan \"{goal}\"` and the flags it was planned with");
+        if other_flags {
+            return Some(fail(
+                Exit::Usage,
+                format!(
+                    "run {run_id} is a planning run: resume it without --dry-run, --invalidate, --script or --accept-rekey, or {again}"
+                ),
+            ));
+        }
+        let Some(options) = stored.options.as_ref().filter(|o| !o.custom_rules) else {
+            return Some(fail(
+                Exit::Usage,
+                format!(
+                    "run {run_id} is a planning run that did not record its options: {again}; its paid drafts replay for free"
+                ),
+            ));
+        };
+        match crate::planner::planning_run_id(&setup.engine, &stored.goal, &options.to_options()) {
+            Ok(id) if &id == run_id => {}
+            Ok(_) | Err(_) => {
+                return Some(fail(
+                    Exit::Usage,
+                    format!(
+                        "the planning inputs of run {run_id} changed since it began (cairn.toml's profiles, host functions or workflows, the planner model or its context window, or the API card): {again}, which starts a new planning run"
+                    ),
+                ));
+            }
+        }
+        stored
+    };
+    let Some(options) = stored.options else { return Some(Exit::Usage) };
+    if !quiet {
+        errln!("resuming planning run {run_id}: its paid drafts replay");
+    }
+    let args = PlanArgs {
+        goal: stored.goal,
+        run: false,
+        json,
+        out: None,
+        dialect: Some(options.dialect),
+        repair_rounds: options.repair_rounds,
+        planner_model: Some(options.model),
+        planning_budget: options.budget_usd,
+        card: match options.card {
+            crate::planner::CardChoice::Auto => "auto",
+            crate::planner::CardChoice::Full => "full",
+            crate::planner::CardChoice::Compact => "compact",
+        }
+        .to_owned(),
+        max_output_tokens: options.max_output_tokens,
+        budget: None,
+        args: options.args.map(|a| a.to_string()),
+        force: false,
+        model: None,
+        quiet,
+        cassette: CassetteArgs { record: None, replay: None },
+    };
+    Some(plan(globals, &args).await)
 }

@@ -511,6 +511,12 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(id) => id,
         Err(exit) => return exit,
     };
+    let other = args.dry_run || !args.invalidate.is_empty() || args.script.is_some() || args.accept_rekey;
+    if let Some(exit) =
+        super::plan::resume_planning(globals, &run_id, args.live.json, args.live.quiet, other).await
+    {
+        return exit;
+    }
     let setup = match setup_with(globals, args.live.model.as_deref(), Some(&args.live.cassette)) {
         Ok(setup) => setup,
         Err(e) => return fail(exit_of(&e), e),

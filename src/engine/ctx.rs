@@ -542,6 +542,14 @@ impl Ctx {
                 }
                 self.run.emit(self.span_pair(span), true, start_event);
                 self.run.emit(self.span_pair(span), true, || agent_end_event(terminal));
+                if opts.full && terminal.status != Status::Ok && terminal.status != Status::Cancelled {
+                    // The full form's record of the failure, as the settled run saw it.
+                    let error = terminal
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
+                    return self.agent_failed(&opts, label, error, Some((terminal, true)));
+                }
                 let value = self.replayed(terminal, opts.on_error, "agent", label)?;
                 return Ok(if opts.full { full_result(terminal, value, true) } else { value });
             }
@@ -779,6 +787,7 @@ impl Ctx {
         terminal.usage = Some(outcome.usage);
         terminal.cost = outcome.cost;
         terminal.served_by = Some(journal::intern(&outcome.served_by));
+        terminal.finish_reason = outcome.finish_reason;
         if wrote_checkpoint {
             terminal.transcript_ref = Some(hooks.checkpoint_ref);
         }
@@ -1354,6 +1363,7 @@ impl Ctx {
                 "usage": Usage::default(),
                 "cost_nano_usd": 0,
                 "served_by": null,
+                "finish_reason": null,
                 "replayed": false,
             }),
         };
@@ -1369,6 +1379,7 @@ fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
         "usage": entry.usage.unwrap_or_default(),
         "cost_nano_usd": entry.cost,
         "served_by": entry.served_by,
+        "finish_reason": entry.finish_reason,
         "replayed": replayed,
     })
 }

@@ -537,6 +537,9 @@ pub struct Entry {
     /// The model that actually served the call (after any failover).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "interned")]
     pub served_by: Option<Name>,
+    /// Why an agent call's last model turn ended, as its provider said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<crate::provider::StopReason>,
     /// Where the agent's transcript is, in the transcript store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcript_ref: Option<String>,
@@ -650,6 +653,7 @@ impl Entry {
             usage: None,
             cost: None,
             served_by: None,
+            finish_reason: None,
             transcript_ref: None,
             memoize_outcome: false,
             ts: None,

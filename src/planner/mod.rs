@@ -20,8 +20,12 @@
 //! The planner knows dialects only through [`ScriptDialect`]: any registered dialect plugs in.
 
 mod card;
+mod compact;
 mod extract;
+mod fit;
+mod rejection;
 mod repair;
+mod stored;
 
 use std::sync::{Arc, Mutex};
 
@@ -29,8 +33,13 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 pub use card::profile_card;
+pub use compact::compact_card;
 pub use extract::extract_script;
-pub use repair::{PLANNER_RULES, first_prompt, repair_prompt, system_prompt};
+use fit::{UNSIZED_SHOWN, cut_off, draft_cap, estimate_tokens};
+pub use rejection::{DraftReport, PlanError, RejectCause, Rejection};
+pub use repair::{PLANNER_RULES, first_prompt, repair_prompt, repair_prompt_shown, system_prompt};
+use stored::stored_ref;
+pub use stored::{StoredOptions, StoredPlanning, stored_planning};
 
 use crate::engine::{
     AgentOptions, Ctx, Engine, OnError, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script,
@@ -75,6 +84,38 @@ pub struct PlanOptions {
     /// The arguments the script will run with, for the cost bound (an `args`-sized fan-out is
     /// bounded by them); null when `None`. Not a planning input: drafts never see them.
     pub args: Option<Value>,
+    /// Which API card the system prompt carries (default [`CardChoice::Auto`]).
+    pub card: CardChoice,
+}
+
+/// Which form of the dialect's API card a planner is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CardChoice {
+    /// The full card, unless the planner model's context window is known to be small (the
+    /// full system prompt would take more than half of it): then the compact card. A draft
+    /// the provider refuses for its context length (`context_overflow`), or whose stream keeps
+    /// breaking off (`transport` once retries are spent: llama.cpp ends an over-long streamed
+    /// request with an empty stream), is drafted again once with the compact card.
+    #[default]
+    Auto,
+    /// Always the full card (no fallback).
+    Full,
+    /// Always the [`compact_card`].
+    Compact,
+}
+
+impl std::str::FromStr for CardChoice {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<CardChoice, Error> {
+        match text {
+            "auto" => Ok(CardChoice::Auto),
+            "full" => Ok(CardChoice::Full),
+            "compact" => Ok(CardChoice::Compact),
+            other => Err(Error::config(format!("unknown card {other:?}: use auto, full or compact"))),
+        }
+    }
 }
 
 impl Default for PlanOptions {
@@ -87,6 +128,7 @@ impl Default for PlanOptions {
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             rules: None,
             args: None,
+            card: CardChoice::Auto,
         }
     }
 }
@@ -113,140 +155,6 @@ pub struct PlanResult {
     pub planning: RunOutcome,
 }
 
-/// One rejected draft: its script and the diagnostics `check` gave it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DraftReport {
-    /// The extracted script (maybe empty).
-    pub source: String,
-    /// Every diagnostic of the draft, errors and warnings, in `cairn lint --json`'s shape.
-    pub diagnostics: Vec<Diagnostic>,
-}
-
-/// Why a plan was rejected.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum RejectCause {
-    /// Every draft had errors, through the last repair round.
-    Diagnostics {
-        /// The repair rounds allowed.
-        repair_rounds: u32,
-    },
-    /// A draft was cut off by the output limit (its reply reached the cap), so repairing it
-    /// would only be cut off again.
-    Truncated {
-        /// The draft's output tokens.
-        output_tokens: u64,
-        /// The cap it reached.
-        max_output_tokens: u32,
-    },
-}
-
-/// A rejected plan: the cause and every draft with its diagnostics.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Rejection {
-    /// The planning run's id.
-    pub planning_run_id: RunId,
-    /// The dialect the drafts were written in.
-    pub dialect: String,
-    /// Why planning gave up.
-    pub cause: RejectCause,
-    /// Every draft, in order.
-    pub drafts: Vec<DraftReport>,
-}
-
-impl Rejection {
-    /// The last draft's diagnostics.
-    pub fn last_diagnostics(&self) -> &[Diagnostic] {
-        self.drafts.last().map_or(&[], |d| d.diagnostics.as_slice())
-    }
-
-    fn summary(&self) -> String {
-        match &self.cause {
-            RejectCause::Diagnostics { .. } => {
-                let errors = self.last_diagnostics().iter().filter(|d| d.is_error()).count();
-                format!(
-                    "no draft passed lint and compile in {} draft{}; the last has {errors} error{}",
-                    self.drafts.len(),
-                    if self.drafts.len() == 1 { "" } else { "s" },
-                    if errors == 1 { "" } else { "s" }
-                )
-            }
-            RejectCause::Truncated { output_tokens, max_output_tokens } => format!(
-                "draft {} was cut off by the output limit ({output_tokens} of {max_output_tokens} tokens); raise the planner's output cap",
-                self.drafts.len()
-            ),
-        }
-    }
-}
-
-/// Why [`plan`] or [`run_planned`] produced no accepted script or no run.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PlanError {
-    /// Bad options (an unknown dialect or model, too many repair rounds, a bad ceiling):
-    /// refused before any run is written or any provider called.
-    #[error("{0}")]
-    Invalid(Error),
-    /// No draft was accepted (`script_rejected`).
-    #[error("script_rejected: {}", .0.summary())]
-    Rejected(Box<Rejection>),
-    /// The planning run ended another way: its ceiling refused a draft (`exhausted`), it was
-    /// cancelled, the provider failed, or another process drives it.
-    #[error("planning run {planning_run_id} ended {status}: {error}")]
-    Planning {
-        /// The planning run.
-        planning_run_id: RunId,
-        /// How it settled.
-        status: RunStatus,
-        /// Its failure.
-        error: Error,
-    },
-    /// The accepted script could not be started (`run_planned`).
-    #[error("the planned script could not start: {0}")]
-    Run(Error),
-    /// The accepted script's cost bound exceeds the run's ceiling, and the run was not forced
-    /// (`config`: pass `force`; the ceiling still holds when forced).
-    #[error(
-        "the planned script's cost bound ({bound}) exceeds the run's ceiling {ceiling}; force the run to start it anyway (the ceiling still holds)"
-    )]
-    OverCeiling {
-        /// The script's bound.
-        bound: CostBound,
-        /// The run's ceiling.
-        ceiling: Money,
-    },
-}
-
-impl PlanError {
-    /// The error's code: `script_rejected` for a rejection, else the underlying failure's.
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            PlanError::Invalid(e) | PlanError::Run(e) | PlanError::Planning { error: e, .. } => e.code,
-            PlanError::Rejected(_) => ErrorCode::ScriptRejected,
-            PlanError::OverCeiling { .. } => ErrorCode::Config,
-        }
-    }
-
-    /// Whether replaying a settled planning conversation missed: its drafts no longer replay as
-    /// they were journaled (the dialect's diagnostics changed a repair prompt). Planning again
-    /// with [`Planning::start_live`] pays for the changed drafts only.
-    pub fn is_replay_miss(&self) -> bool {
-        matches!(
-            self,
-            PlanError::Planning { error, .. }
-                if matches!(error.code, ErrorCode::JournalMiss | ErrorCode::RekeyRefused)
-        )
-    }
-
-    /// The error as a cairn [`Error`] (its wire form).
-    pub fn to_error(&self) -> Error {
-        match self {
-            PlanError::Invalid(e) | PlanError::Run(e) | PlanError::Planning { error: e, .. } => e.clone(),
-            PlanError::Rejected(r) => Error::new(ErrorCode::ScriptRejected, r.summary()),
-            PlanError::OverCeiling { .. } => Error::config(self.to_string()),
-        }
-    }
-}
-
 /// Everything a planning conversation depends on, resolved from the engine and the options.
 #[derive(Debug)]
 struct Inputs {
@@ -254,6 +162,11 @@ struct Inputs {
     dialect: Arc<dyn ScriptDialect>,
     lint: LintContext,
     system: String,
+    /// The system prompt with the compact card, to fall back to once when a draft does not
+    /// fit the model's context (only when the full card was chosen automatically).
+    fallback: Option<String>,
+    /// The planner model's context window, when known.
+    context_window: Option<u64>,
     model: String,
     repair_rounds: u32,
     max_output_tokens: u32,
@@ -294,12 +207,28 @@ impl Inputs {
             return Err(Error::config(format!("planner model {model} names an unregistered provider")));
         }
         let rules = options.rules.as_deref().unwrap_or(PLANNER_RULES);
-        let system = system_prompt(rules, dialect.name(), dialect.card(), &profile_card(engine));
+        let profiles = profile_card(engine);
+        let full = system_prompt(rules, dialect.name(), dialect.card(), &profiles);
+        let compact = || system_prompt(rules, dialect.name(), &compact_card(dialect.card()), &profiles);
+        let context_window =
+            inner.providers.get(model.provider()).and_then(|provider| provider.context_window(model.model()));
+        let (system, fallback) = match options.card {
+            CardChoice::Full => (full, None),
+            CardChoice::Compact => (compact(), None),
+            // The full card would take more than half a small window: leave the room to the
+            // goal, a repair round and the draft.
+            CardChoice::Auto if context_window.is_some_and(|window| estimate_tokens(&full) > window / 2) => {
+                (compact(), None)
+            }
+            CardChoice::Auto => (full, Some(compact())),
+        };
         Ok(Inputs {
             goal: goal.to_owned(),
             lint: LintContext::from(engine.registered()),
             dialect,
             system,
+            fallback,
+            context_window,
             model: model.to_string(),
             repair_rounds: options.repair_rounds,
             max_output_tokens: options.max_output_tokens,
@@ -322,6 +251,11 @@ impl Inputs {
             "budget": budget,
             "system": self.system,
         });
+        let mut inputs = inputs;
+        if let Some(window) = self.context_window {
+            // Only when known, so the ids of plans for models of unknown window stay as they were.
+            inputs["context_window"] = json!(window);
+        }
         let canonical =
             crate::journal::canonical_json(&inputs).map_err(|e| Error::internal(e.to_string()))?;
         let hex = crate::journal::content_key_of_canonical(&canonical).to_hex();
@@ -402,6 +336,18 @@ impl Planning {
         let existing = engine.journal_store().get_meta(&run_id).map_err(|e| started(e.into()))?;
         let handle = match existing.map(|meta| meta.status) {
             None => {
+                // What `cairn resume plan-…` needs to plan again after a kill.
+                let stored = StoredPlanning {
+                    goal: goal.to_owned(),
+                    options: Some(StoredOptions::of(options, &model)),
+                };
+                let bytes =
+                    serde_json::to_vec(&stored).map_err(|e| started(Error::internal(e.to_string())))?;
+                engine
+                    .inner()
+                    .transcripts
+                    .put(&stored_ref(&run_id), &bytes)
+                    .map_err(|e| started(e.into()))?;
                 let options = RunOptions {
                     budget_usd: options.budget_usd,
                     run_id: Some(run_id.clone()),
@@ -658,40 +604,83 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
     let dialect = inputs.dialect.name();
     let mut prompt = first_prompt(&inputs.goal, dialect);
     let mut drafts: Vec<DraftReport> = Vec::new();
-    for round in 0..=inputs.repair_rounds {
+    let mut system = inputs.system.as_str();
+    let mut fallback = inputs.fallback.as_deref();
+    // Whether the compact card came in because the full card's stream broke off.
+    let mut broke_off = false;
+    let mut round = 0;
+    while round <= inputs.repair_rounds {
         let number = round + 1;
-        let reply = ctx
-            .agent(
-                &prompt,
-                AgentOptions {
-                    label: Some(format!("draft {number}")),
-                    model: Some(inputs.model.clone()),
-                    system: Some(inputs.system.clone()),
-                    role: Some(InvocationRole::Plan),
-                    max_output_tokens: Some(inputs.max_output_tokens),
-                    max_turns: Some(1),
-                    on_error: Some(OnError::Throw),
-                    full: true,
-                    ..AgentOptions::default()
-                },
-            )
-            .await?;
+        let reply = match draft_cap(inputs, system, &prompt) {
+            Ok(max_output_tokens) => {
+                ctx.agent(
+                    &prompt,
+                    AgentOptions {
+                        label: Some(format!("draft {number}")),
+                        model: Some(inputs.model.clone()),
+                        system: Some(system.to_owned()),
+                        role: Some(InvocationRole::Plan),
+                        max_output_tokens: Some(max_output_tokens),
+                        max_turns: Some(1),
+                        on_error: Some(OnError::Throw),
+                        full: true,
+                        ..AgentOptions::default()
+                    },
+                )
+                .await?
+            }
+            Err(overflow) => json!({ "status": "error", "error": overflow }),
+        };
         if reply["status"] != "ok" {
+            let overflow = reply["error"]["code"] == json!(ErrorCode::ContextOverflow);
+            // A server that cannot say "too long" in a stream ends it early instead (llama.cpp
+            // answers an over-long streamed request with an empty event stream): a `transport`
+            // failure, its retries spent, is treated as a possible overflow too.
+            let maybe_overflow = reply["error"]["code"] == json!(ErrorCode::Transport);
+            if overflow || maybe_overflow {
+                // Once, the same draft again with the compact card.
+                if let Some(compact) = fallback.take() {
+                    system = compact;
+                    broke_off = maybe_overflow;
+                    continue;
+                }
+            }
+            // The full card's stream broke off and the compact card's did not: this server
+            // ends an over-long stream early, so a later draft's broken stream is one too.
+            if overflow || (maybe_overflow && broke_off) {
+                let mut message = reply["error"]["message"].as_str().unwrap_or_default().to_owned();
+                if !overflow {
+                    message = format!(
+                        "its stream broke off, as the full card's did ({message}): the server seems to end a request longer than its context window early; declare the provider's context_window to size the requests"
+                    );
+                }
+                let cause = RejectCause::ContextOverflow {
+                    draft: number,
+                    context_window: inputs.context_window,
+                    message,
+                };
+                let error = Error::new(
+                    ErrorCode::ScriptRejected,
+                    format!("draft {number} does not fit the planner model's context window"),
+                );
+                return Ok((Err(error), Verdict::Rejected { cause, drafts }));
+            }
             // The full form returns a failure instead of raising it: raise it, so the run
             // settles as the draft call did (exhausted, failed, cancelled).
             return Err(failure_of(&reply, number));
         }
         let text = reply["value"].as_str().unwrap_or_default();
         let output_tokens = reply["usage"]["output_tokens"].as_u64().unwrap_or(0);
+        let max_output_tokens = draft_cap(inputs, system, &prompt).unwrap_or(inputs.max_output_tokens);
         let source = extract_script(text).to_owned();
         let diagnostics = if source.trim().is_empty() {
             vec![empty_draft(text)]
         } else {
             inputs.dialect.check(&source, &inputs.lint)
         };
-        if output_tokens >= u64::from(inputs.max_output_tokens) {
+        if cut_off(&reply, output_tokens, max_output_tokens) {
             drafts.push(DraftReport { source, diagnostics });
-            let cause = RejectCause::Truncated { output_tokens, max_output_tokens: inputs.max_output_tokens };
+            let cause = RejectCause::Truncated { output_tokens, max_output_tokens };
             let error = Error::new(
                 ErrorCode::ScriptRejected,
                 format!("draft {number} was cut off by the output limit ({output_tokens} tokens)"),
@@ -704,7 +693,19 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
             return Ok((Ok(value), Verdict::Accepted { source, warnings: diagnostics, drafts: number }));
         }
         prompt = repair_prompt(&inputs.goal, dialect, &source, &errors);
+        // A small window that cannot hold every diagnostic gets the first ones that fit; a
+        // window known only to be small (the full card broke off) the first few.
+        let mut shown = errors.len();
+        if broke_off && inputs.context_window.is_none() && shown > UNSIZED_SHOWN {
+            shown = UNSIZED_SHOWN;
+            prompt = repair_prompt_shown(&inputs.goal, dialect, &source, &errors, shown);
+        }
+        while shown > 1 && draft_cap(inputs, system, &prompt).is_err() {
+            shown /= 2;
+            prompt = repair_prompt_shown(&inputs.goal, dialect, &source, &errors, shown);
+        }
         drafts.push(DraftReport { source, diagnostics });
+        round += 1;
     }
     let error = Error::new(
         ErrorCode::ScriptRejected,

@@ -46,7 +46,22 @@ pub fn first_prompt(goal: &str, dialect: &str) -> String {
 /// A repair request: the goal again, the rejected draft, and its error diagnostics in the JSON
 /// shape `cairn lint --json` prints.
 pub fn repair_prompt(goal: &str, dialect: &str, draft: &str, errors: &[Diagnostic]) -> String {
-    let diagnostics = serde_json::to_string_pretty(errors).unwrap_or_else(|_| "[]".into());
+    repair_prompt_shown(goal, dialect, draft, errors, errors.len())
+}
+
+/// A repair request that shows only the first `shown` of `errors` (at least one), saying how
+/// many more there are: for a model whose context window cannot hold them all. Showing them
+/// all gives exactly [`repair_prompt`].
+pub fn repair_prompt_shown(
+    goal: &str,
+    dialect: &str,
+    draft: &str,
+    errors: &[Diagnostic],
+    shown: usize,
+) -> String {
+    let shown = shown.max(1).min(errors.len());
+    let hidden = errors.len() - shown;
+    let diagnostics = serde_json::to_string_pretty(&errors[..shown]).unwrap_or_else(|_| "[]".into());
     let mut text = String::with_capacity(goal.len() + draft.len() + diagnostics.len() + 400);
     let _ = write!(
         text,
@@ -60,6 +75,13 @@ pub fn repair_prompt(goal: &str, dialect: &str, draft: &str, errors: &[Diagnosti
     fenced(&mut text, dialect, draft);
     text.push_str("\nThe diagnostics (lines and columns are 1-based, into the rejected script):\n");
     fenced(&mut text, "json", &diagnostics);
+    if hidden > 0 {
+        let _ = writeln!(
+            text,
+            "\n{hidden} more error{} not shown; fix these first, and write the rest of the script as the card shows.",
+            if hidden == 1 { " is" } else { "s are" }
+        );
+    }
     text
 }
 
@@ -96,6 +118,29 @@ mod tests {
         let json = serde_json::to_string_pretty(&errors).unwrap();
         assert!(prompt.contains(&format!("```json\n{json}\n```")), "{prompt}");
         assert!(prompt.contains("````text\ngoal ``` text\n````"), "{prompt}");
+    }
+
+    #[test]
+    fn a_partial_repair_prompt_says_how_many_errors_it_leaves_out() {
+        let error = |line| Diagnostic {
+            rule_id: "syntax".into(),
+            message: format!("error on line {line}"),
+            line,
+            column: 1,
+            end_line: None,
+            end_column: None,
+            severity: Severity::Error,
+        };
+        let errors = vec![error(1), error(2), error(3)];
+        assert_eq!(
+            repair_prompt_shown("g", "rhai", "x", &errors, 3),
+            repair_prompt("g", "rhai", "x", &errors)
+        );
+        let partial = repair_prompt_shown("g", "rhai", "x", &errors, 1);
+        assert!(partial.contains("with 3 errors"), "{partial}");
+        assert!(partial.contains("error on line 1") && !partial.contains("error on line 2"), "{partial}");
+        assert!(partial.contains("2 more errors are not shown"), "{partial}");
+        assert!(repair_prompt_shown("g", "rhai", "x", &errors, 0).contains("error on line 1"));
     }
 
     #[test]

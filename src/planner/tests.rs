@@ -398,3 +398,256 @@ fn a_settled_plan_whose_repair_prompt_changed_is_resumed_live_paying_only_the_ch
     assert_eq!(fake.call_count(), 3);
     assert!(fake.calls()[2].last_user_text.clone().unwrap().contains("write good, please"));
 }
+
+/// An engine whose planner model declares a context window of `window` tokens.
+fn engine_with_window(fake: &FakeProvider, window: u64) -> Engine {
+    let store = Arc::new(MemoryStore::new());
+    let provider = crate::provider::WithContextWindow::new(Arc::new(fake.clone()), window);
+    Engine::builder(store.clone(), store)
+        .provider(Arc::new(provider))
+        .prices(prices())
+        .default_model(ModelRef::parse("fake:model").unwrap())
+        .profile("researcher", AgentProfile { description: "Finds sources.".into(), ..Default::default() })
+        .build()
+        .unwrap()
+}
+
+fn system_of(fake: &FakeProvider, call: usize) -> String {
+    fake.calls()[call].request.system.clone().unwrap_or_default()
+}
+
+fn context_overflow() -> crate::Error {
+    crate::Error::new(ErrorCode::ContextOverflow, "This model's maximum context length is 4096 tokens")
+}
+
+#[test]
+fn a_small_context_window_gets_the_compact_card_and_a_capped_draft() {
+    let fake = FakeProvider::new().on_any(FakeScript::text(GOOD_DRAFT));
+    let small = engine_with_window(&fake, 4096);
+    let planned = rt().block_on(plan(&small, "goal", PlanOptions::default())).unwrap();
+    assert_eq!(planned.drafts, 1);
+    let system = system_of(&fake, 0);
+    let compact = compact_card(crate::script::api_card());
+    assert!(system.contains(compact.trim_end()), "the compact card is missing:\n{system}");
+    assert!(!system.contains(crate::script::api_card().trim_end()), "the full card does not fit 4096 tokens");
+    assert!(system.contains("- researcher: Finds sources."), "the profile card is missing");
+    // The request leaves the draft what the window has room for, no more.
+    let cap = fake.calls()[0].request.max_output_tokens.unwrap();
+    assert!(cap < 4096 && u64::from(cap) >= fit::MIN_DRAFT_TOKENS, "{cap}");
+
+    // A large window keeps the full card, and so does an explicit choice.
+    let fake = FakeProvider::new().on_any(FakeScript::text(GOOD_DRAFT));
+    let large = engine_with_window(&fake, 200_000);
+    rt().block_on(plan(&large, "goal", PlanOptions::default())).unwrap();
+    assert!(system_of(&fake, 0).contains(crate::script::api_card().trim_end()));
+    let forced = PlanOptions { card: CardChoice::Compact, ..PlanOptions::default() };
+    rt().block_on(plan(&large, "goal", forced.clone())).unwrap();
+    assert!(system_of(&fake, 1).contains(compact.trim_end()));
+    // The card is a planning input: the two conversations have different ids.
+    assert_ne!(
+        planning_run_id(&large, "goal", &forced).unwrap(),
+        planning_run_id(&large, "goal", &PlanOptions::default()).unwrap()
+    );
+}
+
+#[test]
+fn a_draft_refused_for_its_context_length_falls_back_once_to_the_compact_card() {
+    // The provider refuses any request that carries the full card.
+    let full = crate::script::api_card().trim_end().to_owned();
+    let fake = FakeProvider::new().on_any(FakeScript::respond_with(move |request| {
+        if request.system.as_deref().is_some_and(|s| s.contains(&full)) {
+            FakeTurn::new(FakeReply::Error(context_overflow()))
+        } else {
+            text_turn(GOOD_DRAFT, 30)
+        }
+    }));
+    let (engine, _) = engine_with(&fake);
+    let planned = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
+    assert_eq!((planned.drafts, fake.call_count()), (1, 2), "one refused request, then the compact card");
+    assert!(system_of(&fake, 1).contains(compact_card(crate::script::api_card()).trim_end()));
+    // Re-planning replays both calls, the refusal included: no provider call.
+    let again = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
+    assert_eq!((again.source, fake.call_count()), (planned.source, 2));
+}
+
+#[test]
+fn a_draft_that_never_fits_is_a_typed_rejection() {
+    // Refused with the full card and with the compact one: rejected after one fallback.
+    let fake = FakeProvider::new().on_any(FakeScript::error(context_overflow()));
+    let (engine, _) = engine_with(&fake);
+    let error = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap_err();
+    assert_eq!(error.code(), ErrorCode::ScriptRejected, "{error}");
+    let PlanError::Rejected(rejection) = error else { panic!() };
+    assert_eq!(fake.call_count(), 2);
+    assert!(
+        matches!(&rejection.cause, RejectCause::ContextOverflow { draft: 1, context_window: None, message } if message.contains("4096")),
+        "{:?}",
+        rejection.cause
+    );
+    // An explicit full card has no fallback.
+    let fake = FakeProvider::new().on_any(FakeScript::error(context_overflow()));
+    let (engine, _) = engine_with(&fake);
+    let full = PlanOptions { card: CardChoice::Full, ..PlanOptions::default() };
+    let error = rt().block_on(plan(&engine, "goal", full)).unwrap_err();
+    assert_eq!((error.code(), fake.call_count()), (ErrorCode::ScriptRejected, 1));
+
+    // A window too small for even the compact card: nothing is sent.
+    let fake = FakeProvider::new().on_any(FakeScript::text(GOOD_DRAFT));
+    let tiny = engine_with_window(&fake, 1000);
+    let error = rt().block_on(plan(&tiny, "goal", PlanOptions::default())).unwrap_err();
+    let PlanError::Rejected(rejection) = error else { panic!("{error:?}") };
+    assert_eq!(fake.call_count(), 0, "a request that cannot fit is not paid for");
+    assert!(matches!(
+        rejection.cause,
+        RejectCause::ContextOverflow { draft: 1, context_window: Some(1000), .. }
+    ));
+    assert!(rejection.drafts.is_empty());
+}
+
+#[test]
+fn card_choices_parse() {
+    assert_eq!("compact".parse::<CardChoice>().unwrap(), CardChoice::Compact);
+    assert_eq!("full".parse::<CardChoice>().unwrap(), CardChoice::Full);
+    assert_eq!("auto".parse::<CardChoice>().unwrap(), CardChoice::Auto);
+    assert_eq!("tiny".parse::<CardChoice>().unwrap_err().code, ErrorCode::Config);
+}
+
+#[test]
+fn a_repair_round_in_a_small_window_shows_the_diagnostics_that_fit() {
+    // Forty errors: far more diagnostics than a 4096-token window holds beside the card.
+    let many: String = (0..40).map(|i| format!("console.log(x{i});\n")).collect();
+    let bad = format!("```rhai\n{many}```");
+    let fake = FakeProvider::new().on_any(FakeScript::text(bad).then_text(GOOD_DRAFT));
+    let small = engine_with_window(&fake, 4096);
+    let planned = rt().block_on(plan(&small, "goal", PlanOptions::default())).unwrap();
+    assert_eq!((planned.drafts, fake.call_count()), (2, 2), "the repair round must be sent");
+    let repair = fake.calls()[1].last_user_text.clone().unwrap();
+    assert!(repair.contains("more errors are not shown"), "{repair}");
+    // A large window shows them all.
+    let fake =
+        FakeProvider::new().on_any(FakeScript::text(format!("```rhai\n{many}```")).then_text(GOOD_DRAFT));
+    let (engine, _) = engine_with(&fake);
+    rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
+    assert!(!fake.calls()[1].last_user_text.clone().unwrap().contains("not shown"));
+}
+
+#[test]
+fn the_providers_finish_reason_decides_a_cut_off_not_the_token_count() {
+    // Usage at the cap, but the provider says the answer ended naturally (an estimated count,
+    // as llama.cpp's): accepted.
+    let fake = FakeProvider::new().on_any(FakeScript::new(text_turn(GOOD_DRAFT, 512)));
+    let (engine, _) = engine_with(&fake);
+    let options = PlanOptions { max_output_tokens: 512, ..PlanOptions::default() };
+    let planned = rt().block_on(plan(&engine, "goal", options.clone())).unwrap();
+    assert_eq!(planned.drafts, 1);
+    // Fewer tokens than the cap, but the provider says the output limit cut it: rejected at
+    // once, and re-planning (served from the journal) says the same.
+    let cut = FakeTurn {
+        reply: FakeReply::Events(vec![
+            ChatEvent::text("```rhai\nlet a = agent(\"x\""),
+            ChatEvent::Finish {
+                reason: FinishReason::Length,
+                usage: Usage { input_tokens: 100, output_tokens: 40, ..Usage::default() },
+            },
+        ]),
+        usage: None,
+        latency: None,
+    };
+    let fake = FakeProvider::new().on_any(FakeScript::new(cut));
+    let (engine, _) = engine_with(&fake);
+    for _ in 0..2 {
+        let error = rt().block_on(plan(&engine, "goal", options.clone())).unwrap_err();
+        let PlanError::Rejected(rejection) = error else { panic!("{error:?}") };
+        assert_eq!(rejection.cause, RejectCause::Truncated { output_tokens: 40, max_output_tokens: 512 });
+    }
+    assert_eq!(fake.call_count(), 1);
+}
+
+#[test]
+fn a_draft_whose_stream_keeps_breaking_off_is_tried_once_with_the_compact_card() {
+    // llama.cpp ends an over-long streamed request with an empty stream: a `transport` failure.
+    let full = crate::script::api_card().trim_end().to_owned();
+    let fake = FakeProvider::new().on_any(FakeScript::respond_with(move |request| {
+        if request.system.as_deref().is_some_and(|s| s.contains(&full)) {
+            FakeTurn::new(FakeReply::Error(crate::Error::new(ErrorCode::Transport, "the stream ended")))
+        } else {
+            text_turn(GOOD_DRAFT, 30)
+        }
+    }));
+    let engine = engine_without_retries(&fake);
+    let planned = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap();
+    assert_eq!((planned.drafts, fake.call_count()), (1, 2));
+
+    // The compact card's first draft goes through, but its repair round breaks off too: the
+    // server ends over-long streams early, so the repair showed only the first diagnostics,
+    // and its broken stream is a typed rejection for the context window.
+    let full = crate::script::api_card().trim_end().to_owned();
+    let many: String = (0..12).map(|i| format!("console.log(x{i});\n")).collect();
+    let bad = format!("```rhai\n{many}```");
+    let fake = FakeProvider::new().on_any(FakeScript::respond_with(move |request| {
+        let repair = request.last_user_text().is_some_and(|t| t.contains("rejected by the linter"));
+        if repair || request.system.as_deref().is_some_and(|s| s.contains(&full)) {
+            FakeTurn::new(FakeReply::Error(crate::Error::new(ErrorCode::Transport, "the stream ended")))
+        } else {
+            text_turn(&bad, 30)
+        }
+    }));
+    let engine = engine_without_retries(&fake);
+    let error = rt().block_on(plan(&engine, "goal", PlanOptions::default())).unwrap_err();
+    let PlanError::Rejected(rejection) = error else { panic!("{error:?}") };
+    assert!(
+        matches!(&rejection.cause, RejectCause::ContextOverflow { draft: 2, context_window: None, .. }),
+        "{:?}",
+        rejection.cause
+    );
+    assert_eq!(fake.call_count(), 3);
+    let repair = fake.calls()[2].last_user_text.clone().unwrap();
+    assert!(repair.contains("more errors are not shown"), "{repair}");
+
+    // With the compact card already, a transport failure is the planning run's, as before.
+    let fake = FakeProvider::new()
+        .on_any(FakeScript::error(crate::Error::new(ErrorCode::Transport, "the stream ended")));
+    let engine = engine_without_retries(&fake);
+    let compact = PlanOptions { card: CardChoice::Compact, ..PlanOptions::default() };
+    let error = rt().block_on(plan(&engine, "goal", compact)).unwrap_err();
+    assert!(
+        matches!(&error, PlanError::Planning { error, .. } if error.code == ErrorCode::Transport),
+        "{error:?}"
+    );
+    assert_eq!(fake.call_count(), 1);
+}
+
+/// [`engine_with`]'s engine, retrying nothing.
+fn engine_without_retries(fake: &FakeProvider) -> Engine {
+    let store = Arc::new(MemoryStore::new());
+    Engine::builder(store.clone(), store)
+        .provider(Arc::new(fake.clone()))
+        .prices(prices())
+        .default_model(ModelRef::parse("fake:model").unwrap())
+        .profile("researcher", AgentProfile { description: "Finds sources.".into(), ..Default::default() })
+        .retries(0, std::time::Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_planning_run_stores_its_goal_and_options_for_a_resume() {
+    let fake = FakeProvider::new().on_any(FakeScript::text(GOOD_DRAFT));
+    let (engine, _) = engine_with(&fake);
+    let options = PlanOptions { repair_rounds: 2, card: CardChoice::Compact, ..PlanOptions::default() };
+    let planned = rt().block_on(plan(&engine, "the goal", options.clone())).unwrap();
+    let stored = stored_planning(&engine, &planned.planning_run_id).unwrap().unwrap();
+    assert_eq!(stored.goal, "the goal");
+    let again = stored.options.unwrap().to_options();
+    assert_eq!(
+        (again.repair_rounds, again.card, again.model.as_deref()),
+        (2, CardChoice::Compact, Some("fake:model"))
+    );
+    assert_eq!(planning_run_id(&engine, "the goal", &again).unwrap(), planned.planning_run_id);
+    // A run that is not a planning run has no record.
+    assert!(stored_planning(&engine, &RunId::parse("plan-0000").unwrap()).unwrap().is_none());
+    // A planning run from before the record: its goal, from its arguments, and no options.
+    engine.inner().transcripts.delete(&stored_ref(&planned.planning_run_id)).unwrap();
+    let old = stored_planning(&engine, &planned.planning_run_id).unwrap().unwrap();
+    assert_eq!((old.goal.as_str(), old.options), ("the goal", None));
+}

@@ -38,6 +38,10 @@ pub struct CassetteRow {
     pub request: Value,
     /// What the provider declared for the request's model.
     pub capabilities: Capabilities,
+    /// The model's context window, when the provider knew it (replayed, so a planner picks
+    /// the same card offline as it did when recording).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
     /// The events, ending in the terminal one.
     pub events: Vec<ChatEvent>,
 }
@@ -104,12 +108,17 @@ impl Provider for RecordingProvider {
         self.inner.capabilities(model)
     }
 
+    fn context_window(&self, model: &str) -> Option<u64> {
+        self.inner.context_window(model)
+    }
+
     fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
         let row = request_key(&request).map(|(key, request_json)| CassetteRow {
             provider: self.inner.name().to_owned(),
             key,
             request: request_json,
             capabilities: self.inner.capabilities(&request.model),
+            context_window: self.inner.context_window(&request.model),
             events: Vec::new(),
         });
         let inner = self.inner.stream(request, cancel);
@@ -206,6 +215,14 @@ impl Provider for ReplayProvider {
             .flatten()
             .find(|row| row.request.get("model").and_then(Value::as_str) == Some(model))
             .map_or(Capabilities::ALL, |row| row.capabilities)
+    }
+
+    fn context_window(&self, model: &str) -> Option<u64> {
+        self.rows
+            .values()
+            .flatten()
+            .find(|row| row.request.get("model").and_then(Value::as_str) == Some(model))
+            .and_then(|row| row.context_window)
     }
 
     fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {

@@ -24,6 +24,7 @@ pub mod openai_compatible;
 pub mod openai_responses;
 pub mod sse;
 mod stream;
+mod window;
 
 use std::fmt;
 
@@ -40,6 +41,7 @@ pub use http::ApiKey;
 pub(crate) use http::parse_base_url;
 pub(crate) use stream::cancelled as cancelled_error;
 pub use stream::{StreamDecoder, decode_sse};
+pub use window::WithContextWindow;
 
 /// A model provider: turns one [`ChatRequest`] into a stream of [`ChatEvent`]s.
 ///
@@ -52,6 +54,14 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
     /// What a model of this provider supports (native structured output, tools, ...).
     fn capabilities(&self, model: &str) -> Capabilities;
+
+    /// The context window of `model` in tokens (prompt and output together), when known: as
+    /// declared for the provider (`context_window` in cairn.toml, [`WithContextWindow`]) or
+    /// reported by it. `None` when unknown. The planner writes for a small window with a
+    /// compact card.
+    fn context_window(&self, _model: &str) -> Option<u64> {
+        None
+    }
 
     /// Starts one model turn. Connection happens inside the stream; the stream yields
     /// exactly one terminal event (Finish or Error) and then ends. Dropping the stream or
@@ -277,6 +287,64 @@ pub enum FinishReason {
     PauseTurn,
     /// A reason cairn does not model, as the provider named it.
     Other(String),
+}
+
+/// Why an agent call's last model turn ended, as its provider said: the closed set an agent
+/// result and its journal entry carry (`finish_reason`), mapped from OpenAI's
+/// `finish_reason`, Anthropic's `stop_reason` and the Responses API's status by the adapters'
+/// [`FinishReason`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// A natural end or a stop sequence (`stop`, `end_turn`, `stop_sequence`, `completed`).
+    Stop,
+    /// The output cap was reached (`length`, `max_tokens`, `incomplete` for
+    /// `max_output_tokens`): the answer was cut off.
+    Length,
+    /// The model called tools (`tool_calls`, `tool_use`).
+    ToolUse,
+    /// A content filter cut the output.
+    ContentFilter,
+    /// The model refused.
+    Refusal,
+    /// The provider paused a long server-side turn.
+    PauseTurn,
+    /// The stream ended or broke off without a finish reason (llama.cpp's answer to a request
+    /// that arrives while it is busy: a role chunk, then `[DONE]`): an incomplete answer, never
+    /// an empty one.
+    Incomplete,
+    /// A reason cairn does not model.
+    Other,
+}
+
+impl From<&FinishReason> for StopReason {
+    fn from(reason: &FinishReason) -> StopReason {
+        match reason {
+            FinishReason::Stop => StopReason::Stop,
+            FinishReason::Length => StopReason::Length,
+            FinishReason::ToolUse => StopReason::ToolUse,
+            FinishReason::ContentFilter => StopReason::ContentFilter,
+            FinishReason::Refusal => StopReason::Refusal,
+            FinishReason::PauseTurn => StopReason::PauseTurn,
+            FinishReason::Other(_) => StopReason::Other,
+        }
+    }
+}
+
+impl StopReason {
+    /// The wire name (`stop`, `length`, `incomplete`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Stop => "stop",
+            StopReason::Length => "length",
+            StopReason::ToolUse => "tool_use",
+            StopReason::ContentFilter => "content_filter",
+            StopReason::Refusal => "refusal",
+            StopReason::PauseTurn => "pause_turn",
+            StopReason::Incomplete => "incomplete",
+            StopReason::Other => "other",
+        }
+    }
 }
 
 /// What a model of a provider supports.

@@ -4,6 +4,6 @@
 #[path = "provider_echo.rs"]
 mod echo;
 #[path = "provider_fixtures.rs"]
-mod fixtures;
+pub(crate) mod fixtures;
 #[path = "provider_http.rs"]
 mod http;
