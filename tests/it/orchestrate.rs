@@ -677,7 +677,7 @@ fn live_an_orchestration_by_a_real_model_ends_typed() {
             reasoning: false,
         });
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder(store.clone(), store)
+    let engine = Engine::builder(store.clone(), store.clone())
         .provider(Arc::new(provider))
         .default_model(ModelRef::parse(&format!("local:{model}")).unwrap())
         .profile(
@@ -709,6 +709,15 @@ fn live_an_orchestration_by_a_real_model_ends_typed() {
         .expect("the orchestration ends")
         .unwrap()
     });
+    // What the model did, for whoever runs this by hand (`--nocapture`).
+    let journal = entries(&store, &outcome.run_id);
+    let decided: Vec<String> =
+        decisions(&journal).iter().map(|(_, d)| d["decision"].as_str().unwrap_or("?").to_owned()).collect();
+    let calls = journal.iter().filter(|e| e.kind == Kind::Agent && e.status.is_terminal()).count();
+    eprintln!(
+        "live orchestration: {:?}, {calls} agent call(s) settled, decisions {decided:?}, value {:?}, error {:?}",
+        outcome.status, outcome.value, outcome.error
+    );
     match outcome.status {
         RunStatus::Ok => assert!(outcome.value.is_some()),
         RunStatus::Error | RunStatus::Exhausted => {
