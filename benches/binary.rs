@@ -12,7 +12,10 @@
 //! - `agent_seq`: 2,000 sequential `agent` calls, echo latency 0 (per call);
 //! - `step_seq`: 10,000 sequential `step`s (per step);
 //! - `parallel_500`: `parallel` over 500 items, each a 50 ms echo call, concurrency 500 (total,
-//!   process start subtracted);
+//!   process start subtracted); each branch is one `agent` call, so it runs as an engine future
+//!   on the fan-out's thread (no thread per branch);
+//! - `parallel_500_threaded`: the same fan-out with branches that do more than one call
+//!   (`{ let r = agent(..); r }`), so each still runs on a branch thread of its own;
 //! - `trivial`: `cairn run` of a script with no effects, process start to exit (total);
 //! - `lua_agent_seq`, `lua_step_seq`, `lua_parallel_500`, `lua_trivial`: the same workloads
 //!   written in Lua (targets: ≤ 40 µs per sequential agent call, ≤ 150 ms for the 500-way
@@ -60,6 +63,14 @@ const PARALLEL_N: &str = r#"
 let items = [];
 for i in 0..args.n { items.push(i); }
 let out = parallel(items, |i| agent(`question ${i}`));
+out.len()
+"#;
+
+// The same fan-out, with branches that keep their thread (a statement before the value).
+const PARALLEL_N_THREADED: &str = r#"
+let items = [];
+for i in 0..args.n { items.push(i); }
+let out = parallel(items, |i| { let answer = agent(`question ${i}`); answer });
 out.len()
 "#;
 
@@ -116,6 +127,14 @@ const WORKLOADS: &[Workload] = &[
     Workload {
         name: "parallel_500",
         script: PARALLEL_N,
+        n: PARALLEL,
+        latency_ms: 50,
+        per_call: false,
+        ext: "rhai",
+    },
+    Workload {
+        name: "parallel_500_threaded",
+        script: PARALLEL_N_THREADED,
         n: PARALLEL,
         latency_ms: 50,
         per_call: false,
@@ -216,7 +235,7 @@ fn main() {
         let med = median(&mut figures);
         let start = median(&mut starts);
         println!(
-            "{:<14} median {med:>9.2} {unit} (range {lo:.2}–{hi:.2}; process start {start:.1} ms, {rounds} rounds)",
+            "{:<22} median {med:>9.2} {unit} (range {lo:.2}–{hi:.2}; process start {start:.1} ms, {rounds} rounds)",
             workload.name
         );
     }

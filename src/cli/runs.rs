@@ -652,6 +652,9 @@ fn replay_divergence(
     settled: Option<&(store::RunStatus, Option<String>)>,
 ) -> Option<String> {
     let p = outcome.preview;
+    if stopped_where_it_was_cancelled(outcome, settled) {
+        return None;
+    }
     if let Some(e) = outcome.error.as_ref().filter(|e| e.code == ErrorCode::JournalMiss) {
         return Some(format!("a call would run live ({e}); {} replayed before it", p.hits));
     }
@@ -671,6 +674,26 @@ fn replay_divergence(
         return Some(format!("the run settled {status} with a different value than its replay returns"));
     }
     None
+}
+
+/// A run cancelled mid-flight journals every call it finished and, at most, the one it was
+/// in when the cancellation came (as `cancelled`) or none (cancelled between two calls): its
+/// strict replay serves every journaled call and then stops at that same point, reaching
+/// either the cancelled call or the first call the run never made. That is the run's own
+/// outcome, not a divergence; stopping anywhere earlier leaves journaled calls orphaned.
+fn stopped_where_it_was_cancelled(
+    outcome: &RunOutcome,
+    settled: Option<&(store::RunStatus, Option<String>)>,
+) -> bool {
+    let p = outcome.preview;
+    matches!(settled, Some((store::RunStatus::Cancelled, _)))
+        && p.orphaned == 0
+        && p.misses + p.reruns <= 1
+        && (outcome.status == store::RunStatus::Cancelled
+            || outcome
+                .error
+                .as_ref()
+                .is_some_and(|e| matches!(e.code, ErrorCode::JournalMiss | ErrorCode::Cancelled)))
 }
 
 pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {

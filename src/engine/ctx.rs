@@ -492,10 +492,9 @@ impl Ctx {
         let key = identity.key()?;
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, key);
-        let approvals_scope = self.scope.child(&approvals_segment(key, matched.ordinal));
         if matches!(matched.outcome, Outcome::Replay(_) | Outcome::Skip) {
             // The loop will not run: its approval waits are served by the call's result.
-            self.run.cover(&approvals_scope);
+            self.run.cover(&self.scope.child(&approvals_segment(key, matched.ordinal)));
         }
         let start_event = || EventKind::AgentStart {
             label: label.clone(),
@@ -519,7 +518,7 @@ impl Ctx {
                     return self.agent_failed(&opts, label, error, Some((&entry, true)));
                 }
                 let value = self.replayed(&entry, opts.on_error, "agent", label)?;
-                return Ok(if opts.full { full_result(&entry, value, true) } else { value });
+                return Ok(if opts.full { full_result(&entry, value) } else { value });
             }
             Outcome::Skip => {
                 self.run.emit(self.span_pair(span), true, start_event);
@@ -551,7 +550,7 @@ impl Ctx {
                     return self.agent_failed(&opts, label, error, Some((terminal, true)));
                 }
                 let value = self.replayed(terminal, opts.on_error, "agent", label)?;
-                return Ok(if opts.full { full_result(terminal, value, true) } else { value });
+                return Ok(if opts.full { full_result(terminal, value) } else { value });
             }
             Outcome::Rerun { supersedes, ref previous } => {
                 matched_previous_terminal = previous.is_some();
@@ -741,11 +740,11 @@ impl Ctx {
                 .or_else(|| profile.and_then(|p| p.max_context_tokens))
                 .unwrap_or(agent::DEFAULT_MAX_CONTEXT_TOKENS),
         };
-        let approvals = Ctx { scope: approvals_scope, counters: Arc::default(), ..self.clone() };
         let hooks = AccountHooks {
             ctx: self,
             turn_slots,
-            approvals,
+            approvals: std::sync::OnceLock::new(),
+            approvals_site: (key, matched.ordinal),
             checkpoint_ref,
             wrote_checkpoint: Default::default(),
             reservation: reservation.id(),
@@ -804,7 +803,7 @@ impl Ctx {
         self.run.emit(self.span_pair(span), false, || agent_end_event(&terminal));
         self.run.emit_budget(self.span_pair(span));
         match (value, error) {
-            (Some(value), _) => Ok(if opts.full { full_result(&terminal, value, false) } else { value }),
+            (Some(value), _) => Ok(if opts.full { full_result(&terminal, value) } else { value }),
             (None, Some(error)) => {
                 if status == Status::Cancelled && self.cancel.is_cancelled() {
                     return Err(self.run.stopped_error());
@@ -1356,7 +1355,7 @@ impl Ctx {
             self.run.mark_exhausted();
         }
         let mut record = match entry {
-            Some((entry, replayed)) => full_result(entry, Value::Null, replayed),
+            Some((entry, _)) => full_result(entry, Value::Null),
             None => json!({
                 "value": null,
                 "status": "limit",
@@ -1364,7 +1363,6 @@ impl Ctx {
                 "cost_nano_usd": 0,
                 "served_by": null,
                 "finish_reason": null,
-                "replayed": false,
             }),
         };
         record["error"] = json!({ "code": error.code, "message": error.message });
@@ -1372,7 +1370,10 @@ impl Ctx {
     }
 }
 
-fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
+/// The record `result: "full"` returns. It holds only what the journal holds, so a replay
+/// returns the same record: whether the call was served from the journal is not in it (a
+/// script could branch on that, and its value would differ on replay).
+fn full_result(entry: &Entry, value: Value) -> Value {
     json!({
         "value": value,
         "status": entry.status.as_str(),
@@ -1380,7 +1381,6 @@ fn full_result(entry: &Entry, value: Value, replayed: bool) -> Value {
         "cost_nano_usd": entry.cost,
         "served_by": entry.served_by,
         "finish_reason": entry.finish_reason,
-        "replayed": replayed,
     })
 }
 
@@ -1391,8 +1391,10 @@ struct AccountHooks<'a> {
     /// The run-wide and provider slots the call takes per turn (the orchestrator's).
     turn_slots: Option<(Arc<tokio::sync::Semaphore>, Option<Arc<tokio::sync::Semaphore>>)>,
     /// Where the call's approval waits are journaled: a scope of their own, covered when the
-    /// call replays whole.
-    approvals: Ctx,
+    /// call replays whole. Made at the call's first approval (most calls ask none).
+    approvals: std::sync::OnceLock<Ctx>,
+    /// The call's key and ordinal, which name that scope.
+    approvals_site: (ContentKey, u32),
     checkpoint_ref: String,
     wrote_checkpoint: std::sync::atomic::AtomicBool,
     /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
@@ -1476,7 +1478,12 @@ impl BudgetHooks for AccountHooks<'_> {
                 // An unanswered ask past its deadline resolves as timed out: denied.
                 timeout: request.timeout,
             };
-            let answer = self.approvals.await_external(&request.key, opts).await?;
+            let approvals = self.approvals.get_or_init(|| {
+                let (key, ordinal) = self.approvals_site;
+                let scope = self.ctx.scope.child(&approvals_segment(key, ordinal));
+                Ctx { scope, counters: Arc::default(), ..self.ctx.clone() }
+            });
+            let answer = approvals.await_external(&request.key, opts).await?;
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
         })
     }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::provider::fixtures::read;
 use crate::scripted_server::{Reply, ScriptedServer, cairn_in};
 
-/// The call's record, less the `replayed` flag (which a replay sets, by design).
+/// The call's record.
 const SCRIPT: &str = "let r = agent(\"hi\", #{result: \"full\"});\n#{status: r.status, value: r.value, error: r.error, finish_reason: r.finish_reason}";
 
 /// Runs [`SCRIPT`] against a provider of `kind` answering with `bodies`: (exit, the result,

@@ -13,6 +13,7 @@ mod crash;
 mod determinism_journal;
 mod determinism_sandbox;
 mod edges;
+mod fanout_defer;
 mod finish_reason;
 mod hostile;
 mod hostile_cli;

@@ -246,7 +246,7 @@ fn paid_tool_turn() -> FakeTurn {
 
 /// #10 §2.4, #16 §1: an agent that reaches its timeout keeps the usage of its completed
 /// turns (it reported $0 and was listed as unpriced): they are journaled and charged, the
-/// call ends `limit`, and the usage is marked approximate for the turn cut in flight.
+/// call ends `limit`, and the usage is marked approximate for a turn cut in flight.
 #[tokio::test]
 async fn a_timed_out_agent_keeps_the_usage_of_its_completed_turns() {
     let dir = tempfile::tempdir().unwrap();
@@ -272,7 +272,12 @@ async fn a_timed_out_agent_keeps_the_usage_of_its_completed_turns() {
     assert!(total.usage.output_tokens >= completed * 1000, "{total:?}");
     assert!(total.cost >= usd(0.011).times(completed), "{total:?}");
     assert!(outcome.cost.unpriced.is_empty(), "{:?}", outcome.cost.unpriced);
-    assert!(total.usage.approximate);
+    // The timeout usually cuts a turn in flight, whose usage is then estimated; when it falls
+    // between turns (a loaded machine running the tool), every turn asked was completed and
+    // charged exactly.
+    if !total.usage.approximate {
+        assert_eq!(total.usage.output_tokens, fake.call_count() as u64 * 1000, "{total:?}");
+    }
 }
 
 /// #16 §1: a failover's abandoned attempt is journaled in the call's usage, not only in its

@@ -435,6 +435,59 @@ fn replay_of_a_cancelled_run_is_the_same_outcome() {
     assert_eq!(code, 0, "{stdout}{stderr}");
 }
 
+/// A run cancelled between two quick calls (or inside one) replays to the same point: the
+/// strict replay serves every journaled call and stops where the cancellation came, which
+/// is the run's own outcome. It exited 7 ("a call would run live", or "settled cancelled,
+/// its replay settles error") whenever the interrupt did not land inside a slow call.
+#[test]
+fn replay_of_a_run_cancelled_between_quick_calls_is_the_same_outcome() {
+    let script = "let out = [];\nfor i in 0..400 { out.push(agent(`call ${i}`)); }\nout.len()";
+    let dir = project("[providers.echo]\nkind = \"echo\"\nlatency_ms = 2\n", &[("q.rhai", script)]);
+    let d = dir.path();
+    for (n, wait_ms) in [450u64, 620, 790, 960].into_iter().enumerate() {
+        let id = format!("q{n}");
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"))
+            .current_dir(d)
+            .args(["run", "q.rhai", "--run-id", &id, "-q"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        // SAFETY: signalling our own child process by its pid.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+        }
+        let code = child.wait().unwrap().code();
+        if code != Some(5) {
+            // The run finished (or had not started its calls) before the interrupt.
+            continue;
+        }
+        let (code, stdout, stderr) = run(d, &["replay", &id]);
+        assert_eq!(code, 0, "{id} after {wait_ms} ms: {stdout}{stderr}");
+    }
+}
+
+/// The record `result: "full"` returns is the same on replay: it carried `replayed` (false
+/// live, true from the journal), so a run whose value holds it "settled with a different value
+/// than its replay returns", and a script branching on it paid for a call only on resume.
+#[test]
+fn a_full_result_record_is_the_same_when_it_replays() {
+    let script = "let r = agent(\"one\", #{result: \"full\"});\nif r.replayed == true { agent(\"only on resume\"); }\nlet g = await_external(\"go\");\n[r, g]";
+    let dir = project("[providers.echo]\nkind = \"echo\"\nlatency_ms = 0\n", &[("r.rhai", script)]);
+    let d = dir.path();
+    assert_eq!(run(d, &["run", "r.rhai", "--run-id", "r1", "-q"]).0, 4);
+    assert_eq!(run(d, &["resolve", "r1", "go", "1"]).0, 0);
+    let (code, stdout, stderr) = run(d, &["resume", "r1", "--json"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let out: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(out["value"][0]["value"], "echo: one", "{out}");
+    assert!(out["value"][0].get("replayed").is_none(), "{out}");
+    let (code, stdout, stderr) = run(d, &["replay", "r1"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(dispatched(d, "r1"), 1, "a call was paid only on resume");
+}
+
 /// `cairn replay` of a run that failed because a `step` threw exits 7 "dry run reached a call
 /// the journal does not hold", though the journal holds the failed step and replaying it
 /// fails the same way (a run that failed in an agent call replays "same outcome", exit 0).

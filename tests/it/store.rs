@@ -446,7 +446,7 @@ fn padded(seq: u64, pad: usize) -> RawEntry {
 #[test]
 fn sqlite_keeps_its_wal_bounded_under_steady_appends() {
     const THRESHOLD: u32 = 64;
-    const COMMITS: u64 = 3_000;
+    const COMMITS: u64 = 5_000;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cairn.db");
     let store = checkpointing(&path, THRESHOLD);
@@ -458,8 +458,9 @@ fn sqlite_keeps_its_wal_bounded_under_steady_appends() {
     let frame = 4096 + 24;
     // Unbounded, the log would hold at least one frame per commit. Bounded, it stays within a
     // small multiple of the inline cap (4 × the threshold): a background checkpoint that a
-    // busy machine slows down lets the writer run past the cap before it resets the log.
-    assert!(wal < 3 * 4 * u64::from(THRESHOLD) * frame, "WAL grew to {wal} bytes");
+    // busy machine slows down lets the writer run past the cap before it resets the log (3.5 ×
+    // the cap seen with the machine's load at 40 on 2 cores).
+    assert!(wal < 5 * 4 * u64::from(THRESHOLD) * frame, "WAL grew to {wal} bytes");
     assert!(wal < COMMITS * frame / 4, "WAL grew to {wal} bytes");
     assert_eq!(seqs(&store.load(&r).unwrap()), (1..=COMMITS).collect::<Vec<_>>());
 }

@@ -8,6 +8,7 @@
 //! kind.
 
 mod bound;
+mod defer;
 mod guard;
 mod isolate;
 mod json;

@@ -4,7 +4,9 @@
 //! A script runs on its own OS thread with a 16 MiB stack; each host call blocks that thread
 //! on the async engine. `parallel` branches and `pipeline` items run on scoped threads of
 //! their own (one per branch or item), each with the `Ctx` of its scope, so a branch's calls
-//! keep their identity however the threads interleave. One operation budget is shared by all
+//! keep their identity however the threads interleave; a `parallel` branch that is one agent
+//! call needs no thread: it is evaluated up to its call, which runs as an engine future on the
+//! fan-out's thread (`defer`). One operation budget is shared by all
 //! of a run's threads through `on_progress`, which also stops the script when the run is
 //! cancelled. Values cross the boundary as JSON only; a closure where JSON is expected is a
 //! `validation` error.
@@ -190,6 +192,8 @@ struct Shared {
     guard: super::guard::RunGuard,
     /// The script's closures' parameters, to name what a branch captured.
     closure_params: super::isolate::ClosureParams,
+    /// Which closures are one `agent` call (their branches need no thread: see `defer`).
+    shapes: super::defer::Shapes,
 }
 
 /// The most branch threads one run may have alive at once, nested fan-outs included, divided
@@ -210,6 +214,10 @@ fn with_ctx<R>(ctx: Ctx, body: impl FnOnce() -> R) -> R {
 }
 
 fn current() -> Result<Ctx, Box<EvalAltResult>> {
+    if super::defer::armed() {
+        // A branch evaluated up to its agent call reached another effect: it runs on a thread.
+        return Err(super::defer::refused());
+    }
     CURRENT
         .with(|stack| stack.borrow().last().cloned())
         .ok_or_else(|| to_rhai(Error::internal("a cairn global was called outside a run")))
@@ -230,6 +238,7 @@ fn execute(
         guard: super::guard::RunGuard::new(&limits, cancel),
         limits,
         closure_params: super::isolate::ClosureParams::of(ast),
+        shapes: super::defer::Shapes::of(ast),
     });
     let _charged = shared.guard.enter();
     let engine = build_engine(&shared);
@@ -466,24 +475,66 @@ fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
 
 fn register_agent(engine: &mut Rhai, shared: &Arc<Shared>) {
     fn agent(shared: &Shared, prompt: &str, opts: &Map) -> RhaiResult<Dynamic> {
+        let parse = |opts: &Map| options("agent", opts).and_then(|value| agent_options(&value)).ok();
+        if let Some(deferred) = super::defer::offer(prompt, opts, parse) {
+            return deferred;
+        }
         let ctx = current()?;
         let value = options("agent", opts).map_err(to_rhai)?;
         let options = agent_options(&value).map_err(to_rhai)?;
         let full = options.full;
         let result = block(shared, pin!(ctx.agent(prompt, options)))?;
-        if full && let Value::Object(mut map) = result {
-            // The card's shape: #{status, value, error, usage, cost_usd}.
-            let cost_usd = map.get("cost_nano_usd").and_then(Value::as_i64).map(|n| n as f64 / 1e9);
-            map.insert("cost_usd".into(), json!(cost_usd));
-            map.entry("error").or_insert(Value::Null);
-            return Ok(to_dynamic(&Value::Object(map)));
-        }
-        Ok(to_dynamic(&result))
+        Ok(to_dynamic(&agent_value(result, full)))
     }
     let s = shared.clone();
     engine.register_fn("agent", move |prompt: &str| agent(&s, prompt, &Map::new()));
     let s = shared.clone();
     engine.register_fn("agent", move |prompt: &str, opts: Map| agent(&s, prompt, &opts));
+}
+
+/// An agent call's value as the script sees it.
+fn agent_value(result: Value, full: bool) -> Value {
+    if full && let Value::Object(mut map) = result {
+        // The card's shape: #{status, value, error, usage, cost_usd}.
+        let cost_usd = map.get("cost_nano_usd").and_then(Value::as_i64).map(|n| n as f64 / 1e9);
+        map.insert("cost_usd".into(), json!(cost_usd));
+        map.entry("error").or_insert(Value::Null);
+        return Value::Object(map);
+    }
+    result
+}
+
+/// A deferred branch (see `defer`): its agent call in the branch's scope, its value and error
+/// handed back as the branch's thread would have handed them (through a script value).
+///
+/// It is polled on the fan-out's thread, a script thread: the call is the engine's work, so
+/// every poll of it runs with the run's memory account suspended (as `block` does for a call
+/// on a thread), and what it returns is freed suspended too; the branch's value is made with
+/// the account on, as a branch thread makes it, so the account neither misses it nor is
+/// credited for memory it never counted.
+async fn deferred_branch(ctx: Ctx, deferred: super::defer::Deferred) -> Result<Value, Error> {
+    let full = deferred.options.full;
+    let mut call = pin!(ctx.agent(&deferred.prompt, deferred.options));
+    let outcome = std::future::poll_fn(|cx| {
+        let _engine_work = crate::alloc::MemoryAccount::suspend();
+        call.as_mut().poll(cx)
+    })
+    .await;
+    let (branch, engine_made) = match outcome {
+        Ok(value) => {
+            let value = {
+                let _engine_work = crate::alloc::MemoryAccount::suspend();
+                agent_value(value, full)
+            };
+            let branch =
+                to_json(&to_dynamic(&value)).and_then(|v| bounded(v, MAX_BRANCH_RESULT, "a branch's result"));
+            (branch, Ok(value))
+        }
+        Err(error) => (Err(from_rhai(*to_rhai(error.clone()))), Err(error)),
+    };
+    let _engine_work = crate::alloc::MemoryAccount::suspend();
+    drop(engine_made);
+    branch
 }
 
 // ---- parallel and pipeline --------------------------------------------------------------------------
@@ -620,23 +671,60 @@ fn parallel(
     let single_fn = fns.len() == 1 && args.len() != 1;
     let count = args.len();
     let workers = popts.concurrency.unwrap_or(count).min(count).min(MAX_BRANCH_THREADS);
-    let result = with_workers(shared, context, &fns, workers, |jobs, threads| {
-        // As many branches in flight as there are threads to run them.
-        let popts = ParallelOptions { concurrency: Some(threads), ..popts };
-        let jobs = Arc::new(jobs);
-        let branches: Vec<Branch> = args
+    // Branches that are one agent call are evaluated here up to their call and need no thread;
+    // the others keep their arguments for a thread (see `defer`).
+    let fn_of = |i: usize| &fns[if single_fn { 0 } else { i }];
+    let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
+    let mut threaded = 0;
+    let branches: Vec<Result<super::defer::Deferred, Vec<Dynamic>>> = args
+        .into_iter()
+        .enumerate()
+        .map(|(i, call_args)| {
+            let pointer = fn_of(i);
+            if shared.shapes.one_agent_call(pointer)
+                && let Some(deferred) =
+                    super::defer::evaluate(&isolation, pointer, context, call_args.clone())
+            {
+                return Ok(deferred);
+            }
+            threaded += 1;
+            Err(call_args)
+        })
+        .collect();
+    let fan_out = |jobs: Option<mpsc::Sender<Job>>, concurrency: usize| {
+        let popts = ParallelOptions { concurrency: Some(concurrency), ..popts };
+        let jobs = jobs.map(Arc::new);
+        let branches: Vec<Branch> = branches
             .into_iter()
             .enumerate()
-            .map(|(i, call_args)| {
-                let jobs = jobs.clone();
-                let index = if single_fn { 0 } else { i };
-                crate::engine::branch(move |ctx| async move { submit(&jobs, index, ctx, call_args).await })
+            .map(|(i, branch)| match branch {
+                Ok(deferred) => crate::engine::branch(move |ctx| deferred_branch(ctx, deferred)),
+                Err(call_args) => {
+                    let jobs = jobs.clone();
+                    let index = if single_fn { 0 } else { i };
+                    crate::engine::branch(move |ctx| async move {
+                        let jobs = jobs.ok_or_else(|| Error::internal("a threaded branch has no thread"))?;
+                        submit(&jobs, index, ctx, call_args).await
+                    })
+                }
             })
             .collect();
-        let outcome = shared.handle.block_on(pin!(ctx.parallel(branches, popts)));
-        drop(jobs);
-        outcome
-    });
+        // This thread waits for the branches (the deferred calls run here, but as engine work).
+        let _waiting = shared.guard.pause();
+        shared.handle.block_on(pin!(ctx.parallel(branches, popts)))
+    };
+    let result = if threaded == 0 {
+        // No thread is started, but the fan-out still counts against its thread's share, so
+        // whether nested fan-outs fit stays a matter of the script's structure (see `threads`).
+        super::threads::grant(1, MAX_RUN_THREADS).map(|_| fan_out(None, workers))
+    } else {
+        let wanted = workers.min(threaded);
+        with_workers(shared, context, &fns, wanted, |jobs, threads| {
+            // As many branches in flight as there are threads to run them, unless every
+            // threaded branch in flight has a thread anyway.
+            fan_out(Some(jobs), if threads < wanted { threads } else { workers })
+        })
+    };
     result
         .and_then(|r| r)
         .and_then(|values| bounded(Value::Array(values), MAX_FANOUT_RESULT, "the results of a parallel"))
