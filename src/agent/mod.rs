@@ -24,6 +24,7 @@ pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
 pub(crate) use retry::Backoff;
 pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,12 +63,21 @@ pub(crate) trait BudgetHooks: Send + Sync {
     }
     /// Persists the loop's state at a turn boundary, so a rerun continues from here.
     fn checkpoint(&self, _state: &Checkpoint) {}
+    /// Waits for the model slots of one turn, for a call that takes them per turn instead of
+    /// for its whole life (the orchestrator, whose tools wait for other model calls); `None`
+    /// when the run stops while waiting. The turn holds what it returns until it ends.
+    fn turn_slot(&self) -> BoxFuture<'_, Option<TurnSlot>> {
+        Box::pin(async { Some(TurnSlot::default()) })
+    }
     /// Asks a person to approve a tool call (the permission chain said `ask`). Resolves to
     /// whether it was approved; fails when the run stops while waiting.
     fn approve<'a>(&'a self, _request: &'a ApprovalRequest) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(async { Ok(false) })
     }
 }
+
+/// The model slots one turn holds (none for a call that holds its slots for its whole life).
+pub(crate) type TurnSlot = Vec<tokio::sync::OwnedSemaphorePermit>;
 
 /// A tool call waiting for approval.
 #[derive(Debug, Clone)]
@@ -105,24 +115,29 @@ pub(crate) struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// The checkpoint at a turn boundary: the conversation as it stands, this state's counters
-    /// and usage, and the loop's re-prompt and correction counts.
-    fn at_boundary(
+    /// Hands `hooks` the checkpoint at a turn boundary: the conversation as it stands, this
+    /// state's counters and usage, and the loop's re-prompt and correction counts. The
+    /// conversation moves into the checkpoint for the call and back, never copied (an
+    /// orchestrator's grows with every child, and is checkpointed twice a turn).
+    fn save(
         &self,
-        messages: &[Message],
+        hooks: &dyn BudgetHooks,
+        messages: &mut Vec<Message>,
         pending: Vec<PendingCall>,
         reprompts: u32,
         corrections: u32,
-    ) -> Checkpoint {
-        Checkpoint {
-            messages: messages.to_vec(),
+    ) {
+        let mut checkpoint = Checkpoint {
+            messages: std::mem::take(messages),
             turns: self.turns,
             tool_calls: self.tool_calls,
             usage: self.usage,
             pending,
             reprompts,
             corrections,
-        }
+        };
+        hooks.checkpoint(&checkpoint);
+        *messages = std::mem::take(&mut checkpoint.messages);
     }
 }
 
@@ -300,6 +315,9 @@ async fn run_turns(
             return finish(&spec, AgentEnd::Error(error), usage, spend);
         }
     };
+    // Whether the conversation was bounded since it last changed.
+    let mut bounded = false;
+    let mut validators = HashMap::new();
     loop {
         // Answer the tool calls of the last turn (or of a checkpoint taken before them).
         if !state.pending.is_empty() {
@@ -314,11 +332,11 @@ async fn run_turns(
                         Error::new(ErrorCode::TurnLimit, format!("reached the limit of {max} tool calls"));
                     return finish(&spec, AgentEnd::Limit(error), usage, spend);
                 }
-                let (content, is_error) = match answer_tool_call(&spec, hooks, call, &mut invalid_calls).await
-                {
-                    Ok(answer) => answer,
-                    Err(end) => return finish(&spec, end, usage, spend),
-                };
+                let (content, is_error) =
+                    match answer_tool_call(&spec, hooks, call, &mut invalid_calls, &mut validators).await {
+                        Ok(answer) => answer,
+                        Err(end) => return finish(&spec, end, usage, spend),
+                    };
                 if !is_error
                     && ended.is_none()
                     && spec.tools.iter().any(|t| t.name() == call.name && t.ends_agent())
@@ -344,12 +362,8 @@ async fn run_turns(
             }
             spec.request.messages.push(Message { role: Role::User, parts: results });
             context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
-            hooks.checkpoint(&state.at_boundary(
-                &spec.request.messages,
-                Vec::new(),
-                reprompts,
-                invalid_calls,
-            ));
+            bounded = true;
+            state.save(hooks, &mut spec.request.messages, Vec::new(), reprompts, invalid_calls);
         }
         if state.turns >= spec.max_turns {
             let error =
@@ -361,10 +375,21 @@ async fn run_turns(
                 Error::new(ErrorCode::BudgetExhausted, "the budget ceiling leaves nothing for another turn");
             return finish(&spec, AgentEnd::Limit(error), usage, spend);
         }
+        let Some(slot) = hooks.turn_slot().await else {
+            let error =
+                Error::new(ErrorCode::Cancelled, "the call was cancelled while waiting for a model slot");
+            return finish(&spec, AgentEnd::Cancelled(error), usage, spend);
+        };
         state.turns += 1;
-        context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
+        // Idempotent: a conversation bounded since it last changed needs no second pass.
+        if !bounded {
+            context_bound::bound_context(&mut spec.request, spec.max_context_tokens);
+        }
+        bounded = false;
         *last = None;
-        let turn = match turn_with_retries(&mut spec, &usage, hooks, cancel, on_delta, &mut spend).await {
+        let turn = turn_with_retries(&mut spec, &usage, hooks, cancel, on_delta, &mut spend).await;
+        drop(slot);
+        let turn = match turn {
             Ok(turn) => turn,
             Err((end, partial)) => {
                 usage += partial;
@@ -416,12 +441,8 @@ async fn run_turns(
             spec.request.messages.push(Message { role: Role::Assistant, parts });
             // Checkpoint before running tools: a rerun re-answers these calls instead of
             // paying for the model turn again.
-            hooks.checkpoint(&state.at_boundary(
-                &spec.request.messages,
-                state.pending.clone(),
-                reprompts,
-                invalid_calls,
-            ));
+            let pending = state.pending.clone();
+            state.save(hooks, &mut spec.request.messages, pending, reprompts, invalid_calls);
             continue;
         }
         let Some(validator) = &validator else {
@@ -456,7 +477,7 @@ async fn run_turns(
         spec.request.messages.push(Message { role: Role::User, parts: vec![Part::Text(correction)] });
         // A repair turn is a turn boundary like any other: a rerun sends this correction
         // instead of paying for the invalid turn again.
-        hooks.checkpoint(&state.at_boundary(&spec.request.messages, Vec::new(), reprompts, invalid_calls));
+        state.save(hooks, &mut spec.request.messages, Vec::new(), reprompts, invalid_calls);
     }
 }
 
@@ -467,6 +488,7 @@ async fn answer_tool_call(
     hooks: &dyn BudgetHooks,
     call: &PendingCall,
     invalid_calls: &mut u32,
+    validators: &mut HashMap<String, Result<jsonschema::Validator, String>>,
 ) -> Result<(String, bool), AgentEnd> {
     let Some(tool) = spec.tools.iter().find(|t| t.name() == call.name) else {
         let names: Vec<&str> = spec.tools.iter().map(|t| t.name()).collect();
@@ -477,7 +499,11 @@ async fn answer_tool_call(
     };
     let problems: Vec<String> = match &call.malformed {
         Some(parse_error) => vec![parse_error.clone()],
-        None => match jsonschema::validator_for(tool.parameters()) {
+        // Each tool's parameter schema is compiled once per call of the agent, not per use.
+        None => match validators
+            .entry(call.name.clone())
+            .or_insert_with(|| jsonschema::validator_for(tool.parameters()).map_err(|e| e.to_string()))
+        {
             Ok(validator) => validator
                 .iter_errors(&call.arguments)
                 .map(|e| format!("at '{}': {e}", e.instance_path()))

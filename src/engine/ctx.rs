@@ -650,16 +650,27 @@ impl Ctx {
             }
         };
 
-        // The scheduler: a run-wide slot, then a per-provider slot where limited.
-        let permits = self.slot(&self.run.model_slots).await;
-        let provider_permit = match engine.provider_limits.get(model.provider()) {
-            Some(_) => match self.run.provider_slots.get(model.provider()) {
-                Some(slots) => self.slot(slots).await,
-                None => None,
-            },
+        // The scheduler: a run-wide slot, then a per-provider slot where limited. The
+        // orchestrator takes them per turn: its tools wait for its children's model calls, so
+        // holding a slot across them would starve the children (and deadlock at one slot).
+        let provider_slots = match engine.provider_limits.get(model.provider()) {
+            Some(_) => self.run.provider_slots.get(model.provider()).cloned(),
             None => None,
         };
-        if permits.is_none() {
+        let turn_slots = (role == InvocationRole::Orchestrate)
+            .then(|| (self.run.model_slots.clone(), provider_slots.clone()));
+        let (permits, provider_permit) = match turn_slots {
+            Some(_) => (None, None),
+            None => {
+                let permits = self.slot(&self.run.model_slots).await;
+                let provider_permit = match &provider_slots {
+                    Some(slots) => self.slot(slots).await,
+                    None => None,
+                };
+                (permits, provider_permit)
+            }
+        };
+        if permits.is_none() && turn_slots.is_none() {
             self.run.budget.settle(reservation, Money::ZERO);
             return Err(self.run.stopped_error());
         }
@@ -731,6 +742,7 @@ impl Ctx {
         };
         let hooks = AccountHooks {
             ctx: self,
+            turn_slots,
             approvals: std::sync::OnceLock::new(),
             approvals_site: (key, matched.ordinal),
             checkpoint_ref,
@@ -1376,6 +1388,8 @@ fn full_result(entry: &Entry, value: Value) -> Value {
 /// its checkpoint, and approvals as waits on external input.
 struct AccountHooks<'a> {
     ctx: &'a Ctx,
+    /// The run-wide and provider slots the call takes per turn (the orchestrator's).
+    turn_slots: Option<(Arc<tokio::sync::Semaphore>, Option<Arc<tokio::sync::Semaphore>>)>,
     /// Where the call's approval waits are journaled: a scope of their own, covered when the
     /// call replays whole. Made at the call's first approval (most calls ask none).
     approvals: std::sync::OnceLock<Ctx>,
@@ -1431,6 +1445,19 @@ impl BudgetHooks for AccountHooks<'_> {
             self.wrote_checkpoint.store(true, Ordering::Relaxed);
             *self.checkpoint_usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.usage);
         }
+    }
+
+    fn turn_slot(&self) -> futures::future::BoxFuture<'_, Option<agent::TurnSlot>> {
+        Box::pin(async move {
+            let mut permits = agent::TurnSlot::new();
+            if let Some((run_slots, provider_slots)) = &self.turn_slots {
+                permits.push(self.ctx.slot(run_slots).await?);
+                if let Some(slots) = provider_slots {
+                    permits.push(self.ctx.slot(slots).await?);
+                }
+            }
+            Some(permits)
+        })
     }
 
     fn approve<'b>(

@@ -202,8 +202,11 @@ impl Orch {
             map.insert("item".into(), json!(item));
         }
         entry.set_value(Some(&value));
-        // Queued before the effect: everything the caller does next is journaled after it.
-        self.ctx.run.append_one(entry, Durability::Deferred)?;
+        // Queued before the effect: everything the caller does next is journaled after it
+        // (the journal is written in queue order). Lazily: a tool's answer awaits durability
+        // of all its verdicts at once, and carries them in one write with its children's
+        // `running` entries.
+        self.ctx.run.append_one(entry, Durability::Lazy)?;
         let decision = Decision { call: call.to_owned(), item, verdict: verdict.clone() };
         fold(&mut state, &decision);
         Ok(verdict)

@@ -334,8 +334,12 @@ impl Orch {
             ..AgentOptions::default()
         };
         let orch = Arc::clone(self);
+        // Boxed: an agent call's future is large, and a task moves its future (and its
+        // stage) by value several times between spawn and join.
+        let call: futures::future::BoxFuture<'static, Result<Value, Error>> =
+            Box::pin(async move { child_ctx.agent(&prompt, opts).await });
         let task = tokio::spawn(async move {
-            let result = child_ctx.agent(&prompt, opts).await;
+            let result = call.await;
             orch.settle(n, result);
         });
         child.task = Some(task);
@@ -373,21 +377,30 @@ impl Orch {
                     child.error = Some(error);
                 }
             }
-            format!(
-                "child {} ({}): {}, ${:.6}",
-                child.handle,
-                child.profile,
-                child.effective_status().as_str(),
-                child.cost.as_usd()
-            )
+            self.roster_observed().then(|| {
+                format!(
+                    "child {} ({}): {}, ${:.6}",
+                    child.handle,
+                    child.profile,
+                    child.effective_status().as_str(),
+                    child.cost.as_usd()
+                )
+            })
         };
-        self.roster_line(&line);
+        if let Some(line) = line {
+            self.roster_line(&line);
+        }
         self.settled.notify_waiters();
     }
 
     /// A line of the live roster, as a run event (the CLI prints it on stderr).
     pub(crate) fn roster_line(&self, line: &str) {
         self.ctx.log("info", line, None);
+    }
+
+    /// Whether anyone reads the roster's lines (else they are not even formatted).
+    pub(crate) fn roster_observed(&self) -> bool {
+        self.ctx.run.events.observed()
     }
 
     /// Every child, as the result reports it.

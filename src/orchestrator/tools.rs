@@ -314,7 +314,9 @@ impl Orch {
             Verdict::Admit { child, profile, .. } => {
                 self.start(child);
                 let handle = super::roster::handle(child);
-                self.roster_line(&format!("child {handle} ({profile}): spawned"));
+                if self.roster_observed() {
+                    self.roster_line(&format!("child {handle} ({profile}): spawned"));
+                }
                 Ok((json!({ "handle": handle, "status": "admitted" }), true))
             }
             Verdict::Refuse { reason, message, .. } => {
@@ -329,26 +331,25 @@ impl Orch {
         self.spawn(call, 0, &spec(args)?).map(|(value, _)| value)
     }
 
+    /// Admits `children` in order up to the first refusal. The answer stays small, since it
+    /// stays in the orchestrator's conversation for every later turn: `{handles}` for the
+    /// admitted, and after a refusal `refused: {index, code, reason}` and the indices
+    /// `not_attempted`.
     fn spawn_batch(self: &Arc<Self>, call: &str, args: &Value) -> Result<Value, Error> {
-        let children = args["children"].as_array().cloned().unwrap_or_default();
-        let mut handles = Vec::new();
-        let mut results = Vec::new();
-        let mut refused = false;
+        let children = args["children"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let mut handles = Vec::with_capacity(children.len());
         for (index, child) in children.iter().enumerate() {
-            if refused {
-                results.push(json!({ "index": index, "status": "not_attempted" }));
-                continue;
-            }
-            let (mut value, admitted) = self.spawn(call, index as u32, &spec(child)?)?;
-            value["index"] = json!(index);
+            let (value, admitted) = self.spawn(call, index as u32, &spec(child)?)?;
             if admitted {
                 handles.push(value["handle"].clone());
-            } else {
-                refused = true;
+                continue;
             }
-            results.push(value);
+            let mut refused = value;
+            refused["index"] = json!(index);
+            let not_attempted: Vec<usize> = (index + 1..children.len()).collect();
+            return Ok(json!({ "handles": handles, "refused": refused, "not_attempted": not_attempted }));
         }
-        Ok(json!({ "handles": handles, "results": results }))
+        Ok(json!({ "handles": handles }))
     }
 
     async fn await_handles(&self, args: &Value, all: bool) -> Result<Value, Error> {
@@ -366,9 +367,17 @@ impl Orch {
                 wanted.push(state.child(handle)?.n as usize);
             }
         }
+        // A settled child stays settled: `wanted[..seen]` need no second look.
+        let mut seen = 0;
         self.wait_until(|state| {
-            let mut settled = wanted.iter().filter(|&&n| state.roster[n].settled());
-            if all { settled.count() == wanted.len() } else { settled.next().is_some() }
+            while seen < wanted.len() && state.roster[wanted[seen]].settled() {
+                seen += 1;
+            }
+            if all {
+                seen == wanted.len()
+            } else {
+                seen > 0 || wanted.iter().any(|&n| state.roster[n].settled())
+            }
         })
         .await?;
         let mut state = self.lock();

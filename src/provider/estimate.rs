@@ -24,23 +24,40 @@ pub(crate) fn request_chars(request: &ChatRequest) -> usize {
         for part in &message.parts {
             chars += match part {
                 Part::Text(text) => text.chars().count(),
-                Part::ToolCall { name, arguments, .. } => {
-                    name.chars().count() + arguments.to_string().chars().count()
-                }
+                Part::ToolCall { name, arguments, .. } => name.chars().count() + json_chars(arguments),
                 Part::ToolResult { content, .. } => content.chars().count(),
                 Part::ProviderRaw { .. } => 0,
             };
         }
     }
     for tool in &request.tools {
-        chars += tool.name.chars().count()
-            + tool.description.chars().count()
-            + tool.parameters.to_string().chars().count();
+        chars += tool.name.chars().count() + tool.description.chars().count() + json_chars(&tool.parameters);
     }
     if let Some(schema) = &request.response_schema {
-        chars += schema.to_string().chars().count();
+        chars += json_chars(schema);
     }
     chars
+}
+
+/// Characters of `value`'s compact JSON text, counted as it is written instead of built: a
+/// conversation's tool calls are measured before every turn.
+fn json_chars(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            // Serde writes whole UTF-8 sequences: count the bytes that start a character.
+            self.0 += bytes.iter().filter(|&&b| (b as i8) >= -0x40).count();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => value.to_string().chars().count(),
+    }
 }
 
 #[cfg(test)]
@@ -58,5 +75,12 @@ mod tests {
         assert_eq!(request_tokens(&request), 1);
         let request = ChatRequest::new("m", vec![Message::user("\u{e9}".repeat(8))]);
         assert_eq!(request_tokens(&request), 2);
+        for value in [
+            serde_json::json!({"a": "\u{e9}t\u{e9} \u{1f600}", "b": [1, 2.5, null, "\"q\"\n"]}),
+            serde_json::json!("plain"),
+            serde_json::json!({}),
+        ] {
+            assert_eq!(json_chars(&value), value.to_string().chars().count(), "{value}");
+        }
     }
 }

@@ -537,9 +537,16 @@ fn the_claim_pass_finds_a_planted_contradiction_and_replays_at_zero_cost() {
     assert_eq!(outcome.error.map(|e| e.code), Some(ErrorCode::AcceptanceFailed));
 }
 
+/// 200 children under one orchestrator at concurrency 12, on the SQLite store `cairn` opens:
+/// every child admitted by a journaled decision, settled ok with its terminal entry, in
+/// bounded time.
 #[test]
 fn two_hundred_children_under_one_orchestrator_at_concurrency_twelve() {
-    let store = Arc::new(MemoryStore::new());
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(
+        cairn::store::SqliteStore::open(&dir.path().join("cairn.db"), cairn::store::SqliteOptions::new())
+            .unwrap(),
+    );
     let mut turns = Vec::new();
     for batch in 0..7 {
         let children: Vec<Value> = (batch * 32..(batch * 32 + 32).min(200))
@@ -570,12 +577,39 @@ fn two_hundred_children_under_one_orchestrator_at_concurrency_twelve() {
         acceptance: Some(Acceptance { policy: ChildPolicy::AllOk, min_spawned_children: Some(200) }),
         ..OrchestrateOptions::default()
     };
-    let outcome = run(&engine, "echo everything", opts, RunOptions::default());
+    let outcome = runtime().block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(120),
+            orchestrate(&engine, "echo everything", opts, RunOptions::default()).unwrap().result(),
+        )
+        .await
+        .expect("200 children settle in bounded time")
+        .unwrap()
+    });
     assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
     let value = outcome.value.unwrap();
     assert_eq!(value["child_status_counts"]["ok"], 200);
     assert_eq!(value["completion"], "complete");
     assert_eq!(fake.call_count(), 9);
+    // In the journal: 200 admissions, each before its child's first entry, and 200 ok children.
+    let entries = cairn::journal::decode_all(&store.load(&outcome.run_id).unwrap()).unwrap();
+    let admitted: Vec<(u64, u64)> = decisions(&entries)
+        .into_iter()
+        .filter(|(_, d)| d["decision"] == "admit")
+        .map(|(seq, d)| (seq, d["child"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(admitted.len(), 200);
+    for (seq, child) in admitted {
+        let scope = format!("/at:child:{child}");
+        let first = entries.iter().find(|e| e.kind == Kind::Agent && e.scope.to_string().ends_with(&scope));
+        assert!(first.is_some_and(|e| e.seq.0 > seq), "child {child} has no entry after its admission");
+    }
+    let ok = entries
+        .iter()
+        .filter(|e| e.kind == Kind::Agent && e.status == cairn::journal::Status::Ok)
+        .filter(|e| e.scope.to_string().contains("/at:child:"))
+        .count();
+    assert_eq!(ok, 200);
 }
 
 #[test]
@@ -643,7 +677,7 @@ fn live_an_orchestration_by_a_real_model_ends_typed() {
             reasoning: false,
         });
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder(store.clone(), store)
+    let engine = Engine::builder(store.clone(), store.clone())
         .provider(Arc::new(provider))
         .default_model(ModelRef::parse(&format!("local:{model}")).unwrap())
         .profile(
@@ -675,6 +709,15 @@ fn live_an_orchestration_by_a_real_model_ends_typed() {
         .expect("the orchestration ends")
         .unwrap()
     });
+    // What the model did, for whoever runs this by hand (`--nocapture`).
+    let journal = entries(&store, &outcome.run_id);
+    let decided: Vec<String> =
+        decisions(&journal).iter().map(|(_, d)| d["decision"].as_str().unwrap_or("?").to_owned()).collect();
+    let calls = journal.iter().filter(|e| e.kind == Kind::Agent && e.status.is_terminal()).count();
+    eprintln!(
+        "live orchestration: {:?}, {calls} agent call(s) settled, decisions {decided:?}, value {:?}, error {:?}",
+        outcome.status, outcome.value, outcome.error
+    );
     match outcome.status {
         RunStatus::Ok => assert!(outcome.value.is_some()),
         RunStatus::Error | RunStatus::Exhausted => {
@@ -682,5 +725,102 @@ fn live_an_orchestration_by_a_real_model_ends_typed() {
             assert!(!error.message.is_empty(), "{error:?}");
         }
         other => panic!("the orchestration ended {other:?}"),
+    }
+}
+
+/// The orchestrator's own call holds no model slot while its tools wait for children: at
+/// `max_concurrency(1)` its children still run (they would wait forever for the slot the
+/// orchestrator holds), and the orchestrator's turns still count against the limit.
+#[test]
+fn an_orchestrator_at_concurrency_one_leaves_its_slot_to_its_children() {
+    let store = Arc::new(MemoryStore::new());
+    let turns = vec![
+        tool(
+            "parallel_agents",
+            json!({"children": [
+                {"profile": "researcher", "prompt": "facts about rivers"},
+                {"profile": "writer", "prompt": "a poem about lakes"},
+            ]}),
+        ),
+        tool("await_all", json!({"handles": ["c0", "c1"]})),
+        tool("finish", json!({"result": "rivers and lakes [c0] [c1]"})),
+    ];
+    // Children take a moment, so an orchestrator turn made beside one would overlap it.
+    let fake = FakeProvider::named("fake").on_label("orchestrator", orchestrator(turns)).otherwise(
+        FakeScript::respond_with(|request: &ChatRequest| FakeTurn {
+            latency: Some(Duration::from_millis(30)),
+            ..FakeTurn::new(FakeReply::Text(format!(
+                "found: {}",
+                request.last_user_text().unwrap_or_default()
+            )))
+        }),
+    );
+    let counting = Arc::new(InFlight { inner: fake.clone(), now: Arc::default(), peak: Arc::default() });
+    let engine = Engine::builder(store.clone(), store)
+        .provider(counting.clone())
+        .default_model(ModelRef::parse("fake:m").unwrap())
+        .profile("researcher", profile("finds facts"))
+        .profile("writer", profile("writes prose"))
+        .max_concurrency(1)
+        .build()
+        .unwrap();
+    let outcome = runtime().block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            orchestrate(&engine, "goal", OrchestrateOptions::default(), RunOptions::default())
+                .unwrap()
+                .result(),
+        )
+        .await
+        .expect("the orchestration ends: its children got the model slot")
+        .unwrap()
+    });
+    assert_eq!(outcome.status, RunStatus::Ok, "{:?}", outcome.error);
+    assert_eq!(outcome.value, Some(json!("rivers and lakes [c0] [c1]")));
+    // Two children and three orchestrator turns, one model call at a time.
+    assert_eq!(fake.call_count(), 5);
+    assert_eq!(counting.peak.load(Ordering::SeqCst), 1, "model calls overlapped at max_concurrency(1)");
+}
+
+struct Leaving(Arc<AtomicUsize>);
+
+impl Drop for Leaving {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A provider that counts its streams in flight and the most at once.
+#[derive(Debug)]
+struct InFlight {
+    inner: FakeProvider,
+    now: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+}
+
+impl cairn::provider::Provider for InFlight {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn capabilities(&self, model: &str) -> cairn::provider::Capabilities {
+        self.inner.capabilities(model)
+    }
+    fn stream(
+        &self,
+        request: ChatRequest,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> futures::stream::BoxStream<'static, cairn::provider::ChatEvent> {
+        use futures::StreamExt;
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let guard = Leaving(Arc::clone(&self.now));
+        // The call is in flight until its stream is dropped.
+        self.inner
+            .stream(request, cancel)
+            .map(move |event| {
+                let _ = &guard;
+                event
+            })
+            .boxed()
     }
 }
