@@ -455,7 +455,11 @@ fn sqlite_keeps_its_wal_bounded_under_steady_appends() {
         store.append(&r, &[padded(seq, 400)], None).unwrap();
     }
     let wal = fs::metadata(dir.path().join("cairn.db-wal")).unwrap().len();
-    let frame = 4096 + 24;
+    let page: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .unwrap();
+    let frame = page as u64 + 24;
     // Unbounded, the log would hold at least one frame per commit. Bounded, it stays within a
     // small multiple of the inline cap (4 × the threshold): a background checkpoint that a
     // busy machine slows down lets the writer run past the cap before it resets the log (3.5 ×
