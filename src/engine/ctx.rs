@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorCode};
 use crate::journal::{self, ContentKey, Entry, Kind, Outcome, ScopePath, Segment, Seq, Status};
 use crate::model::{InvocationRole, ModelRef};
 use crate::money::Money;
-use crate::provider::{CallMeta, ChatRequest, Message, Part, Role};
+use crate::provider::{CallMeta, ChatRequest, Message, Part, Role, ToolChoice};
 use crate::store::RunId;
 use crate::usage::Usage;
 
@@ -603,7 +603,14 @@ impl Ctx {
             system,
             messages: vec![Message { role: Role::User, parts: vec![Part::Text(prompt.to_owned())] }],
             tools: Vec::new(),
-            tool_choice: Default::default(),
+            // The orchestrator acts only through its tools (it ends by calling `finish`), so
+            // every turn must call one: a model that would answer in prose is held to a tool
+            // call (on llama.cpp, grammar-constrained). Not part of the call's identity.
+            tool_choice: if role == InvocationRole::Orchestrate {
+                ToolChoice::Required
+            } else {
+                ToolChoice::Auto
+            },
             max_output_tokens,
             temperature: None,
             response_schema: opts

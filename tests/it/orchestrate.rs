@@ -144,6 +144,15 @@ fn spawn_three_await_cancel_finish_journals_every_decision_before_its_effect() {
     // What the orchestrator saw: handles, then digests of the two that finished and the
     // cancelled one, each a summary and not a whole transcript.
     let calls = first.calls();
+    // Every orchestrator turn must call a tool (it acts only through them); children choose.
+    for call in &calls {
+        let expected = if call.label.as_deref() == Some("orchestrator") {
+            cairn::provider::ToolChoice::Required
+        } else {
+            cairn::provider::ToolChoice::Auto
+        };
+        assert_eq!(call.request.tool_choice, expected, "{:?}", call.label);
+    }
     let last = calls.iter().rev().find(|c| c.label.as_deref() == Some("orchestrator")).unwrap();
     let results = tool_results(&last.request);
     assert!(results[0].contains("\"c0\"") && results[0].contains("\"c2\""), "{}", results[0]);
