@@ -172,9 +172,10 @@ fn a_stale_lease_is_fenced_by_the_database_across_two_stores() {
     let Some(url) = fresh_url("fence") else { return };
     let (a, b) = (open(&url), open(&url));
     let r = run("r");
-    let old = a.acquire(&r, "a", Duration::from_millis(50)).unwrap();
+    // Long enough for the first append on a loaded machine (50 ms expired before it once).
+    let old = a.acquire(&r, "a", Duration::from_millis(500)).unwrap();
     a.append(&r, &[entry(1)], Some(&old)).unwrap();
-    std::thread::sleep(Duration::from_millis(80));
+    std::thread::sleep(Duration::from_millis(600));
     let new = b.acquire(&r, "b", Duration::from_secs(30)).unwrap();
     assert!(new.epoch > old.epoch);
     assert!(matches!(a.append(&r, &[entry(2)], Some(&old)), Err(Error::LeaseHeld { .. })));

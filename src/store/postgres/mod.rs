@@ -240,13 +240,11 @@ impl PostgresStore {
             None => (None, None),
         };
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached(
-                    "SELECT granted, l_owner, l_epoch, l_expires FROM cairn_grant($1, $2, $3, $4, $5, $6)",
-                )
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) = prepared(
+                &pool,
+                "SELECT granted, l_owner, l_epoch, l_expires FROM cairn_grant($1, $2, $3, $4, $5, $6)",
+            )
+            .await?;
             let now = clock.now_ms();
             let row = client
                 .query_one(
@@ -531,11 +529,9 @@ impl JournalStore for PostgresStore {
         let Ok(after) = i64::try_from(after) else { return Ok(Vec::new()) };
         let run = run.clone();
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached("SELECT seq, json FROM journal WHERE run_id = $1 AND seq > $2 ORDER BY seq")
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) =
+                prepared(&pool, "SELECT seq, json FROM journal WHERE run_id = $1 AND seq > $2 ORDER BY seq")
+                    .await?;
             let rows = client.query(&stmt, &[&run.as_str(), &after]).await.map_err(pg_err)?;
             rows.iter()
                 .map(|row| {
@@ -558,24 +554,8 @@ impl JournalStore for PostgresStore {
     }
 
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {
-        let run = run.clone();
-        self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached("SELECT seq, json FROM journal WHERE run_id = $1 ORDER BY seq")
-                .await
-                .map_err(pg_err)?;
-            let rows = client.query(&stmt, &[&run.as_str()]).await.map_err(pg_err)?;
-            rows.iter()
-                .map(|row| {
-                    let seq = to_u64(row.get(0))?;
-                    RawEntry::new(seq, row.get::<_, String>(1)).map_err(|err| Error::Corrupt {
-                        what: format!("journal of run {run}"),
-                        detail: err.to_string(),
-                    })
-                })
-                .collect()
-        })
+        // Seqs start at 1.
+        self.load_since(run, 0)
     }
 
     fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()> {
@@ -589,13 +569,7 @@ impl JournalStore for PostgresStore {
         let (owner, epoch) = lease_params(lease)?;
         let lease = lease.cloned();
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached(
-                    "SELECT ok, h_owner, h_epoch, h_expires FROM cairn_put_meta($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) = prepared(&pool, "SELECT ok, h_owner, h_epoch, h_expires FROM cairn_put_meta($1, $2, $3, $4, $5, $6, $7, $8, $9)",).await?;
             let now = clock.now_ms();
             let row = client
                 .query_one(&stmt, &[&run.as_str(), &status, &name, &created, &tags, &json, &owner, &epoch, &now])
@@ -609,11 +583,7 @@ impl JournalStore for PostgresStore {
     fn get_meta(&self, run: &RunId) -> Result<Option<RunMeta>> {
         let run = run.clone();
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached("SELECT meta_json FROM runs WHERE run_id = $1")
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) = prepared(&pool, "SELECT meta_json FROM runs WHERE run_id = $1").await?;
             let row = client.query_opt(&stmt, &[&run.as_str()]).await.map_err(pg_err)?;
             row.map(|row| parse_meta(run.as_str(), &row.get::<_, String>(0))).transpose()
         })
@@ -625,18 +595,16 @@ impl JournalStore for PostgresStore {
         let tags = filter.tags.clone();
         let limit = filter.limit.map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached(
-                    "SELECT run_id, meta_json FROM runs
+            let (client, stmt) = prepared(
+                &pool,
+                "SELECT run_id, meta_json FROM runs
                      WHERE (cardinality($1::text[]) = 0 OR status = ANY($1))
                        AND ($2::text IS NULL OR name = $2)
                        AND tags @> $3::text[]
                      ORDER BY created_at_ms DESC, run_id DESC
                      LIMIT $4",
-                )
-                .await
-                .map_err(pg_err)?;
+            )
+            .await?;
             let rows = client.query(&stmt, &[&statuses, &name, &tags, &limit]).await.map_err(pg_err)?;
             rows.iter().map(|row| parse_meta(row.get(0), row.get(1))).collect()
         })
@@ -649,11 +617,9 @@ impl JournalStore for PostgresStore {
         let (owner, epoch) = lease_params(lease)?;
         let lease = lease.cloned();
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached("SELECT ok, h_owner, h_epoch, h_expires FROM cairn_delete($1, $2, $3, $4)")
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) =
+                prepared(&pool, "SELECT ok, h_owner, h_epoch, h_expires FROM cairn_delete($1, $2, $3, $4)")
+                    .await?;
             let now = clock.now_ms();
             let row =
                 client.query_one(&stmt, &[&run.as_str(), &owner, &epoch, &now]).await.map_err(pg_err)?;
@@ -694,11 +660,9 @@ impl LeasableStore for PostgresStore {
     fn holder(&self, run: &RunId) -> Result<Option<Lease>> {
         let run = run.clone();
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached("SELECT owner, epoch FROM leases WHERE run_id = $1 AND expires_at_ms > $2")
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) =
+                prepared(&pool, "SELECT owner, epoch FROM leases WHERE run_id = $1 AND expires_at_ms > $2")
+                    .await?;
             let row = client.query_opt(&stmt, &[&run.as_str(), &clock.now_ms()]).await.map_err(pg_err)?;
             row.map(|row| Ok(Lease { run_id: run.clone(), owner: row.get(0), epoch: to_u64(row.get(1))? }))
                 .transpose()
@@ -739,8 +703,7 @@ impl PostgresStore {
         let lease = lease.clone();
         let epoch = to_i64(lease.epoch)?;
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
+            let (client, stmt) = prepared(&pool, sql).await?;
             let now = clock.now_ms();
             let expires = ttl.map(|ttl| common::expiry(now, ttl));
             let run = &lease.run_id;
@@ -772,14 +735,12 @@ impl TranscriptStore for PostgresStore {
         let run = common::parse_blob_ref(blob_ref)?.run;
         let (blob_ref, blob) = (blob_ref.to_owned(), blob.to_vec());
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached(
-                    "INSERT INTO blobs (ref, run_id, data) VALUES ($1, $2, $3)
+            let (client, stmt) = prepared(
+                &pool,
+                "INSERT INTO blobs (ref, run_id, data) VALUES ($1, $2, $3)
                      ON CONFLICT (ref) DO UPDATE SET data = excluded.data",
-                )
-                .await
-                .map_err(pg_err)?;
+            )
+            .await?;
             client.execute(&stmt, &[&blob_ref, &run.as_str(), &blob]).await.map_err(pg_err)?;
             Ok(())
         })
@@ -800,11 +761,8 @@ impl TranscriptStore for PostgresStore {
     fn list(&self, run: &RunId) -> Result<Vec<String>> {
         let run = run.clone();
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached("SELECT ref FROM blobs WHERE run_id = $1 ORDER BY ref")
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) =
+                prepared(&pool, "SELECT ref FROM blobs WHERE run_id = $1 ORDER BY ref").await?;
             let rows = client.query(&stmt, &[&run.as_str()]).await.map_err(pg_err)?;
             Ok(rows.iter().map(|row| row.get(0)).collect())
         })
@@ -815,12 +773,19 @@ impl TranscriptStore for PostgresStore {
         common::parse_blob_ref(blob_ref)?;
         let blob_ref = blob_ref.to_owned();
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client.prepare_cached("DELETE FROM blobs WHERE ref = $1").await.map_err(pg_err)?;
+            let (client, stmt) = prepared(&pool, "DELETE FROM blobs WHERE ref = $1").await?;
             client.execute(&stmt, &[&blob_ref]).await.map_err(pg_err)?;
             Ok(())
         })
     }
+}
+
+/// A pooled connection and one of its cached prepared statements: the opening of every
+/// single-statement operation.
+async fn prepared(pool: &Pool, sql: &str) -> Result<(deadpool_postgres::Object, tokio_postgres::Statement)> {
+    let client = pool.get().await.map_err(pool_err)?;
+    let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
+    Ok((client, stmt))
 }
 
 #[cfg(test)]

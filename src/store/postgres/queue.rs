@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{PostgresStore, fenced, pg_err, pool_err, to_i64, to_u64};
+use super::{PostgresStore, fenced, pg_err, pool_err, prepared, to_i64, to_u64};
 use crate::store::common::{self, HeldLease};
 use crate::store::{Claim, Error, Lease, Result, RunId, RunQueue};
 
@@ -45,8 +45,7 @@ impl PostgresStore {
         let claim = claim.clone();
         let epoch = to_i64(claim.epoch)?;
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client.prepare_cached(sql).await.map_err(pg_err)?;
+            let (client, stmt) = prepared(&pool, sql).await?;
             let now = clock.now_ms();
             let until = extend.map(|ttl| common::expiry(now, ttl));
             let run = &claim.run_id;
@@ -86,14 +85,12 @@ impl RunQueue for PostgresStore {
         self.refuse_write()?;
         let run = run.clone();
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached(
-                    "INSERT INTO queue (run_id, enqueued_at_ms, ready_at_ms) VALUES ($1, $2, $2)
+            let (client, stmt) = prepared(
+                &pool,
+                "INSERT INTO queue (run_id, enqueued_at_ms, ready_at_ms) VALUES ($1, $2, $2)
                      ON CONFLICT (run_id) DO NOTHING",
-                )
-                .await
-                .map_err(pg_err)?;
+            )
+            .await?;
             client.execute(&stmt, &[&run.as_str(), &clock.now_ms()]).await.map_err(pg_err)?;
             Ok(())
         })
@@ -103,8 +100,7 @@ impl RunQueue for PostgresStore {
         self.refuse_write()?;
         let owner = owner.to_owned();
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client.prepare_cached(CLAIM_SQL).await.map_err(pg_err)?;
+            let (client, stmt) = prepared(&pool, CLAIM_SQL).await?;
             let now = clock.now_ms();
             let row =
                 client.query_opt(&stmt, &[&owner, &now, &common::expiry(now, ttl)]).await.map_err(pg_err)?;
@@ -153,13 +149,11 @@ impl RunQueue for PostgresStore {
         self.refuse_write()?;
         let run = run.clone();
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached(
-                    "DELETE FROM queue WHERE run_id = $1 AND (owner IS NULL OR expires_at_ms <= $2)",
-                )
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) = prepared(
+                &pool,
+                "DELETE FROM queue WHERE run_id = $1 AND (owner IS NULL OR expires_at_ms <= $2)",
+            )
+            .await?;
             let removed = client.execute(&stmt, &[&run.as_str(), &clock.now_ms()]).await.map_err(pg_err)?;
             Ok(removed == 1)
         })
@@ -169,14 +163,12 @@ impl RunQueue for PostgresStore {
         self.refuse_write()?;
         let run = run.clone();
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached(
-                    "UPDATE queue SET cancel_requested_at_ms = COALESCE(cancel_requested_at_ms, $2)
+            let (client, stmt) = prepared(
+                &pool,
+                "UPDATE queue SET cancel_requested_at_ms = COALESCE(cancel_requested_at_ms, $2)
                      WHERE run_id = $1",
-                )
-                .await
-                .map_err(pg_err)?;
+            )
+            .await?;
             let marked = client.execute(&stmt, &[&run.as_str(), &clock.now_ms()]).await.map_err(pg_err)?;
             Ok(marked == 1)
         })
@@ -185,13 +177,11 @@ impl RunQueue for PostgresStore {
     fn cancel_requests(&self, owner: &str) -> Result<Vec<RunId>> {
         let owner = owner.to_owned();
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt = client
-                .prepare_cached(
-                    "SELECT run_id FROM queue WHERE owner = $1 AND cancel_requested_at_ms IS NOT NULL",
-                )
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) = prepared(
+                &pool,
+                "SELECT run_id FROM queue WHERE owner = $1 AND cancel_requested_at_ms IS NOT NULL",
+            )
+            .await?;
             let rows = client.query(&stmt, &[&owner]).await.map_err(pg_err)?;
             rows.iter().map(|row| parse_run(row.get(0))).collect()
         })
