@@ -9,6 +9,7 @@
 
 pub mod bound;
 pub mod lua;
+pub(crate) mod options;
 pub mod rhai;
 mod schema_check;
 mod suggest;

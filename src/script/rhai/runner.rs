@@ -19,7 +19,7 @@
 use std::cell::RefCell;
 use std::pin::pin;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ::rhai::{
@@ -31,14 +31,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::sandbox::{SandboxLimits, sandbox_engine};
 use crate::engine::{
-    AgentOptions, Branch, CallOptions, Ctx, ExternalOptions, OnError, OnItemError, ParallelOptions,
-    PipelineOptions, RetryPolicy, ScriptDialect, Stage, StepOptions, Workflow, WorkflowOptions,
+    Branch, CallOptions, Ctx, ExternalOptions, OnItemError, ParallelOptions, PipelineOptions, ScriptDialect,
+    Stage, StepOptions, Workflow, WorkflowOptions,
 };
 use crate::error::{Error, ErrorCode};
 use crate::journal::Kind;
-use crate::model::InvocationRole;
 use crate::money::Money;
-use crate::script::{LintContext, option_schema};
+use crate::script::LintContext;
+use crate::script::options::{
+    agent as agent_options, on_error, parallel as parallel_options, str_opt, usd, validate,
+};
 
 /// The stack of every script thread.
 const SCRIPT_STACK: usize = 16 << 20;
@@ -391,87 +393,8 @@ fn options(global: &str, opts: &Map) -> Result<Value, Error> {
     }
     let value = to_json(&Dynamic::from_map(opts.clone()))
         .map_err(|e| Error::validation(format!("{global} options: {}", e.message)))?;
-    if let Some(schema) = option_schema(global) {
-        static VALIDATORS: OnceLock<Mutex<std::collections::HashMap<String, Arc<jsonschema::Validator>>>> =
-            OnceLock::new();
-        let cache = VALIDATORS.get_or_init(Default::default);
-        let validator = {
-            let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
-            match cache.get(global) {
-                Some(v) => v.clone(),
-                None => {
-                    let v = Arc::new(jsonschema::validator_for(schema).map_err(|e| {
-                        Error::internal(format!("the {global} options schema is invalid: {e}"))
-                    })?);
-                    cache.insert(global.to_owned(), v.clone());
-                    v
-                }
-            }
-        };
-        let problems: Vec<String> =
-            validator.iter_errors(&value).map(|e| format!("at '{}': {e}", e.instance_path())).collect();
-        if !problems.is_empty() {
-            return Err(Error::validation(format!("invalid {global} options: {}", problems.join("; "))));
-        }
-    }
-    Ok(value)
+    validate(global, value)
 }
-
-fn str_opt(opts: &Value, key: &str) -> Option<String> {
-    opts.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
-fn on_error(opts: &Value) -> Option<OnError> {
-    match opts.get("on_error").and_then(Value::as_str) {
-        Some("null") => Some(OnError::Null),
-        Some("throw") => Some(OnError::Throw),
-        _ => None,
-    }
-}
-
-fn usd(opts: &Value, key: &str) -> Result<Option<Money>, Error> {
-    opts.get(key)
-        .and_then(Value::as_f64)
-        .map(|x| Money::from_usd(x).map_err(|e| Error::validation(format!("{key}: {e}"))))
-        .transpose()
-}
-
-fn agent_options(opts: &Value) -> Result<AgentOptions, Error> {
-    let retry = opts.get("retry").map(|r| RetryPolicy {
-        max_attempts: r.get("max_attempts").and_then(Value::as_u64).unwrap_or(4) as u32,
-        initial_backoff: Duration::from_millis(
-            r.get("initial_backoff_ms").and_then(Value::as_u64).unwrap_or(250),
-        ),
-        max_backoff: r.get("max_backoff_ms").and_then(Value::as_u64).map(Duration::from_millis),
-    });
-    Ok(AgentOptions {
-        label: str_opt(opts, "label"),
-        key: str_opt(opts, "key"),
-        profile: str_opt(opts, "profile"),
-        model: str_opt(opts, "model"),
-        effort: str_opt(opts, "effort"),
-        schema: opts.get("schema").cloned(),
-        system: str_opt(opts, "system"),
-        max_turns: opts.get("max_turns").and_then(Value::as_u64).map(|n| n as u32),
-        max_output_tokens: opts.get("max_output_tokens").and_then(Value::as_u64).map(|n| n as u32),
-        on_error: on_error(opts),
-        full: opts.get("result").and_then(Value::as_str) == Some("full"),
-        memoize_outcome: opts.get("memoize_outcome").and_then(Value::as_bool).unwrap_or(false),
-        est_cost: usd(opts, "est_cost")?,
-        role: opts.get("role").and_then(Value::as_str).and_then(InvocationRole::parse),
-        timeout: opts.get("timeout_ms").and_then(Value::as_u64).map(Duration::from_millis),
-        retry,
-        tools: opts
-            .get("tools")
-            .and_then(Value::as_array)
-            .map(|tools| tools.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-            .unwrap_or_default(),
-        max_tool_calls: opts.get("max_tool_calls").and_then(Value::as_u64).map(|n| n as u32),
-        max_context_tokens: opts.get("max_context_tokens").and_then(Value::as_u64),
-    })
-}
-
-// ---- agent ----------------------------------------------------------------------------------------
 
 fn register_agent(engine: &mut Rhai, shared: &Arc<Shared>) {
     fn agent(shared: &Shared, prompt: &str, opts: &Map) -> RhaiResult<Dynamic> {
@@ -647,15 +570,6 @@ fn fn_ptrs(items: &Array, what: &str) -> Result<Vec<FnPtr>, Error> {
             })
         })
         .collect()
-}
-
-fn parallel_options(opts: &Value) -> ParallelOptions {
-    ParallelOptions {
-        settle: opts.get("settle").and_then(Value::as_bool).unwrap_or(false),
-        concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n.clamp(1, 10_000) as usize),
-        on_error: on_error(opts),
-        label: str_opt(opts, "label"),
-    }
 }
 
 fn parallel(
@@ -983,6 +897,7 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::script::option_schema;
 
     /// `options` skips validating an empty options map: that holds only while every options
     /// schema accepts `{}`.
