@@ -23,7 +23,7 @@
 //! because such a closure is reported unbounded wherever it would turn unknown. Calling an
 //! unknown value therefore counts nothing.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use ::rhai::{AST, ASTNode, Dynamic, Expr, FnPtr, ImmutableString, Position, Stmt, StmtBlock};
@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use super::line_column;
 use super::sandbox::{MUTATING_METHODS, SandboxLimits, compile_scope, parser_engine};
-use crate::script::bound::{AgentSite, CallBound, Known};
+use crate::script::bound::{AgentSite, CallBound, Known, SiteCounts as Count};
 
 /// Loops over at most this many known elements are re-walked per element when one walk with an
 /// unknown element cannot bound the body.
@@ -179,42 +179,6 @@ pub(crate) fn bound_of(ast: &AST, args: &Value) -> CallBound {
 
 /// A site's position: line and column of its `agent` call.
 type SitePos = (u32, u32);
-
-/// How many times each site can run.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Count(BTreeMap<SitePos, u64>);
-
-impl Count {
-    fn one(pos: SitePos) -> Count {
-        Count(BTreeMap::from([(pos, 1)]))
-    }
-
-    fn is_zero(&self) -> bool {
-        self.0.values().all(|n| *n == 0)
-    }
-
-    fn add(&mut self, other: &Count) {
-        for (pos, n) in &other.0 {
-            let slot = self.0.entry(*pos).or_insert(0);
-            *slot = slot.saturating_add(*n);
-        }
-    }
-
-    fn scaled(mut self, factor: u64) -> Count {
-        for n in self.0.values_mut() {
-            *n = n.saturating_mul(factor);
-        }
-        self
-    }
-
-    /// Per site, the larger of the two: at least what either branch can do.
-    fn max_with(&mut self, other: &Count) {
-        for (pos, n) in &other.0 {
-            let slot = self.0.entry(*pos).or_insert(0);
-            *slot = (*slot).max(*n);
-        }
-    }
-}
 
 /// Why the count has no static bound, and where.
 #[derive(Debug, Clone)]

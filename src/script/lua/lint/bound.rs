@@ -25,7 +25,7 @@
 //! because such a function is reported unbounded wherever it would turn unknown. Calling an
 //! unknown value therefore counts nothing.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use full_moon::LuaVersion;
@@ -37,7 +37,7 @@ use serde_json::Value;
 
 use super::values::{Pos, Static, ident, node_pos, peek_literal, string_literal, token_pos};
 use super::{MAX_SOURCE_SIZE, on_parser_stack, syntax};
-use crate::script::bound::{AgentSite, CallBound, Known};
+use crate::script::bound::{AgentSite, CallBound, Known, SiteCounts as Count};
 
 /// Loops over at most this many known elements are re-walked per element when one walk with an
 /// unknown element cannot bound the body.
@@ -124,42 +124,6 @@ fn bound_of(block: &Block, args: &Value) -> CallBound {
 }
 
 // ----- counts -----
-
-/// How many times each site can run.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Count(BTreeMap<Pos, u64>);
-
-impl Count {
-    fn one(pos: Pos) -> Count {
-        Count(BTreeMap::from([(pos, 1)]))
-    }
-
-    fn is_zero(&self) -> bool {
-        self.0.values().all(|n| *n == 0)
-    }
-
-    fn add(&mut self, other: &Count) {
-        for (pos, n) in &other.0 {
-            let slot = self.0.entry(*pos).or_insert(0);
-            *slot = slot.saturating_add(*n);
-        }
-    }
-
-    fn scaled(mut self, factor: u64) -> Count {
-        for n in self.0.values_mut() {
-            *n = n.saturating_mul(factor);
-        }
-        self
-    }
-
-    /// Per site, the larger of the two.
-    fn max_with(&mut self, other: &Count) {
-        for (pos, n) in &other.0 {
-            let slot = self.0.entry(*pos).or_insert(0);
-            *slot = (*slot).max(*n);
-        }
-    }
-}
 
 /// Why the count has no static bound, and where.
 #[derive(Debug, Clone)]
