@@ -6,7 +6,8 @@
 //! the command's own choice); `timeout_ms` bounds the whole exchange and kills the command's
 //! process group, children included; the bytes read back are capped; and the command starts
 //! with a clean environment holding only the variables its config allows (default `PATH`), so
-//! API keys are never inherited.
+//! API keys are never inherited, in the directory of the `cairn.toml` that declares it, so
+//! `command = ["python3", "tool.py"]` beside the config works from any directory.
 
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ pub(super) struct HostCommand {
     pub(super) name: String,
     /// The program and its arguments.
     pub(super) command: Vec<String>,
+    /// Its working directory: the directory of the `cairn.toml` that declares it.
+    pub(super) cwd: Option<std::path::PathBuf>,
     /// Bounds the whole exchange: start, stdin, stdout, exit.
     pub(super) timeout: Duration,
     /// The environment variables passed through from cairn's own environment.
@@ -70,6 +73,9 @@ impl HostCommand {
             if let Some(value) = std::env::var_os(var) {
                 command.env(var, value);
             }
+        }
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
         }
         #[cfg(unix)]
         command.process_group(0);

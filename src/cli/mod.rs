@@ -28,6 +28,8 @@ mod price_config;
 mod progress;
 mod runs;
 mod serve;
+mod tool_report;
+mod tools_config;
 mod worker;
 
 use std::path::PathBuf;

@@ -326,7 +326,7 @@ impl Ctx {
         }
     }
 
-    fn span_pair(&self, span: u64) -> (u64, Option<u64>) {
+    pub(super) fn span_pair(&self, span: u64) -> (u64, Option<u64>) {
         (span, Some(self.span))
     }
 
@@ -364,14 +364,14 @@ impl Ctx {
         Err(error)
     }
 
-    fn entry(&self, kind: Kind, status: Status, key: ContentKey, ordinal: u32) -> Entry {
+    pub(super) fn entry(&self, kind: Kind, status: Status, key: ContentKey, ordinal: u32) -> Entry {
         let mut entry = Entry::new(Seq(0), kind, status, self.scope.clone(), key, ordinal);
         entry.phase = self.phase.clone();
         entry
     }
 
     /// A terminal entry for a dispatch, carrying its cosmetic fields.
-    fn terminal_for(running: &Entry, status: Status) -> Entry {
+    pub(super) fn terminal_for(running: &Entry, status: Status) -> Entry {
         let mut entry =
             Entry::new(Seq(0), running.kind, status, running.scope.clone(), running.key, running.ordinal);
         entry.target = Some(running.seq);
@@ -462,7 +462,7 @@ impl Ctx {
         } else {
             opts.tools.clone()
         };
-        let tools = match resolve_tools(&engine.toolsets, &toolset_names) {
+        let tools = match resolve_tools(&engine.toolsets, &toolset_names).await {
             Ok(mut tools) => {
                 tools.extend(extra_tools.iter().cloned());
                 tools
@@ -1485,13 +1485,29 @@ impl BudgetHooks for AccountHooks<'_> {
                 // An unanswered ask past its deadline resolves as timed out: denied.
                 timeout: request.timeout,
             };
-            let approvals = self.approvals.get_or_init(|| {
-                let (key, ordinal) = self.approvals_site;
-                let scope = self.ctx.scope.child(&approvals_segment(key, ordinal));
-                Ctx { scope, counters: Arc::default(), ..self.ctx.clone() }
-            });
-            let answer = approvals.await_external(&request.key, opts).await?;
+            let answer = self.own_scope().await_external(&request.key, opts).await?;
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
+        })
+    }
+
+    fn run_tool<'b>(
+        &'b self,
+        tool: &'b Arc<dyn crate::agent::Tool>,
+        id: &'b str,
+        args: Value,
+    ) -> futures::future::BoxFuture<'b, Result<String, Error>> {
+        Box::pin(super::tool_call::run_tool(self.own_scope(), tool, id, args))
+    }
+}
+
+impl AccountHooks<'_> {
+    /// The context of the call's own scope, where its approval waits and tool calls are
+    /// journaled.
+    fn own_scope(&self) -> &Ctx {
+        self.approvals.get_or_init(|| {
+            let (key, ordinal) = self.approvals_site;
+            let scope = self.ctx.scope.child(&approvals_segment(key, ordinal));
+            Ctx { scope, counters: Arc::default(), ..self.ctx.clone() }
         })
     }
 }
@@ -1521,8 +1537,9 @@ fn declared_fallbacks(
         .collect()
 }
 
-/// The tools of the named toolsets, refusing unknown toolsets and duplicate tool names.
-fn resolve_tools(
+/// The tools of the named toolsets (an MCP server's listed on first use), refusing unknown
+/// toolsets and duplicate tool names.
+async fn resolve_tools(
     toolsets: &HashMap<String, crate::agent::Toolset>,
     names: &[String],
 ) -> Result<Vec<Arc<dyn crate::agent::Tool>>, Error> {
@@ -1536,11 +1553,11 @@ fn resolve_tools(
                 known.join(", ")
             )));
         };
-        for tool in toolset.tools() {
+        for tool in toolset.resolve().await? {
             if tools.iter().any(|t| t.name() == tool.name()) {
                 return Err(Error::config(format!("tool {:?} is offered by two toolsets", tool.name())));
             }
-            tools.push(tool.clone());
+            tools.push(tool);
         }
     }
     Ok(tools)

@@ -23,6 +23,7 @@ mod started;
 mod tests;
 #[cfg(test)]
 mod tests_journal;
+mod tool_call;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -36,3 +36,5 @@ mod script;
 mod scripted_server;
 mod serve;
 mod store;
+mod tools_mcp;
+mod tools_support;
