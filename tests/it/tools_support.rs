@@ -71,3 +71,119 @@ pub fn stdio_server(name: &str, python: &Path, env: &[&str]) -> String {
 pub fn calls(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log).map(|t| t.lines().map(str::to_owned).collect()).unwrap_or_default()
 }
+
+/// A host function beside the config: appends its arguments to `host.log` in its working
+/// directory (the config's) and answers with a JSON object.
+pub const LOOKUP_PY: &str = r#"
+import json, sys
+args = json.load(sys.stdin)
+with open("host.log", "a") as log:
+    log.write(json.dumps(args, sort_keys=True) + "\n")
+print(json.dumps({"population": 2102650, "city": args["city"]}))
+"#;
+
+/// A project in a temporary directory: provider `m` (model `m:tiny`) at `url`, the host
+/// function `lookup`, the MCP server `docs` (the Python test server over stdio), a toolset
+/// `research` offering both, and `extra` config after them.
+pub fn tools_project(url: &str, python: &Path, extra: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"[providers.m]
+kind = "openai-compatible"
+base_url = "{url}"
+prices = {{ tiny = [1.0, 2.0] }}
+
+[routing]
+default = "m:tiny"
+
+[toolsets.research]
+host_functions = ["lookup"]
+mcp = ["docs"]
+
+[host_functions.lookup]
+command = [{python:?}, "lookup.py"]
+description = "Looks a city up."
+accepts = {{ type = "object", properties = {{ city = {{ type = "string" }} }}, required = ["city"] }}
+
+{mcp}
+{extra}
+"#,
+        python = python.display().to_string(),
+        mcp = stdio_server("docs", python, &["CAIRN_MCP_VARIANT", "CAIRN_MCP_MARK"])
+    );
+    std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+    std::fs::write(dir.path().join("lookup.py"), LOOKUP_PY).unwrap();
+    dir
+}
+
+/// `cairn --config DIR/cairn.toml --store sqlite:DIR/runs.db ARGS` run in `cwd`, the MCP log
+/// at `DIR/mcp.log`, with `env` set: (exit code, stdout, stderr).
+pub fn cairn_at(dir: &Path, cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let out = cairn_command(dir, cwd, env, args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The command [`cairn_at`] runs.
+pub fn cairn_command(dir: &Path, cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> assert_cmd::Command {
+    let config = dir.join("cairn.toml");
+    let store = format!("sqlite:{}", dir.join("runs.db").display());
+    let mut cmd = crate::scripted_server::cairn_in(cwd);
+    cmd.env("CAIRN_MCP_LOG", dir.join("mcp.log")).args([
+        "--config",
+        config.to_str().unwrap(),
+        "--store",
+        &store,
+    ]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.args(args);
+    cmd
+}
+
+/// [`cairn_command`] as a plain process, to kill.
+pub fn cairn_process(dir: &Path, args: &[&str]) -> std::process::Command {
+    let config = dir.join("cairn.toml");
+    let store = format!("sqlite:{}", dir.join("runs.db").display());
+    #[allow(deprecated)]
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("cairn"));
+    cmd.current_dir(dir)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("CAIRN_LEASE_TTL_MS", "300")
+        .env("CAIRN_MCP_LOG", dir.join("mcp.log"))
+        .args(["--config", config.to_str().unwrap(), "--store", &store])
+        .args(args);
+    cmd
+}
+
+/// A Chat Completions turn that calls several tools at once: `(wire id, name, arguments)`.
+pub fn tool_calls(calls: &[(&str, &str, &str)]) -> crate::scripted_server::Reply {
+    use serde_json::{Value, json};
+    let chunk = |delta: Value, finish: Value| json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    let mut chunks = vec![chunk(json!({"role": "assistant", "content": null}), Value::Null)];
+    for (index, (id, name, arguments)) in calls.iter().enumerate() {
+        chunks.push(chunk(
+            json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": arguments}}]}),
+            Value::Null,
+        ));
+    }
+    chunks.push(chunk(json!({}), json!("tool_calls")));
+    chunks.push(json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}));
+    crate::scripted_server::Reply::Sse(crate::scripted_server::data_lines(&chunks))
+}
+
+/// Whether a live process has `CAIRN_MCP_MARK=mark` in its environment (a zombie has none).
+pub fn process_with(mark: &str) -> bool {
+    let needle = format!("CAIRN_MCP_MARK={mark}");
+    let Ok(dir) = std::fs::read_dir("/proc") else { return false };
+    dir.flatten().any(|entry| {
+        std::fs::read(entry.path().join("environ"))
+            .is_ok_and(|environ| environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+    })
+}
