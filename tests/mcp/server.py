@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 
 server = MCPServer("cairn-test")
@@ -71,6 +71,14 @@ def picture() -> Image:
         "1f15c4890000000d49444154789c6360f8cf000001010100a5f6b5b40000000049454e44ae426082"
     )
     return Image(data=png, format="png")
+
+
+@server.tool(description="Says whether the request carried the X-Cairn-Test header (HTTP only).")
+def header(ctx: Context) -> str:
+    record("header", {})
+    headers = ctx.headers or {}
+    value = headers.get("x-cairn-test")
+    return "no header" if value is None else f"header of {len(value)} characters"
 
 
 @server.tool(description="Always fails.")
