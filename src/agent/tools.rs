@@ -314,6 +314,58 @@ mod tests {
         assert!(!glob("a*c*e", "abcdf"));
     }
 
+    #[derive(Debug)]
+    struct Named(&'static str, &'static str);
+
+    impl Tool for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            ""
+        }
+        fn parameters(&self) -> &Value {
+            &Value::Null
+        }
+        fn version(&self) -> &str {
+            "1"
+        }
+        fn call(&self, _args: Value) -> BoxFuture<'static, Result<String, Error>> {
+            Box::pin(async { Ok(String::new()) })
+        }
+        fn qualified_name(&self) -> Option<&str> {
+            Some(self.1)
+        }
+    }
+
+    #[test]
+    fn rules_match_an_mcp_tool_by_its_model_name_or_its_qualified_name() {
+        let search = Named("docs_search", "mcp.docs.search");
+        let rules = |deny: &[&str], ask: &[&str]| Permissions {
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+            ask: ask.iter().map(|s| s.to_string()).collect(),
+            ..Permissions::allow_all()
+        };
+        for pattern in ["docs_search", "mcp.docs.search", "docs.*", "mcp.docs.*", "mcp.*", "docs.search"] {
+            assert!(
+                matches!(rules(&[pattern], &[]).decide_tool(&search, &Value::Null), Permission::Deny(_)),
+                "{pattern}"
+            );
+            assert_eq!(
+                rules(&[], &[pattern]).decide_tool(&search, &Value::Null),
+                Permission::Ask,
+                "{pattern}"
+            );
+        }
+        for pattern in ["web.*", "mcp.web.search", "search", "docs"] {
+            assert_eq!(
+                rules(&[pattern], &[]).decide_tool(&search, &Value::Null),
+                Permission::Allow,
+                "{pattern}"
+            );
+        }
+    }
+
     #[test]
     fn the_chain_runs_deny_then_ask_then_hook_then_default() {
         let mut permissions = Permissions {

@@ -211,3 +211,28 @@ fn the_reference_server_everything_answers_text_images_and_sees_a_clean_environm
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(server.requests().len(), 2);
 }
+
+/// The card lists each toolset's tools with their schemas, the MCP server's as it listed
+/// them; lint knows the declared toolset names.
+#[test]
+fn the_card_lists_mcp_and_host_function_tools_and_lint_knows_the_toolsets() {
+    let Some(python) = python_with_mcp() else { return };
+    let dir = tools_project("http://127.0.0.1:9/v1", &python, "");
+    let (code, card, stderr) = cairn_at(dir.path(), dir.path(), &[], &["card", "--profiles"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(card.contains("- research:"), "{card}");
+    assert!(
+        card.contains(
+            "  - docs_search: Searches the test corpus for a word. | accepts: {\"properties\":{\"query\""
+        ),
+        "{card}"
+    );
+    assert!(card.contains("  - lookup: Looks a city up. | accepts: {\"properties\":{\"city\""), "{card}");
+    std::fs::write(dir.path().join("good.rhai"), r#"agent("x", #{tools: ["research"]})"#).unwrap();
+    std::fs::write(dir.path().join("bad.rhai"), r#"agent("x", #{tools: ["reserch"]})"#).unwrap();
+    let (code, _, stderr) = cairn_at(dir.path(), dir.path(), &[], &["lint", "good.rhai"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, out, stderr) = cairn_at(dir.path(), dir.path(), &[], &["lint", "bad.rhai"]);
+    assert_ne!(code, 0);
+    assert!(format!("{out}{stderr}").contains("reserch"), "{out}{stderr}");
+}
