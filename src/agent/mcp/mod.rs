@@ -237,15 +237,16 @@ impl PartialSession<'_> {
         if let Some(violation) = &diagnostics.violation {
             why.push_str(&format!(" ({violation}; disconnected)"));
         }
+        // Its stderr only explains a server that died; a live one's is its own business.
         if let Some(status) = process.exit_status() {
             why.push_str(&format!(" (the server exited: {status})"));
-        }
-        let tail = String::from_utf8_lossy(&diagnostics.stderr_tail);
-        let tail = tail.trim();
-        if !tail.is_empty() {
-            let last: Vec<&str> = tail.lines().rev().take(3).collect();
-            let last: Vec<&str> = last.into_iter().rev().collect();
-            why.push_str(&format!("; its stderr ends: {}", last.join(" | ")));
+            let tail = String::from_utf8_lossy(&diagnostics.stderr_tail);
+            let tail = tail.trim();
+            if !tail.is_empty() {
+                let last: Vec<&str> = tail.lines().rev().take(3).collect();
+                let last: Vec<&str> = last.into_iter().rev().collect();
+                why.push_str(&format!("; its stderr ends: {}", last.join(" | ")));
+            }
         }
         why
     }
