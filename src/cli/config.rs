@@ -262,8 +262,10 @@ impl Config {
         };
         let mut config =
             Config::parse(&text).map_err(|e| Error::config(format!("{}: {}", path.display(), e.message)))?;
-        let dir = path.parent().unwrap_or(Path::new(""));
-        config.dir = Some(if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir.to_path_buf() });
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        // Absolute: host functions and MCP servers run in it, so their program paths (resolved
+        // against it) must not depend on the working directory either.
+        config.dir = Some(std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()));
         config.validate().map_err(|message| Error::config(format!("{}: {message}", path.display())))?;
         config.resolve_relative_to(path.parent().unwrap_or(Path::new("")));
         config.source = Some(path.to_owned());
@@ -355,7 +357,9 @@ impl Config {
             if let Some(program) = host.command.first_mut()
                 && program.contains('/')
             {
-                *program = join(program);
+                // Absolute: the command starts in the config's directory, not the caller's.
+                let joined = join(program);
+                *program = std::path::absolute(&joined).map_or(joined, |p| p.display().to_string());
             }
         }
     }
