@@ -49,6 +49,8 @@ pub mod service;
 pub mod store;
 pub mod testing;
 pub mod text;
+#[cfg(test)]
+mod tidy;
 mod usage;
 
 pub use agent::{

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::host_fn::HostFunctionConfig;
 use crate::engine::{AgentProfile, EngineBuilder};
 use crate::error::{Error, ErrorCode};
 use crate::model::{InvocationRole, ModelRef, PriceTable};
@@ -231,27 +232,6 @@ pub(crate) struct ProfileConfig {
     max_context_tokens: Option<u64>,
 }
 
-/// A host function backed by a command: the call's JSON arguments on stdin, its JSON
-/// result on stdout; a non-zero exit is a `tool_failed` error.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct HostFunctionConfig {
-    command: Vec<String>,
-    timeout_ms: Option<u64>,
-    /// The environment variables the command inherits (default `["PATH"]`); nothing else of
-    /// cairn's environment (API keys included) reaches it.
-    env: Option<Vec<String>>,
-    /// The most bytes read back from its stdout or stderr (default 16 MiB).
-    max_output_bytes: Option<u64>,
-    /// What it does, for the planner's profile card (and the model, when a toolset offers it).
-    pub(crate) description: Option<String>,
-    /// A JSON Schema of the arguments it accepts (a TOML table, or a JSON file beside the
-    /// config), for the profile card and the model.
-    pub(crate) accepts: Option<toml::Value>,
-    /// The version of its tool contract (default "1"): bump it when its meaning changes.
-    pub(crate) version: Option<String>,
-}
-
 impl Config {
     /// Reads `path`; a missing file is an empty config when `required` is false.
     pub(crate) fn load(path: &Path, required: bool) -> Result<Config, Error> {
@@ -324,7 +304,17 @@ impl Config {
                 return Err(format!("host_functions.{name}.max_output_bytes = 0: must be positive"));
             }
         }
-        super::tools_config::validate(self)
+        super::tools_config::validate(&self.tools())
+    }
+
+    /// What of this file the toolsets read.
+    pub(crate) fn tools(&self) -> super::tools_config::ToolsConfig<'_> {
+        super::tools_config::ToolsConfig {
+            toolsets: &self.toolsets,
+            host_functions: &self.host_functions,
+            mcp: &self.mcp,
+            dir: self.dir.as_deref(),
+        }
     }
 
     /// Resolves the relative paths of the file (`store`, `prices`, an `fs-read` root, a
@@ -521,7 +511,7 @@ impl Config {
                 builder = builder.describe_host_function(name, description, accepts);
             }
         }
-        for toolset in super::tools_config::build_toolsets(self, &functions)? {
+        for toolset in super::tools_config::build_toolsets(&self.tools(), &functions)? {
             builder = builder.toolset(toolset);
         }
         if let Some(n) = self.concurrency {
@@ -636,21 +626,6 @@ impl ProviderConfig {
             Some(tokens) => Arc::new(crate::provider::WithContextWindow::new(provider, tokens)),
             None => provider,
         })
-    }
-}
-
-impl HostFunctionConfig {
-    /// The command this table configures, with its defaults filled in.
-    pub(crate) fn command(&self, name: &str, dir: Option<&Path>) -> super::host_fn::HostCommand {
-        super::host_fn::HostCommand {
-            name: name.to_owned(),
-            cwd: dir.map(Path::to_path_buf),
-            command: self.command.clone(),
-            timeout: self.timeout_ms.map_or(super::host_fn::DEFAULT_TIMEOUT, Duration::from_millis),
-            env: self.env.clone().unwrap_or_else(|| vec!["PATH".to_owned()]),
-            max_output: self.max_output_bytes.unwrap_or(super::host_fn::DEFAULT_MAX_OUTPUT_BYTES),
-            tape: None,
-        }
     }
 }
 
@@ -775,5 +750,53 @@ mod tests {
         }
         let negative = Config::parse("[budget]\ndefault_usd = -1").unwrap();
         assert_eq!(negative.default_budget().unwrap_err().code, ErrorCode::Config);
+    }
+
+    fn check_tools(text: &str) -> Result<(), String> {
+        let config = Config::parse(text).map_err(|e| e.message)?;
+        config.validate()
+    }
+
+    #[test]
+    fn toolsets_and_servers_are_checked_at_load() {
+        let good = r#"
+            [toolsets.research]
+            host_functions = ["fetch"]
+            mcp = ["docs", "web"]
+            [host_functions.fetch]
+            command = ["python3", "fetch.py"]
+            description = "Fetches."
+            accepts = { type = "object" }
+            [mcp.docs]
+            command = ["python3", "server.py"]
+            [mcp.web]
+            url = "http://127.0.0.1:9/mcp"
+            headers = { Authorization = "WEB_TOKEN" }
+        "#;
+        check_tools(good).unwrap();
+        for (bad, says) in [
+            ("[toolsets.a]\nmcp = [\"nope\"]", "unknown MCP server \"nope\""),
+            ("[toolsets.a]\nhost_functions = [\"f\"]", "\"f\" is not a [host_functions] table"),
+            (
+                "[toolsets.a]\nhost_functions = [\"f\"]\n[host_functions.f]\ncommand = [\"x\"]",
+                "needs a description",
+            ),
+            (
+                "[toolsets.a]\nhost_functions = [\"f\"]\n[host_functions.f]\ncommand = [\"x\"]\ndescription = \"d\"",
+                "needs accepts",
+            ),
+            ("[mcp.a]\n", "set command"),
+            ("[mcp.a]\ncommand = [\"x\"]\nurl = \"http://x\"", "not both"),
+            ("[mcp.a]\nurl = \"ftp://x\"", "http or https"),
+            ("[mcp.a]\ncommand = [\"x\"]\ntimeout_ms = 0", "timeout_ms = 0"),
+            ("[mcp.a]\ncommand = [\"x\"]\nheaders = { A = \"B\" }", "only a server with a url"),
+            ("[mcp.\"a.b\"]\ncommand = [\"x\"]", "the name must be"),
+            ("[toolsets.a]\nmcps = []", "unknown key \"mcps\""),
+            ("[host_functions.f]\ncommand = [\"x\"]\naccepts = 3", "a JSON Schema table"),
+            ("[host_functions.f]\ncommand = [\"x\"]\naccepts = { type = 7 }", "not a valid JSON Schema"),
+        ] {
+            let error = check_tools(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
     }
 }

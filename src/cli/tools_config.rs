@@ -28,7 +28,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::config::Config;
+use super::host_fn::HostFunctionConfig;
 use crate::agent::mcp::{McpServerSpec, McpSource, McpTransport};
 use crate::agent::{HostFunction, HostFunctionTool, Tool, ToolSource, Toolset};
 use crate::error::Error;
@@ -148,6 +148,15 @@ fn check_name(name: &str, at: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// What of `cairn.toml` the tools read.
+pub(crate) struct ToolsConfig<'a> {
+    pub(crate) toolsets: &'a BTreeMap<String, toml::Table>,
+    pub(crate) host_functions: &'a BTreeMap<String, HostFunctionConfig>,
+    pub(crate) mcp: &'a BTreeMap<String, McpServerConfig>,
+    /// The config file's directory.
+    pub(crate) dir: Option<&'a Path>,
+}
+
 /// The keys a `[toolsets.NAME]` table takes.
 const TOOLSET_KEYS: &[&str] = &["kind", "root", "max_scan_bytes", "timeout_ms", "host_functions", "mcp"];
 
@@ -164,11 +173,11 @@ fn listed<'a>(name: &str, table: &'a toml::Table, key: &str) -> Result<Vec<&'a s
 }
 
 /// Checks every toolset, MCP server and host-function schema at load: one line names the key.
-pub(crate) fn validate(config: &Config) -> Result<(), String> {
-    for (name, server) in &config.mcp {
-        server.spec(name, config.dir.as_deref())?;
+pub(crate) fn validate(config: &ToolsConfig<'_>) -> Result<(), String> {
+    for (name, server) in config.mcp {
+        server.spec(name, config.dir)?;
     }
-    for (name, table) in &config.toolsets {
+    for (name, table) in config.toolsets {
         if let Some(key) = table.keys().find(|k| !TOOLSET_KEYS.contains(&k.as_str())) {
             return Err(format!("toolsets.{name}: unknown key {key:?} (use {})", TOOLSET_KEYS.join(", ")));
         }
@@ -204,9 +213,9 @@ pub(crate) fn validate(config: &Config) -> Result<(), String> {
             }
         }
     }
-    for (name, host) in &config.host_functions {
+    for (name, host) in config.host_functions {
         if let Some(accepts) = &host.accepts {
-            accepts_schema(name, accepts, config.dir.as_deref())?;
+            accepts_schema(name, accepts, config.dir)?;
         }
     }
     Ok(())
@@ -244,12 +253,12 @@ pub(crate) fn accepts_schema(
 /// Builds every toolset: one MCP source per server, shared by the toolsets that name it (one
 /// session per server); `functions` are the host functions as registered.
 pub(crate) fn build_toolsets(
-    config: &Config,
+    config: &ToolsConfig<'_>,
     functions: &BTreeMap<String, HostFunction>,
 ) -> Result<Vec<Toolset>, Error> {
     let mut sources: BTreeMap<&str, Arc<McpSource>> = BTreeMap::new();
     let mut toolsets = Vec::new();
-    for (name, table) in &config.toolsets {
+    for (name, table) in config.toolsets {
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         let fs_read = table.get("kind").is_some() || name == "fs-read" || table.contains_key("root");
         if fs_read {
@@ -265,9 +274,7 @@ pub(crate) fn build_toolsets(
                 return Err(Error::config(format!("toolsets.{name}.host_functions: unknown {function:?}")));
             };
             let schema = match &host.accepts {
-                Some(accepts) => {
-                    accepts_schema(function, accepts, config.dir.as_deref()).map_err(Error::config)?
-                }
+                Some(accepts) => accepts_schema(function, accepts, config.dir).map_err(Error::config)?,
                 None => {
                     return Err(Error::config(format!("host_functions.{function}: a tool needs accepts")));
                 }
@@ -290,7 +297,7 @@ pub(crate) fn build_toolsets(
                         .mcp
                         .get(server)
                         .ok_or_else(|| Error::config(format!("toolsets.{name}.mcp: unknown {server:?}")))?
-                        .spec(server, config.dir.as_deref())
+                        .spec(server, config.dir)
                         .map_err(Error::config)?;
                     let source = Arc::new(McpSource::new(spec));
                     sources.insert(server, source.clone());
@@ -323,57 +330,4 @@ fn search_bounds(name: &str, table: &toml::Table) -> Result<crate::agent::Search
         bounds.timeout = Duration::from_millis(ms);
     }
     Ok(bounds)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn check(text: &str) -> Result<(), String> {
-        let config = Config::parse(text).map_err(|e| e.message)?;
-        config.validate()
-    }
-
-    #[test]
-    fn toolsets_and_servers_are_checked_at_load() {
-        let good = r#"
-            [toolsets.research]
-            host_functions = ["fetch"]
-            mcp = ["docs", "web"]
-            [host_functions.fetch]
-            command = ["python3", "fetch.py"]
-            description = "Fetches."
-            accepts = { type = "object" }
-            [mcp.docs]
-            command = ["python3", "server.py"]
-            [mcp.web]
-            url = "http://127.0.0.1:9/mcp"
-            headers = { Authorization = "WEB_TOKEN" }
-        "#;
-        check(good).unwrap();
-        for (bad, says) in [
-            ("[toolsets.a]\nmcp = [\"nope\"]", "unknown MCP server \"nope\""),
-            ("[toolsets.a]\nhost_functions = [\"f\"]", "\"f\" is not a [host_functions] table"),
-            (
-                "[toolsets.a]\nhost_functions = [\"f\"]\n[host_functions.f]\ncommand = [\"x\"]",
-                "needs a description",
-            ),
-            (
-                "[toolsets.a]\nhost_functions = [\"f\"]\n[host_functions.f]\ncommand = [\"x\"]\ndescription = \"d\"",
-                "needs accepts",
-            ),
-            ("[mcp.a]\n", "set command"),
-            ("[mcp.a]\ncommand = [\"x\"]\nurl = \"http://x\"", "not both"),
-            ("[mcp.a]\nurl = \"ftp://x\"", "http or https"),
-            ("[mcp.a]\ncommand = [\"x\"]\ntimeout_ms = 0", "timeout_ms = 0"),
-            ("[mcp.a]\ncommand = [\"x\"]\nheaders = { A = \"B\" }", "only a server with a url"),
-            ("[mcp.\"a.b\"]\ncommand = [\"x\"]", "the name must be"),
-            ("[toolsets.a]\nmcps = []", "unknown key \"mcps\""),
-            ("[host_functions.f]\ncommand = [\"x\"]\naccepts = 3", "a JSON Schema table"),
-            ("[host_functions.f]\ncommand = [\"x\"]\naccepts = { type = 7 }", "not a valid JSON Schema"),
-        ] {
-            let error = check(bad).unwrap_err();
-            assert!(error.contains(says), "{bad}: {error}");
-        }
-    }
 }

@@ -1,10 +1,15 @@
-//! `Ctx`: the canonical workflow API. Every effect a workflow has goes through a method
-//! here, which derives the call's identity, matches it against the journal, and either
-//! replays the journaled result or executes live and journals it (`running` at dispatch, a
-//! terminal entry at completion, durable before the result reaches the workflow).
+//! `Ctx`: the canonical workflow API, a cheap handle on one scope of a run (its scope path,
+//! phase, budget account, cancellation and admission ticket). This file holds the handle and
+//! its scopes; each verb lives in a room of its own that owns its identity input, its journal
+//! records and its replay rules, as an `impl Ctx` block there: `step.rs`, `call.rs`,
+//! `child.rs` (`workflow`), `external.rs` (`await_external`), `fanout.rs` (`parallel`,
+//! `pipeline`), `budget_reads.rs`, `facts.rs` (`now`, `random`, `uuid`), `phase.rs` (`phase`,
+//! `log`), over the shared protocol of `two_phase.rs` and the error policy of `policy.rs`.
+//! (The verbs' rooms name `Ctx`; this file names none of them, so the handle sits below its
+//! verbs in the import graph.) The agent call is still here: it moves to a room of its own
+//! with the money ledger (#23).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -13,11 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::budget::AccountId;
 use super::events::EventKind;
-use super::identity::{
-    AgentIdentity, CallIdentity, ExternalIdentity, ModelIdentity, StepIdentity, value_key,
-};
-use super::run::Durability;
-use super::{Dropped, ErrorPolicy, RunState};
+use super::identity::{AgentIdentity, ModelIdentity};
+use super::options::{AgentOptions, ExternalOptions};
+use super::run::{Durability, RunState};
 use crate::agent::{self, AgentEnd, BudgetHooks};
 use crate::error::{Error, ErrorCode};
 use crate::journal::{self, ContentKey, Entry, Kind, Outcome, ScopePath, Segment, Seq, Status};
@@ -27,173 +30,12 @@ use crate::provider::{CallMeta, ChatRequest, Message, Part, Role, ToolChoice};
 use crate::store::RunId;
 use crate::usage::Usage;
 
-/// What a failed call does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnError {
-    /// Raise the error to the workflow.
-    Throw,
-    /// Return null; the loss is recorded in the outcome's `dropped`.
-    Null,
-}
-
-/// Options of [`Ctx::agent`]. Only `profile`, `model`, `effort`, `key` (or the prompt) and
-/// `schema` enter the call's identity; everything else can change between runs without
-/// re-keying a paid call.
-#[derive(Debug, Clone, Default)]
-pub struct AgentOptions {
-    /// A cosmetic label for events and reports.
-    pub label: Option<String>,
-    /// Replaces the prompt in the call's identity.
-    pub key: Option<String>,
-    /// The agent profile (agent type).
-    pub profile: Option<String>,
-    /// A `provider:model` ref, overriding the profile and the defaults.
-    pub model: Option<String>,
-    /// Reasoning effort, passed to the provider.
-    pub effort: Option<String>,
-    /// A JSON Schema the result must match.
-    pub schema: Option<Value>,
-    /// Authored system text, overriding the profile's.
-    pub system: Option<String>,
-    /// Maximum model turns (default 32).
-    pub max_turns: Option<u32>,
-    /// Output cap per turn.
-    pub max_output_tokens: Option<u32>,
-    /// What a failure does; the run's error policy decides when `None`.
-    pub on_error: Option<OnError>,
-    /// Return `{value, status, usage, cost_nano_usd, served_by, replayed}` instead of the value.
-    pub full: bool,
-    /// Journal a task-class failure as final: it replays instead of rerunning.
-    pub memoize_outcome: bool,
-    /// The reserve admission holds for this call.
-    pub est_cost: Option<Money>,
-    /// The invocation role the model is resolved for (default `loop`).
-    pub role: Option<InvocationRole>,
-    /// A wall-clock limit for the whole agent; reaching it ends the call `limit`.
-    pub timeout: Option<std::time::Duration>,
-    /// Retries of retryable provider faults, overriding the engine's.
-    pub retry: Option<RetryPolicy>,
-    /// Toolsets the agent may use (replacing the profile's).
-    pub tools: Vec<String>,
-    /// Most tool calls over the agent's life.
-    pub max_tool_calls: Option<u32>,
-    /// The bound on a turn's estimated input tokens (the profile's, else 200,000): past it the
-    /// oldest tool results are elided.
-    pub max_context_tokens: Option<u64>,
-}
-
-/// Options of [`Ctx::step`].
-#[derive(Debug, Clone, Default)]
-pub struct StepOptions {
-    /// Replaces the label in the step's identity.
-    pub key: Option<String>,
-    /// Values the step depends on: a change re-keys (reruns) the step.
-    pub deps: Vec<Value>,
-    /// What a failure does.
-    pub on_error: Option<OnError>,
-}
-
-/// Options of [`Ctx::call`].
-#[derive(Debug, Clone, Default)]
-pub struct CallOptions {
-    /// Replaces the arguments in the call's identity.
-    pub key: Option<String>,
-    /// What a failure does.
-    pub on_error: Option<OnError>,
-}
-
-/// Options of [`Ctx::workflow`].
-#[derive(Debug, Clone, Default)]
-pub struct WorkflowOptions {
-    /// Replaces the arguments in the call's identity.
-    pub key: Option<String>,
-    /// Caps the child's sub-account (it gets at most 30 % of the parent's remainder).
-    pub budget: Option<Money>,
-    /// What a failure does.
-    pub on_error: Option<OnError>,
-    /// Pins the call's scope to the label (`at:LABEL:n/wf:name:0`) instead of the count of
-    /// earlier calls of the same workflow here, so inserting another call before it does not
-    /// re-key the child's calls. No `/` or `:`, at most 64 characters.
-    pub label: Option<String>,
-}
-
-/// Options of [`Ctx::await_external`].
-#[derive(Debug, Clone, Default)]
-pub struct ExternalOptions {
-    /// What whoever resolves the wait is asked.
-    pub prompt: Option<String>,
-    /// A JSON Schema the resolution must satisfy; an invalid resolution is refused and the
-    /// wait stays open.
-    pub schema: Option<Value>,
-    /// Give up after this long (from when the wait was first journaled): the wait then
-    /// returns `{"timed_out": true, "key", "deadline_ms"}`, journaled as its resolution so
-    /// every replay returns it. A run that suspended on the wait delivers it on the first
-    /// resume after the deadline.
-    pub timeout: Option<std::time::Duration>,
-}
-
-/// Retries of retryable provider faults for one agent call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Attempts in all (the first included).
-    pub max_attempts: u32,
-    /// The first backoff; doubled per attempt.
-    pub initial_backoff: std::time::Duration,
-    /// No backoff is longer (the engine's cap, 30 s by default, when `None`).
-    pub max_backoff: Option<std::time::Duration>,
-}
-
-/// Options of [`Ctx::parallel`].
-#[derive(Debug, Clone, Default)]
-pub struct ParallelOptions {
-    /// Return every branch's outcome (`{status, value}` / `{status, error}`) instead of
-    /// aborting the siblings on the first failure.
-    pub settle: bool,
-    /// At most this many branches in flight (all by default).
-    pub concurrency: Option<usize>,
-    /// `Null`: a failed branch leaves null in its slot (itemized in `dropped`) instead of
-    /// aborting its siblings. Ignored with `settle`.
-    pub on_error: Option<OnError>,
-    /// Pins the site to the label (`at:LABEL:n/par:0:i`) instead of the count of `parallel`
-    /// sites before it, so inserting another `parallel` before it does not re-key its calls.
-    /// No `/` or `:`, at most 64 characters.
-    pub label: Option<String>,
-}
-
-/// Options of [`Ctx::pipeline`].
-#[derive(Debug, Clone, Default)]
-pub struct PipelineOptions {
-    /// What a failed item does.
-    pub on_item_error: super::OnItemError,
-    /// At most this many items in flight (all by default).
-    pub concurrency: Option<usize>,
-    /// Pins the site to the label (`at:LABEL:n/pipe:s:i`) instead of its position. No `/` or
-    /// `:`, at most 64 characters.
-    pub label: Option<String>,
-}
-
-/// How [`Ctx::begin_two_phase`] left a call.
-pub(crate) enum Begun {
-    /// Served from the journal (or skipped, or failed before dispatch).
-    Done(Result<Value, Error>),
-    /// Dispatched: run the body, then [`Ctx::end_two_phase`].
-    Live(LiveCall),
-}
-
-/// A dispatched two-phase call awaiting its result.
-pub(crate) struct LiveCall {
-    running: Arc<Entry>,
-    span: u64,
-    kind_name: String,
-    on_error: Option<OnError>,
-}
-
 /// Structural counters of one scope: which `parallel` site and which child-workflow call
 /// comes next. Shared by every clone of a `Ctx` in that scope.
 #[derive(Debug, Default)]
 pub(crate) struct ScopeCounters {
     parallel_sites: AtomicU32,
-    children: Mutex<HashMap<String, u32>>,
+    pub(super) children: Mutex<HashMap<String, u32>>,
     /// Uses of each site label in this scope.
     labels: Mutex<HashMap<String, u32>>,
     /// Pipelines begun in this scope (they key their fail-fast decisions; their items'
@@ -207,13 +49,13 @@ pub(crate) struct ScopeCounters {
 pub struct Ctx {
     pub(crate) run: Arc<RunState>,
     pub(crate) scope: ScopePath,
-    counters: Arc<ScopeCounters>,
-    phase: Option<Arc<str>>,
+    pub(super) counters: Arc<ScopeCounters>,
+    pub(super) phase: Option<Arc<str>>,
     pub(crate) account: AccountId,
-    span: u64,
-    parent_span: Option<u64>,
+    pub(super) span: u64,
+    pub(super) parent_span: Option<u64>,
     pub(crate) cancel: CancellationToken,
-    depth: u32,
+    pub(super) depth: u32,
     /// This context's place in its fan-out's admission order (`None` outside fan-outs).
     pub(crate) admission: Option<super::admission::Ticket>,
 }
@@ -316,7 +158,10 @@ impl Ctx {
 
     /// A permit from `slots`, or `None` once this context is cancelled. A free slot is
     /// taken at once, without setting up the wait.
-    async fn slot(&self, slots: &Arc<tokio::sync::Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    pub(super) async fn slot(
+        &self,
+        slots: &Arc<tokio::sync::Semaphore>,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
         if let Ok(permit) = slots.clone().try_acquire_owned() {
             return Some(permit);
         }
@@ -328,40 +173,6 @@ impl Ctx {
 
     pub(super) fn span_pair(&self, span: u64) -> (u64, Option<u64>) {
         (span, Some(self.span))
-    }
-
-    fn policy_on_error(&self, explicit: Option<OnError>) -> OnError {
-        explicit.unwrap_or(match self.run.policy {
-            ErrorPolicy::Strict => OnError::Throw,
-            ErrorPolicy::Lenient => OnError::Null,
-        })
-    }
-
-    /// Applies the error policy to a failure: raise it, or record the drop and return null.
-    /// Cancellation and replay-strict misses always raise.
-    pub(crate) fn fail(
-        &self,
-        on_error: Option<OnError>,
-        kind: &str,
-        label: Option<String>,
-        error: Error,
-    ) -> Result<Value, Error> {
-        let always_raise = matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss);
-        if error.code == ErrorCode::BudgetExhausted {
-            self.run.mark_exhausted();
-        }
-        if !always_raise && self.policy_on_error(on_error) == OnError::Null {
-            self.run.record_dropped(Dropped {
-                scope: self.scope.to_string(),
-                kind: kind.to_owned(),
-                label,
-                error,
-            });
-            return Ok(Value::Null);
-        }
-        // A raised failure is itemized where it is absorbed (a lenient branch, a dropped
-        // pipeline item) or, if it ends the run, in the outcome's error.
-        Err(error)
     }
 
     pub(super) fn entry(&self, kind: Kind, status: Status, key: ContentKey, ordinal: u32) -> Entry {
@@ -383,26 +194,6 @@ impl Ctx {
         entry.name = running.name.clone();
         entry.memoize_outcome = running.memoize_outcome;
         entry
-    }
-
-    /// Serves a replayed terminal entry: its value, or its (memoized) failure.
-    fn replayed(
-        &self,
-        entry: &Entry,
-        on_error: Option<OnError>,
-        kind: &str,
-        label: Option<String>,
-    ) -> Result<Value, Error> {
-        match entry.status {
-            Status::Ok => Ok(entry.value().unwrap_or(Value::Null)),
-            _ => {
-                let error = entry
-                    .error
-                    .clone()
-                    .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
-                self.fail(on_error, kind, label, error)
-            }
-        }
     }
 
     // ---- agent --------------------------------------------------------------------------
@@ -820,518 +611,14 @@ impl Ctx {
             (None, None) => Err(Error::internal("agent ended with neither value nor error")),
         }
     }
-
-    // ---- step and call --------------------------------------------------------------------
-
-    /// Runs `body` once and journals its JSON result; later runs replay it.
-    ///
-    /// The body gets a context of its own scope (`step:KEY:n`, from the step's content key
-    /// and its ordinal among same-key steps here): effects inside it (agents, `parallel`
-    /// sites, child workflows, `now`/`random`/`uuid`) count in that scope, so whether the
-    /// step ran or replayed never shifts what comes after it.
-    ///
-    /// # Replay
-    /// Keyed on `{label or key, deps}` in this scope.
-    ///
-    /// # Errors
-    /// The body's error (or null under the lenient policy); `cancelled`; `journal_miss` in a
-    /// dry run.
-    pub async fn step<F, Fut>(&self, label: &str, opts: StepOptions, body: F) -> Result<Value, Error>
-    where
-        F: FnOnce(Ctx) -> Fut,
-        Fut: Future<Output = Result<Value, Error>>,
-    {
-        let key = Ctx::step_key(label, &opts)?;
-        let live = match self.begin_two_phase(Kind::Step, "step", label, key, opts.on_error)? {
-            Begun::Done(result) => return result,
-            Begun::Live(live) => live,
-        };
-        let inner = self.step_body(&live);
-        let result = tokio::select! {
-            result = body(inner) => result,
-            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
-        };
-        self.end_two_phase(live, result)
-    }
-
-    /// The context a live step's body runs in: the scope `step:KEY:n` under this one, with
-    /// fresh counters.
-    pub(crate) fn step_body(&self, live: &LiveCall) -> Ctx {
-        let segment = step_segment(live.running.key, live.running.ordinal);
-        self.nested(&segment, self.cancel.clone(), self.account)
-    }
-
-    /// Calls a registered host function with JSON arguments, journaled like a step.
-    ///
-    /// # Replay
-    /// Keyed on `{name, args or key}` in this scope.
-    ///
-    /// # Errors
-    /// `config` for an unregistered function; the function's error (or null under the
-    /// lenient policy).
-    pub async fn call(&self, name: &str, args: Value, opts: CallOptions) -> Result<Value, Error> {
-        let Some(function) = self.run.engine.host_functions.get(name).cloned() else {
-            let error = Error::config(format!("unknown host function {name:?}"));
-            return self.fail(opts.on_error, "call", Some(name.to_owned()), error);
-        };
-        let key = CallIdentity::new("call", name, opts.key.as_deref(), &args).key()?;
-        self.two_phase(Kind::Call, "call", name, key, opts.on_error, move || function(args)).await
-    }
-
-    async fn two_phase<F, Fut>(
-        &self,
-        kind: Kind,
-        kind_name: &str,
-        label: &str,
-        key: ContentKey,
-        on_error: Option<OnError>,
-        body: F,
-    ) -> Result<Value, Error>
-    where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Value, Error>>,
-    {
-        let live = match self.begin_two_phase(kind, kind_name, label, key, on_error)? {
-            Begun::Done(result) => return result,
-            Begun::Live(live) => live,
-        };
-        // A host call acts outside the run: everything queued before it (its own dispatch
-        // included) is durable first, so a crash cannot remake a value it was given.
-        if let Err(e) = self.run.flush_async().await {
-            return self.end_two_phase(live, Err(e));
-        }
-        let result = tokio::select! {
-            result = body() => result,
-            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
-        };
-        let result = self.end_two_phase(live, result);
-        // Its result is awaited like a paid one: a side effect is not repeated on resume.
-        self.run.flush_async().await?;
-        result
-    }
-
-    /// The first half of a two-phase call: match it, and either serve it from the journal or
-    /// journal its dispatch. Synchronous, so a script runner can run the body on its own
-    /// thread between the halves.
-    pub(crate) fn begin_two_phase(
-        &self,
-        kind: Kind,
-        kind_name: &str,
-        label: &str,
-        key: ContentKey,
-        on_error: Option<OnError>,
-    ) -> Result<Begun, Error> {
-        self.check_stopped()?;
-        let span = self.run.new_span();
-        let matched = self.run.lookup(&self.scope, key);
-        let start = || EventKind::StepStart { kind: kind_name.into(), label: label.into() };
-        let end = |status: &str| EventKind::StepEnd {
-            kind: kind_name.into(),
-            label: label.into(),
-            status: status.into(),
-        };
-        let served = match &matched.outcome {
-            Outcome::Replay(_) | Outcome::Skip => true,
-            Outcome::Rerun { previous: Some(_), .. } => self.run.reproduce,
-            _ => false,
-        };
-        if kind == Kind::Step && served {
-            // The body will not run: what it journaled is served by the step's result.
-            self.run.cover(&self.scope.child(&step_segment(key, matched.ordinal)));
-        }
-        let supersedes = match matched.outcome {
-            Outcome::Replay(entry) => {
-                self.run.emit(self.span_pair(span), true, start);
-                self.run.emit(self.span_pair(span), true, || end(entry.status.as_str()));
-                return Ok(Begun::Done(self.replayed(&entry, on_error, kind_name, Some(label.to_owned()))));
-            }
-            Outcome::Skip => {
-                self.run.emit(self.span_pair(span), true, || end("skipped"));
-                return Ok(Begun::Done(Ok(Value::Null)));
-            }
-            Outcome::Wait(_) => return Err(Error::internal("a step entry is journaled as suspended")),
-            Outcome::Live => None,
-            Outcome::Rerun { previous: Some(terminal), .. } if self.run.reproduce => {
-                // Reproducing the run as it settled: the failure it saw, not a new attempt
-                // (a call cancelled with its run stops this reproduction the same way).
-                if terminal.status == Status::Cancelled {
-                    self.run.cancel();
-                }
-                self.run.emit(self.span_pair(span), true, start);
-                self.run.emit(self.span_pair(span), true, || end(terminal.status.as_str()));
-                return Ok(Begun::Done(self.replayed(
-                    &terminal,
-                    on_error,
-                    kind_name,
-                    Some(label.to_owned()),
-                )));
-            }
-            Outcome::Rerun { supersedes, .. } => Some(supersedes),
-        };
-        let mut running = self.entry(kind, Status::Running, key, matched.ordinal);
-        running.target = supersedes;
-        running.label = Some(label.to_owned());
-        if kind != Kind::Step {
-            running.name = Some(label.to_owned());
-        }
-        let running = self.run.append_one(running, Durability::Lazy)?;
-        self.run.emit(self.span_pair(span), false, start);
-        Ok(Begun::Live(LiveCall { running, span, kind_name: kind_name.to_owned(), on_error }))
-    }
-
-    /// The second half of a two-phase call: journal the body's result and apply the policy.
-    pub(crate) fn end_two_phase(&self, live: LiveCall, result: Result<Value, Error>) -> Result<Value, Error> {
-        let label = live.running.label.clone().unwrap_or_default();
-        let (status, value, error) = match result {
-            Ok(value) => (Status::Ok, Some(value), None),
-            Err(e) if e.code == ErrorCode::Cancelled => (Status::Cancelled, None, Some(e)),
-            Err(e) => (Status::Error, None, Some(e)),
-        };
-        let mut terminal = Ctx::terminal_for(&live.running, status);
-        terminal.set_value(value.as_ref());
-        terminal.error = error.clone();
-        // Deferred: nothing paid hangs on it (a child's paid calls were awaited inside it);
-        // a crash before the write reruns the body, the at-least-once every step has.
-        self.run.append_one(terminal, Durability::Deferred)?;
-        self.run.emit(self.span_pair(live.span), false, || EventKind::StepEnd {
-            kind: live.kind_name.clone(),
-            label: label.clone(),
-            status: status.as_str().into(),
-        });
-        match (value, error) {
-            (Some(value), _) => Ok(value),
-            (None, Some(error)) if error.code == ErrorCode::Cancelled => Err(error),
-            (None, Some(error)) => self.fail(live.on_error, &live.kind_name, Some(label), error),
-            (None, None) => Err(Error::internal("step ended with neither value nor error")),
-        }
-    }
-
-    /// The identity of a step, as [`Ctx::step`] derives it.
-    pub(crate) fn step_key(label: &str, opts: &StepOptions) -> Result<ContentKey, Error> {
-        StepIdentity::new(label, opts.key.as_deref(), &opts.deps).key()
-    }
-
-    // ---- child workflows ------------------------------------------------------------------
-
-    /// Runs a registered workflow as a child: its own scope (`wf:name:k`), a budget
-    /// sub-account (30 % of this account's remainder, capped by `opts.budget`) whose spend
-    /// rolls up, and a depth limit.
-    ///
-    /// # Replay
-    /// Keyed on `{name, args or key}`; a completed child replays without running its body,
-    /// and a rerun child replays its own completed calls.
-    ///
-    /// # Errors
-    /// `config` for an unknown workflow or when the depth limit is reached; the child's error.
-    pub async fn workflow(&self, name: &str, args: Value, opts: WorkflowOptions) -> Result<Value, Error> {
-        let site = match self.labelled_site(opts.label.as_deref()) {
-            Ok(site) => site,
-            Err(error) => return self.fail(opts.on_error, "child", Some(name.to_owned()), error),
-        };
-        let this = site.as_ref().unwrap_or(self);
-        this.workflow_here(name, args, opts).await
-    }
-
-    async fn workflow_here(&self, name: &str, args: Value, opts: WorkflowOptions) -> Result<Value, Error> {
-        let engine = self.run.engine.clone();
-        let Some(child) = engine.workflows.get(name).cloned() else {
-            let error = Error::config(format!("unknown child workflow {name:?}"));
-            return self.fail(opts.on_error, "child", Some(name.to_owned()), error);
-        };
-        if self.depth + 1 > engine.max_depth {
-            let error =
-                Error::config(format!("child workflow depth limit {} reached at {name:?}", engine.max_depth));
-            return self.fail(opts.on_error, "child", Some(name.to_owned()), error);
-        }
-        let call_index = {
-            let mut children = self.counters.children.lock().unwrap_or_else(|p| p.into_inner());
-            let slot = children.entry(name.to_owned()).or_insert(0);
-            let index = *slot;
-            *slot += 1;
-            index
-        };
-        let key = CallIdentity::new("child", name, opts.key.as_deref(), &args).key()?;
-        let account = engine_share(self, &opts);
-        let mut child_ctx = self.nested(
-            &Segment::Wf { name: name.to_owned(), call: call_index },
-            self.cancel.child_token(),
-            account,
-        );
-        child_ctx.depth = self.depth + 1;
-        let child_scope = child_ctx.scope.clone();
-        let live = match self.begin_two_phase(Kind::Child, "child", name, key, opts.on_error)? {
-            Begun::Done(result) => {
-                // A child that replays whole never runs its body.
-                self.run.cover(&child_scope);
-                return result;
-            }
-            Begun::Live(live) => live,
-        };
-        // What the parent recorded before the child is durable before the child acts on it.
-        if let Err(e) = self.run.flush_async().await {
-            return self.end_two_phase(live, Err(e));
-        }
-        let body = child.body.clone();
-        let result = tokio::select! {
-            result = body(child_ctx, args) => result,
-            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
-        };
-        self.end_two_phase(live, result)
-    }
-
-    // ---- external input --------------------------------------------------------------------
-
-    /// Waits for a value from outside the run (`RunHandle::resolve_external`, `cairn resolve`).
-    /// When every live branch of the run is waiting, the run settles `suspended` with the
-    /// wait listed in `pending`; resuming delivers the value.
-    ///
-    /// # Replay
-    /// Keyed on `{key}`; a resolved wait replays its value; an open one waits again without
-    /// writing anything.
-    ///
-    /// # Errors
-    /// `cancelled` when the run is cancelled or suspends while waiting.
-    pub async fn await_external(&self, key: &str, opts: ExternalOptions) -> Result<Value, Error> {
-        let prompt = opts.prompt.as_deref();
-        self.check_stopped()?;
-        let content = ExternalIdentity { key, kind: "external" }.key()?;
-        let span = self.run.new_span();
-        let matched = self.run.lookup(&self.scope, content);
-        let (seq, deadline_ms) = match matched.outcome {
-            Outcome::Replay(entry) => {
-                self.run.emit(self.span_pair(span), true, || EventKind::ExternalResolved {
-                    key: key.into(),
-                    applied: true,
-                });
-                return Ok(entry.value().unwrap_or(Value::Null));
-            }
-            Outcome::Skip => return Ok(Value::Null),
-            // The deadline is the one journaled when the wait began.
-            Outcome::Wait(entry) => {
-                (entry.seq, entry.value().and_then(|v| v.get("deadline_ms").and_then(Value::as_i64)))
-            }
-            Outcome::Live | Outcome::Rerun { .. } => {
-                let deadline_ms = opts.timeout.map(|t| {
-                    self.run.now_ms().saturating_add(i64::try_from(t.as_millis()).unwrap_or(i64::MAX))
-                });
-                let mut entry = self.entry(Kind::External, Status::Suspended, content, matched.ordinal);
-                entry.name = Some(key.to_owned());
-                if prompt.is_some() || opts.schema.is_some() || deadline_ms.is_some() {
-                    let mut value = json!({ "prompt": prompt, "schema": opts.schema });
-                    if let Some(deadline) = deadline_ms {
-                        value["deadline_ms"] = json!(deadline);
-                    }
-                    entry.set_value(Some(&value));
-                }
-                (self.run.append_one(entry, Durability::Awaited)?.seq, deadline_ms)
-            }
-        };
-        if let Some(deadline) = deadline_ms
-            && self.run.now_ms() >= deadline
-        {
-            // Past its deadline: the timeout is the wait's resolution, unless one came first.
-            return self.run.time_out_external(key, seq, deadline);
-        }
-        // A branch waiting for input does not hold up its siblings' admission.
-        self.pass_admission_turn_now();
-        self.run.emit(self.span_pair(span), false, || EventKind::ExternalWaiting {
-            key: key.into(),
-            prompt: prompt.map(str::to_owned),
-        });
-        let mut receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
-        let timer = async {
-            match deadline_ms {
-                Some(deadline) => {
-                    let wait = u64::try_from(deadline.saturating_sub(self.run.now_ms())).unwrap_or(0);
-                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
-                }
-                None => std::future::pending().await,
-            }
-        };
-        let result = tokio::select! {
-            value = &mut receiver => value.map_err(|_| self.run.stopped_error()),
-            _ = self.cancel.cancelled() => Err(self.run.stopped_error()),
-            () = timer => match deadline_ms {
-                Some(deadline) => self.run.time_out_external(key, seq, deadline),
-                None => Err(Error::internal("a wait without a deadline timed out")),
-            },
-        };
-        self.run.end_wait(key, result.is_ok());
-        result
-    }
-
-    // ---- phases, logs, budget ----------------------------------------------------------------
-
-    /// A context inside phase `name`, with its start event emitted; pair with [`Ctx::end_phase`].
-    pub(crate) fn begin_phase(&self, name: &str) -> Ctx {
-        let mut inner = self.clone();
-        inner.phase = Some(Arc::from(name));
-        inner.span = self.run.new_span();
-        inner.parent_span = Some(self.span);
-        self.run.emit((inner.span, Some(self.span)), false, || EventKind::PhaseStart { name: name.into() });
-        inner
-    }
-
-    /// Emits the end of the phase `inner` was begun for.
-    pub(crate) fn end_phase(&self, inner: &Ctx) {
-        let name = inner.phase.as_deref().unwrap_or_default().to_owned();
-        self.run.emit((inner.span, Some(self.span)), false, || EventKind::PhaseEnd { name });
-    }
-
-    /// Runs `body` inside a named phase: events and cost are grouped under it; identity is
-    /// unaffected.
-    ///
-    /// # Errors
-    /// The body's error.
-    pub async fn phase<F, Fut, T>(&self, name: &str, body: F) -> Result<T, Error>
-    where
-        F: FnOnce(Ctx) -> Fut,
-        Fut: Future<Output = Result<T, Error>>,
-    {
-        let inner = self.begin_phase(name);
-        let result = body(inner.clone()).await;
-        self.end_phase(&inner);
-        result
-    }
-
-    /// Emits a log event (not journaled).
-    pub fn log(&self, level: &str, message: &str, data: Option<Value>) {
-        self.run.emit((self.span, self.parent_span), false, || EventKind::Log {
-            level: level.into(),
-            message: message.into(),
-            data,
-        });
-    }
-
-    /// What this context's account has spent (the whole run's, at the root), journaled like
-    /// [`Ctx::now`]: the value seen the first time is the one every replay and resume sees,
-    /// so whatever is built from it keeps its identity.
-    ///
-    /// # Errors
-    /// As for [`Ctx::now`].
-    pub async fn budget_spent(&self) -> Result<Money, Error> {
-        let account = self.account;
-        let value = self
-            .journaled_fact(json!({ "kind": "rand", "fn": "budget.spent" }), move |run| {
-                json!(run.budget.spent(account).nano_usd())
-            })
-            .await?;
-        value
-            .as_i64()
-            .map(Money::from_nano_usd)
-            .ok_or_else(|| Error::internal("journaled budget.spent() is not an integer"))
-    }
-
-    /// What this context's account has left (`None` when unbounded), journaled like
-    /// [`Ctx::budget_spent`].
-    ///
-    /// # Errors
-    /// As for [`Ctx::now`].
-    pub async fn budget_remaining(&self) -> Result<Option<Money>, Error> {
-        let account = self.account;
-        let value = self
-            .journaled_fact(json!({ "kind": "rand", "fn": "budget.remaining" }), move |run| {
-                json!(run.budget.remaining(account).map(Money::nano_usd))
-            })
-            .await?;
-        match value {
-            Value::Null => Ok(None),
-            value => value
-                .as_i64()
-                .map(|n| Some(Money::from_nano_usd(n)))
-                .ok_or_else(|| Error::internal("journaled budget.remaining() is not an integer")),
-        }
-    }
-
-    // ---- journaled nondeterminism --------------------------------------------------------------
-
-    async fn journaled_fact(
-        &self,
-        identity: Value,
-        make: impl FnOnce(&RunState) -> Value,
-    ) -> Result<Value, Error> {
-        self.check_stopped()?;
-        let key = value_key(&identity)?;
-        let matched = self.run.lookup(&self.scope, key);
-        match matched.outcome {
-            Outcome::Replay(entry) => Ok(entry.value().unwrap_or(Value::Null)),
-            Outcome::Skip => Ok(Value::Null),
-            Outcome::Wait(_) => Err(Error::internal("a journaled value is recorded as suspended")),
-            Outcome::Live | Outcome::Rerun { .. } => {
-                let mut entry = self.entry(Kind::Rand, Status::Ok, key, matched.ordinal);
-                entry.set_value(Some(&make(&self.run)));
-                Ok(self.run.append_one(entry, Durability::Deferred)?.value().unwrap_or(Value::Null))
-            }
-        }
-    }
-
-    /// The current time in ms since the epoch, journaled: identical on every replay.
-    ///
-    /// # Errors
-    /// `cancelled`; `journal_miss` in a dry run past the journal.
-    pub async fn now(&self) -> Result<i64, Error> {
-        let value =
-            self.journaled_fact(json!({ "kind": "rand", "fn": "now" }), |run| json!(run.now_ms())).await?;
-        value.as_i64().ok_or_else(|| Error::internal("journaled now() is not an integer"))
-    }
-
-    /// A float in `[0, 1)`, journaled; with a key it binds by key instead of by position.
-    ///
-    /// # Errors
-    /// As for [`Ctx::now`].
-    pub async fn random(&self, key: Option<&str>) -> Result<f64, Error> {
-        let identity = json!({ "kind": "rand", "fn": "random", "key": key });
-        let value = self
-            .journaled_fact(identity, |run| json!((run.next_random_u64() >> 11) as f64 / (1u64 << 53) as f64))
-            .await?;
-        value.as_f64().ok_or_else(|| Error::internal("journaled random() is not a number"))
-    }
-
-    /// A version-4 UUID, journaled.
-    ///
-    /// # Errors
-    /// As for [`Ctx::now`].
-    pub async fn uuid(&self) -> Result<String, Error> {
-        let value = self
-            .journaled_fact(json!({ "kind": "rand", "fn": "uuid" }), |run| {
-                let mut bytes = [0u8; 16];
-                bytes[..8].copy_from_slice(&run.next_random_u64().to_le_bytes());
-                bytes[8..].copy_from_slice(&run.next_random_u64().to_le_bytes());
-                bytes[6] = (bytes[6] & 0x0f) | 0x40;
-                bytes[8] = (bytes[8] & 0x3f) | 0x80;
-                let hex = hex::encode(bytes);
-                json!(format!(
-                    "{}-{}-{}-{}-{}",
-                    &hex[..8],
-                    &hex[8..12],
-                    &hex[12..16],
-                    &hex[16..20],
-                    &hex[20..]
-                ))
-            })
-            .await?;
-        value.as_str().map(str::to_owned).ok_or_else(|| Error::internal("journaled uuid() is not a string"))
-    }
 }
 
-/// The scope segment of a step's body: from its content key and its ordinal among same-key
-/// steps of its scope, never from a running counter.
 /// The scope of an agent call's approval waits: `at:agent-KEY:ordinal`, from the call's
 /// identity (KEY: the first 16 hex digits of its content key).
 fn approvals_segment(key: ContentKey, ordinal: u32) -> Segment {
     let mut hex = key.to_hex();
     hex.truncate(16);
     Segment::Site { label: format!("agent-{hex}"), index: ordinal }
-}
-
-fn step_segment(key: ContentKey, ordinal: u32) -> Segment {
-    let mut hex = key.to_hex();
-    hex.truncate(16);
-    Segment::Step { key: hex, ordinal }
-}
-
-fn engine_share(ctx: &Ctx, opts: &WorkflowOptions) -> AccountId {
-    ctx.run.budget.open_sub_account(ctx.account, ctx.run.engine.child_share_ppm, opts.budget)
 }
 
 fn agent_end_event(entry: &Entry) -> EventKind {
@@ -1496,7 +783,8 @@ impl BudgetHooks for AccountHooks<'_> {
         id: &'b str,
         args: Value,
     ) -> futures::future::BoxFuture<'b, Result<String, Error>> {
-        Box::pin(super::tool_call::run_tool(self.own_scope(), tool, id, args))
+        // Journaled in the call's own scope, with its events (`tool_call.rs`).
+        Box::pin(self.own_scope().run_tool(tool, id, args))
     }
 }
 

@@ -10,23 +10,9 @@
 //! from a newly inserted call: it runs live, and the journaled call it replaced is counted as
 //! orphaned in the preview. Label calls whose prompts you edit to have those explained too.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
-
 use super::run::RunState;
 use crate::error::{Error, ErrorCode};
-use crate::journal::{Entry, IdentitySummary, Kind, ScopePath, Seq, Status};
-
-/// A resume's re-key policy and what it found.
-#[derive(Debug, Default)]
-pub(crate) struct Rekeys {
-    /// Re-keyed calls run live without asking.
-    accept: bool,
-    /// Journaled calls already paired with a re-keyed live call.
-    claimed: Mutex<HashSet<Seq>>,
-    /// One line per refused call.
-    refused: Mutex<Vec<String>>,
-}
+use crate::journal::{Entry, IdentitySummary, Kind, ScopePath, Status};
 
 /// A live agent call, as its identity summary and the fields kept beside it.
 pub(crate) struct LiveAgent<'a> {
@@ -34,35 +20,6 @@ pub(crate) struct LiveAgent<'a> {
     pub(crate) agent_type: Option<&'a str>,
     pub(crate) summary: &'a IdentitySummary,
     pub(crate) label: Option<&'a str>,
-}
-
-impl Rekeys {
-    /// The policy of a run: `accept` lets re-keyed calls run live.
-    pub(crate) fn new(accept: bool) -> Rekeys {
-        Rekeys { accept, ..Rekeys::default() }
-    }
-
-    /// The refusal to report when the run ends, if any call was refused.
-    pub(crate) fn refusal(&self) -> Option<Error> {
-        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        if refused.is_empty() {
-            return None;
-        }
-        let n = refused.len();
-        let mut message = format!(
-            "resuming would run again {n} completed, paid call{} whose identity changed:",
-            if n == 1 { "" } else { "s" }
-        );
-        for line in refused.iter() {
-            message.push_str("\n  ");
-            message.push_str(line);
-        }
-        message.push_str(
-            "\nnothing was dispatched; resume with --accept-rekey to run them again (each is paid anew), \
-             or with the settings the run started with",
-        );
-        Some(Error::new(ErrorCode::RekeyRefused, message))
-    }
 }
 
 /// Checks a live agent call of a resumed run against the journal; `Ok(None)` lets it run,

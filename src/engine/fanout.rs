@@ -13,9 +13,12 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::Dropped;
 use super::admission::Turns;
-use super::ctx::{Ctx, ParallelOptions, PipelineOptions};
+use super::ctx::Ctx;
+use super::options::{OnError, OnItemError, ParallelOptions, PipelineOptions};
+use super::outcome::Dropped;
+use super::run::RunState;
+use super::writer::Durability;
 use crate::error::{Error, ErrorCode};
 use crate::journal::{ContentKey, Entry, Kind, Segment, Seq, Status};
 use tokio_util::sync::CancellationToken;
@@ -44,18 +47,6 @@ where
     Arc::new(move |ctx, value| Box::pin(body(ctx, value)))
 }
 
-/// What a failed pipeline item does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnItemError {
-    /// Abort the pipeline (cancelling the other items) and raise the error.
-    #[default]
-    Throw,
-    /// Leave the item out of the result; the loss is itemized in `dropped`.
-    Drop,
-    /// Put `{"error": {...}}` in the item's place.
-    Collect,
-}
-
 /// The most stages a pipeline may have.
 const MAX_STAGES: usize = 6;
 
@@ -63,7 +54,7 @@ const MAX_STAGES: usize = 6;
 /// fail, journaled as a `decision` entry before the cancellation of its unfinished siblings
 /// takes effect (timing chose it; a replay must not).
 struct FailFast {
-    run: Arc<super::RunState>,
+    run: Arc<RunState>,
     scope: crate::journal::ScopePath,
     key: ContentKey,
     ordinal: u32,
@@ -118,7 +109,7 @@ impl FailFast {
             entry.set_value(Some(&json!({ "type": FAIL_FAST_DECISION, "error": error })));
             // Queued before the cancellation: the cancelled siblings' entries follow it in the
             // journal. A write failure latches and fails the run; the cancel happens anyway.
-            let _ = self.run.append_one(entry, super::run::Durability::Deferred);
+            let _ = self.run.append_one(entry, Durability::Deferred);
         }
         group.cancel();
     }
@@ -214,7 +205,7 @@ impl Ctx {
             return Ok(Vec::new());
         }
         let group = self.cancel.child_token();
-        let abort_on_error = !opts.settle && opts.on_error != Some(super::OnError::Null);
+        let abort_on_error = !opts.settle && opts.on_error != Some(OnError::Null);
         let total = branches.len();
         let fail_fast = if abort_on_error {
             let site_key = FailFast::key(site)?;

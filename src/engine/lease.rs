@@ -15,23 +15,18 @@
 //! between records the same resolution twice, and the second attempt is recorded as not
 //! applied.
 
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::EngineInner;
-use super::run::RunState;
+use super::registry::EngineInner;
+use super::resolution::{check_stored_resolution, resolve_stored};
 use crate::error::{Error, ErrorCode};
 use crate::store::{self, Lease, RunId};
 
 /// How long a run's lease lasts without renewal, unless the engine is told otherwise.
 pub(crate) const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
-
-/// How often a driver with open waits looks for resolutions left in its inbox.
-const INBOX_POLL: Duration = Duration::from_millis(200);
 
 /// How a resolution of an external wait was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -48,9 +43,9 @@ pub enum Resolution {
 
 /// One resolution waiting in a run's inbox.
 #[derive(Debug, Serialize, Deserialize)]
-struct InboxItem {
-    key: String,
-    value: Value,
+pub(super) struct InboxItem {
+    pub(super) key: String,
+    pub(super) value: Value,
 }
 
 /// Who this process is, as a lease's owner: `pid N on HOST`.
@@ -139,46 +134,15 @@ pub(crate) fn release(engine: &EngineInner, lease: Option<&Lease>) {
     }
 }
 
-/// Keeps a driven run's lease alive (renewed every third of its ttl) and drains its inbox
-/// while it has open waits, until `stop` fires or the run is gone.
-pub(crate) fn spawn_keeper(state: &Arc<RunState>, lease: Option<Lease>, stop: CancellationToken) {
-    let weak: Weak<RunState> = Arc::downgrade(state);
-    let ttl = state.engine.lease_ttl;
-    let renew_every = (ttl / 3).max(Duration::from_millis(10));
-    tokio::spawn(async move {
-        let mut renewed = Instant::now();
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(INBOX_POLL.min(renew_every)) => {}
-                _ = stop.cancelled() => return,
-            }
-            let Some(state) = weak.upgrade() else { return };
-            if let Some(lease) = &lease
-                && renewed.elapsed() >= renew_every
-            {
-                let engine = state.engine.clone();
-                let held = lease.clone();
-                let renewal = tokio::task::spawn_blocking(move || match engine.journal.leases() {
-                    Some(leases) => leases.renew(&held, engine.lease_ttl),
-                    None => Ok(()),
-                })
-                .await;
-                match renewal {
-                    Ok(Ok(())) => renewed = Instant::now(),
-                    Ok(Err(e)) => {
-                        // Every later write is fenced off anyway: stop dispatching now.
-                        state.lease_lost(Error::from(e));
-                        return;
-                    }
-                    Err(_) => {}
-                }
-            }
-            if state.has_waits() && !stop.is_cancelled() {
-                let drained = state.clone();
-                let _ = tokio::task::spawn_blocking(move || drain_live(&drained)).await;
-            }
-        }
-    });
+/// Renews the lease for another ttl.
+///
+/// # Errors
+/// The store's refusal: the lease expired and another driver may hold the run.
+pub(crate) fn renew(engine: &EngineInner, lease: &Lease) -> Result<(), Error> {
+    match engine.journal.leases() {
+        Some(leases) => leases.renew(lease, engine.lease_ttl).map_err(Error::from),
+        None => Ok(()),
+    }
 }
 
 fn inbox_prefix(run: &RunId) -> String {
@@ -186,7 +150,7 @@ fn inbox_prefix(run: &RunId) -> String {
 }
 
 /// The inbox's items, oldest first.
-fn inbox(engine: &EngineInner, run: &RunId) -> Result<Vec<(String, InboxItem)>, Error> {
+pub(super) fn inbox(engine: &EngineInner, run: &RunId) -> Result<Vec<(String, InboxItem)>, Error> {
     let prefix = inbox_prefix(run);
     let mut items = Vec::new();
     for blob_ref in engine.transcripts.list(run)?.into_iter().filter(|r| r.starts_with(&prefix)) {
@@ -200,26 +164,11 @@ fn inbox(engine: &EngineInner, run: &RunId) -> Result<Vec<(String, InboxItem)>, 
     Ok(items)
 }
 
-/// Applies the inbox of a live run through its own journal writer.
-fn drain_live(state: &Arc<RunState>) {
-    let engine = &state.engine;
-    let Ok(items) = inbox(engine, &state.run_id) else { return };
-    for (blob_ref, item) in items {
-        match state.resolve_external(&item.key, item.value) {
-            // Durable (applied or recorded as not applied), or refused for good: done with it.
-            Ok(_) => {}
-            Err(e) if e.code == ErrorCode::Validation => {}
-            Err(_) => return,
-        }
-        let _ = engine.transcripts.delete(&blob_ref);
-    }
-}
-
 /// Applies what a driver left in the inbox, under the resuming driver's lease, before the
 /// journal is loaded.
 pub(crate) fn drain_stored(engine: &EngineInner, run: &RunId, lease: Option<&Lease>) -> Result<(), Error> {
     for (blob_ref, item) in inbox(engine, run)? {
-        match super::run::resolve_stored(engine, run, &item.key, item.value, lease) {
+        match resolve_stored(engine, run, &item.key, item.value, lease) {
             Ok(_) => {}
             Err(e) if e.code == ErrorCode::Validation => {}
             Err(e) => return Err(e),
@@ -239,7 +188,7 @@ pub(crate) fn resolve(
 ) -> Result<Resolution, Error> {
     let of = |applied: bool| if applied { Resolution::Applied } else { Resolution::AlreadyResolved };
     let Some(leases) = engine.journal.leases() else {
-        return super::run::resolve_stored(engine, run, key, value, None).map(of);
+        return resolve_stored(engine, run, key, value, None).map(of);
     };
     // An unknown run is refused before any lease is taken: a lease on a run about to start
     // would keep its driver out.
@@ -248,12 +197,12 @@ pub(crate) fn resolve(
     }
     match leases.acquire(run, &owner(), engine.lease_ttl) {
         Ok(lease) => {
-            let outcome = super::run::resolve_stored(engine, run, key, value, Some(&lease));
+            let outcome = resolve_stored(engine, run, key, value, Some(&lease));
             let _ = leases.release(&lease);
             outcome.map(of)
         }
         Err(store::Error::LeaseHeld { .. }) => {
-            super::run::check_stored_resolution(engine, run, key, &value)?;
+            check_stored_resolution(engine, run, key, &value)?;
             let item = InboxItem { key: key.to_owned(), value };
             let bytes = serde_json::to_vec(&item).map_err(|e| Error::validation(e.to_string()))?;
             let name = format!("{}{}", inbox_prefix(run), ulid::Ulid::generate());

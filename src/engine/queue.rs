@@ -27,7 +27,10 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{Engine, EngineInner, ErrorPolicy, ResumeOptions, RunOptions, Script};
+use super::dialect::Script;
+use super::inputs::{ResumeOptions, RunOptions};
+use super::options::ErrorPolicy;
+use super::registry::{Engine, EngineInner};
 use crate::error::{Error, ErrorCode};
 use crate::journal::{self, Entry, Kind, ScopePath, Seq, Status};
 use crate::store::{Claim, Lease, RunId, RunMeta, RunQueue, RunStatus};
@@ -65,7 +68,7 @@ impl Engine {
         }
         let dialect = self.dialect(&script.dialect)?;
         dialect.prepare(self, &script.name, &script.source)?;
-        let ceiling = super::run::validate_budget(options.budget_usd, engine.default_budget)?;
+        let ceiling = super::inputs::validate_budget(options.budget_usd, engine.default_budget)?;
         let run_id = options.run_id.clone().unwrap_or_else(RunId::generate);
         let lease = super::lease::acquire(engine, &run_id)?;
         let stored =
@@ -199,8 +202,8 @@ fn store_queued(
         return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
     }
     let args_canonical = journal::canonical_json(args).map_err(|e| Error::validation(e.to_string()))?;
-    engine.transcripts.put(&super::run::args_ref(run_id), args_canonical.as_bytes())?;
-    engine.transcripts.put(&super::run::source_ref(run_id), script.source.as_bytes())?;
+    engine.transcripts.put(&super::inputs::args_ref(run_id), args_canonical.as_bytes())?;
+    engine.transcripts.put(&super::inputs::source_ref(run_id), script.source.as_bytes())?;
     let mut extra = serde_json::Map::new();
     if options.policy == ErrorPolicy::Lenient || script.policy == ErrorPolicy::Lenient {
         extra.insert("policy".into(), Value::from("lenient"));
@@ -217,7 +220,7 @@ fn store_queued(
         hash_version: journal::HASH_VERSION,
         budget_ceiling: ceiling,
         dialect: Some(dialect.to_owned()),
-        source_ref: Some(super::run::source_ref(run_id)),
+        source_ref: Some(super::inputs::source_ref(run_id)),
         source_hash: Some(script.source_hash()),
         args_hash: Some(journal::content_key_of_canonical(&args_canonical).to_hex()),
         segments: 0,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::EngineInner;
+use super::registry::EngineInner;
 use crate::error::Error;
 use crate::model::{InvocationRole, ModelRef};
 use crate::store::RunMeta;

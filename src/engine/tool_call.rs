@@ -48,14 +48,20 @@ pub(crate) fn args_digest(args: &Value) -> String {
     hex
 }
 
-/// Runs (or serves from the journal) one permitted tool call of the agent whose own scope
-/// `ctx` is.
-pub(super) async fn run_tool(
-    ctx: &Ctx,
-    tool: &Arc<dyn Tool>,
-    id: &str,
-    args: Value,
-) -> Result<String, Error> {
+impl Ctx {
+    /// Runs (or serves from the journal) one permitted tool call of the agent whose own scope
+    /// this context is.
+    pub(super) async fn run_tool(
+        &self,
+        tool: &Arc<dyn Tool>,
+        id: &str,
+        args: Value,
+    ) -> Result<String, Error> {
+        run_tool(self, tool, id, args).await
+    }
+}
+
+async fn run_tool(ctx: &Ctx, tool: &Arc<dyn Tool>, id: &str, args: Value) -> Result<String, Error> {
     let digest = args_digest(&args);
     let span = ctx.run.new_span();
     let start =

@@ -139,19 +139,6 @@ pub struct LintContext {
     pub models: Option<BTreeSet<String>>,
 }
 
-impl From<crate::engine::Registered> for LintContext {
-    /// What an engine has registered, accepting any well-formed model ref.
-    fn from(registered: crate::engine::Registered) -> LintContext {
-        LintContext {
-            profiles: registered.profiles.into_iter().collect(),
-            toolsets: registered.toolsets.into_iter().collect(),
-            host_functions: registered.host_functions.into_iter().collect(),
-            child_workflows: registered.workflows.into_iter().collect(),
-            models: None,
-        }
-    }
-}
-
 impl LintContext {
     /// A context in which nothing is registered and any model ref is accepted.
     pub fn empty() -> Self {

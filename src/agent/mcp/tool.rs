@@ -9,7 +9,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
-use super::{McpServerSpec, Session, failed};
+use super::session::Session;
+use super::spec::{McpServerSpec, failed};
 use crate::agent::Tool;
 use crate::error::Error;
 
@@ -229,7 +230,7 @@ fn base64_len(data: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::mcp::McpTransport;
+    use crate::agent::mcp::spec::McpTransport;
 
     fn spec(max: usize) -> McpServerSpec {
         McpServerSpec {

@@ -1,0 +1,101 @@
+//! Resolutions of external waits, the journal side: finding the wait a key names, checking a
+//! value against the wait's schema, the `resolution` ref-entry, and resolving a run that is
+//! not live in this process (appended to its stored journal).
+
+use serde_json::Value;
+
+use super::registry::EngineInner;
+use crate::error::Error;
+use crate::journal::{self, ContentKey, Entry, Kind, Resolutions, ScopePath, Seq, Status};
+use crate::store::{Lease, RunId};
+
+/// The newest suspended `external` entry for `key`.
+pub(super) fn find_suspension<'a>(
+    entries: impl DoubleEndedIterator<Item = &'a Entry>,
+    key: &str,
+) -> Option<Seq> {
+    entries
+        .rev()
+        .find(|e| e.kind == Kind::External && e.status == Status::Suspended && e.name.as_deref() == Some(key))
+        .map(|e| e.seq)
+}
+
+/// Refuses a resolution that does not satisfy the wait's schema; the wait stays open.
+pub(super) fn check_resolution(suspended: Option<&Entry>, key: &str, value: &Value) -> Result<(), Error> {
+    let Some(schema) =
+        suspended.and_then(|e| e.value()).and_then(|v| v.get("schema").cloned()).filter(|s| !s.is_null())
+    else {
+        return Ok(());
+    };
+    let validator = jsonschema::validator_for(&schema)
+        .map_err(|e| Error::validation(format!("the wait on {key:?} has an invalid schema: {e}")))?;
+    let problems: Vec<String> =
+        validator.iter_errors(value).map(|e| format!("at '{}': {e}", e.instance_path())).collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::validation(format!(
+            "the resolution of {key:?} does not match its schema: {}",
+            problems.join("; ")
+        )))
+    }
+}
+
+/// The `resolution` ref-entry of an attempt to close the wait journaled at `target`.
+pub(super) fn resolution_entry(target: Seq, key: &str, value: Value) -> Entry {
+    let identity = serde_json::json!({ "kind": "resolution", "key": key });
+    let content = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
+    let mut entry = Entry::new(Seq(0), Kind::Resolution, Status::Ok, ScopePath::root(), content, 0);
+    entry.target = Some(target);
+    entry.set_value(Some(&value));
+    entry.name = Some(key.to_owned());
+    entry
+}
+
+/// Appends a resolution to a run that is not live here (under its lease, when given).
+pub(super) fn resolve_stored(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    value: Value,
+    lease: Option<&Lease>,
+) -> Result<bool, Error> {
+    let (entries, target) = stored_wait(engine, run_id, key, &value)?;
+    let applied = !Resolutions::fold(entries.iter()).is_closed(target);
+    let mut entry = resolution_entry(target, key, value);
+    entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
+    entry.ts = Some(engine.clock.now_ms());
+    engine.journal.append(run_id, &[journal::encode(&entry)?], lease)?;
+    Ok(applied)
+}
+
+/// Checks that a stored run waits on `key` and that `value` satisfies the wait.
+///
+/// # Errors
+/// `config` for an unknown run; `validation` for no such wait or a value its schema refuses.
+pub(super) fn check_stored_resolution(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    value: &Value,
+) -> Result<(), Error> {
+    stored_wait(engine, run_id, key, value).map(drop)
+}
+
+/// The stored journal and the seq of the wait on `key` a resolution with `value` targets.
+fn stored_wait(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    value: &Value,
+) -> Result<(Vec<Entry>, Seq), Error> {
+    if engine.journal.get_meta(run_id)?.is_none() {
+        return Err(Error::config(format!("unknown run {run_id}")));
+    }
+    let raw = engine.journal.load(run_id)?;
+    let entries = journal::decode_all(&raw)?;
+    let target = find_suspension(entries.iter(), key)
+        .ok_or_else(|| Error::validation(format!("run {run_id} has no wait on key {key:?}")))?;
+    check_resolution(entries.iter().find(|e| e.seq == target), key, value)?;
+    Ok((entries, target))
+}
