@@ -132,6 +132,9 @@ pub fn cairn_command(dir: &Path, cwd: &Path, env: &[(&str, &str)], args: &[&str]
     let config = dir.join("cairn.toml");
     let store = format!("sqlite:{}", dir.join("runs.db").display());
     let mut cmd = crate::scripted_server::cairn_in(cwd);
+    // No run here waits on a stale lease (a killed driver's is taken over at once, its process
+    // being gone), and a 300 ms one can lapse on a loaded machine while its driver is alive.
+    cmd.env("CAIRN_LEASE_TTL_MS", "30000");
     cmd.env("CAIRN_MCP_LOG", dir.join("mcp.log")).args([
         "--config",
         config.to_str().unwrap(),
@@ -155,7 +158,7 @@ pub fn cairn_process(dir: &Path, args: &[&str]) -> std::process::Command {
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
-        .env("CAIRN_LEASE_TTL_MS", "300")
+        .env("CAIRN_LEASE_TTL_MS", "30000")
         .env("CAIRN_MCP_LOG", dir.join("mcp.log"))
         .args(["--config", config.to_str().unwrap(), "--store", &store])
         .args(args);
