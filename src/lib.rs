@@ -53,7 +53,10 @@ pub mod text;
 mod tidy;
 mod usage;
 
-pub use agent::{Permission, PermissionHook, Permissions, Tool, Toolset, fs_read_toolset, toolset_hash};
+pub use agent::{
+    Permission, PermissionHook, Permissions, Tool, ToolJournaling, ToolSource, Toolset, fs_read_toolset,
+    toolset_hash,
+};
 pub use alloc::CountingAlloc;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use engine::{

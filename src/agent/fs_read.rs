@@ -231,6 +231,10 @@ impl Tool for FsTool {
         "1"
     }
 
+    fn journaling(&self) -> crate::agent::ToolJournaling {
+        crate::agent::ToolJournaling::Read
+    }
+
     fn call(&self, args: Value) -> BoxFuture<'static, Result<String, Error>> {
         // Arguments are checked here too: the engine validates against `parameters()`, but a
         // tool must not trust that every caller went through the engine.

@@ -10,8 +10,10 @@
 mod context_bound;
 pub(crate) mod cost;
 mod fs_read;
+mod host_tool;
 #[cfg(test)]
 mod loop_tests;
+pub(crate) mod mcp;
 mod permissions;
 mod retry;
 mod schema;
@@ -20,9 +22,12 @@ mod tools;
 pub(crate) use context_bound::DEFAULT_MAX_CONTEXT_TOKENS;
 pub use fs_read::fs_read_toolset;
 pub(crate) use fs_read::{SearchBounds, fs_read_toolset_bounded};
+pub(crate) use host_tool::{HostFunction, HostFunctionTool};
 pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
 pub(crate) use retry::Backoff;
-pub use tools::{Permission, PermissionHook, Permissions, Tool, Toolset, toolset_hash};
+pub use tools::{
+    Permission, PermissionHook, Permissions, Tool, ToolJournaling, ToolSource, Toolset, toolset_hash,
+};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -73,6 +78,16 @@ pub(crate) trait BudgetHooks: Send + Sync {
     /// whether it was approved; fails when the run stops while waiting.
     fn approve<'a>(&'a self, _request: &'a ApprovalRequest) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(async { Ok(false) })
+    }
+    /// Runs one permitted tool call (`id` as the loop minted it). The engine journals it and
+    /// announces it with start and end events; the default just runs it.
+    fn run_tool<'a>(
+        &'a self,
+        tool: &'a Arc<dyn Tool>,
+        id: &'a str,
+        args: Value,
+    ) -> BoxFuture<'a, Result<String, Error>> {
+        tool.call_with_id(id, args)
     }
 }
 
@@ -521,7 +536,7 @@ async fn answer_tool_call(
         }
         return Ok((format!("error: invalid arguments for {}: {}", call.name, problems.join("; ")), true));
     }
-    match spec.permissions.decide(&call.name, &call.arguments) {
+    match spec.permissions.decide_tool(tool.as_ref(), &call.arguments) {
         Permission::Allow => {}
         Permission::Deny(reason) => return Ok((format!("error: denied: {reason}"), true)),
         Permission::Ask => {
@@ -538,7 +553,7 @@ async fn answer_tool_call(
             }
         }
     }
-    match tool.call_with_id(&call.id, call.arguments.clone()).await {
+    match hooks.run_tool(tool, &call.id, call.arguments.clone()).await {
         Ok(text) => Ok((text, false)),
         Err(error) => Ok((format!("error: {}", error.message), true)),
     }

@@ -38,26 +38,106 @@ pub trait Tool: Send + Sync + fmt::Debug {
     fn ends_agent(&self) -> bool {
         false
     }
+    /// The tool's name for permission rules beside the one the model calls it by: an MCP
+    /// tool `search` of server `docs` is `docs_search` to the model and `mcp.docs.search` to
+    /// `[permissions]` (where `docs.*` matches it too).
+    fn qualified_name(&self) -> Option<&str> {
+        None
+    }
+    /// How the engine journals its calls; see [`ToolJournaling`].
+    fn journaling(&self) -> ToolJournaling {
+        ToolJournaling::Effect
+    }
 }
 
-/// A named group of tools, registered on the engine and referred to by name.
+/// How the engine journals a tool's calls. Every call is an entry in the agent call's own
+/// scope, keyed on `{tool, call id, arguments}`, so a resumed loop is served each call that
+/// completed before the crash and never runs it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolJournaling {
+    /// It acts outside the run (a host function, an MCP server): everything queued before
+    /// it is durable before it runs, and its result is durable before the model sees it.
+    Effect,
+    /// It only reads (`fs-read`): journaled without waiting for the write, since running it
+    /// again after a crash changes nothing.
+    Read,
+    /// It journals its own decisions (the orchestrator's tools); the engine adds no entry.
+    Own,
+}
+
+/// Tools that are known only once a server is reached (an MCP server's list), listed at most
+/// once per engine. The list is part of every call's identity, like any tool's contract.
+pub trait ToolSource: Send + Sync + fmt::Debug {
+    /// The source's name, for errors (`mcp server docs`).
+    fn name(&self) -> &str;
+    /// Its tools, connecting on the first call.
+    fn tools(&self) -> BoxFuture<'_, Result<Vec<Arc<dyn Tool>>, Error>>;
+    /// Its tools if it has listed them already (the card of a source never reached says so).
+    fn listed(&self) -> Option<Vec<Arc<dyn Tool>>>;
+}
+
+/// A named group of tools, registered on the engine and referred to by name: tools known
+/// up front and tools of sources listed when an agent first uses the toolset.
 #[derive(Clone)]
 pub struct Toolset {
     name: String,
     tools: Vec<Arc<dyn Tool>>,
+    sources: Vec<Arc<dyn ToolSource>>,
 }
 
 impl fmt::Debug for Toolset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
-        f.debug_struct("Toolset").field("name", &self.name).field("tools", &names).finish()
+        let sources: Vec<&str> = self.sources.iter().map(|s| s.name()).collect();
+        f.debug_struct("Toolset")
+            .field("name", &self.name)
+            .field("tools", &names)
+            .field("sources", &sources)
+            .finish()
     }
 }
 
 impl Toolset {
     /// A toolset of `tools` under `name`.
     pub fn new(name: &str, tools: Vec<Arc<dyn Tool>>) -> Toolset {
-        Toolset { name: name.to_owned(), tools }
+        Toolset { name: name.to_owned(), tools, sources: Vec::new() }
+    }
+
+    /// This toolset with the tools of `source` added when it is used.
+    pub fn with_source(mut self, source: Arc<dyn ToolSource>) -> Toolset {
+        self.sources.push(source);
+        self
+    }
+
+    /// Its sources.
+    pub fn sources(&self) -> &[Arc<dyn ToolSource>] {
+        &self.sources
+    }
+
+    /// Every tool: those known up front, then each source's (listing it on first use).
+    ///
+    /// # Errors
+    /// A source that cannot be reached or listed (`tool_failed`).
+    pub async fn resolve(&self) -> Result<Vec<Arc<dyn Tool>>, Error> {
+        let mut tools = self.tools.clone();
+        for source in &self.sources {
+            tools.extend(source.tools().await?);
+        }
+        Ok(tools)
+    }
+
+    /// The tools known now: those known up front and those of sources already listed; the
+    /// names of sources not listed yet.
+    pub fn listed(&self) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
+        let mut tools = self.tools.clone();
+        let mut unlisted = Vec::new();
+        for source in &self.sources {
+            match source.listed() {
+                Some(listed) => tools.extend(listed),
+                None => unlisted.push(source.name().to_owned()),
+            }
+        }
+        (tools, unlisted)
     }
 
     /// The toolset's name.
@@ -149,10 +229,27 @@ impl Permissions {
 
     /// Decides one call.
     pub fn decide(&self, tool: &str, args: &Value) -> Permission {
-        if let Some(rule) = self.deny.iter().find(|p| glob(p, tool)) {
+        self.decide_named(tool, None, args)
+    }
+
+    /// Decides one call of `tool`: a rule matches the name the model calls it by or its
+    /// qualified name (`mcp.docs.search`, also matched without the `mcp.` in front, so
+    /// `docs.*` covers every tool of server `docs`). The host hook sees the model's name.
+    pub fn decide_tool(&self, tool: &dyn Tool, args: &Value) -> Permission {
+        self.decide_named(tool.name(), tool.qualified_name(), args)
+    }
+
+    fn decide_named(&self, tool: &str, qualified: Option<&str>, args: &Value) -> Permission {
+        let short = qualified.and_then(|q| q.strip_prefix("mcp."));
+        let matches = |pattern: &String| {
+            glob(pattern, tool)
+                || qualified.is_some_and(|q| glob(pattern, q))
+                || short.is_some_and(|s| glob(pattern, s))
+        };
+        if let Some(rule) = self.deny.iter().find(|p| matches(p)) {
             return Permission::Deny(format!("tool {tool:?} is denied by rule {rule:?}"));
         }
-        if self.ask.iter().any(|p| glob(p, tool)) {
+        if self.ask.iter().any(matches) {
             return Permission::Ask;
         }
         if let Some(decision) = self.hook.as_ref().and_then(|hook| hook(tool, args)) {
@@ -215,6 +312,58 @@ mod tests {
         assert!(glob("*", "anything"));
         assert!(glob("a*c*e", "abcde"));
         assert!(!glob("a*c*e", "abcdf"));
+    }
+
+    #[derive(Debug)]
+    struct Named(&'static str, &'static str);
+
+    impl Tool for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            ""
+        }
+        fn parameters(&self) -> &Value {
+            &Value::Null
+        }
+        fn version(&self) -> &str {
+            "1"
+        }
+        fn call(&self, _args: Value) -> BoxFuture<'static, Result<String, Error>> {
+            Box::pin(async { Ok(String::new()) })
+        }
+        fn qualified_name(&self) -> Option<&str> {
+            Some(self.1)
+        }
+    }
+
+    #[test]
+    fn rules_match_an_mcp_tool_by_its_model_name_or_its_qualified_name() {
+        let search = Named("docs_search", "mcp.docs.search");
+        let rules = |deny: &[&str], ask: &[&str]| Permissions {
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+            ask: ask.iter().map(|s| s.to_string()).collect(),
+            ..Permissions::allow_all()
+        };
+        for pattern in ["docs_search", "mcp.docs.search", "docs.*", "mcp.docs.*", "mcp.*", "docs.search"] {
+            assert!(
+                matches!(rules(&[pattern], &[]).decide_tool(&search, &Value::Null), Permission::Deny(_)),
+                "{pattern}"
+            );
+            assert_eq!(
+                rules(&[], &[pattern]).decide_tool(&search, &Value::Null),
+                Permission::Ask,
+                "{pattern}"
+            );
+        }
+        for pattern in ["web.*", "mcp.web.search", "search", "docs"] {
+            assert_eq!(
+                rules(&[pattern], &[]).decide_tool(&search, &Value::Null),
+                Permission::Allow,
+                "{pattern}"
+            );
+        }
     }
 
     #[test]

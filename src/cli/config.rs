@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::host_fn::HostFunctionConfig;
 use crate::engine::{AgentProfile, EngineBuilder};
 use crate::error::{Error, ErrorCode};
 use crate::model::{InvocationRole, ModelRef, PriceTable};
@@ -39,6 +40,9 @@ pub(crate) struct Config {
     pub(crate) toolsets: BTreeMap<String, toml::Table>,
     #[serde(default)]
     pub(crate) host_functions: BTreeMap<String, HostFunctionConfig>,
+    /// MCP servers whose tools toolsets offer (`[mcp.NAME]`).
+    #[serde(default)]
+    pub(crate) mcp: BTreeMap<String, super::tools_config::McpServerConfig>,
     /// Fallback models per requested model: `"anthropic:x" = ["openai:y"]`.
     #[serde(default)]
     pub(crate) fallbacks: BTreeMap<String, Vec<String>>,
@@ -62,6 +66,10 @@ pub(crate) struct Config {
     /// The file this config was read from, named in its errors.
     #[serde(skip)]
     pub(crate) source: Option<PathBuf>,
+    /// That file's directory: relative paths resolve against it, and host functions and MCP
+    /// servers run in it.
+    #[serde(skip)]
+    pub(crate) dir: Option<PathBuf>,
 }
 
 /// `[retry]`: `max_attempts` (first included, default 4), `initial_backoff_ms` (250, doubled
@@ -224,24 +232,6 @@ pub(crate) struct ProfileConfig {
     max_context_tokens: Option<u64>,
 }
 
-/// A host function backed by a command: the call's JSON arguments on stdin, its JSON
-/// result on stdout; a non-zero exit is a `tool_failed` error.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct HostFunctionConfig {
-    command: Vec<String>,
-    timeout_ms: Option<u64>,
-    /// The environment variables the command inherits (default `["PATH"]`); nothing else of
-    /// cairn's environment (API keys included) reaches it.
-    env: Option<Vec<String>>,
-    /// The most bytes read back from its stdout or stderr (default 16 MiB).
-    max_output_bytes: Option<u64>,
-    /// What it does, for the planner's profile card.
-    description: Option<String>,
-    /// A JSON Schema (as a TOML table) of the arguments it accepts, for the profile card.
-    accepts: Option<toml::Table>,
-}
-
 impl Config {
     /// Reads `path`; a missing file is an empty config when `required` is false.
     pub(crate) fn load(path: &Path, required: bool) -> Result<Config, Error> {
@@ -252,6 +242,10 @@ impl Config {
         };
         let mut config =
             Config::parse(&text).map_err(|e| Error::config(format!("{}: {}", path.display(), e.message)))?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        // Absolute: host functions and MCP servers run in it, so their program paths (resolved
+        // against it) must not depend on the working directory either.
+        config.dir = Some(std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()));
         config.validate().map_err(|message| Error::config(format!("{}: {message}", path.display())))?;
         config.resolve_relative_to(path.parent().unwrap_or(Path::new("")));
         config.source = Some(path.to_owned());
@@ -310,7 +304,17 @@ impl Config {
                 return Err(format!("host_functions.{name}.max_output_bytes = 0: must be positive"));
             }
         }
-        Ok(())
+        super::tools_config::validate(&self.tools())
+    }
+
+    /// What of this file the toolsets read.
+    pub(crate) fn tools(&self) -> super::tools_config::ToolsConfig<'_> {
+        super::tools_config::ToolsConfig {
+            toolsets: &self.toolsets,
+            host_functions: &self.host_functions,
+            mcp: &self.mcp,
+            dir: self.dir.as_deref(),
+        }
     }
 
     /// Resolves the relative paths of the file (`store`, `prices`, an `fs-read` root, a
@@ -343,7 +347,9 @@ impl Config {
             if let Some(program) = host.command.first_mut()
                 && program.contains('/')
             {
-                *program = join(program);
+                // Absolute: the command starts in the config's directory, not the caller's.
+                let joined = join(program);
+                *program = std::path::absolute(&joined).map_or(joined, |p| p.display().to_string());
             }
         }
     }
@@ -478,29 +484,35 @@ impl Config {
         for (name, profile) in &self.profiles {
             builder = builder.profile(name, profile.build(name)?);
         }
-        for (name, table) in &self.toolsets {
-            builder = builder.toolset(build_toolset(name, table)?);
-        }
+        let mut functions: BTreeMap<String, crate::agent::HostFunction> = BTreeMap::new();
         for (name, host) in &self.host_functions {
             if host.command.is_empty() {
                 return Err(Error::config(format!("host_functions.{name}: command is empty")));
             }
-            let mut command = host.command(name);
+            let mut command = host.command(name, self.dir.as_deref());
             command.tape = self.host_tape.clone();
             let command = Arc::new(command);
-            builder = builder.host_function(name, move |args: Value| {
+            let function: crate::agent::HostFunction = Arc::new(move |args: Value| {
                 let command = command.clone();
-                async move { command.call(args).await }
+                Box::pin(async move { command.call(args).await })
             });
+            functions.insert(name.clone(), function.clone());
+            builder = builder.host_function(name, move |args: Value| function(args));
             if host.description.is_some() || host.accepts.is_some() {
-                let accepts = host.accepts.as_ref().map(|table| {
-                    serde_json::to_value(table).map_err(|e| {
-                        Error::config(format!("host_functions.{name}.accepts: not a JSON Schema: {e}"))
+                let accepts = host
+                    .accepts
+                    .as_ref()
+                    .map(|accepts| {
+                        super::tools_config::accepts_schema(name, accepts, self.dir.as_deref())
+                            .map_err(Error::config)
                     })
-                });
+                    .transpose()?;
                 let description = host.description.as_deref().unwrap_or_default();
-                builder = builder.describe_host_function(name, description, accepts.transpose()?);
+                builder = builder.describe_host_function(name, description, accepts);
             }
+        }
+        for toolset in super::tools_config::build_toolsets(&self.tools(), &functions)? {
+            builder = builder.toolset(toolset);
         }
         if let Some(n) = self.concurrency {
             builder = builder.max_concurrency(n);
@@ -525,53 +537,6 @@ impl Config {
             self.host_functions.keys().cloned().collect(),
         )
     }
-}
-
-/// A toolset from its config table. The built-in one is `fs-read` (`root = "DIR"`, read-only
-/// access confined to that directory); nothing is registered unless configured.
-fn build_toolset(name: &str, table: &toml::Table) -> Result<crate::agent::Toolset, Error> {
-    let kind = table.get("kind").and_then(|k| k.as_str()).unwrap_or(name);
-    for key in table.keys() {
-        if !matches!(key.as_str(), "kind" | "root" | "max_scan_bytes" | "timeout_ms") {
-            return Err(Error::config(format!(
-                "toolsets.{name}: unknown key {key:?} (use root, max_scan_bytes, timeout_ms)"
-            )));
-        }
-    }
-    match kind {
-        "fs-read" => {
-            let root = table.get("root").and_then(|r| r.as_str()).ok_or_else(|| {
-                Error::config(format!("toolsets.{name}: set root = \"DIR\", the directory it may read"))
-            })?;
-            let toolset =
-                crate::agent::fs_read_toolset_bounded(Path::new(root), search_bounds(name, table)?)?;
-            Ok(crate::agent::Toolset::new(name, toolset.tools().to_vec()))
-        }
-        other => {
-            Err(Error::config(format!("toolsets.{name}: unknown toolset kind {other:?} (built in: fs-read)")))
-        }
-    }
-}
-
-/// `max_scan_bytes` and `timeout_ms` of an `fs-read` toolset: positive integers.
-fn search_bounds(name: &str, table: &toml::Table) -> Result<crate::agent::SearchBounds, Error> {
-    let positive = |key: &str| -> Result<Option<u64>, Error> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(toml::Value::Integer(n)) if *n > 0 => Ok(Some(*n as u64)),
-            Some(other) => {
-                Err(Error::config(format!("toolsets.{name}.{key} = {other}: must be a positive integer")))
-            }
-        }
-    };
-    let mut bounds = crate::agent::SearchBounds::default();
-    if let Some(bytes) = positive("max_scan_bytes")? {
-        bounds.max_scan_bytes = bytes;
-    }
-    if let Some(ms) = positive("timeout_ms")? {
-        bounds.timeout = Duration::from_millis(ms);
-    }
-    Ok(bounds)
 }
 
 fn parse_model(text: &str, at: &str) -> Result<ModelRef, Error> {
@@ -661,20 +626,6 @@ impl ProviderConfig {
             Some(tokens) => Arc::new(crate::provider::WithContextWindow::new(provider, tokens)),
             None => provider,
         })
-    }
-}
-
-impl HostFunctionConfig {
-    /// The command this table configures, with its defaults filled in.
-    pub(crate) fn command(&self, name: &str) -> super::host_fn::HostCommand {
-        super::host_fn::HostCommand {
-            name: name.to_owned(),
-            command: self.command.clone(),
-            timeout: self.timeout_ms.map_or(super::host_fn::DEFAULT_TIMEOUT, Duration::from_millis),
-            env: self.env.clone().unwrap_or_else(|| vec!["PATH".to_owned()]),
-            max_output: self.max_output_bytes.unwrap_or(super::host_fn::DEFAULT_MAX_OUTPUT_BYTES),
-            tape: None,
-        }
     }
 }
 
@@ -799,5 +750,53 @@ mod tests {
         }
         let negative = Config::parse("[budget]\ndefault_usd = -1").unwrap();
         assert_eq!(negative.default_budget().unwrap_err().code, ErrorCode::Config);
+    }
+
+    fn check_tools(text: &str) -> Result<(), String> {
+        let config = Config::parse(text).map_err(|e| e.message)?;
+        config.validate()
+    }
+
+    #[test]
+    fn toolsets_and_servers_are_checked_at_load() {
+        let good = r#"
+            [toolsets.research]
+            host_functions = ["fetch"]
+            mcp = ["docs", "web"]
+            [host_functions.fetch]
+            command = ["python3", "fetch.py"]
+            description = "Fetches."
+            accepts = { type = "object" }
+            [mcp.docs]
+            command = ["python3", "server.py"]
+            [mcp.web]
+            url = "http://127.0.0.1:9/mcp"
+            headers = { Authorization = "WEB_TOKEN" }
+        "#;
+        check_tools(good).unwrap();
+        for (bad, says) in [
+            ("[toolsets.a]\nmcp = [\"nope\"]", "unknown MCP server \"nope\""),
+            ("[toolsets.a]\nhost_functions = [\"f\"]", "\"f\" is not a [host_functions] table"),
+            (
+                "[toolsets.a]\nhost_functions = [\"f\"]\n[host_functions.f]\ncommand = [\"x\"]",
+                "needs a description",
+            ),
+            (
+                "[toolsets.a]\nhost_functions = [\"f\"]\n[host_functions.f]\ncommand = [\"x\"]\ndescription = \"d\"",
+                "needs accepts",
+            ),
+            ("[mcp.a]\n", "set command"),
+            ("[mcp.a]\ncommand = [\"x\"]\nurl = \"http://x\"", "not both"),
+            ("[mcp.a]\nurl = \"ftp://x\"", "http or https"),
+            ("[mcp.a]\ncommand = [\"x\"]\ntimeout_ms = 0", "timeout_ms = 0"),
+            ("[mcp.a]\ncommand = [\"x\"]\nheaders = { A = \"B\" }", "only a server with a url"),
+            ("[mcp.\"a.b\"]\ncommand = [\"x\"]", "the name must be"),
+            ("[toolsets.a]\nmcps = []", "unknown key \"mcps\""),
+            ("[host_functions.f]\ncommand = [\"x\"]\naccepts = 3", "a JSON Schema table"),
+            ("[host_functions.f]\ncommand = [\"x\"]\naccepts = { type = 7 }", "not a valid JSON Schema"),
+        ] {
+            let error = check_tools(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
     }
 }

@@ -6,9 +6,13 @@
 //! the command's own choice); `timeout_ms` bounds the whole exchange and kills the command's
 //! process group, children included; the bytes read back are capped; and the command starts
 //! with a clean environment holding only the variables its config allows (default `PATH`), so
-//! API keys are never inherited.
+//! API keys are never inherited, in the directory of the `cairn.toml` that declares it, so
+//! `command = ["python3", "tool.py"]` beside the config works from any directory.
 
+use std::path::Path;
 use std::time::Duration;
+
+use serde::Deserialize;
 
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -20,6 +24,42 @@ pub(super) const DEFAULT_MAX_OUTPUT_BYTES: u64 = 16 * 1024 * 1024;
 /// The default bound on one exchange.
 pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A host function backed by a command: the call's JSON arguments on stdin, its JSON
+/// result on stdout; a non-zero exit is a `tool_failed` error.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HostFunctionConfig {
+    pub(super) command: Vec<String>,
+    pub(super) timeout_ms: Option<u64>,
+    /// The environment variables the command inherits (default `["PATH"]`); nothing else of
+    /// cairn's environment (API keys included) reaches it.
+    pub(super) env: Option<Vec<String>>,
+    /// The most bytes read back from its stdout or stderr (default 16 MiB).
+    pub(super) max_output_bytes: Option<u64>,
+    /// What it does, for the planner's profile card (and the model, when a toolset offers it).
+    pub(crate) description: Option<String>,
+    /// A JSON Schema of the arguments it accepts (a TOML table, or a JSON file beside the
+    /// config), for the profile card and the model.
+    pub(crate) accepts: Option<toml::Value>,
+    /// The version of its tool contract (default "1"): bump it when its meaning changes.
+    pub(crate) version: Option<String>,
+}
+
+impl HostFunctionConfig {
+    /// The command this table configures, with its defaults filled in.
+    pub(crate) fn command(&self, name: &str, dir: Option<&Path>) -> HostCommand {
+        HostCommand {
+            name: name.to_owned(),
+            cwd: dir.map(Path::to_path_buf),
+            command: self.command.clone(),
+            timeout: self.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
+            env: self.env.clone().unwrap_or_else(|| vec!["PATH".to_owned()]),
+            max_output: self.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+            tape: None,
+        }
+    }
+}
+
 /// One configured command.
 #[derive(Debug, Clone)]
 pub(super) struct HostCommand {
@@ -27,6 +67,8 @@ pub(super) struct HostCommand {
     pub(super) name: String,
     /// The program and its arguments.
     pub(super) command: Vec<String>,
+    /// Its working directory: the directory of the `cairn.toml` that declares it.
+    pub(super) cwd: Option<std::path::PathBuf>,
     /// Bounds the whole exchange: start, stdin, stdout, exit.
     pub(super) timeout: Duration,
     /// The environment variables passed through from cairn's own environment.
@@ -70,6 +112,9 @@ impl HostCommand {
             if let Some(value) = std::env::var_os(var) {
                 command.env(var, value);
             }
+        }
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
         }
         #[cfg(unix)]
         command.process_group(0);

@@ -28,6 +28,8 @@ mod price_config;
 mod progress;
 mod runs;
 mod serve;
+mod tool_report;
+mod tools_config;
 mod worker;
 
 use std::path::PathBuf;
@@ -157,7 +159,7 @@ pub fn main() -> ExitCode {
     let globals = runs::Globals { store: cli.store, config: cli.config };
     let exit = match cli.command {
         Command::Canon => canon::run(&mut std::io::stdin().lock(), &mut std::io::stdout().lock()),
-        Command::Card(args) => plan::card(&globals, &args),
+        Command::Card(args) => runs::with_runtime(|| plan::card(&globals, &args)),
         Command::Plan(args) => runs::with_runtime(|| plan::plan(&globals, &args)),
         Command::Lint(args) => runs::lint(&globals, &args),
         Command::Runs(args) => runs::list(&globals, &args),

@@ -82,7 +82,7 @@ pub(super) struct CardArgs {
 }
 
 /// `cairn card`.
-pub(super) fn card(globals: &Globals, args: &CardArgs) -> Exit {
+pub(super) async fn card(globals: &Globals, args: &CardArgs) -> Exit {
     let shown = |card: &str| if args.compact { crate::planner::compact_card(card) } else { card.to_owned() };
     if args.dialect.is_none() && !args.profiles {
         print!("{}", shown(crate::script::api_card()));
@@ -101,6 +101,10 @@ pub(super) fn card(globals: &Globals, args: &CardArgs) -> Exit {
     if args.profiles {
         if args.dialect.is_some() {
             println!();
+        }
+        // MCP servers are reached to list their tools; one that is not is named on the card.
+        for failure in engine.list_tools().await {
+            eprintln!("{}", crate::text::for_terminal_line(&format!("warning: {}", failure.message)));
         }
         print!("{}", crate::planner::profile_card(&engine));
     }
@@ -131,6 +135,10 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
         Ok(setup) => setup,
         Err(e) => return fail(runs::exit_of(&e), e),
     };
+    // The card the planner reads lists MCP servers' tools: reach them first.
+    for failure in setup.engine.list_tools().await {
+        eprintln!("{}", crate::text::for_terminal_line(&format!("warning: {}", failure.message)));
+    }
     let options = PlanOptions {
         dialect: args.dialect.clone().unwrap_or_else(|| crate::planner::DEFAULT_DIALECT.to_owned()),
         repair_rounds: args.repair_rounds,

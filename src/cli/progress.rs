@@ -75,6 +75,14 @@ pub(super) async fn render(mut events: EventStream, quiet: bool) {
             EventKind::StepEnd { kind, label, status } => {
                 line(format!("  {} {kind} {label}: {status}", mark(status, event.replayed)));
             }
+            EventKind::ToolEnd { tool, status, duration_ms, bytes, error, .. } => {
+                let how = if event.replayed { "replayed" } else { status.as_str() };
+                let why = error.map_or(String::new(), |e| format!(" ({e})"));
+                line(format!(
+                    "    {} tool {tool} {how}: {bytes} bytes in {duration_ms} ms{why}",
+                    mark(status, event.replayed)
+                ));
+            }
             EventKind::PhaseStart { name } => line(format!("phase {name}")),
             EventKind::BudgetUpdate { spent: s, .. } => spent = *s,
             EventKind::BudgetExhausted { what } => line(format!("  ! budget exhausted: {what} refused")),

@@ -826,10 +826,14 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) }))
         .collect();
     let orchestrations = crate::orchestrator::journal_report(&entries);
+    let tools = super::tool_report::tool_report(&entries);
     if args.json {
         let mut out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });
         if !orchestrations.is_empty() {
             out["orchestrations"] = json!(orchestrations);
+        }
+        if !tools.is_empty() {
+            out["tools"] = json!(tools);
         }
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Exit::Ok;
@@ -862,6 +866,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
     }
     super::orchestrate::print_report(&orchestrations);
+    super::tool_report::print_tool_report(&tools);
     for p in &pending {
         let prompt = p["prompt"].as_str().map_or(String::new(), |p| format!(" — {p}"));
         println!(

@@ -253,7 +253,7 @@ impl Ctx {
         } else {
             opts.tools.clone()
         };
-        let tools = match resolve_tools(&engine.toolsets, &toolset_names) {
+        let tools = match resolve_tools(&engine.toolsets, &toolset_names).await {
             Ok(mut tools) => {
                 tools.extend(extra_tools.iter().cloned());
                 tools
@@ -772,13 +772,30 @@ impl BudgetHooks for AccountHooks<'_> {
                 // An unanswered ask past its deadline resolves as timed out: denied.
                 timeout: request.timeout,
             };
-            let approvals = self.approvals.get_or_init(|| {
-                let (key, ordinal) = self.approvals_site;
-                let scope = self.ctx.scope.child(&approvals_segment(key, ordinal));
-                Ctx { scope, counters: Arc::default(), ..self.ctx.clone() }
-            });
-            let answer = approvals.await_external(&request.key, opts).await?;
+            let answer = self.own_scope().await_external(&request.key, opts).await?;
             Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
+        })
+    }
+
+    fn run_tool<'b>(
+        &'b self,
+        tool: &'b Arc<dyn crate::agent::Tool>,
+        id: &'b str,
+        args: Value,
+    ) -> futures::future::BoxFuture<'b, Result<String, Error>> {
+        // Journaled in the call's own scope, with its events (`tool_call.rs`).
+        Box::pin(self.own_scope().run_tool(tool, id, args))
+    }
+}
+
+impl AccountHooks<'_> {
+    /// The context of the call's own scope, where its approval waits and tool calls are
+    /// journaled.
+    fn own_scope(&self) -> &Ctx {
+        self.approvals.get_or_init(|| {
+            let (key, ordinal) = self.approvals_site;
+            let scope = self.ctx.scope.child(&approvals_segment(key, ordinal));
+            Ctx { scope, counters: Arc::default(), ..self.ctx.clone() }
         })
     }
 }
@@ -808,8 +825,9 @@ fn declared_fallbacks(
         .collect()
 }
 
-/// The tools of the named toolsets, refusing unknown toolsets and duplicate tool names.
-fn resolve_tools(
+/// The tools of the named toolsets (an MCP server's listed on first use), refusing unknown
+/// toolsets and duplicate tool names.
+async fn resolve_tools(
     toolsets: &HashMap<String, crate::agent::Toolset>,
     names: &[String],
 ) -> Result<Vec<Arc<dyn crate::agent::Tool>>, Error> {
@@ -823,11 +841,11 @@ fn resolve_tools(
                 known.join(", ")
             )));
         };
-        for tool in toolset.tools() {
+        for tool in toolset.resolve().await? {
             if tools.iter().any(|t| t.name() == tool.name()) {
                 return Err(Error::config(format!("tool {:?} is offered by two toolsets", tool.name())));
             }
-            tools.push(tool.clone());
+            tools.push(tool);
         }
     }
     Ok(tools)

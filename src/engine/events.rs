@@ -128,6 +128,33 @@ pub enum EventKind {
         /// `ok`, `error`, `cancelled` or `skipped`.
         status: String,
     },
+    /// An agent's tool call began (or was served from the journal: `replayed`).
+    #[serde(rename = "tool:start")]
+    ToolStart {
+        /// The tool, as the model calls it.
+        tool: String,
+        /// The call id the loop minted (`call_<turn>_<index>`).
+        call_id: String,
+        /// The first 16 hex digits of the sha256 of the arguments' canonical JSON.
+        args_digest: String,
+    },
+    /// An agent's tool call ended.
+    #[serde(rename = "tool:end")]
+    ToolEnd {
+        /// The tool, as the model calls it.
+        tool: String,
+        /// The call id the loop minted.
+        call_id: String,
+        /// `ok`, `error` or `cancelled`.
+        status: String,
+        /// How long it ran, in milliseconds (0 when served from the journal).
+        duration_ms: u64,
+        /// The bytes of its result text (or of its error message).
+        bytes: u64,
+        /// The error code, for failures.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<crate::ErrorCode>,
+    },
     /// Spend changed.
     #[serde(rename = "budget:update")]
     BudgetUpdate {

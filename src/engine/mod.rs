@@ -54,6 +54,7 @@ mod step;
 mod tests;
 #[cfg(test)]
 mod tests_journal;
+mod tool_call;
 mod two_phase;
 mod workflow;
 mod writer;

@@ -182,4 +182,21 @@ impl Engine {
     pub(crate) fn inner(&self) -> &EngineInner {
         &self.inner
     }
+
+    /// Lists the tools of every toolset's sources (MCP servers, connecting to each), so the
+    /// profile card shows them; returns the failures, each naming its source.
+    pub async fn list_tools(&self) -> Vec<Error> {
+        let mut names: Vec<&String> = self.inner.toolsets.keys().collect();
+        names.sort();
+        let mut failures = Vec::new();
+        for name in names {
+            if let Some(toolset) = self.inner.toolsets.get(name)
+                && let Err(error) = toolset.resolve().await
+                && !failures.iter().any(|f: &Error| f.message == error.message)
+            {
+                failures.push(error);
+            }
+        }
+        failures
+    }
 }

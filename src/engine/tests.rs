@@ -878,7 +878,13 @@ async fn the_agent_loop_runs_tools_and_feeds_results_back() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(fake.call_count(), 3);
     let journal = entries(&store, &run);
-    assert!(journal[1].transcript_ref.is_some(), "the turn checkpoints are referenced");
+    use crate::journal::{Kind, Status};
+    let terminal = journal.iter().find(|e| e.kind == Kind::Agent && e.status != Status::Running);
+    assert!(terminal.is_some_and(|e| e.transcript_ref.is_some()), "the turn checkpoints are referenced");
+    // The executed call is a `tool` entry of its own (dispatch and result) in the agent's scope.
+    let tools: Vec<_> = journal.iter().filter(|e| e.kind == Kind::Tool).collect();
+    assert_eq!(tools.len(), 2, "{journal:?}");
+    assert_eq!(tools[1].value(), Some(json!("5")));
 }
 
 #[tokio::test]

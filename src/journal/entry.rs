@@ -28,6 +28,8 @@ pub enum Kind {
     Call,
     /// One child-workflow invocation (two-phase).
     Child,
+    /// One tool call of an agent's loop, in the agent call's own scope (two-phase).
+    Tool,
     /// A suspension awaiting an external value (and tool approvals).
     External,
     /// A journaled `now`, `random` or `uuid` value (single-phase).
@@ -43,7 +45,7 @@ pub enum Kind {
 impl Kind {
     /// Whether the kind is written as a `running` entry at dispatch plus a terminal entry.
     pub const fn is_two_phase(self) -> bool {
-        matches!(self, Kind::Agent | Kind::Step | Kind::Call | Kind::Child)
+        matches!(self, Kind::Agent | Kind::Step | Kind::Call | Kind::Child | Kind::Tool)
     }
 
     /// Whether the kind is a ref-entry, which never takes part in matching.
@@ -58,6 +60,7 @@ impl Kind {
             Kind::Step => "step",
             Kind::Call => "call",
             Kind::Child => "child",
+            Kind::Tool => "tool",
             Kind::External => "external",
             Kind::Rand => "rand",
             Kind::Decision => "decision",

@@ -99,6 +99,10 @@ impl Tool for OrchTool {
     fn ends_agent(&self) -> bool {
         self.kind == Kind::Finish
     }
+    fn journaling(&self) -> crate::agent::ToolJournaling {
+        // Its verdicts are decision entries of their own, replayed by `(call, item)`.
+        crate::agent::ToolJournaling::Own
+    }
 }
 
 fn spawn_schema(profiles: &[String]) -> Value {

@@ -68,8 +68,11 @@ pub fn profile_card(engine: &Engine) -> String {
     }
     for (name, toolset) in toolsets {
         let _ = writeln!(card, "- {name}:");
-        let mut tools: Vec<_> = toolset.tools().iter().collect();
+        let (mut tools, unlisted) = toolset.listed();
         tools.sort_by(|a, b| a.name().cmp(b.name()));
+        for source in unlisted {
+            let _ = writeln!(card, "  - (the tools of {source}, not listed: it was not reached)");
+        }
         for tool in tools {
             let _ = writeln!(
                 card,

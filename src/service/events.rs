@@ -3,7 +3,9 @@
 //! whose `id:` is its journal seq; a client reconnecting with `Last-Event-ID: N` gets the
 //! entries after seq N, missing none and repeating none. Entries journaled before the stream
 //! opened carry `"replayed": true`. A `status` event (no id) reports each status change; once
-//! the run settles, an `outcome` event (no id) ends the stream.
+//! the run settles, an `outcome` event (no id) ends the stream. A tool call's entries are each
+//! followed by a `tool` event (no id): `{phase: start|end, tool, call_id, status, scope, seq,
+//! error}`.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -78,8 +80,14 @@ async fn follow(
             if let Value::Object(map) = &mut value {
                 map.insert("replayed".into(), Value::Bool(entry.seq() <= replayed_up_to));
             }
+            let tool = tool_event(&value, entry.seq());
             let event = Event::default().event("entry").id(entry.seq().to_string()).data(value.to_string());
             if tx.send(Ok(event)).await.is_err() {
+                return;
+            }
+            if let Some(tool) = tool
+                && tx.send(Ok(tool)).await.is_err()
+            {
                 return;
             }
             after = entry.seq();
@@ -150,4 +158,45 @@ async fn send_status(tx: &mut Tx, run: &RunId, status: RunStatus) -> bool {
 
 fn settled(status: RunStatus) -> bool {
     matches!(status, RunStatus::Ok | RunStatus::Error | RunStatus::Cancelled | RunStatus::Exhausted)
+}
+
+/// The `tool` event after a tool call's journal entry: its dispatch (`start`) or its end.
+fn tool_event(entry: &Value, seq: u64) -> Option<Event> {
+    if entry.get("kind").and_then(Value::as_str) != Some("tool") {
+        return None;
+    }
+    let status = entry.get("status").and_then(Value::as_str).unwrap_or_default();
+    let data = json!({
+        "phase": if status == "running" { "start" } else { "end" },
+        "tool": entry.get("name"),
+        "call_id": entry.get("label"),
+        "status": status,
+        "scope": entry.get("scope"),
+        "seq": seq,
+        "error": entry.get("error"),
+        "replayed": entry.get("replayed"),
+    });
+    Some(Event::default().event("tool").data(data.to_string()))
+}
+
+#[cfg(test)]
+mod tool_event_tests {
+    use super::*;
+    use crate::journal::{Entry, Kind, ScopePath, Seq, Status};
+
+    #[test]
+    fn a_tool_entry_is_followed_by_a_tool_event_and_others_are_not() {
+        let key = crate::journal::content_key(&json!("t")).unwrap();
+        let mut running = Entry::new(Seq(4), Kind::Tool, Status::Running, ScopePath::root(), key, 0);
+        running.name = Some("docs_search".into());
+        running.label = Some("call_1_0".into());
+        let value = serde_json::to_value(&running).unwrap();
+        let event = format!("{:?}", tool_event(&value, 4).unwrap());
+        assert!(
+            event.contains("tool") && event.contains("docs_search") && event.contains("start"),
+            "{event}"
+        );
+        let agent = Entry::new(Seq(1), Kind::Agent, Status::Running, ScopePath::root(), key, 0);
+        assert!(tool_event(&serde_json::to_value(&agent).unwrap(), 1).is_none());
+    }
 }

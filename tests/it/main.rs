@@ -36,3 +36,6 @@ mod script;
 mod scripted_server;
 mod serve;
 mod store;
+mod tools_faults;
+mod tools_mcp;
+mod tools_support;

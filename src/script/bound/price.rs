@@ -139,13 +139,19 @@ pub(crate) fn call_worst_case(engine: &EngineInner, site: &AgentSite) -> Result<
     let tools: Option<Vec<_>> = match &toolset_names {
         Some(names) => {
             let mut tools = Vec::new();
+            // An MCP server not listed yet has tools whose definitions are not known either.
+            let mut unknown = false;
             for name in names {
                 match engine.toolsets.get(name) {
-                    Some(toolset) => tools.extend(toolset.tools().iter().cloned()),
+                    Some(toolset) => {
+                        let (listed, unlisted) = toolset.listed();
+                        tools.extend(listed);
+                        unknown |= !unlisted.is_empty();
+                    }
                     None => return Err(format!("{at} names the unregistered toolset {name:?}")),
                 }
             }
-            Some(tools)
+            (!unknown).then_some(tools)
         }
         None => None,
     };
