@@ -71,69 +71,26 @@
 //! ```
 
 mod bill;
+mod config;
 mod faults;
 mod request;
 mod server;
 mod wire;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use bill::{Attempt, AttemptEnd, Bill};
+pub use config::SimConfig;
 pub use faults::{Fault, FaultMix, RetryAfter};
 pub use request::{Directive, WireDialect, output_tokens, prompt_tokens};
 
 use crate::Error;
-use crate::model::Price;
 use crate::provider::ApiKey;
 use crate::provider::anthropic::AnthropicProvider;
 use crate::provider::openai_chat::OpenAiChatProvider;
 use crate::provider::openai_responses::OpenAiResponsesProvider;
-
-/// How a simulator behaves.
-#[derive(Debug, Clone)]
-pub struct SimConfig {
-    /// The seed every fault is drawn from.
-    pub seed: u64,
-    /// Which faults, how often.
-    pub faults: FaultMix,
-    /// Prices by the model name a request body carries (`claude-sim`, not `anth:claude-sim`).
-    pub prices: BTreeMap<String, Price>,
-    /// The idle timeout the adapters the simulator hands out are built with: a stall lasts past it.
-    pub idle_timeout: Duration,
-}
-
-impl SimConfig {
-    /// The default mix of faults under `seed`, no prices, a 2 s idle timeout.
-    pub fn new(seed: u64) -> SimConfig {
-        SimConfig {
-            seed,
-            faults: FaultMix::default(),
-            prices: BTreeMap::new(),
-            idle_timeout: Duration::from_secs(2),
-        }
-    }
-
-    /// Sets the fault mix.
-    pub fn faults(mut self, faults: FaultMix) -> SimConfig {
-        self.faults = faults;
-        self
-    }
-
-    /// Prices `model` (the name in the request body).
-    pub fn price(mut self, model: &str, price: Price) -> SimConfig {
-        self.prices.insert(model.to_owned(), price);
-        self
-    }
-
-    /// Sets the idle timeout of the adapters it hands out.
-    pub fn idle_timeout(mut self, idle_timeout: Duration) -> SimConfig {
-        self.idle_timeout = idle_timeout;
-        self
-    }
-}
 
 /// A running simulator. It serves on `127.0.0.1` from a thread and runtime of its own, so it
 /// outlives a runtime a test drops to simulate a crash; dropping the simulator stops it.

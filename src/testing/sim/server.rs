@@ -14,8 +14,8 @@ use axum::routing::post;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::SimConfig;
 use super::bill::{Attempt, AttemptEnd, price};
+use super::config::SimConfig;
 use super::faults::{Fault, RetryAfter};
 use super::request::{SimRequest, WireDialect, output_tokens};
 use super::wire::{Ending, Output, Render};
@@ -189,7 +189,7 @@ fn words(tokens: u32) -> String {
 }
 
 fn plan(request: &SimRequest, fault: Fault) -> Plan {
-    let directive = request.directive.clone().unwrap_or_else(|| super::Directive::text("", 5));
+    let directive = request.directive.clone().unwrap_or_else(|| super::request::Directive::text("", 5));
     let cap = request.max_tokens.unwrap_or(4096);
     let tool_turn = request.turn < directive.tools;
     let mut output = if tool_turn {
