@@ -79,7 +79,6 @@ mod wire;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 pub use bill::{Attempt, AttemptEnd, Bill};
 pub use config::SimConfig;
