@@ -60,6 +60,9 @@ pub(crate) struct Config {
     pub(crate) retry: Option<RetryConfig>,
     #[serde(default)]
     pub(crate) sandbox: SandboxConfig,
+    /// `[server]`: what `cairn serve` reads (named tokens with scopes, allowed hosts).
+    #[serde(default)]
+    pub(crate) server: super::server_config::ServerConfig,
     /// Set by `--record`/`--replay`: host-function exchanges go on, or come from, the tape.
     #[serde(skip)]
     pub(crate) host_tape: Option<Arc<crate::provider::cassette::HostTape>>,

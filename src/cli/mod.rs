@@ -25,12 +25,14 @@ mod config;
 mod help;
 mod host_fn;
 mod init;
+mod logging;
 mod orchestrate;
 mod plan;
 mod price_config;
 mod progress;
 mod runs;
 mod serve;
+mod server_config;
 mod tool_report;
 mod tools_config;
 mod worker;
@@ -92,6 +94,13 @@ struct Cli {
     /// The config file (default ./cairn.toml, optional).
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// Log diagnostics on stderr at this level (error, warn, info, debug, trace, or any
+    /// RUST_LOG filter); overrides RUST_LOG. `serve` and `worker` log warnings by default.
+    #[arg(long, global = true)]
+    log_level: Option<String>,
+    /// How diagnostics are written: text lines, or one JSON object a line.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -180,6 +189,10 @@ pub fn main() -> ExitCode {
     // store reports as a typed `store_io` error with the resume command, instead of the
     // default SIGXFSZ killing the process mid-write.
     ignore_sigxfsz();
+    let service = matches!(cli.command, Command::Worker(_) | Command::Serve(_));
+    if let Err(e) = logging::install(cli.log_level.as_deref(), cli.log_format, service) {
+        return fail(Exit::Usage, e).into();
+    }
     let globals = runs::Globals { store: cli.store, config: cli.config };
     let exit = match cli.command {
         Command::Init(args) => init::init(&args),

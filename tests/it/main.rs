@@ -38,6 +38,7 @@ mod samples;
 mod script;
 mod scripted_server;
 mod serve;
+mod serve_edges;
 mod store;
 mod tools_faults;
 mod tools_mcp;
