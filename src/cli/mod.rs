@@ -31,6 +31,7 @@ mod serve;
 mod tool_report;
 mod tools_config;
 mod worker;
+mod workflows_config;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -163,6 +163,8 @@ pub(super) fn begin_fresh(
     };
     // How calls are routed is part of their identity: a resume reuses it.
     Routing::of(engine).store(&mut meta);
+    // The script children it may call, so a resume needs no files.
+    super::child_scripts::store(engine, &mut meta)?;
     engine.journal.put_meta(&meta, lease)?;
     Ok(meta)
 }

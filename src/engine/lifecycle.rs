@@ -87,6 +87,10 @@ pub(super) fn resume(handle: &Engine, run_id: &RunId, options: ResumeOptions) ->
     let meta =
         engine.journal.get_meta(run_id)?.ok_or_else(|| Error::config(format!("unknown run {run_id}")))?;
     validate_deadline(options.deadline_ms, engine.clock.now_ms())?;
+    // The script children the run stored are the ones it resumes with.
+    let restored = super::child_scripts::restore(&engine, &meta)?;
+    let engine = restored.unwrap_or(engine);
+    let handle = &Engine { inner: engine.clone() };
     let workflow = resume_workflow(handle, &meta, &options)?;
     // The run's calls are keyed as it started them, unless the resume overrides the model.
     let engine = started::resume_engine(&engine, &meta, options.model.as_ref())?.unwrap_or(engine);

@@ -7,6 +7,7 @@ static ALLOCATOR: cairn::CountingAlloc = cairn::CountingAlloc;
 mod adapters_e2e;
 mod agent_contract;
 mod bound;
+mod children;
 mod cli;
 mod concurrency;
 mod crash;
