@@ -36,8 +36,6 @@ mod walk;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use full_moon::LuaVersion;
-
 use crate::script::{Diagnostic, LintContext, Severity, sort_diagnostics};
 
 /// The largest source lint accepts, the limit the Rhai dialect sets.
@@ -96,7 +94,7 @@ pub(super) fn on_parser_stack<T: Send>(nesting: usize, work: impl FnOnce() -> T 
 }
 
 fn parse_and_walk(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
-    let parsed = full_moon::parse_fallible(source, LuaVersion::lua54());
+    let parsed = syntax::parse(source);
     if !parsed.errors().is_empty() {
         return syntax::parse_errors(parsed.errors(), source);
     }
