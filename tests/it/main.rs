@@ -32,6 +32,7 @@ mod planner;
 mod postgres;
 mod provider;
 mod queue;
+mod resume_budget;
 mod resume_explain;
 mod samples;
 mod script;
