@@ -36,6 +36,7 @@ mod server_config;
 mod tool_report;
 mod tools_config;
 mod worker;
+mod workflows_config;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

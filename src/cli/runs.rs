@@ -98,6 +98,10 @@ pub(super) struct ResumeArgs {
     /// The dialect of --script (rhai, lua); default: from its extension.
     #[arg(long, requires = "script")]
     dialect: Option<String>,
+    /// A new ceiling in USD from this resume on: refused (exit 2, nothing written) below what
+    /// the run has spent; journaled as a run_budget_override decision. Default: the run's.
+    #[arg(long, value_name = "USD")]
+    budget: Option<f64>,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -511,7 +515,11 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(id) => id,
         Err(exit) => return exit,
     };
-    let other = args.dry_run || !args.invalidate.is_empty() || args.script.is_some() || args.accept_rekey;
+    let other = args.dry_run
+        || !args.invalidate.is_empty()
+        || args.script.is_some()
+        || args.accept_rekey
+        || args.budget.is_some();
     if let Some(exit) =
         super::plan::resume_planning(globals, &run_id, args.live.json, args.live.quiet, other).await
     {
@@ -544,6 +552,7 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         model,
         accept_rekey: args.accept_rekey,
         script,
+        budget_usd: args.budget,
         ..Default::default()
     };
     let handle = match resume_waiting(&setup.engine, &run_id, &options, args.wait, args.live.quiet).await {
@@ -827,8 +836,22 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         .collect();
     let orchestrations = crate::orchestrator::journal_report(&entries);
     let tools = super::tool_report::tool_report(&entries);
+    let segments = crate::engine::segment_ceilings(&entries, meta.segments, meta.budget_ceiling);
     if args.json {
-        let mut out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });
+        let listed: Vec<Value> = segments
+            .iter()
+            .map(|s| {
+                json!({
+                    "index": s.index,
+                    "ceiling_usd": s.ceiling.map(|c| c.as_usd()),
+                    "ceiling_nano_usd": s.ceiling.map(|c| c.nano_usd()),
+                    "overridden": s.overridden,
+                })
+            })
+            .collect();
+        let mut out = json!({
+            "meta": meta, "entries": entries, "pending": pending, "cost": cost, "segments": listed,
+        });
         if !orchestrations.is_empty() {
             out["orchestrations"] = json!(orchestrations);
         }
@@ -843,6 +866,11 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     println!("status    {}", meta.status);
     println!("created   {}", utc(meta.created_at_ms));
     println!("segments  {}", meta.segments);
+    for segment in &segments {
+        let ceiling = segment.ceiling.map_or("none".into(), |c| c.to_string());
+        let how = if segment.overridden { " (raised on resume)" } else { "" };
+        println!("  {:>6}  ceiling {ceiling}{how}", segment.index);
+    }
     println!("ceiling   {}", meta.budget_ceiling.map_or("none".into(), |c| c.to_string()));
     println!("spent     {} ({} tokens)", cost.total.cost, cost.total.usage.total_tokens());
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();

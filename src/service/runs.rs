@@ -415,10 +415,36 @@ pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Re
     .await
 }
 
+/// The optional body of `POST /v1/runs/{id}/resume`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeBody {
+    /// A new ceiling in USD from the resume on: within the server's maximum, and not below
+    /// what the run has spent.
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
+}
+
 /// `POST /v1/runs/{id}/resume`: puts a suspended, failed or exhausted run back in the queue;
-/// a worker resumes it from its journal.
-pub async fn resume(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+/// a worker resumes it from its journal. With `{"budget_usd": X}` the run's ceiling is raised
+/// to X from that resume on (refused above the server's `--max-budget` or below the run's
+/// settled spend, with nothing written).
+pub async fn resume(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let run = parse_run_id(&id)?;
+    let body: ResumeBody = if body.iter().all(u8::is_ascii_whitespace) {
+        ResumeBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("invalid resume body: {e}")))?
+    };
+    let raise = match body.budget_usd {
+        Some(usd) => budget_of("budget_usd", Some(usd), state.options.max_budget)?,
+        None => None,
+    };
     blocking(&state, move |engine| {
         let meta = meta_of(engine, &run)?;
         if !matches!(meta.status, RunStatus::Suspended | RunStatus::Error | RunStatus::Exhausted) {
@@ -435,6 +461,9 @@ pub async fn resume(State(state): State<AppState>, Path(id): Path<String>) -> Re
         let Some(queue) = engine.journal_store().queue() else {
             return Err(ApiError::bad_request("this store keeps no run queue"));
         };
+        if let Some(usd) = raise {
+            engine.raise_ceiling_on_resume(&run, usd)?;
+        }
         queue.enqueue(&run)?;
         Ok((StatusCode::ACCEPTED, Json(json!({ "run_id": run }))).into_response())
     })
