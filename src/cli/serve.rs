@@ -7,8 +7,9 @@ use std::time::Duration;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::runs::{self, Globals};
-use super::{Exit, Interrupts, fail};
+use super::exit::{Exit, fail};
+use super::interrupts::Interrupts;
+use super::setup::{self, Globals};
 use crate::engine::{Worker, WorkerOptions};
 use crate::service::ServiceOptions;
 
@@ -63,9 +64,9 @@ pub(super) async fn serve(globals: &Globals, args: &ServeArgs) -> Exit {
     if args.max_body_bytes == 0 {
         return fail(Exit::Usage, "--max-body-bytes must be positive");
     }
-    let setup = match runs::setup(globals, None) {
+    let setup = match setup::setup(globals, None) {
         Ok(setup) => setup,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
     if setup.engine.journal_store().queue().is_none() {
         return fail(
@@ -91,7 +92,7 @@ pub(super) async fn serve(globals: &Globals, args: &ServeArgs) -> Exit {
                 let stop = shutdown.clone();
                 drained = Some(tokio::spawn(async move { worker.run_until(stop).await }));
             }
-            Err(e) => return fail(runs::exit_of(&e), e),
+            Err(e) => return fail(setup::exit_of(&e), e),
         }
     }
     let options = ServiceOptions {
