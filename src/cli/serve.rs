@@ -7,8 +7,9 @@ use std::time::Duration;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::runs::{self, Globals};
-use super::{Exit, Interrupts, fail};
+use super::exit::{Exit, fail};
+use super::interrupts::Interrupts;
+use super::setup::{self, Globals};
 use crate::engine::{Worker, WorkerOptions};
 use crate::service::{AllowedHosts, ConnectionLimits, ServiceOptions};
 
@@ -78,9 +79,9 @@ pub(super) async fn serve(globals: &Globals, args: &ServeArgs) -> Exit {
             "--max-connections, --header-timeout-ms and --body-timeout-ms must be positive",
         );
     }
-    let setup = match runs::setup(globals, None) {
+    let setup = match setup::setup(globals, None) {
         Ok(setup) => setup,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
     let tokens = match setup.config.server.tokens(TOKEN_ENV, |name| std::env::var(name).ok()) {
         Ok(tokens) => tokens,
@@ -120,7 +121,7 @@ pub(super) async fn serve(globals: &Globals, args: &ServeArgs) -> Exit {
                 let stop = shutdown.clone();
                 drained = Some(tokio::spawn(async move { worker.run_until(stop).await }));
             }
-            Err(e) => return fail(runs::exit_of(&e), e),
+            Err(e) => return fail(setup::exit_of(&e), e),
         }
     }
     let mut hosts = args.allowed_hosts.clone();
