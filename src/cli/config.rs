@@ -65,8 +65,10 @@ pub(crate) struct Config {
     pub(crate) server: super::server_config::ServerConfig,
     /// Script child workflows: `NAME = "path.rhai"` or `.lua`, relative to this file; the
     /// scripts of a `workflows/` folder beside it register under their stems too.
+    #[serde(default)]
     pub(crate) workflows: BTreeMap<String, PathBuf>,
     /// The nesting limit of child workflows (default 4, at most 16).
+    #[serde(default)]
     pub(crate) max_workflow_depth: Option<u32>,
     /// Set by `--record`/`--replay`: host-function exchanges go on, or come from, the tape.
     #[serde(skip)]
