@@ -51,6 +51,11 @@ pub mod testing;
 pub mod text;
 #[cfg(test)]
 mod tidy;
+
+/// The README's Rust example, compiled by `cargo test` (doctests) so it cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 mod usage;
 
 pub use agent::{
