@@ -827,8 +827,12 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         .collect();
     let orchestrations = crate::orchestrator::journal_report(&entries);
     let tools = super::tool_report::tool_report(&entries);
+    let failure = journal::last_settlement_error(&entries);
     if args.json {
         let mut out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });
+        if let Some(failure) = &failure {
+            out["error"] = failure.clone();
+        }
         if !orchestrations.is_empty() {
             out["orchestrations"] = json!(orchestrations);
         }
@@ -841,6 +845,9 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     println!("run       {}", meta.run_id);
     println!("workflow  {}", crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")));
     println!("status    {}", meta.status);
+    if let Some(failure) = &failure {
+        println!("error     {}", failure_line(failure));
+    }
     println!("created   {}", utc(meta.created_at_ms));
     println!("segments  {}", meta.segments);
     println!("ceiling   {}", meta.budget_ceiling.map_or("none".into(), |c| c.to_string()));
@@ -953,6 +960,22 @@ fn utc(ms: i64) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// A journaled failure (`{code, message, where}`) on one line: `code: message (at kind NAME,
+/// seq N)`, every part shown safely.
+fn failure_line(failure: &Value) -> String {
+    let text = |v: &Value| crate::text::for_terminal_line(v.as_str().unwrap_or("")).into_owned();
+    let mut line = format!("{}: {}", text(&failure["code"]), text(&failure["message"]));
+    let at = &failure["where"];
+    if let Some(seq) = at["seq"].as_u64() {
+        let name = at["name"]
+            .as_str()
+            .map(|n| format!(" {}", crate::text::for_terminal_line(n)))
+            .unwrap_or_default();
+        line.push_str(&format!(" (at {}{name}, seq {seq})", text(&at["kind"])));
+    }
+    line
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub use entry::{
     Status, intern, raw_json,
 };
 pub use fold::{
-    Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement,
+    Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement, last_settlement_error,
     last_settlement_outcome, settle_value, settled_ok,
 };
 pub use replay::{Match, Orphan, Outcome, Preview, Replay, ReplayOptions};

@@ -290,7 +290,8 @@ pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Resu
             "status": meta.status,
             "meta": meta,
             "source": source,
-            "error": meta.extra.get(super::plan::ERROR_FIELD),
+            // A plan's failure (the run never ran), else the one its settlement journaled.
+            "error": meta.extra.get(super::plan::ERROR_FIELD).cloned().or_else(|| journal::last_settlement_error(&entries)),
             "planning": super::plan::planning_of(engine, &meta)?,
             "pending": pending,
             "cost": cost,
@@ -415,13 +416,30 @@ pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Re
     .await
 }
 
-/// `POST /v1/runs/{id}/resume`: puts a suspended, failed or exhausted run back in the queue;
-/// a worker resumes it from its journal.
+/// Whether a driver holds the run's lease now.
+fn driven(engine: &crate::Engine, run: &RunId) -> Result<bool, ApiError> {
+    let Some(leases) = engine.journal_store().leases() else { return Ok(false) };
+    match leases.acquire(run, "cairn-serve-resume-check", std::time::Duration::from_secs(5)) {
+        Ok(lease) => {
+            let _ = leases.release(&lease);
+            Ok(false)
+        }
+        Err(crate::store::Error::LeaseHeld { .. }) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST /v1/runs/{id}/resume`: puts a suspended, failed or exhausted run back in the queue,
+/// or a `running` one whose driver died (nobody holds its lease); a worker resumes it from
+/// its journal.
 pub async fn resume(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let run = parse_run_id(&id)?;
     blocking(&state, move |engine| {
         let meta = meta_of(engine, &run)?;
-        if !matches!(meta.status, RunStatus::Suspended | RunStatus::Error | RunStatus::Exhausted) {
+        // A run left `running` by a driver that died (its lease lapsed) resumes too.
+        let undriven = meta.status == RunStatus::Running && !driven(engine, &run)?;
+        if !undriven && !matches!(meta.status, RunStatus::Suspended | RunStatus::Error | RunStatus::Exhausted)
+        {
             return Err(ApiError::conflict(format!(
                 "run {run} is {}; only a suspended, failed or exhausted run resumes",
                 meta.status
