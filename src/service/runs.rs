@@ -91,8 +91,12 @@ pub(crate) fn meta_of(engine: &crate::Engine, run: &RunId) -> Result<RunMeta, Ap
 /// `POST /v1/runs`: validates and queues a script's run; `202 {run_id}`.
 pub async fn submit(
     State(state): State<AppState>,
+    caller: Option<axum::Extension<super::Caller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    // Which token submitted the run, as a tag in its meta (`token:NAME`).
+    let tags: Vec<String> =
+        caller.and_then(|axum::Extension(c)| c.0).map(|name| format!("token:{name}")).into_iter().collect();
     let submit: SubmitRun = json_body(body)?;
     let budget = budget_of("budget_usd", submit.budget_usd, state.options.max_budget)?;
     let run_id = submit.run_id.as_deref().map(RunId::parse).transpose().map_err(|_| {
@@ -140,7 +144,7 @@ pub async fn submit(
         }
         let script = Script::new(&dialect, &name, &source);
         let asked = run_id.as_ref().map_or_else(String::new, |id| id.as_str().to_owned());
-        let options = RunOptions { budget_usd: budget, run_id, ..RunOptions::default() };
+        let options = RunOptions { budget_usd: budget, run_id, tags, ..RunOptions::default() };
         match engine.enqueue_script(&script, args, options) {
             Ok(run_id) => Ok(run_id),
             // Lost a race for the run id to another submission.
