@@ -153,6 +153,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         .collect();
     let orchestrations = crate::orchestrator::journal_report(&entries);
     let tools = super::tool_report::tool_report(&entries);
+    let failure = journal::last_settlement_error(&entries);
     let segments = crate::engine::segment_ceilings(&entries, meta.segments, meta.budget_ceiling);
     if args.json {
         let listed: Vec<Value> = segments
@@ -169,6 +170,9 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         let mut out = json!({
             "meta": meta, "entries": entries, "pending": pending, "cost": cost, "segments": listed,
         });
+        if let Some(failure) = &failure {
+            out["error"] = failure.clone();
+        }
         if !orchestrations.is_empty() {
             out["orchestrations"] = json!(orchestrations);
         }
@@ -181,6 +185,9 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     println!("run       {}", meta.run_id);
     println!("workflow  {}", crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")));
     println!("status    {}", meta.status);
+    if let Some(failure) = &failure {
+        println!("error     {}", failure_line(failure));
+    }
     println!("created   {}", utc(meta.created_at_ms));
     println!("segments  {}", meta.segments);
     for segment in &segments {
@@ -264,6 +271,22 @@ pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
         print_diagnostics(&args.file, &diagnostics, args.json);
     }
     if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
+}
+
+/// A journaled failure (`{code, message, where}`) on one line: `code: message (at kind NAME,
+/// seq N)`, every part shown safely.
+fn failure_line(failure: &Value) -> String {
+    let text = |v: &Value| crate::text::for_terminal_line(v.as_str().unwrap_or("")).into_owned();
+    let mut line = format!("{}: {}", text(&failure["code"]), text(&failure["message"]));
+    let at = &failure["where"];
+    if let Some(seq) = at["seq"].as_u64() {
+        let name = at["name"]
+            .as_str()
+            .map(|n| format!(" {}", crate::text::for_terminal_line(n)))
+            .unwrap_or_default();
+        line.push_str(&format!(" (at {}{name}, seq {seq})", text(&at["kind"])));
+    }
+    line
 }
 
 /// `YYYY-MM-DD HH:MM:SS` UTC for epoch milliseconds.

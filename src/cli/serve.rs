@@ -26,6 +26,10 @@ pub(super) struct ServeArgs {
     /// processes on the same store drive them).
     #[arg(long, default_value_t = 2)]
     workers: usize,
+    /// How many claims a run the in-process workers cannot drive gets before it is settled
+    /// error with the reason (see `cairn worker --max-attempts`).
+    #[arg(long, default_value_t = 5)]
+    max_attempts: u32,
     /// The largest budget a submitted run may ask for, in USD; a run that asks none gets it.
     #[arg(long)]
     max_budget: Option<f64>,
@@ -114,6 +118,7 @@ pub(super) async fn serve(globals: &Globals, args: &ServeArgs) -> Exit {
         let options = WorkerOptions {
             concurrency: args.workers,
             poll: Duration::from_millis(20),
+            max_attempts: args.max_attempts.max(1),
             ..WorkerOptions::default()
         };
         match Worker::new(setup.engine.clone(), options) {

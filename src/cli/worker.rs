@@ -22,6 +22,11 @@ pub(super) struct WorkerArgs {
     /// (`CAIRN_LEASE_TTL_MS`, 30 s by default).
     #[arg(long, default_value_t = 30_000)]
     claim_ttl_ms: u64,
+    /// How many claims a run this worker cannot drive gets (its provider is not configured
+    /// here, say) before it is settled error with the reason; meanwhile it waits in the
+    /// queue for a worker that can.
+    #[arg(long, default_value_t = 5)]
+    max_attempts: u32,
     /// No per-run lines on stderr.
     #[arg(long, short)]
     quiet: bool,
@@ -58,6 +63,7 @@ pub(super) async fn worker(globals: &Globals, args: &WorkerArgs) -> Exit {
     let options = WorkerOptions {
         concurrency: args.concurrency.max(1),
         claim_ttl: Duration::from_millis(args.claim_ttl_ms),
+        max_attempts: args.max_attempts.max(1),
         ..WorkerOptions::default()
     };
     let worker = match Worker::new(setup.engine.clone(), options) {

@@ -170,18 +170,60 @@ fn cancel_undriven(
     {
         return Ok(CancelOutcome::Requested);
     }
+    settle_stored(engine, &mut meta, RunStatus::Cancelled, None, lease)?;
+    Ok(CancelOutcome::Cancelled)
+}
+
+/// Settles a run nobody drives (this process holds its lease): the settlement decision
+/// (with `error`, `{code, message, where}`, when given) is journaled, then the meta follows.
+fn settle_stored(
+    engine: &EngineInner,
+    meta: &mut RunMeta,
+    status: RunStatus,
+    error: Option<&Error>,
+    lease: Option<&Lease>,
+) -> Result<(), Error> {
+    let run = &meta.run_id;
     let entries = journal::decode_all(&engine.journal.load(run)?)?;
     let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
     let key = journal::content_key(&identity).map_err(|e| Error::internal(e.to_string()))?;
     let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, ScopePath::root(), key, 0);
-    entry.set_value(Some(&journal::settle_value(RunStatus::Cancelled)));
+    let mut value = journal::settle_value(status);
+    if let (Some(e), Some(map)) = (error, value.as_object_mut()) {
+        map.insert(
+            "error".into(),
+            serde_json::json!({ "code": e.code, "message": e.message, "where": { "kind": "worker" } }),
+        );
+    }
+    entry.set_value(Some(&value));
     entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
     entry.ts = Some(engine.clock.now_ms());
     engine.journal.append(run, &[journal::encode(&entry)?], lease)?;
-    meta.status = RunStatus::Cancelled;
+    meta.status = status;
     meta.updated_at_ms = engine.clock.now_ms();
-    engine.journal.put_meta(&meta, lease)?;
-    Ok(CancelOutcome::Cancelled)
+    engine.journal.put_meta(meta, lease)?;
+    Ok(())
+}
+
+impl Engine {
+    /// Settles `error`, with `error` journaled as the reason, a queued run no worker could
+    /// drive (its workers lack a provider it needs, say), unless it settled meanwhile.
+    ///
+    /// # Errors
+    /// `run_busy` when a driver holds it; the store's failure.
+    pub(crate) fn settle_undrivable(&self, run: &RunId, error: &Error) -> Result<(), Error> {
+        let engine = &self.inner;
+        let lease = super::lease::acquire(engine, run)?;
+        let outcome = (|| {
+            let Some(mut meta) = engine.journal.get_meta(run)? else { return Ok(()) };
+            if is_settled(meta.status) {
+                return Ok(());
+            }
+            settle_stored(engine, &mut meta, RunStatus::Error, Some(error), lease.as_ref())
+        })();
+        super::lease::release(engine, lease.as_ref());
+        outcome
+    }
 }
 
 /// Writes a queued run's inputs and meta, under its lease.
@@ -274,6 +316,10 @@ pub struct WorkerOptions {
     pub owner: String,
     /// How often it looks for requests (from other processes) to cancel the runs it drives.
     pub cancel_poll: Duration,
+    /// How many claims a run that cannot be driven gets (a worker whose `cairn.toml` lacks the
+    /// run's provider, say) before it is settled `error` with the reason. Between them the run
+    /// waits in the queue, longer each time, for a worker that can drive it.
+    pub max_attempts: u32,
 }
 
 impl Default for WorkerOptions {
@@ -285,6 +331,7 @@ impl Default for WorkerOptions {
             busy_retry: Duration::from_millis(500),
             owner: format!("worker {}", super::lease::owner()),
             cancel_poll: Duration::from_millis(500),
+            max_attempts: 5,
         }
     }
 }
@@ -300,7 +347,8 @@ pub struct WorkerReport {
     pub takeovers: u64,
     /// Claims it handed back because another process still drove the run.
     pub deferred: u64,
-    /// Runs that could not be driven (their error is logged; they left the queue).
+    /// Claims of runs that could not be driven (each logged: the run stays queued for
+    /// another try, or after its last attempt is settled `error` with the reason).
     pub failed: u64,
 }
 
@@ -518,11 +566,7 @@ async fn drive(
     let mut handle = match resumed {
         Ok(Ok(handle)) => handle,
         Ok(Err(e)) if e.code == ErrorCode::RunBusy => return defer(engine, options, claim).await,
-        Ok(Err(e)) => {
-            tracing::error!(run = %claim.run_id, error = %e, "a queued run could not be driven");
-            finish(claim.clone()).await;
-            return Driven::Failed;
-        }
+        Ok(Err(e)) => return cannot_drive(engine, options, claim, e).await,
         Err(_) => return defer(engine, options, claim).await,
     };
     handle.release_events();
@@ -545,6 +589,26 @@ async fn drive(
         }
     };
     match outcome {
+        // The store failed under the run (an outage, a restart): it is driven again from its
+        // journal, which holds everything it paid for, once the store answers.
+        Ok(outcome)
+            if outcome.status == RunStatus::Error
+                && outcome.error.as_ref().is_some_and(is_store_failure)
+                && claim.attempts < options.max_attempts.saturating_mul(4) =>
+        {
+            tracing::warn!(run = %claim.run_id, attempt = claim.attempts, error = ?outcome.error.as_ref().map(|e| &e.message), "the store failed under a run: it is driven again");
+            retry_later(engine, options, claim).await
+        }
+        // The outcome is not durable (the settlement could not be written): the run is
+        // driven again, never left `running` out of the queue.
+        Ok(outcome)
+            if claim.attempts < options.max_attempts.saturating_mul(4)
+                && outcome.error.as_ref().is_none_or(|e| e.code != ErrorCode::RekeyRefused)
+                && !durably(engine, &claim.run_id, outcome.status).await =>
+        {
+            tracing::warn!(run = %claim.run_id, status = %outcome.status, "a run's outcome did not reach the store: it is driven again");
+            retry_later(engine, options, claim).await
+        }
         Ok(outcome) if outcome.status == RunStatus::Suspended => {
             let asked = finish(claim.clone()).await || cancelled.is_cancelled();
             if asked {
@@ -584,11 +648,80 @@ async fn drive(
 
 /// Hands a claim back for a later try.
 async fn defer(engine: &Engine, options: &WorkerOptions, claim: &Claim) -> Driven {
-    let (held, delay) = (claim.clone(), options.busy_retry);
+    defer_for(engine, claim, options.busy_retry).await
+}
+
+/// Hands a claim back for a try after `delay`. When even that fails (the store is down), the
+/// claim lapses at its expiry and the run is claimable again: nothing is lost either way.
+async fn defer_for(engine: &Engine, claim: &Claim, delay: Duration) -> Driven {
+    let held = claim.clone();
     if let Err(e) = on_queue(engine, move |queue| queue.defer(&held, delay)).await {
-        tracing::warn!(run = %claim.run_id, error = %e, "could not hand a claim back");
+        tracing::warn!(run = %claim.run_id, error = %e, "could not hand a claim back; it lapses at its expiry");
     }
     Driven::Deferred
+}
+
+/// Hands a claim back for a try later the more claims the run has had (`busy_retry`
+/// doubled per claim, at most 30 s).
+async fn retry_later(engine: &Engine, options: &WorkerOptions, claim: &Claim) -> Driven {
+    let doublings = claim.attempts.saturating_sub(1).min(10);
+    let delay = options.busy_retry.saturating_mul(1 << doublings).min(Duration::from_secs(30));
+    defer_for(engine, claim, delay).await
+}
+
+/// A run this worker could not start: left in the queue for a later claim (this worker's or
+/// one configured to drive it) until it has had `max_attempts`, then settled `error` with the
+/// reason journaled. A store failure is never the run's fault: it is only retried.
+async fn cannot_drive(engine: &Engine, options: &WorkerOptions, claim: &Claim, error: Error) -> Driven {
+    let run = &claim.run_id;
+    if is_store_failure(&error) || claim.attempts < options.max_attempts {
+        tracing::warn!(run = %run, attempt = claim.attempts, max_attempts = options.max_attempts, error = %error, "a queued run could not be driven; it stays queued for another try");
+        retry_later(engine, options, claim).await;
+        return Driven::Failed;
+    }
+    tracing::error!(run = %run, attempts = claim.attempts, error = %error, "a queued run could not be driven by any claim: settled error");
+    let reason = Error::new(
+        error.code,
+        format!("no worker could drive the run in {} attempts: {}", claim.attempts, error.message),
+    );
+    let settled = {
+        let (engine, run) = (engine.clone(), run.clone());
+        tokio::task::spawn_blocking(move || engine.settle_undrivable(&run, &reason)).await
+    };
+    match settled {
+        Ok(Ok(())) => {
+            let held = claim.clone();
+            if let Err(e) = on_queue(engine, move |queue| queue.finish(&held).map(drop)).await {
+                tracing::warn!(run = %run, error = %e, "could not take a settled run out of the queue");
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(run = %run, error = %e, "could not settle a run no worker can drive; it stays queued");
+            retry_later(engine, options, claim).await;
+        }
+        Err(_) => {
+            retry_later(engine, options, claim).await;
+        }
+    }
+    Driven::Failed
+}
+
+/// Whether the store holds `status` for the run now (`false` when it cannot be read).
+async fn durably(engine: &Engine, run: &RunId, status: RunStatus) -> bool {
+    let (engine, run) = (engine.clone(), run.clone());
+    matches!(
+        tokio::task::spawn_blocking(move || engine.inner.journal.get_meta(&run)).await,
+        Ok(Ok(Some(meta))) if meta.status == status
+    )
+}
+
+/// Whether an error is the store's (unreachable, restarting, out of space), not the run's.
+fn is_store_failure(error: &Error) -> bool {
+    error.code == ErrorCode::StoreIo
+        || (error.code == ErrorCode::Internal
+            && ["postgres failed", "sqlite failed", "store i/o failed", "no connection to the store"]
+                .iter()
+                .any(|m| error.message.contains(m)))
 }
 
 fn is_settled(status: RunStatus) -> bool {

@@ -62,6 +62,17 @@ impl RunState {
             {
                 map.insert("value_key".into(), Value::from(key.to_hex()));
             }
+            // Why it failed, journaled with the decision: what `GET /v1/runs/{id}`, the
+            // `outcome` event and `cairn inspect` show.
+            if let (Some(e), Some(map)) = (&error, settled.as_object_mut())
+                && status != RunStatus::Ok
+            {
+                let at = self.writer.with_entries(|all| failed_at(all, e));
+                map.insert(
+                    "error".into(),
+                    serde_json::json!({ "code": e.code, "message": e.message, "where": at }),
+                );
+            }
             entry.set_value(Some(&settled));
             let written = self.append_one(entry, Durability::Awaited);
             meta.status = status;
@@ -116,5 +127,23 @@ impl RunState {
             preview,
             orphans,
         }
+    }
+}
+
+/// Where a run's failure happened: the last journal entry that failed with the run's error
+/// code (else the last that failed at all), as `{seq, kind, name, scope}`; `{kind: "script"}`
+/// when no call failed (the script itself raised it, or a limit stopped it).
+fn failed_at(entries: &[std::sync::Arc<Entry>], error: &Error) -> Value {
+    let failed = |e: &&std::sync::Arc<Entry>| matches!(e.status, Status::Error | Status::Limit);
+    let same_code =
+        entries.iter().rev().filter(failed).find(|e| e.error.as_ref().is_some_and(|x| x.code == error.code));
+    match same_code.or_else(|| entries.iter().rev().find(failed)) {
+        Some(entry) => serde_json::json!({
+            "seq": entry.seq.0,
+            "kind": entry.kind,
+            "name": entry.name,
+            "scope": entry.scope,
+        }),
+        None => serde_json::json!({ "kind": "script" }),
     }
 }

@@ -177,6 +177,18 @@ pub fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
     })
 }
 
+/// The error the last settlement journaled with its decision (`{code, message, where}`),
+/// when the run settled failed and the settlement records why.
+pub fn last_settlement_error(entries: &[Entry]) -> Option<Value> {
+    entries.iter().rev().filter(|e| e.kind == Kind::Decision).find_map(|e| {
+        let value = e.value()?;
+        if value.get("type")?.as_str()? != SETTLE_DECISION {
+            return None;
+        }
+        Some(value.get("error").cloned().filter(|v| !v.is_null()))
+    })?
+}
+
 /// The last settlement the journal records: its status and, when the run settled with a
 /// value, the content key of that value (hex), for a strict replay to compare with.
 pub fn last_settlement_outcome(entries: &[Entry]) -> Option<(RunStatus, Option<String>)> {

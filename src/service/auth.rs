@@ -40,8 +40,8 @@ impl Scope {
 /// One accepted bearer token.
 #[derive(Clone)]
 pub struct ApiToken {
-    /// Its name (the environment variable's, or its `[server.tokens.NAME]`), recorded with
-    /// what it does.
+    /// Its name (the environment variable's, or its `[server.tokens.NAME]`), recorded as a
+    /// `token:NAME` tag on the runs it submits.
     pub name: String,
     /// The secret clients send.
     pub secret: String,

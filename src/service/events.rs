@@ -99,7 +99,10 @@ async fn follow(
                 let run = run.clone();
                 blocking(&state, move |engine| {
                     let entries = super::runs::entries_of(engine, &run)?;
-                    let error = meta_of(engine, &run)?.extra.remove(super::plan::ERROR_FIELD);
+                    let error = meta_of(engine, &run)?
+                        .extra
+                        .remove(super::plan::ERROR_FIELD)
+                        .or_else(|| crate::journal::last_settlement_error(&entries));
                     Ok((crate::engine::CostReport::fold(entries.iter()), error))
                 })
                 .await
@@ -108,7 +111,8 @@ async fn follow(
             let (cost, error) = settled.map_or((None, None), |(cost, error)| (Some(cost), error));
             let mut data = json!({ "run_id": run, "status": status, "cost": cost });
             if let Some(error) = error {
-                // A run that settled without running (a planned run whose plan failed).
+                // Why it failed: its settlement's journaled error, or (a planned run whose
+                // plan failed) the plan's.
                 data["error"] = error;
             }
             let _ = tx.send(Ok(Event::default().event("outcome").data(data.to_string()))).await;

@@ -51,6 +51,19 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
                 "# HELP cairn_lease_takeovers_total Claims taken over from a stalled worker.\n# TYPE cairn_lease_takeovers_total counter"
             );
             let _ = writeln!(out, "cairn_lease_takeovers_total {}", queue.takeovers()?);
+            let retried = queue.retried()?;
+            let _ = writeln!(
+                out,
+                "# HELP cairn_queue_retried_runs Queued runs claimed more than once (a failed or lapsed claim).\n# TYPE cairn_queue_retried_runs gauge"
+            );
+            let _ = writeln!(out, "cairn_queue_retried_runs {}", retried.len());
+            let _ = writeln!(
+                out,
+                "# HELP cairn_queue_run_attempts Claims of each retried queued run; past the workers' max_attempts a run no worker can drive is settled error.\n# TYPE cairn_queue_run_attempts gauge"
+            );
+            for (run, attempts) in retried {
+                let _ = writeln!(out, "cairn_queue_run_attempts{{run_id=\"{run}\"}} {attempts}");
+            }
         }
         Ok(out)
     })

@@ -91,8 +91,12 @@ pub(crate) fn meta_of(engine: &crate::Engine, run: &RunId) -> Result<RunMeta, Ap
 /// `POST /v1/runs`: validates and queues a script's run; `202 {run_id}`.
 pub async fn submit(
     State(state): State<AppState>,
+    caller: Option<axum::Extension<super::Caller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    // Which token submitted the run, as a tag in its meta (`token:NAME`).
+    let tags: Vec<String> =
+        caller.and_then(|axum::Extension(c)| c.0).map(|name| format!("token:{name}")).into_iter().collect();
     let submit: SubmitRun = json_body(body)?;
     let budget = budget_of("budget_usd", submit.budget_usd, state.options.max_budget)?;
     let run_id = submit.run_id.as_deref().map(RunId::parse).transpose().map_err(|_| {
@@ -140,7 +144,7 @@ pub async fn submit(
         }
         let script = Script::new(&dialect, &name, &source);
         let asked = run_id.as_ref().map_or_else(String::new, |id| id.as_str().to_owned());
-        let options = RunOptions { budget_usd: budget, run_id, ..RunOptions::default() };
+        let options = RunOptions { budget_usd: budget, run_id, tags, ..RunOptions::default() };
         match engine.enqueue_script(&script, args, options) {
             Ok(run_id) => Ok(run_id),
             // Lost a race for the run id to another submission.
@@ -290,7 +294,8 @@ pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Resu
             "status": meta.status,
             "meta": meta,
             "source": source,
-            "error": meta.extra.get(super::plan::ERROR_FIELD),
+            // A plan's failure (the run never ran), else the one its settlement journaled.
+            "error": meta.extra.get(super::plan::ERROR_FIELD).cloned().or_else(|| journal::last_settlement_error(&entries)),
             "planning": super::plan::planning_of(engine, &meta)?,
             "pending": pending,
             "cost": cost,
@@ -415,6 +420,19 @@ pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Re
     .await
 }
 
+/// Whether a driver holds the run's lease now.
+fn driven(engine: &crate::Engine, run: &RunId) -> Result<bool, ApiError> {
+    let Some(leases) = engine.journal_store().leases() else { return Ok(false) };
+    match leases.acquire(run, "cairn-serve-resume-check", std::time::Duration::from_secs(5)) {
+        Ok(lease) => {
+            let _ = leases.release(&lease);
+            Ok(false)
+        }
+        Err(crate::store::Error::LeaseHeld { .. }) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The optional body of `POST /v1/runs/{id}/resume`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -425,8 +443,9 @@ pub struct ResumeBody {
     pub budget_usd: Option<f64>,
 }
 
-/// `POST /v1/runs/{id}/resume`: puts a suspended, failed or exhausted run back in the queue;
-/// a worker resumes it from its journal. With `{"budget_usd": X}` the run's ceiling is raised
+/// `POST /v1/runs/{id}/resume`: puts a suspended, failed or exhausted run back in the queue,
+/// or a `running` one whose driver died (nobody holds its lease); a worker resumes it from
+/// its journal. With `{"budget_usd": X}` the run's ceiling is raised
 /// to X from that resume on (refused above the server's `--max-budget` or below the run's
 /// settled spend, with nothing written).
 pub async fn resume(
@@ -447,7 +466,10 @@ pub async fn resume(
     };
     blocking(&state, move |engine| {
         let meta = meta_of(engine, &run)?;
-        if !matches!(meta.status, RunStatus::Suspended | RunStatus::Error | RunStatus::Exhausted) {
+        // A run left `running` by a driver that died (its lease lapsed) resumes too.
+        let undriven = meta.status == RunStatus::Running && !driven(engine, &run)?;
+        if !undriven && !matches!(meta.status, RunStatus::Suspended | RunStatus::Error | RunStatus::Exhausted)
+        {
             return Err(ApiError::conflict(format!(
                 "run {run} is {}; only a suspended, failed or exhausted run resumes",
                 meta.status

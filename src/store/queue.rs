@@ -102,4 +102,14 @@ pub trait RunQueue: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The store's failure.
     fn takeovers(&self) -> Result<u64>;
+
+    /// The runs in the queue claimed more than once (retried after a failed or lapsed
+    /// claim), with how many claims each has had: what `/metrics` shows of runs a worker
+    /// could not drive.
+    ///
+    /// # Errors
+    /// The store's failure.
+    fn retried(&self) -> Result<Vec<(RunId, u32)>> {
+        Ok(Vec::new())
+    }
 }

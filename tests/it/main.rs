@@ -41,6 +41,7 @@ mod script;
 mod scripted_server;
 mod serve;
 mod serve_edges;
+mod serve_outages;
 mod store;
 mod tools_faults;
 mod tools_mcp;

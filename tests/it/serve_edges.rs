@@ -284,6 +284,17 @@ async fn tokens_have_scopes_and_a_scraper_cannot_touch_runs() {
     assert_eq!(status(call(reqwest::Method::POST, "/v1/runs", "viewer-secret").send().await.unwrap()), 403);
     let r = call(reqwest::Method::POST, "/v1/runs", "ci-secret").send().await.unwrap();
     assert_eq!(r.status(), 202);
+    // The run records which token submitted it.
+    let run: Value = r.json().await.unwrap();
+    let shown: Value =
+        call(reqwest::Method::GET, &format!("/v1/runs/{}", run["run_id"].as_str().unwrap()), "viewer-secret")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(shown["meta"]["tags"], json!(["token:ci"]), "{shown}");
     assert_eq!(status(call(reqwest::Method::GET, "/v1/runs", "nobody").send().await.unwrap()), 401);
 }
 

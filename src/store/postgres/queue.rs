@@ -195,6 +195,25 @@ impl RunQueue for PostgresStore {
         })
     }
 
+    fn retried(&self) -> Result<Vec<(RunId, u32)>> {
+        self.block(move |pool, _| async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            let rows = client
+                .query(
+                    "SELECT run_id, attempts FROM queue WHERE attempts > 1 ORDER BY attempts DESC, run_id LIMIT 1000",
+                    &[],
+                )
+                .await
+                .map_err(pg_err)?;
+            let mut retried = Vec::new();
+            for row in rows {
+                let run = parse_run(row.get(0))?;
+                retried.push((run, u32::try_from(row.get::<_, i32>(1)).unwrap_or(0)));
+            }
+            Ok(retried)
+        })
+    }
+
     fn takeovers(&self) -> Result<u64> {
         self.block(move |pool, _| async move {
             let client = pool.get().await.map_err(pool_err)?;

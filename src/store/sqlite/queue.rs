@@ -185,6 +185,23 @@ impl RunQueue for SqliteStore {
         })
     }
 
+    fn retried(&self) -> Result<Vec<(RunId, u32)>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT run_id, attempts FROM queue WHERE attempts > 1 ORDER BY attempts DESC, run_id LIMIT 1000",
+            )?;
+            let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
+            let mut retried = Vec::new();
+            for row in rows {
+                let (run, attempts) = row?;
+                if let Ok(run) = RunId::parse(&run) {
+                    retried.push((run, u32::try_from(attempts).unwrap_or(u32::MAX)));
+                }
+            }
+            Ok(retried)
+        })
+    }
+
     fn takeovers(&self) -> Result<u64> {
         self.read(|conn| {
             let n: Option<i64> = conn
