@@ -52,8 +52,12 @@ const MAX_INLINE_DEPTH: usize = 64;
 /// parse error's position (lint reports it).
 pub fn call_bound(source: &str, args: &Value) -> CallBound {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if source.len() > MAX_SOURCE_SIZE {
-            return unbounded_at((1, 1), "the script is over the size limit".to_owned());
+        if let Some(reason) = crate::script::source::over_limits(
+            source,
+            MAX_SOURCE_SIZE,
+            crate::script::source::BOUND_MAX_TOKENS,
+        ) {
+            return unbounded_at((1, 1), reason);
         }
         let scan = syntax::scan(source);
         if let Some(fatal) = scan.fatal {
