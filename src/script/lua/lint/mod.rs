@@ -29,6 +29,7 @@
 
 pub mod bound;
 mod calls;
+mod escapes;
 mod names;
 mod syntax;
 mod values;
@@ -81,7 +82,9 @@ fn analyze(
     if let Some(fatal) = scan.fatal {
         return vec![fatal];
     }
-    on_parser_stack(scan.nesting, || parse_and_walk(source, ctx)).unwrap_or_else(|| {
+    let warnings = scan.warnings;
+    let found = on_parser_stack(scan.nesting, || parse_and_walk(source, ctx));
+    found.map(|found| found.into_iter().chain(warnings).collect()).unwrap_or_else(|| {
         let message = "the linter failed on this script; this is a bug in cairn, please report it";
         vec![span_diagnostic("internal", message.to_owned(), 1, 1, None)]
     })

@@ -27,6 +27,8 @@ pub(super) struct Scan {
     pub(super) nesting: usize,
     /// A problem that must stop the parse, as a diagnostic.
     pub(super) fatal: Option<Diagnostic>,
+    /// Findings that do not stop the parse (`template-escape` in long strings).
+    pub(super) warnings: Vec<Diagnostic>,
 }
 
 /// One level of brackets or blocks: how many operators its current chain has.
@@ -93,7 +95,9 @@ pub(super) fn scan(source: &str) -> Scan {
         if c == '['
             && let Some(level) = long_bracket(&chars, i)
         {
+            let (from, at_line, at_column) = (i, line, column);
             skip_long(&chars, &mut i, &mut line, &mut column, level);
+            scan.warnings.extend(super::escapes::in_long_string(&chars[from..i], at_line, at_column));
             reset(&mut levels, &mut operators_open);
             continue;
         }
