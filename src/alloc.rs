@@ -53,6 +53,8 @@ thread_local! {
     static PENDING: Cell<i64> = const { Cell::new(0) };
     /// Allocations made on this thread and not yet added to the account's count.
     static PENDING_ALLOCS: Cell<u64> = const { Cell::new(0) };
+    /// Bytes allocated on this thread (frees not subtracted) and not yet added to the account.
+    static PENDING_ALLOCATED: Cell<u64> = const { Cell::new(0) };
 }
 
 /// How many allocations a thread counts before adding them to the run's account.
@@ -78,6 +80,13 @@ fn flush(account: *const MemoryAccount) {
             unsafe { &*account }.allocations.fetch_add(count, Ordering::Relaxed);
         }
     });
+    let _ = PENDING_ALLOCATED.try_with(|pending| {
+        let bytes = pending.replace(0);
+        if bytes != 0 && !account.is_null() {
+            // SAFETY: as in `CountingAlloc::charge`.
+            unsafe { &*account }.allocated.fetch_add(bytes, Ordering::Relaxed);
+        }
+    });
 }
 
 impl CountingAlloc {
@@ -94,6 +103,16 @@ impl CountingAlloc {
             let account = account.get();
             if !account.is_null() {
                 if sign > 0 {
+                    let _ = PENDING_ALLOCATED.try_with(|pending| {
+                        let total = pending.get() + bytes as u64;
+                        if total >= FLUSH_BYTES as u64 {
+                            pending.set(0);
+                            // SAFETY: as below.
+                            unsafe { &*account }.allocated.fetch_add(total, Ordering::Relaxed);
+                        } else {
+                            pending.set(total);
+                        }
+                    });
                     let _ = PENDING_ALLOCS.try_with(|pending| {
                         let count = pending.get() + 1;
                         if count >= FLUSH_ALLOCS {
@@ -170,6 +189,10 @@ pub(crate) struct MemoryAccount {
     /// values, which an interpreter's operation count does not see (one assignment of a
     /// nested value copies every level of it).
     allocations: AtomicU64,
+    /// Bytes allocated (reallocations' new sizes included), never decreasing: the copying and
+    /// building a builtin does in one operation (`replace`, `to_upper`, a copy-on-write of a
+    /// large string), which the runner charges to the operation budget.
+    allocated: AtomicU64,
 }
 
 impl MemoryAccount {
@@ -186,6 +209,12 @@ impl MemoryAccount {
     /// The allocations charged so far (low by at most [`FLUSH_ALLOCS`] per thread).
     pub(crate) fn allocations(&self) -> u64 {
         self.allocations.load(Ordering::Relaxed)
+    }
+
+    /// The bytes allocated so far, frees not subtracted (low by at most [`FLUSH_BYTES`] per
+    /// thread).
+    pub(crate) fn allocated(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
     }
 
     /// Charges this thread's allocations to the account until the guard is dropped (the guard

@@ -126,6 +126,12 @@ pub(crate) struct SandboxConfig {
     pub(crate) max_operations: Option<u64>,
     /// The allocation budget of a run, all branches together (copying values allocates).
     pub(crate) max_allocations: Option<u64>,
+    /// The longest script source lint and compile accept, in KiB (default 256).
+    pub(crate) max_script_kb: Option<u64>,
+    /// The most tokens a script may have (default 40,000), counted before the parsers run.
+    pub(crate) max_script_tokens: Option<u64>,
+    /// The most journal entries one run may write (default 4,000,000).
+    pub(crate) max_journal_entries: Option<u64>,
 }
 
 impl SandboxConfig {
@@ -155,6 +161,24 @@ impl SandboxConfig {
                 return Err(Error::config("sandbox.max_allocations must be above 0"));
             }
             limits.max_allocations = allocations;
+        }
+        if let Some(kb) = self.max_script_kb {
+            if kb == 0 || kb > 16 << 10 {
+                return Err(Error::config("sandbox.max_script_kb must be between 1 and 16384"));
+            }
+            limits.max_source_size = (kb as usize) << 10;
+        }
+        if let Some(tokens) = self.max_script_tokens {
+            if tokens == 0 || tokens > 10_000_000 {
+                return Err(Error::config("sandbox.max_script_tokens must be between 1 and 10000000"));
+            }
+            limits.max_source_tokens = tokens as usize;
+        }
+        if let Some(entries) = self.max_journal_entries {
+            if entries == 0 {
+                return Err(Error::config("sandbox.max_journal_entries must be above 0"));
+            }
+            limits.max_journal_entries = entries;
         }
         Ok(limits)
     }

@@ -7,6 +7,7 @@
 //! per token) and is not marked approximate, because echo's usage is its own truth: there is no
 //! other count to be approximately right about. It never calls tools.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -44,15 +45,22 @@ impl EchoProvider {
 
     /// The reply echo gives to `request`, in full.
     pub fn reply(request: &ChatRequest) -> String {
+        EchoProvider::bounded_reply(request).unwrap_or_else(|error| error.message)
+    }
+
+    /// The reply echo gives to `request`, or a `sandbox_limit` error when the request's schema
+    /// asks for more than echo generates ([`MAX_VALUES`] values, [`MAX_TEXT_BYTES`] of text,
+    /// [`MAX_DEPTH`] levels): the schema is script-supplied input, bounded like any other.
+    pub fn bounded_reply(request: &ChatRequest) -> Result<String, crate::Error> {
         if let Some(schema) = &request.response_schema {
-            return json_for_schema(schema).to_string();
+            return Ok(try_json_for_schema(schema)?.to_string());
         }
         let text = request.last_user_text().unwrap_or_default();
         let text = text.trim();
-        match text.char_indices().nth(EchoProvider::MAX_ECHO_CHARS) {
+        Ok(match text.char_indices().nth(EchoProvider::MAX_ECHO_CHARS) {
             Some((end, _)) => format!("echo: {}\u{2026}", &text[..end]),
             None => format!("echo: {text}"),
-        }
+        })
     }
 }
 
@@ -74,7 +82,10 @@ impl Provider for EchoProvider {
 
     fn stream(&self, request: ChatRequest, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
         let latency = self.latency;
-        let reply = EchoProvider::reply(&request);
+        let reply = match EchoProvider::bounded_reply(&request) {
+            Ok(reply) => reply,
+            Err(error) => return futures::stream::iter([ChatEvent::Error(error)]).boxed(),
+        };
         let usage = Usage {
             input_tokens: estimate::request_tokens(&request),
             output_tokens: estimate::tokens_for_chars(reply.chars().count()).max(1),
@@ -127,22 +138,64 @@ pub(crate) fn split_deltas(text: &str, pieces: usize) -> Vec<String> {
 /// `maximum` (and their exclusive forms), `multipleOf`, `minLength`/`maxLength`, common
 /// `format`s, `pattern` (by trying a few candidates), `anyOf`/`oneOf` (first branch), `allOf`
 /// (merged), and `$ref` to local definitions (`#/$defs/...`, any local JSON pointer).
+///
+/// A schema asking for more than echo generates gives `null`; [`try_json_for_schema`] says why.
 pub fn json_for_schema(schema: &Value) -> Value {
-    Generator { root: schema }.value(schema, 0, 0)
+    try_json_for_schema(schema).unwrap_or(Value::Null)
+}
+
+/// [`json_for_schema`], or a `sandbox_limit` error once the value would pass [`MAX_VALUES`]
+/// values or [`MAX_TEXT_BYTES`] bytes of text: a schema of a few hundred bytes can ask for
+/// billions of items (`minItems`, nested arrays) or a string of any length (`minLength`), and
+/// echo checks each count before it allocates.
+pub fn try_json_for_schema(schema: &Value) -> Result<Value, crate::Error> {
+    let generator = Generator { root: schema, values: Cell::new(0), text: Cell::new(0) };
+    let value = generator.value(schema, 0, 0);
+    if generator.values.get() > MAX_VALUES || generator.text.get() > MAX_TEXT_BYTES {
+        return Err(crate::Error::new(
+            crate::ErrorCode::SandboxLimit,
+            format!(
+                "the echo model generates at most {MAX_VALUES} values and {} KiB of text for a schema; \
+                 this schema asks for more (minItems, minLength or nesting)",
+                MAX_TEXT_BYTES >> 10
+            ),
+        ));
+    }
+    Ok(value)
 }
 
 struct Generator<'a> {
     root: &'a Value,
+    /// Values generated so far; past [`MAX_VALUES`] generation stops.
+    values: Cell<usize>,
+    /// Bytes of string text generated so far; past [`MAX_TEXT_BYTES`] generation stops.
+    text: Cell<usize>,
 }
 
 /// Deep enough for any sensible schema; recursive `$ref`s bottom out here.
-const MAX_DEPTH: usize = 32;
+pub const MAX_DEPTH: usize = 32;
+
+/// The most values (every array item, property and scalar counts) echo generates for a schema.
+pub const MAX_VALUES: usize = 100_000;
+
+/// The most bytes of string text echo generates for a schema.
+pub const MAX_TEXT_BYTES: usize = 1 << 20;
 
 impl Generator<'_> {
+    /// Whether the value's budget is spent (then every further value is `null`, and the caller
+    /// reports the overflow).
+    fn spent(&self) -> bool {
+        self.values.get() > MAX_VALUES || self.text.get() > MAX_TEXT_BYTES
+    }
+
     /// `variant` distinguishes siblings in an array, so `uniqueItems` holds.
     fn value(&self, schema: &Value, depth: usize, variant: usize) -> Value {
         let Some(map) = schema.as_object() else { return Value::Null };
         if depth > MAX_DEPTH {
+            return Value::Null;
+        }
+        self.values.set(self.values.get() + 1);
+        if self.spent() {
             return Value::Null;
         }
         if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
@@ -178,7 +231,11 @@ impl Generator<'_> {
         match self.type_of(map) {
             "object" => self.object(map, depth, variant),
             "array" => self.array(map, depth, variant),
-            "string" => string(map, variant),
+            "string" => {
+                let text = string(map, variant, MAX_TEXT_BYTES.saturating_sub(self.text.get()));
+                self.text.set(self.text.get() + text.as_str().map_or(0, str::len).max(1));
+                text
+            }
             "integer" => integer(map, variant),
             "number" => number(map, variant),
             "boolean" => Value::Bool(variant % 2 == 1),
@@ -231,7 +288,10 @@ impl Generator<'_> {
         }
         let min = map.get("minProperties").and_then(Value::as_u64).unwrap_or(0) as usize;
         let mut n = 0;
-        while object.len() < min && map.get("additionalProperties") != Some(&Value::Bool(false)) {
+        while object.len() < min
+            && map.get("additionalProperties") != Some(&Value::Bool(false))
+            && !self.spent()
+        {
             object.insert(format!("extra{n}"), self.value(&extra, depth + 1, n));
             n += 1;
         }
@@ -247,8 +307,14 @@ impl Generator<'_> {
         // One item shows the shape; no item when extra items are forbidden beyond the prefix.
         let wanted = if items == Some(&Value::Bool(false)) { prefix_len } else { min.max(prefix_len).max(1) };
         let count = wanted.min(max);
-        let mut array = Vec::with_capacity(count);
+        // Reserved only up to what the budget allows: `minItems: 1e10` must not allocate first.
+        let mut array = Vec::with_capacity(count.min(MAX_VALUES.saturating_sub(self.values.get()) + 1));
         for i in 0..count {
+            if self.spent() {
+                // One more value, so the caller sees the overflow even when this is the last.
+                self.values.set(MAX_VALUES + 1);
+                break;
+            }
             let schema = match (prefix.and_then(|p| p.get(i)), items) {
                 (Some(schema), _) => schema.clone(),
                 (None, Some(Value::Object(schema))) => Value::Object(schema.clone()),
@@ -297,7 +363,9 @@ fn merge_into(target: &mut Map<String, Value>, part: &Value) {
     }
 }
 
-fn string(map: &Map<String, Value>, variant: usize) -> Value {
+/// A string for `map`; a `minLength` past `room` bytes gives a string just past `room` (the
+/// caller reports the overflow) instead of building it.
+fn string(map: &Map<String, Value>, variant: usize, room: usize) -> Value {
     let format = map.get("format").and_then(Value::as_str);
     let base = match format {
         Some("date-time") => "1970-01-01T00:00:00Z".to_owned(),
@@ -312,12 +380,13 @@ fn string(map: &Map<String, Value>, variant: usize) -> Value {
         _ if variant == 0 => "echo".to_owned(),
         _ => format!("echo{variant}"),
     };
-    let min = map.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let min = map.get("minLength").and_then(Value::as_u64).unwrap_or(0).min(room as u64 + 1) as usize;
     let max = map.get("maxLength").and_then(Value::as_u64).map_or(usize::MAX, |m| m as usize);
     let fit = |text: &str| -> String {
         let mut text: String = text.chars().take(max).collect();
-        while text.chars().count() < min {
-            text.push('x');
+        let chars = text.chars().count();
+        if chars < min {
+            text.extend(std::iter::repeat_n('x', min - chars));
         }
         text
     };

@@ -9,10 +9,12 @@
 
 pub mod bound;
 pub(crate) mod child_args;
+pub(crate) mod host;
 pub mod lua;
 pub(crate) mod options;
 pub mod rhai;
 mod schema_check;
+pub(crate) mod source;
 mod suggest;
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,7 @@ mod fanout_defer;
 mod finish_reason;
 mod hostile;
 mod hostile_cli;
+mod hostile_host;
 mod jcs;
 mod lease;
 mod lint;

@@ -135,6 +135,22 @@ fn items_of(shared: &Shared, value: &Lv, what: &str) -> Result<Vec<Value>, Error
     }
 }
 
+/// A fan-out of `count` branches: within the cap (a Rhai array's limit), and each branch's
+/// scope, state and result charged to the run as a journal entry.
+fn branch_work(lua: &Lua, shared: &Shared, count: usize, global: &str) -> Result<(), Error> {
+    if count > shared.guard.max_branches {
+        return Err(Error::new(
+            ErrorCode::SandboxLimit,
+            format!(
+                "a {global} of {count} branches is over the limit of {}; batch the items (a branch can \
+                 handle many) or use child workflows",
+                shared.guard.max_branches
+            ),
+        ));
+    }
+    shared.host_work(lua, 0, 0, count as u64)
+}
+
 fn table_arg(value: &Lv, global: &str, name: &str) -> Result<Table, Error> {
     match value {
         Lv::Table(t) => Ok(t.clone()),
@@ -173,6 +189,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
                     (branches, inputs, 1)
                 }
             };
+            branch_work(&lua, &shared, inputs.len().max(functions.len()), "parallel")?;
             let value = opts(&shared, "parallel", arg(&args, options_at))?;
             let popts = options::parallel(&value);
             let single = functions.len() == 1 && matches!(arg(&args, 1), Lv::Function(_));
@@ -201,6 +218,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
             super::runner::nesting()?;
             let items = items_of(&shared, &arg(&args, 0), "pipeline items")?;
             let stages = functions_of(&table_arg(&arg(&args, 1), "pipeline", "stages")?, "pipeline stages")?;
+            branch_work(&lua, &shared, items.len(), "pipeline")?;
             let value = opts(&shared, "pipeline", arg(&args, 2))?;
             let mode = match value.get("on_item_error").and_then(Value::as_str) {
                 Some("throw") => OnItemError::Throw,

@@ -228,27 +228,27 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
 
     table.raw_set(
         "now",
-        async_global(lua, shared, false, |_, shared, ctx, _, _| async move {
-            let now = EngineWork::new(&shared.guard, async move { ctx.now().await }).await?;
+        async_global(lua, shared, false, |_, _shared, ctx, _, _| async move {
+            // Host work for the script, waiting for nothing else: its time is script time.
+            let now = ctx.now().await?;
             Ok(one(Lv::Integer(now)))
         })?,
     )?;
     table.raw_set(
         "random",
-        async_global(lua, shared, false, |_, shared, ctx, _, args| async move {
+        async_global(lua, shared, false, |_, _shared, ctx, _, args| async move {
             let key = match arg(&args, 0) {
                 Lv::Nil => None,
                 _ => Some(text(&args, 0, "random", "key")?),
             };
-            let value =
-                EngineWork::new(&shared.guard, async move { ctx.random(key.as_deref()).await }).await?;
+            let value = ctx.random(key.as_deref()).await?;
             Ok(one(Lv::Number(value)))
         })?,
     )?;
     table.raw_set(
         "uuid",
         async_global(lua, shared, false, |lua, shared, ctx, _, _| async move {
-            let id = EngineWork::new(&shared.guard, async move { ctx.uuid().await }).await?;
+            let id = ctx.uuid().await?;
             Ok(one(Lv::String(lua.create_string(id).map_err(|e| shared.error_of_mlua(&e))?)))
         })?,
     )?;

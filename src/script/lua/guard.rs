@@ -30,6 +30,19 @@ pub(super) struct Guard {
     pub(super) max_memory: u64,
     cancel: CancellationToken,
     tripped: OnceCell<Error>,
+    /// Host memory the script's engine calls keep for the rest of the run (journal entries,
+    /// events, step results, JSON conversions; see `script::host`): the state's byte limit is
+    /// lowered by it, so interpreter and host together stay within `max_memory`.
+    host_bytes: Cell<u64>,
+    /// Journal entries the script's engine calls made, and their cap.
+    entries: Cell<u64>,
+    max_entries: u64,
+    /// The most branches (items) one fan-out may have, as a Rhai array may hold.
+    pub(super) max_branches: usize,
+    /// What the run's script thread allocates, as [`crate::CountingAlloc`] counts it: the bytes
+    /// a builtin or a concatenation builds in one instruction (`upper` of 4 MB, `s .. s`) are
+    /// charged to the operation budget. The state's byte limit bounds what is held.
+    pub(super) memory: crate::alloc::MemoryAccount,
 }
 
 impl Guard {
@@ -43,6 +56,11 @@ impl Guard {
             max_memory: limits.max_memory,
             cancel,
             tripped: OnceCell::new(),
+            host_bytes: Cell::new(0),
+            entries: Cell::new(0),
+            max_entries: limits.max_journal_entries,
+            max_branches: limits.max_array_size,
+            memory: crate::alloc::MemoryAccount::new(),
         }
     }
 
@@ -73,13 +91,41 @@ impl Guard {
     pub(super) fn charge(&self, n: u64) -> Option<Error> {
         let total = self.operations.get().saturating_add(n);
         self.operations.set(total);
-        if total > self.max_operations {
+        let built = crate::script::host::operations_for(self.memory.allocated());
+        if total.saturating_add(built) > self.max_operations {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
-                format!("the script exceeded its budget of {} operations", self.max_operations),
+                format!(
+                    "the script exceeded its budget of {} operations (the bytes its allocations, copies and \
+                     engine calls handle count too, 4 to an operation)",
+                    self.max_operations
+                ),
             )));
         }
         self.check()
+    }
+
+    /// Work the host does for the script: `bytes` hashed, copied or converted (charged to the
+    /// operation budget), `kept` of them kept for the rest of the run (charged to memory with the entries),
+    /// `entries` journal entries written (capped). The error ends the run; the caller lowers
+    /// the state's byte limit to [`Guard::memory_room`].
+    pub(super) fn host_work(&self, bytes: u64, kept: u64, entries: u64) -> Option<Error> {
+        let host = self.host_bytes.get().saturating_add(crate::script::host::resident(kept, entries));
+        self.host_bytes.set(host);
+        let entries = self.entries.get().saturating_add(entries);
+        self.entries.set(entries);
+        if entries > self.max_entries {
+            return Some(self.trip(crate::script::host::too_many_entries(self.max_entries)));
+        }
+        if host > self.max_memory {
+            return Some(self.out_of_memory());
+        }
+        self.charge(crate::script::host::operations_for(bytes))
+    }
+
+    /// The bytes the interpreter may hold: the run's limit less what the host keeps for it.
+    pub(super) fn memory_room(&self) -> u64 {
+        self.max_memory.saturating_sub(self.host_bytes.get())
     }
 
     /// The bounds that do not count anything: the latch, cancellation and the clock.

@@ -47,15 +47,28 @@ pub(super) struct ToJson<'a> {
     nodes: u64,
     budget: isize,
     limit: usize,
+    /// The limit the caller asked for; `limit` is lower when the run's memory is nearly spent.
+    requested: usize,
 }
 
 impl<'a> ToJson<'a> {
     pub(super) fn new(internals: &'a Internals, guard: &'a Rc<Guard>, limit: usize) -> ToJson<'a> {
-        ToJson { internals, guard, nodes: 0, budget: limit as isize, limit }
+        // What the host may still keep for the script bounds a conversion too.
+        let requested = limit;
+        let limit = limit.min(usize::try_from(guard.memory_room()).unwrap_or(usize::MAX));
+        ToJson { internals, guard, nodes: 0, budget: limit as isize, limit, requested }
+    }
+
+    /// The bytes charged so far: the output's estimated size, host memory included.
+    pub(super) fn spent(&self) -> usize {
+        usize::try_from(self.limit as isize - self.budget).unwrap_or(0)
     }
 
     fn spend(&mut self, bytes: usize) -> Result<(), Error> {
         self.budget -= bytes as isize;
+        if self.budget < 0 && self.limit < self.requested {
+            return Err(self.guard.out_of_memory());
+        }
         if self.budget < 0 {
             return Err(Error::new(
                 ErrorCode::SandboxLimit,
@@ -163,7 +176,9 @@ impl<'a> ToJson<'a> {
             // sparse table cannot blow up the output.
             let len = usize::try_from(len).unwrap_or(usize::MAX);
             let holes = len.saturating_sub(ints.len());
-            self.spend(len.saturating_add(holes.saturating_mul(4)))?;
+            // A slot is a host value (a `null` hole too) as well as its text.
+            let slot = std::mem::size_of::<Value>();
+            self.spend(len.saturating_mul(slot).saturating_add(holes.saturating_mul(4)))?;
             let mut out = vec![Value::Null; len];
             ints.sort_by_key(|(i, _)| *i);
             for (i, item) in ints {

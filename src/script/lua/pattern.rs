@@ -573,16 +573,32 @@ fn add_value(
     }
 }
 
+/// The host memory a `gmatch` iterator's state takes besides its pattern (its closure and the
+/// reference to its subject), charged to the run.
+const ITERATOR_BYTES: u64 = 256;
+
+/// The subject is held as the Lua string itself (a reference the state's byte limit already
+/// counts), never as a copy: a thousand iterators over one 4 MB string hold one 4 MB string.
 fn gmatch(lua: &Lua, guard: &Rc<Guard>, args: MultiValue) -> mlua::Result<Function> {
     let get = |i: usize| args.get(i).cloned().unwrap_or(Lv::Nil);
-    let src = bytes(lua, &get(0), 1, "gmatch")?;
+    let subject = match get(0) {
+        Lv::String(subject) => subject,
+        other => lua.create_string(bytes(lua, &other, 1, "gmatch")?)?,
+    };
     let pat = bytes(lua, &get(1), 2, "gmatch")?;
-    let init = (start_at(integer(lua, &get(2), 1, 3, "gmatch")?, src.len()) - 1).min(src.len() + 1);
+    // The iterator's state lives outside the state's byte limit: the host keeps it.
+    if let Some(error) = guard.host_work(0, pat.len() as u64 + ITERATOR_BYTES, 0) {
+        return Err(mlua::Error::external(error));
+    }
+    let length = subject.as_bytes().len();
+    let init = (start_at(integer(lua, &get(2), 1, 3, "gmatch")?, length) - 1).min(length + 1);
     let guard = guard.clone();
     let mut position = init;
     let mut last: Option<usize> = None;
     lua.create_function_mut(move |lua, ()| {
-        let mut st = State::new(&src, &pat, &guard);
+        let src = subject.as_bytes();
+        let src: &[u8] = &src;
+        let mut st = State::new(src, &pat, &guard);
         let mut s = position;
         while s <= src.len() {
             st.reset();

@@ -84,12 +84,26 @@ impl ScriptDialect for LuaDialect {
 
     fn check(&self, source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
         let mut diagnostics = sandbox::compile_check(source, &self.limits);
+        if crate::script::source::over_limits(
+            source,
+            self.limits.max_source_size,
+            self.limits.max_source_tokens,
+        )
+        .is_some()
+        {
+            // Over the source limits: neither the parser nor the linter runs on it.
+            return diagnostics;
+        }
         if diagnostics.is_empty() {
-            diagnostics = super::lint::lint(source, ctx);
+            diagnostics = super::lint::lint_within(source, ctx, &self.limits);
         } else {
             // A script that does not compile gets lint's findings too, minus its own syntax
             // report of the same problem.
-            diagnostics.extend(super::lint::lint(source, ctx).into_iter().filter(|d| d.rule_id != "syntax"));
+            diagnostics.extend(
+                super::lint::lint_within(source, ctx, &self.limits)
+                    .into_iter()
+                    .filter(|d| d.rule_id != "syntax"),
+            );
         }
         sort_diagnostics(&mut diagnostics);
         diagnostics
@@ -156,7 +170,28 @@ pub(super) struct Shared {
 impl Shared {
     /// A script value as JSON, at most `limit` bytes.
     pub(super) fn to_json(&self, value: &Lv, limit: usize) -> Result<Value, Error> {
-        ToJson::new(&self.internals, &self.guard, limit).convert(value)
+        let mut conversion = ToJson::new(&self.internals, &self.guard, limit);
+        let value = conversion.convert(value)?;
+        // What crossed is the host's now (a step result, a log's data, a branch's value): kept
+        // with the journal for the rest of the run. The state's byte limit follows at the next
+        // engine call.
+        let bytes = conversion.spent() as u64;
+        if let Some(error) = self.guard.host_work(bytes, bytes, 0) {
+            return Err(error);
+        }
+        Ok(value)
+    }
+
+    /// Charges host work to the run (see [`Guard::host_work`]) and lowers the state's byte
+    /// limit by what the host now keeps.
+    pub(super) fn host_work(&self, lua: &Lua, bytes: usize, kept: usize, entries: u64) -> Result<(), Error> {
+        if let Some(error) = self.guard.host_work(bytes as u64, kept as u64, entries) {
+            return Err(error);
+        }
+        if kept > 0 || entries > 0 {
+            let _ = lua.set_memory_limit(usize::try_from(self.guard.memory_room()).unwrap_or(usize::MAX));
+        }
+        Ok(())
     }
 
     /// A JSON value as a script value.
@@ -365,6 +400,13 @@ where
                 Ok(entered) => entered,
                 Err(error) => return shared.reply(&lua, frame::current_frame().as_deref(), Err(error)),
             };
+            // Every engine call writes (or replays) a journal entry the host keeps, with the
+            // text it was handed (a prompt, a key, a message) hashed into it.
+            let text: usize =
+                args.iter().map(|v| if let Lv::String(s) = v { s.as_bytes().len() } else { 0 }).sum();
+            if let Err(error) = shared.host_work(&lua, text, text, 1) {
+                return shared.reply(&lua, Some(&frame), Err(error));
+            }
             let result = body(lua.clone(), shared.clone(), ctx, frame.clone(), args).await;
             match result {
                 Ok(values) if raw => Ok(values),
@@ -385,6 +427,8 @@ fn execute(
     let setup = |e: mlua::Error| Error::internal(format!("cannot set up the Lua sandbox: {e}"));
     let (lua, internals, hidden) = sandbox::open().map_err(setup)?;
     let guard = Rc::new(Guard::new(&limits, ctx.cancel.clone()));
+    // What this thread allocates from here on is the script's work (see `Guard::memory`).
+    let _allocations = guard.memory.enter();
     let shared =
         Rc::new(Shared { guard: guard.clone(), internals: internals.clone(), hidden: Rc::new(hidden) });
     let globals = lua.create_table().map_err(setup)?;

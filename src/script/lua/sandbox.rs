@@ -249,15 +249,10 @@ pub(super) fn compile_check(source: &str, limits: &SandboxLimits) -> Vec<Diagnos
     if source.trim().is_empty() {
         return vec![syntax(1, "the script is empty; write statements and return the run's result".into())];
     }
-    if source.len() > limits.max_source_size {
-        return vec![syntax(
-            1,
-            format!(
-                "the script is {} bytes, over the limit of {} bytes; split the work into child workflows",
-                source.len(),
-                limits.max_source_size
-            ),
-        )];
+    if let Some(message) =
+        crate::script::source::over_limits(source, limits.max_source_size, limits.max_source_tokens)
+    {
+        return vec![syntax(1, message)];
     }
     if source.as_bytes().starts_with(b"\x1bLua") {
         return vec![syntax(1, "binary chunks are not accepted; give the script's source".into())];

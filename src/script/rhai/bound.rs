@@ -93,6 +93,11 @@ pub(crate) fn call_bound(source: &str, args: &Value) -> CallBound {
 
 /// Parses and bounds.
 fn analyze(source: &str, args: &Value) -> CallBound {
+    if let Some(reason) =
+        crate::script::source::over_limits(source, 1 << 20, crate::script::source::BOUND_MAX_TOKENS)
+    {
+        return CallBound::Unbounded { reason, line: 1, column: 1 };
+    }
     let engine = parser_engine(&SandboxLimits::STANDARD);
     match engine.compile_with_scope(&compile_scope(), source) {
         Ok(ast) => bound_of(&ast, args),

@@ -88,6 +88,17 @@ pub(crate) fn check_current() -> Option<Error> {
     guard.memory_check().or_else(|| guard.slow_check())
 }
 
+/// Charges host work done for the current thread's run (see [`RunGuard::host_work`]); `None`
+/// on a thread that runs no script or when no bound is crossed.
+pub(crate) fn host_work_current(bytes: u64, kept: u64, entries: u64) -> Option<Error> {
+    let guard = CURRENT.with(std::cell::Cell::get);
+    if guard.is_null() {
+        return None;
+    }
+    // SAFETY: as in `check_current`.
+    unsafe { &*guard }.host_work(bytes, kept, entries)
+}
+
 /// What every thread of one run checks.
 #[derive(Debug)]
 pub(crate) struct RunGuard {
@@ -104,6 +115,13 @@ pub(crate) struct RunGuard {
     max_wall_time: Duration,
     cancel: CancellationToken,
     tripped: OnceLock<Error>,
+    /// Host memory the script's engine calls keep for the rest of the run (journal entries,
+    /// events, step results, JSON conversions), charged by [`RunGuard::host_work`] and counted
+    /// against `max_memory` with what the interpreter holds.
+    host_bytes: AtomicU64,
+    /// Journal entries the script's engine calls made.
+    entries: AtomicU64,
+    max_entries: u64,
 }
 
 impl RunGuard {
@@ -119,6 +137,9 @@ impl RunGuard {
             max_wall_time: limits.max_wall_time,
             cancel,
             tripped: OnceLock::new(),
+            host_bytes: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+            max_entries: limits.max_journal_entries,
         }
     }
 
@@ -175,14 +196,23 @@ impl RunGuard {
     /// crossed.
     pub(crate) fn operation(&self) -> Option<Error> {
         let n = self.operations.fetch_add(1, Ordering::Relaxed) + 1;
-        if n > self.max_operations {
-            return Some(self.trip(Error::new(
-                ErrorCode::SandboxLimit,
-                format!("the script exceeded its budget of {} operations", self.max_operations),
-            )));
-        }
+        // The memory bounds first: a copying loop is told about its allocations, the clearer
+        // message, when it crosses both.
         if let Some(error) = self.memory_check() {
             return Some(error);
+        }
+        // Bytes allocated are work too: a builtin that copies or builds megabytes in one
+        // operation (`replace`, `to_upper`, a copy-on-write) is charged by what it built.
+        let built = crate::script::host::operations_for(self.memory.allocated());
+        if n.saturating_add(built) > self.max_operations {
+            return Some(self.trip(Error::new(
+                ErrorCode::SandboxLimit,
+                format!(
+                    "the script exceeded its budget of {} operations (the bytes its allocations, copies and \
+                     engine calls handle count too, 4 to an operation)",
+                    self.max_operations
+                ),
+            )));
         }
         if let Some(error) = self.tripped.get() {
             return Some(error.clone());
@@ -193,8 +223,37 @@ impl RunGuard {
         None
     }
 
+    /// Work the host does for the script (see [`crate::script::host`]): `bytes` hashed, copied
+    /// or converted, `kept` of them kept for the rest of the run, `entries` journal entries
+    /// written. Charges the operation budget by the bytes, the memory account by what is kept,
+    /// and the entry cap; the error ends the run.
+    pub(crate) fn host_work(&self, bytes: u64, kept: u64, entries: u64) -> Option<Error> {
+        let operations = crate::script::host::operations_for(bytes);
+        let n = self.operations.fetch_add(operations, Ordering::Relaxed).saturating_add(operations);
+        if n > self.max_operations {
+            return Some(self.trip(Error::new(
+                ErrorCode::SandboxLimit,
+                format!(
+                    "the script exceeded its budget of {} operations (engine calls are charged by the bytes \
+                     they hash, copy and keep)",
+                    self.max_operations
+                ),
+            )));
+        }
+        self.host_bytes.fetch_add(crate::script::host::resident(kept, entries), Ordering::Relaxed);
+        let entries = self.entries.fetch_add(entries, Ordering::Relaxed).saturating_add(entries);
+        if entries > self.max_entries {
+            return Some(self.trip(crate::script::host::too_many_entries(self.max_entries)));
+        }
+        self.memory_check().or_else(|| self.tripped.get().cloned())
+    }
+
     /// The memory bounds alone, held and allocated (also checked at the JSON boundary).
     pub(crate) fn memory_check(&self) -> Option<Error> {
+        let host = self.host_bytes.load(Ordering::Relaxed);
+        if host > self.max_memory {
+            return Some(self.trip(crate::script::host::out_of_memory(self.max_memory)));
+        }
         if !self.measured {
             return None;
         }
@@ -208,7 +267,7 @@ impl RunGuard {
                 ),
             )));
         }
-        if self.memory.bytes() > self.max_memory {
+        if self.memory.bytes().saturating_add(host) > self.max_memory {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
                 format!(

@@ -8,6 +8,7 @@
 //! kind.
 
 mod bound;
+mod builtins;
 mod defer;
 mod guard;
 mod isolate;
@@ -15,6 +16,7 @@ mod json;
 mod lint;
 mod runner;
 pub mod sandbox;
+mod teardown;
 mod text;
 mod threads;
 
@@ -62,7 +64,16 @@ impl CompiledRhai {
 /// The diagnostics, sorted by position, when the script does not parse or a lint rule rejects
 /// it.
 pub fn compile(source: &str, ctx: &LintContext) -> Result<CompiledRhai, Vec<Diagnostic>> {
-    let (ast, diagnostics) = analyze(source, ctx);
+    compile_within(source, ctx, &SandboxLimits::STANDARD)
+}
+
+/// [`compile`] under `limits`' source limits (size and tokens, checked before the parser).
+pub(crate) fn compile_within(
+    source: &str,
+    ctx: &LintContext,
+    limits: &SandboxLimits,
+) -> Result<CompiledRhai, Vec<Diagnostic>> {
+    let (ast, diagnostics) = analyze(source, ctx, limits);
     match ast {
         Some(ast) if !diagnostics.iter().any(Diagnostic::is_error) => {
             Ok(CompiledRhai { ast, warnings: diagnostics })
@@ -72,7 +83,12 @@ pub fn compile(source: &str, ctx: &LintContext) -> Result<CompiledRhai, Vec<Diag
 }
 
 /// Parses a script for the sandbox without linting it (the `without_lint` test seam).
-pub(crate) fn parse_only(source: &str) -> Result<CompiledRhai, Vec<Diagnostic>> {
+pub(crate) fn parse_only(source: &str, limits: &SandboxLimits) -> Result<CompiledRhai, Vec<Diagnostic>> {
+    if let Some(message) =
+        crate::script::source::over_limits(source, limits.max_source_size, limits.max_source_tokens)
+    {
+        return Err(vec![diagnostic("syntax", message, 1, 1)]);
+    }
     let engine = parser_engine(&SandboxLimits::STANDARD);
     engine
         .compile_with_scope(&compile_scope(), source)
@@ -83,28 +99,24 @@ pub(crate) fn parse_only(source: &str) -> Result<CompiledRhai, Vec<Diagnostic>> 
 /// Lints a script: every finding of every rule, sorted by position. An empty list means the
 /// script compiles cleanly.
 pub fn lint(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
-    analyze(source, ctx).1
+    analyze(source, ctx, &SandboxLimits::STANDARD).1
 }
 
 /// Parses and lints. The parser and the walker are written not to panic on any input; the
 /// `catch_unwind` is the backstop that keeps a bug in either from taking down the host, turning
 /// it into an `internal` diagnostic instead.
-fn analyze(source: &str, ctx: &LintContext) -> (Option<AST>, Vec<Diagnostic>) {
+fn analyze(source: &str, ctx: &LintContext, limits: &SandboxLimits) -> (Option<AST>, Vec<Diagnostic>) {
     let result = catch_unwind(AssertUnwindSafe(|| {
         if source.trim().is_empty() {
             let message = "the script is empty; write statements whose last value is the run's result";
             return (None, vec![diagnostic("syntax", message.to_owned(), 1, 1)]);
         }
-        let limits = SandboxLimits::STANDARD;
-        if source.len() > limits.max_source_size {
-            let message = format!(
-                "the script is {} bytes, over the limit of {} bytes; split the work into child workflows",
-                source.len(),
-                limits.max_source_size
-            );
+        if let Some(message) =
+            crate::script::source::over_limits(source, limits.max_source_size, limits.max_source_tokens)
+        {
             return (None, vec![diagnostic("syntax", message, 1, 1)]);
         }
-        let (ast, mut diagnostics) = lint::analyze(source, ctx, &parser_engine(&limits));
+        let (ast, mut diagnostics) = lint::analyze(source, ctx, &parser_engine(limits));
         sort_diagnostics(&mut diagnostics);
         (ast, diagnostics)
     }));

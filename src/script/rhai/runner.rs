@@ -58,6 +58,20 @@ const MAX_FANOUT_RESULT: usize = 64 << 20;
 
 /// Whether `value` serializes to more than `limit` bytes (an estimate that errs large),
 /// stopping as soon as it knows.
+/// The JSON size of `value`, estimated as [`json_exceeds`] does.
+fn json_size(value: &Value) -> usize {
+    fn size(value: &Value) -> usize {
+        match value {
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => 24,
+            Value::String(s) => s.len() + 2,
+            Value::Array(items) => items.iter().map(size).sum::<usize>() + items.len() + 2,
+            Value::Object(map) => map.iter().map(|(k, v)| k.len() + 4 + size(v)).sum::<usize>() + 2,
+        }
+    }
+    size(value)
+}
+
 fn json_exceeds(value: &Value, limit: usize) -> bool {
     fn size(value: &Value, budget: &mut isize) {
         if *budget < 0 {
@@ -152,8 +166,11 @@ impl ScriptDialect for RhaiDialect {
 
     fn prepare(&self, engine: &crate::Engine, name: &str, source: &str) -> Result<Workflow, Error> {
         let lint_context = LintContext::from(engine.registered());
-        let compiled =
-            if self.lint { super::compile(source, &lint_context) } else { super::parse_only(source) };
+        let compiled = if self.lint {
+            super::compile_within(source, &lint_context, &self.limits)
+        } else {
+            super::parse_only(source, &self.limits)
+        };
         let compiled = compiled.map_err(|diagnostics| {
             let errors: Vec<_> = diagnostics.into_iter().filter(|d| d.is_error()).collect();
             Error::validation(format!(
@@ -248,16 +265,20 @@ fn execute(
     scope.push_constant("args", to_dynamic(&args));
     scope.push_constant("budget", BudgetView);
     let result = with_ctx(ctx, || engine.eval_ast_with_scope::<Dynamic>(&mut scope, ast));
+    let (output, value) = match result {
+        Ok(value) => (
+            to_json(&value).map_err(|e| Error::new(e.code, format!("the script's result: {}", e.message))),
+            Some(value),
+        ),
+        Err(err) => (Err(from_rhai(*err)), None),
+    };
+    // Deeply nested values (a chain of closures capturing closures) dropped without recursion.
+    super::teardown::dismantle(scope.into_iter().map(|(_, value, _)| value).chain(value));
     // A sandbox error in a branch whose errors were dropped (a pipeline) still ends the run.
     if let Some(error) = shared.guard.tripped() {
         return Err(error);
     }
-    match result {
-        Ok(value) => {
-            to_json(&value).map_err(|e| Error::new(e.code, format!("the script's result: {}", e.message)))
-        }
-        Err(err) => Err(from_rhai(*err)),
-    }
+    output
 }
 
 /// The read-only `budget` object.
@@ -266,6 +287,7 @@ struct BudgetView;
 
 fn build_engine(shared: &Arc<Shared>) -> Rhai {
     let mut engine = sandbox_engine(&shared.limits);
+    super::builtins::register(&mut engine, shared.limits.max_string_size);
     // The per-evaluation limit is a backstop; the shared counter is the run's budget.
     engine.set_max_operations(0);
     let progress = shared.clone();
@@ -370,10 +392,33 @@ fn from_rhai(err: EvalAltResult) -> Error {
     }
 }
 
+/// Charges host work done for the script to its run (see `script::host`): `bytes` hashed,
+/// copied or converted, `kept` of them kept for the rest of the run, `entries` journal
+/// entries.
+fn host_work(bytes: usize, kept: usize, entries: u64) -> RhaiResult<()> {
+    match super::guard::host_work_current(bytes as u64, kept as u64, entries) {
+        Some(error) => Err(to_rhai(error)),
+        None => Ok(()),
+    }
+}
+
 fn block<T>(shared: &Shared, future: impl std::future::Future<Output = Result<T, Error>>) -> RhaiResult<T> {
-    // The engine's work for the script is not the script's memory, nor its time.
-    let _engine_work = crate::alloc::MemoryAccount::suspend();
     let _waiting = shared.guard.pause();
+    block_host(shared, future)
+}
+
+/// [`block`] for a call that waits for nothing but the host's own work for the script (`now`,
+/// `random`, `uuid`): its time is the script's.
+fn block_host<T>(
+    shared: &Shared,
+    future: impl std::future::Future<Output = Result<T, Error>>,
+) -> RhaiResult<T> {
+    // Every engine call writes (or replays) a journal entry the host keeps.
+    if let Some(error) = shared.guard.host_work(0, 0, 1) {
+        return Err(to_rhai(error));
+    }
+    // The engine's buffers are not the script's memory (what it keeps is charged above).
+    let _engine_work = crate::alloc::MemoryAccount::suspend();
     // Pinned here, so `block_on` moves a pointer: an engine future is kilobytes large, and
     // moving it by value through tokio's layers copied it three times per call. Callers pin
     // it where it is made (`block(shared, pin!(ctx.agent(..)))`), so it is never moved.
@@ -580,6 +625,8 @@ fn parallel(
     opts: &Map,
 ) -> RhaiResult<Dynamic> {
     let ctx = current()?;
+    // Each branch is a journal scope, state and a result the host keeps.
+    host_work(0, 0, args.len().max(fns.len()) as u64)?;
     let opts = options("parallel", opts).map_err(to_rhai)?;
     let popts = parallel_options(&opts);
     let single_fn = fns.len() == 1 && args.len() != 1;
@@ -654,6 +701,7 @@ fn pipeline(
     opts: &Map,
 ) -> RhaiResult<Dynamic> {
     let ctx = current()?;
+    host_work(0, 0, items.len().saturating_mul(stages.len()) as u64)?;
     let opts = options("pipeline", opts).map_err(to_rhai)?;
     let fns = fn_ptrs(&stages, "pipeline stages").map_err(to_rhai)?;
     let items: Vec<Value> = items.iter().map(to_json).collect::<Result<_, _>>().map_err(to_rhai)?;
@@ -767,6 +815,8 @@ fn register_fanout(engine: &mut Rhai, shared: &Arc<Shared>) {
 fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     fn step(context: &NativeCallContext, label: &str, body: FnPtr, opts: &Map) -> RhaiResult<Dynamic> {
         let ctx = current()?;
+        // Two journal entries (the step's start and its result), the label hashed into its key.
+        host_work(label.len(), label.len(), 2)?;
         let opts = options("step", opts).map_err(to_rhai)?;
         let deps = opts.get("deps").and_then(Value::as_array).cloned().unwrap_or_default();
         let step_opts = StepOptions { key: str_opt(&opts, "key"), deps, on_error: None };
@@ -820,6 +870,9 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             ))));
         }
         let data = data.map(to_json).transpose().map_err(to_rhai)?;
+        // A log is an event the host keeps (and journals) with its message and data.
+        let size = message.len() + data.as_ref().map_or(0, json_size);
+        host_work(size, size, 1)?;
         ctx.log(level, message, data);
         Ok(())
     }
@@ -871,16 +924,19 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     engine.register_fn("await_external", move |key: &str, o: Map| wait(&s, key, &o));
 
     let s = shared.clone();
-    engine.register_fn("now", move || -> RhaiResult<i64> { block(&s, pin!(current()?.now())) });
+    engine.register_fn("now", move || -> RhaiResult<i64> { block_host(&s, pin!(current()?.now())) });
     let s = shared.clone();
-    engine.register_fn("random", move || -> RhaiResult<f64> { block(&s, pin!(current()?.random(None))) });
+    engine
+        .register_fn("random", move || -> RhaiResult<f64> { block_host(&s, pin!(current()?.random(None))) });
     let s = shared.clone();
     engine.register_fn("random", move |key: &str| -> RhaiResult<f64> {
         let ctx = current()?;
-        block(&s, pin!(ctx.random(Some(key))))
+        // The key is hashed into the call's identity and kept with its entry.
+        host_work(key.len(), key.len(), 0)?;
+        block_host(&s, pin!(ctx.random(Some(key))))
     });
     let s = shared.clone();
-    engine.register_fn("uuid", move || -> RhaiResult<String> { block(&s, pin!(current()?.uuid())) });
+    engine.register_fn("uuid", move || -> RhaiResult<String> { block_host(&s, pin!(current()?.uuid())) });
 
     engine.register_type_with_name::<BudgetView>("Budget");
     let s = shared.clone();

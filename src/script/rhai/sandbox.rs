@@ -48,6 +48,10 @@ pub struct SandboxLimits {
     /// Longest script source, in bytes, that compile and lint will parse; a bound on the time
     /// either can take.
     pub max_source_size: usize,
+    /// The most tokens a script may have, counted by a linear scan before either parser runs
+    /// (`script::source`): the parsers are superlinear on some inputs and the linter's tree
+    /// takes about a kilobyte per token, so this bounds the time and memory of lint and compile.
+    pub max_source_tokens: usize,
     /// The most memory, in bytes, a run's script threads may hold at once, all branches
     /// together. Measured by [`crate::CountingAlloc`] when it is the global allocator;
     /// without it only the per-value limits above hold.
@@ -63,6 +67,11 @@ pub struct SandboxLimits {
     /// branches to finish) is not counted. Besides the operation budget, so a script of
     /// expensive operations still ends.
     pub max_wall_time: std::time::Duration,
+    /// The most journal entries (engine calls: `now`, `random`, steps, logs kept, agent calls)
+    /// a run's script may make. Each is kept by the host for the rest of the run, so besides
+    /// the memory they are charged, their number is capped; the default fits a million-call
+    /// orchestration.
+    pub max_journal_entries: u64,
 }
 
 impl SandboxLimits {
@@ -77,10 +86,12 @@ impl SandboxLimits {
         max_map_size: 10_000,
         max_variables: 2_048,
         max_functions: 1_024,
-        max_source_size: 1 << 20,
+        max_source_size: 256 << 10,
+        max_source_tokens: 40_000,
         max_memory: 256 << 20,
         max_allocations: 10_000_000,
         max_wall_time: std::time::Duration::from_secs(300),
+        max_journal_entries: 4_000_000,
     };
 }
 

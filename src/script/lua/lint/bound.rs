@@ -58,6 +58,13 @@ pub fn call_bound(source: &str, args: &Value) -> CallBound {
         if source.len() > MAX_SOURCE_SIZE {
             return Reason::TooLarge.at(1, 1);
         }
+        if let Some(reason) = crate::script::source::over_limits(
+            source,
+            MAX_SOURCE_SIZE,
+            crate::script::source::BOUND_MAX_TOKENS,
+        ) {
+            return CallBound::Unbounded { reason, line: 1, column: 1 };
+        }
         let scan = syntax::scan(source);
         if let Some(fatal) = scan.fatal {
             return Reason::Parse(fatal.message).at(fatal.line, fatal.column);

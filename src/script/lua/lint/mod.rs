@@ -46,25 +46,36 @@ pub(super) const MAX_SOURCE_SIZE: usize = 1 << 20;
 /// hostile script yields diagnostics, and a bug in the linter (or a panic in the parser) yields
 /// an `internal` diagnostic instead of taking the host down.
 pub fn lint(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
-    let mut diagnostics = catch_unwind(AssertUnwindSafe(|| analyze(source, ctx))).unwrap_or_else(|_| {
-        let message = "the linter failed on this script; this is a bug in cairn, please report it";
-        vec![span_diagnostic("internal", message.to_owned(), 1, 1, None)]
-    });
+    lint_within(source, ctx, &crate::script::rhai::sandbox::SandboxLimits::STANDARD)
+}
+
+/// [`lint`] under `limits`' source limits (size and tokens, checked before the parser).
+pub(crate) fn lint_within(
+    source: &str,
+    ctx: &LintContext,
+    limits: &crate::script::rhai::sandbox::SandboxLimits,
+) -> Vec<Diagnostic> {
+    let mut diagnostics =
+        catch_unwind(AssertUnwindSafe(|| analyze(source, ctx, limits))).unwrap_or_else(|_| {
+            let message = "the linter failed on this script; this is a bug in cairn, please report it";
+            vec![span_diagnostic("internal", message.to_owned(), 1, 1, None)]
+        });
     sort_diagnostics(&mut diagnostics);
     diagnostics
 }
 
-fn analyze(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
+fn analyze(
+    source: &str,
+    ctx: &LintContext,
+    limits: &crate::script::rhai::sandbox::SandboxLimits,
+) -> Vec<Diagnostic> {
     if source.trim().is_empty() {
         let message = "the script is empty; write statements and return the run's result";
         return vec![span_diagnostic("syntax", message.to_owned(), 1, 1, None)];
     }
-    if source.len() > MAX_SOURCE_SIZE {
-        let message = format!(
-            "the script is {} bytes, over the limit of {MAX_SOURCE_SIZE} bytes; split the work into child \
-             workflows",
-            source.len()
-        );
+    if let Some(message) =
+        crate::script::source::over_limits(source, limits.max_source_size, limits.max_source_tokens)
+    {
         return vec![span_diagnostic("syntax", message, 1, 1, None)];
     }
     let scan = syntax::scan(source);
