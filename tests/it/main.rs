@@ -24,6 +24,7 @@ mod lint;
 mod live_model;
 mod lua;
 mod money;
+mod money_sim;
 mod money_wire;
 mod orchestrate;
 mod orchestrate_cli;
