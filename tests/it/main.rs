@@ -25,6 +25,7 @@ mod live_model;
 mod lua;
 mod money;
 mod money_wire;
+mod newcomer;
 mod orchestrate;
 mod orchestrate_cli;
 mod outside;
