@@ -26,6 +26,7 @@ mod lua;
 mod money;
 mod money_sim;
 mod money_wire;
+mod newcomer;
 mod orchestrate;
 mod orchestrate_cli;
 mod outside;
