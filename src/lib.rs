@@ -83,3 +83,7 @@ pub use store::{
     RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, TranscriptStore,
 };
 pub use usage::{AttemptEnd, AttemptRecord, Usage};
+
+/// The money ledger's workload, for `benches/ledger.rs` only.
+#[doc(hidden)]
+pub use agent::ledger::bench_attempts as __bench_ledger_attempts;

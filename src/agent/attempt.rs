@@ -119,6 +119,7 @@ async fn one_attempt(
         Err(error) => return Err((AgentEnd::Limit(error), Usage::default())),
     };
     ledger.open(&spec.served_by, spec.price);
+    budget.attempt_started();
     let stream_cancel = cancel.child_token();
     let mut stream = spec.provider.stream(request, stream_cancel.clone());
     let mut text = String::new();

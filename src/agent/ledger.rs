@@ -170,6 +170,37 @@ impl Ledger {
     }
 }
 
+/// The ledger's work for `attempts` wire attempts of one call, each observing `deltas` text
+/// deltas of 100 characters and a running usage, then settling (every fourth abandoned after a
+/// drop): the workload of `benches/ledger.rs`. Returns what was spent.
+#[doc(hidden)]
+pub fn bench_attempts(attempts: u32, deltas: u32) -> Money {
+    let request = ChatRequest::new("m", vec![crate::provider::Message::user("write at length")]);
+    let price = Price::flat(Money::from_nano_usd(1_000), Money::from_nano_usd(10_000));
+    let text = ChatEvent::TextDelta("x".repeat(100));
+    let mut ledger = Ledger::new();
+    for n in 0..attempts {
+        ledger.open("p:m", Some(price));
+        for k in 0..deltas {
+            std::hint::black_box(ledger.observe(&text, &request));
+            if k == 0 {
+                let live = Usage { input_tokens: 10, output_tokens: 1, ..Usage::default() };
+                std::hint::black_box(ledger.observe(&ChatEvent::Usage(live), &request));
+            }
+        }
+        if n % 4 == 3 {
+            ledger.abandon(&request);
+        } else {
+            ledger.settle(Usage {
+                input_tokens: 10,
+                output_tokens: u64::from(deltas) * 25,
+                ..Usage::default()
+            });
+        }
+    }
+    ledger.spent()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,6 +58,8 @@ const TOOL_CORRECTIONS: u32 = 3;
 pub(crate) trait BudgetHooks: Send + Sync {
     /// The turn guard: may another model turn start?
     fn can_start_turn(&self) -> bool;
+    /// A wire attempt was granted and is about to be sent (retries and failovers included).
+    fn attempt_started(&self) {}
     /// The stream cut: records that this call has consumed `cost` so far (in flight, seen by
     /// its siblings at once) and says whether settled plus in-flight spend crosses a ceiling.
     fn would_cross(&self, cost: Money) -> bool;

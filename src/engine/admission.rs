@@ -22,11 +22,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::budget::{AccountId, Denied, Reservation};
-use super::ctx::Ctx;
-use super::run::Durability;
+use super::budget::{AccountId, Budget, Denied, Reservation};
 use crate::error::{Error, ErrorCode};
-use crate::journal::{ContentKey, Kind, Status};
 use crate::money::Money;
 
 /// The admission turns of one fan-out's branches.
@@ -118,87 +115,41 @@ impl Ticket {
     }
 }
 
-impl Ctx {
-    /// Admission for one agent call: in branch order within its fan-out, then a reserve of
-    /// `amount` on this context's account. A refusal is journaled (a `decision` entry with
-    /// the call's key and ordinal, so a replay finds it in the call's place) before it takes
-    /// effect.
-    pub(crate) async fn admit(
+impl Ticket {
+    /// Reserves `amount` for this branch's call on `account`: a branch's first admission on
+    /// its fan-out's own account is judged against the round (what the account had free when
+    /// the first branch asked, less what the round admitted since); any other is a plain
+    /// reserve.
+    pub(crate) fn reserve(
         &self,
+        budget: &Budget,
+        account: AccountId,
         amount: Money,
-        key: ContentKey,
-        ordinal: u32,
     ) -> Result<Reservation, Denied> {
-        if let Some(ticket) = &self.admission {
-            ticket.wait(&self.cancel).await;
+        if self.turns.account != account {
+            return budget.reserve(account, amount);
         }
-        let verdict = match &self.admission {
-            Some(ticket) if ticket.turns.account == self.account => {
-                let mut state = ticket.turns.state.lock().unwrap_or_else(|p| p.into_inner());
-                if state.passed.get(ticket.index).copied().unwrap_or(true) {
-                    drop(state);
-                    self.run.budget.reserve(self.account, amount)
-                } else {
-                    // This branch's first admission: judged against the round.
-                    let left = *state.round.get_or_insert_with(|| self.run.budget.remaining(self.account));
-                    match left {
-                        Some(left) if amount > left => Err(Denied { requested: amount, available: left }),
-                        _ => {
-                            let verdict = self.run.budget.reserve(self.account, amount);
-                            if verdict.is_ok() {
-                                state.round = Some(left.map(|l| l.sub_or_zero(amount)));
-                            }
-                            verdict
-                        }
-                    }
+        let mut state = self.turns.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.passed.get(self.index).copied().unwrap_or(true) {
+            drop(state);
+            return budget.reserve(account, amount);
+        }
+        let left = *state.round.get_or_insert_with(|| budget.remaining(account));
+        match left {
+            Some(left) if amount > left => Err(Denied { requested: amount, available: left }),
+            _ => {
+                let verdict = budget.reserve(account, amount);
+                if verdict.is_ok() {
+                    state.round = Some(left.map(|l| l.sub_or_zero(amount)));
                 }
+                verdict
             }
-            _ => self.run.budget.reserve(self.account, amount),
-        };
-        if let Err(denied) = &verdict {
-            let mut entry = crate::journal::Entry::new(
-                crate::journal::Seq(0),
-                Kind::Decision,
-                Status::Error,
-                self.scope.clone(),
-                key,
-                ordinal,
-            );
-            entry.error = Some(refusal(denied));
-            entry.set_value(Some(&serde_json::json!({
-                "type": "admission",
-                "verdict": "refused",
-                "requested_nano_usd": denied.requested.nano_usd(),
-                "available_nano_usd": denied.available.nano_usd(),
-            })));
-            // A write failure latches and fails the run; the refusal stands either way.
-            let _ = self.run.append_one(entry, Durability::Deferred);
-        }
-        if let Some(ticket) = &self.admission {
-            ticket.pass();
-        }
-        verdict
-    }
-
-    /// This branch gives up its admission turn at once (it waits for external input).
-    pub(crate) fn pass_admission_turn_now(&self) {
-        if let Some(ticket) = &self.admission {
-            ticket.pass();
-        }
-    }
-
-    /// This branch takes its admission turn for a nested fan-out, whose branches then
-    /// reserve in their own order.
-    pub(crate) async fn pass_admission_turn(&self) {
-        if let Some(ticket) = &self.admission {
-            ticket.wait(&self.cancel).await;
-            ticket.pass();
         }
     }
 }
 
 /// The error a journaled refusal replays as.
-fn refusal(denied: &Denied) -> Error {
+pub(crate) fn refusal(denied: &Denied) -> Error {
     Error::new(
         ErrorCode::BudgetExhausted,
         format!("admission refused: the call reserves {} but {} is left", denied.requested, denied.available),

@@ -181,6 +181,34 @@ impl Budget {
         Ok(Reservation { id: ReservationId(id) })
     }
 
+    /// Exchanges a hold taken earlier for the call it was taken for (an orchestrator child's
+    /// admission): under one lock, releases `hold` and reserves `amount` on `account`, so no
+    /// sibling can take the held money in between. On a refusal the hold is released too.
+    pub(crate) fn exchange(
+        &self,
+        hold: Reservation,
+        account: AccountId,
+        amount: Money,
+    ) -> Result<Reservation, Denied> {
+        let mut tree = self.lock();
+        if let Some(live) = tree.live.remove(&hold.id.0) {
+            let exposure = live.exposure();
+            for_each_on_path(&mut tree.accounts, live.account, |a| {
+                a.committed = a.committed.sub_or_zero(exposure)
+            });
+        }
+        if let Some(free) = free_on_path(&tree.accounts, account)
+            && amount > free
+        {
+            return Err(Denied { requested: amount, available: free });
+        }
+        for_each_on_path(&mut tree.accounts, account, |a| a.committed += amount);
+        let id = tree.next_id;
+        tree.next_id += 1;
+        tree.live.insert(id, Live { account, held: amount, used: Money::ZERO });
+        Ok(Reservation { id: ReservationId(id) })
+    }
+
     /// Settles a reservation: releases its exposure and charges `cost` on the path.
     pub(crate) fn settle(&self, reservation: Reservation, cost: Money) {
         let mut tree = self.lock();
@@ -355,6 +383,22 @@ mod tests {
         // The call settles with its whole cost, the carried turns included.
         budget.settle(r, usd(0.5).sub_or_zero(carried));
         assert_eq!(budget.spent(root), usd(0.6));
+    }
+
+    #[test]
+    fn a_hold_is_exchanged_for_its_call_without_a_gap() {
+        let budget = Budget::new(Some(usd(1.0)), Money::ZERO);
+        let root = budget.root();
+        let hold = budget.reserve(root, usd(0.6)).unwrap();
+        // A sibling cannot take the held money.
+        assert!(budget.reserve(root, usd(0.5)).is_err());
+        // The call reserves more than its hold: what the hold had plus what is free.
+        let call = budget.exchange(hold, root, usd(0.8)).unwrap();
+        assert_eq!(budget.remaining(root), Some(usd(0.2)));
+        budget.settle(call, usd(0.1));
+        let hold = budget.reserve(root, usd(0.5)).unwrap();
+        assert!(budget.exchange(hold, root, usd(1.0)).is_err());
+        assert_eq!(budget.remaining(root), Some(usd(0.9)), "a refused exchange releases the hold");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 
 mod admission;
 mod admit;
+mod agent_call;
 mod budget;
 mod budget_override;
 mod budget_reads;

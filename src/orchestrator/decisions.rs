@@ -260,10 +260,23 @@ pub fn journal_report(entries: &[Entry]) -> Vec<Value> {
                     let terminal = entries.iter().rfind(|e| {
                         e.kind == Kind::Agent && e.status.is_terminal() && e.scope.to_string() == child_scope
                     });
+                    // A child whose own call admission refused ends there: the refusal (a
+                    // `decision` entry in its scope) is its terminal entry (#23.5).
+                    let refused = || {
+                        entries.iter().any(|e| {
+                            e.kind == Kind::Decision
+                                && e.status == Status::Error
+                                && e.scope.to_string() == child_scope
+                        })
+                    };
                     let status = if cancelled.contains(&child) {
                         "cancelled"
+                    } else if let Some(terminal) = terminal {
+                        terminal.status.as_str()
+                    } else if refused() {
+                        "limit"
                     } else {
-                        terminal.map_or("running", |t| t.status.as_str())
+                        "running"
                     };
                     let cost: i64 = entries
                         .iter()

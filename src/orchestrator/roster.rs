@@ -322,7 +322,23 @@ impl Orch {
         let cancel = self.ctx.cancel.child_token();
         child.cancel = cancel.clone();
         let segment = child_segment(n);
-        let child_ctx = self.ctx.nested(&segment, cancel, self.ctx.account);
+        let mut child_ctx = self.ctx.nested(&segment, cancel, self.ctx.account);
+        // An admission holds what it admits (#23.5): the child's estimate (or the least
+        // amount) is held on the account now, before the next spawn is judged, and exchanged
+        // for the child call's own reservation when it is admitted.
+        let engine = &self.ctx.run.engine;
+        let need = child
+            .est_cost
+            .or_else(|| engine.profiles.get(&child.profile).and_then(|p| p.est_cost))
+            .unwrap_or(super::MIN_FREE);
+        child_ctx.prepaid = self
+            .ctx
+            .run
+            .budget
+            .reserve(self.ctx.account, need)
+            .ok()
+            .map(|hold| Arc::new(Mutex::new(Some(hold))));
+        let unused = child_ctx.prepaid.clone();
         let prompt = child.prompt.clone();
         let opts = AgentOptions {
             label: Some(child.handle.clone()),
@@ -338,8 +354,13 @@ impl Orch {
         // stage) by value several times between spawn and join.
         let call: futures::future::BoxFuture<'static, Result<Value, Error>> =
             Box::pin(async move { child_ctx.agent(&prompt, opts).await });
+        let budget = self.ctx.run.budget.clone();
         let task = tokio::spawn(async move {
             let result = call.await;
+            // A child stopped before its call was admitted leaves its hold: released.
+            if let Some(hold) = unused.and_then(|h| h.lock().unwrap_or_else(|p| p.into_inner()).take()) {
+                budget.settle(hold, Money::ZERO);
+            }
             orch.settle(n, result);
         });
         child.task = Some(task);

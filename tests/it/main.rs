@@ -26,6 +26,7 @@ mod lint;
 mod live_model;
 mod lua;
 mod money;
+mod money_sim;
 mod money_wire;
 mod newcomer;
 mod orchestrate;

@@ -219,14 +219,24 @@ fn a_dated_model_of_a_renamed_provider_is_priced_by_kind() {
 /// An engine with the fake (priced at $1/M in, $10/M out for every `fake:` model) and the
 /// fs-read toolset over `dir`.
 fn tool_engine(fake: &FakeProvider, dir: &std::path::Path) -> (Arc<MemoryStore>, Engine) {
+    // A driver "killed" in-process (its runtime dropped) frees the run this soon.
+    tool_engine_leased(fake, dir, Duration::from_millis(60))
+}
+
+/// [`tool_engine`] with a run lease of `ttl` (a test whose driver stays alive wants one that
+/// cannot lapse on a loaded machine).
+fn tool_engine_leased(
+    fake: &FakeProvider,
+    dir: &std::path::Path,
+    ttl: Duration,
+) -> (Arc<MemoryStore>, Engine) {
     let store = Arc::new(MemoryStore::new());
     let engine = Engine::builder(store.clone(), store.clone())
         .provider(Arc::new(fake.clone()))
         .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
         .toolset(cairn::fs_read_toolset(dir).unwrap())
         .retries(0, Duration::from_millis(1))
-        // A driver "killed" in-process (its runtime dropped) frees the run this soon.
-        .lease_ttl(Duration::from_millis(60))
+        .lease_ttl(ttl)
         .build()
         .unwrap();
     (store, engine)
@@ -251,7 +261,7 @@ fn paid_tool_turn() -> FakeTurn {
 async fn a_timed_out_agent_keeps_the_usage_of_its_completed_turns() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeProvider::named("fake").on_any(FakeScript::new(paid_tool_turn()));
-    let (_store, engine) = tool_engine(&fake, dir.path());
+    let (_store, engine) = tool_engine_leased(&fake, dir.path(), Duration::from_secs(30));
     let workflow = Workflow::new("slow", |ctx, _args| async move {
         let opts = AgentOptions {
             model: Some("fake:m".into()),
@@ -522,7 +532,8 @@ async fn a_failed_responses_stream_is_charged_the_usage_it_carries() {
 async fn a_cancelled_agent_keeps_the_usage_of_its_completed_turns() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeProvider::named("fake").on_any(FakeScript::new(paid_tool_turn()));
-    let (_store, engine) = tool_engine(&fake, dir.path());
+    // A live driver: a 60 ms lease lapsed under load and failed the run `run_busy`.
+    let (_store, engine) = tool_engine_leased(&fake, dir.path(), Duration::from_secs(30));
     let workflow = Workflow::new("cancelled", |ctx, _args| async move {
         let opts = AgentOptions {
             model: Some("fake:m".into()),

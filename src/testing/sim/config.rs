@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::faults::FaultMix;
+use super::faults::{Fault, FaultMix};
 use crate::model::Price;
 
 /// How a simulator behaves.
@@ -17,6 +17,9 @@ pub struct SimConfig {
     pub prices: BTreeMap<String, Price>,
     /// The idle timeout the adapters the simulator hands out are built with: a stall lasts past it.
     pub idle_timeout: Duration,
+    /// Faults scripted per call tag, by the call's attempt number across all its turns
+    /// (0-based); they replace the drawn ones, and an attempt past the list is drawn.
+    pub scripted: BTreeMap<String, Vec<Fault>>,
 }
 
 impl SimConfig {
@@ -27,6 +30,7 @@ impl SimConfig {
             faults: FaultMix::default(),
             prices: BTreeMap::new(),
             idle_timeout: Duration::from_secs(2),
+            scripted: BTreeMap::new(),
         }
     }
 
@@ -39,6 +43,12 @@ impl SimConfig {
     /// Prices `model` (the name in the request body).
     pub fn price(mut self, model: &str, price: Price) -> SimConfig {
         self.prices.insert(model.to_owned(), price);
+        self
+    }
+
+    /// Scripts the faults the attempts of call `tag` meet, in order (see [`SimConfig::scripted`]).
+    pub fn script(mut self, tag: &str, faults: Vec<Fault>) -> SimConfig {
+        self.scripted.insert(tag.to_owned(), faults);
         self
     }
 

@@ -33,7 +33,8 @@ pub enum Fault {
         /// The retry hint sent with it.
         retry_after: RetryAfter,
     },
-    /// The connection breaks after `after` output tokens.
+    /// The stream breaks off after `after` output tokens: the body ends mid-message, with no
+    /// terminal event.
     Drop {
         /// Output tokens streamed before the break.
         after: u32,
@@ -114,7 +115,9 @@ impl FaultMix {
             }
             pick -= weight;
         }
-        let after = rng.next_u32() % 24;
+        // A break comes after at least one output token (see the module doc of `sim` for the
+        // defect a break before any content meets).
+        let after = 1 + rng.next_u32() % 23;
         match which {
             0 => {
                 let statuses: &[u16] =

@@ -213,9 +213,50 @@ impl Simulator {
         Bill::of(&self.attempts())
     }
 
-    /// Starts counting arrivals as segment `segment` (a harness's count of starts and resumes).
+    /// Starts counting arrivals at [`Simulator::base_url`] as segment `segment` (a harness's
+    /// count of starts and resumes).
     pub fn begin_segment(&self, segment: u32) {
         self.shared.log().segment = segment;
+    }
+
+    /// A simulator whose adapters say which segment they belong to: every request they send
+    /// is counted in `segment`, however late it arrives (a request a killed process had already
+    /// written lands in the killed segment, not in the resume's).
+    pub fn in_segment(&self, segment: u32) -> SegmentView<'_> {
+        SegmentView { sim: self, base_url: format!("{}/segment/{segment}", self.base_url) }
+    }
+}
+
+/// The adapters of one segment (see [`Simulator::in_segment`]).
+#[derive(Debug)]
+pub struct SegmentView<'a> {
+    sim: &'a Simulator,
+    base_url: String,
+}
+
+impl SegmentView<'_> {
+    /// An Anthropic adapter registered as `name` whose requests count in this segment.
+    ///
+    /// # Errors
+    /// `internal` when the HTTP client cannot be built.
+    pub fn anthropic(&self, name: &str) -> Result<AnthropicProvider, Error> {
+        Ok(self.sim.anthropic(name)?.with_base_url(&self.base_url))
+    }
+
+    /// An OpenAI Chat Completions adapter registered as `name` whose requests count in this segment.
+    ///
+    /// # Errors
+    /// `internal` when the HTTP client cannot be built.
+    pub fn openai_chat(&self, name: &str) -> Result<OpenAiChatProvider, Error> {
+        Ok(self.sim.openai_chat(name)?.with_base_url(format!("{}/v1", self.base_url)))
+    }
+
+    /// An OpenAI Responses adapter registered as `name` whose requests count in this segment.
+    ///
+    /// # Errors
+    /// `internal` when the HTTP client cannot be built.
+    pub fn openai_responses(&self, name: &str) -> Result<OpenAiResponsesProvider, Error> {
+        Ok(self.sim.openai_responses(name)?.with_base_url(format!("{}/v1", self.base_url)))
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -43,20 +43,29 @@ impl Shared {
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     let route = |dialect: WireDialect| {
-        post(
-            move |State(shared): State<Arc<Shared>>, body: Bytes| async move { serve(&shared, dialect, &body) },
-        )
+        post(move |State(shared): State<Arc<Shared>>, body: Bytes| async move {
+            let segment = shared.log().segment;
+            serve(&shared, dialect, segment, &body)
+        })
+    };
+    let in_segment = |dialect: WireDialect| {
+        post(move |State(shared): State<Arc<Shared>>, Path(segment): Path<u32>, body: Bytes| async move {
+            serve(&shared, dialect, segment, &body)
+        })
     };
     Router::new()
         .route("/v1/messages", route(WireDialect::Anthropic))
         .route("/v1/chat/completions", route(WireDialect::OpenAiChat))
         .route("/v1/responses", route(WireDialect::OpenAiResponses))
+        .route("/segment/{segment}/v1/messages", in_segment(WireDialect::Anthropic))
+        .route("/segment/{segment}/v1/chat/completions", in_segment(WireDialect::OpenAiChat))
+        .route("/segment/{segment}/v1/responses", in_segment(WireDialect::OpenAiResponses))
         .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
         .with_state(shared)
 }
 
 /// The answer to one request.
-fn serve(shared: &Shared, dialect: WireDialect, body: &[u8]) -> Response {
+fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Response {
     let request = match SimRequest::parse(dialect, body) {
         Ok(request) => request,
         Err(message) => {
@@ -70,9 +79,14 @@ fn serve(shared: &Shared, dialect: WireDialect, body: &[u8]) -> Response {
     let counter = log.counters.entry((tag.clone().unwrap_or_default(), request.turn)).or_insert(0);
     let attempt_no = *counter;
     *counter += 1;
-    let fault = match &tag {
-        Some(tag) => shared.config.faults.draw(shared.config.seed, tag, request.turn, attempt_no, dialect),
-        None => Fault::None,
+    let call_attempt = log.attempts.iter().filter(|(a, _)| a.tag == tag).count();
+    let scripted = tag.as_ref().and_then(|t| shared.config.scripted.get(t)).and_then(|f| f.get(call_attempt));
+    let fault = match (&tag, scripted) {
+        (_, Some(fault)) => *fault,
+        (Some(tag), None) => {
+            shared.config.faults.draw(shared.config.seed, tag, request.turn, attempt_no, dialect)
+        }
+        (None, None) => Fault::None,
     };
     let plan = plan(&request, fault);
     let price_of = shared.config.prices.get(&request.model);
@@ -95,7 +109,7 @@ fn serve(shared: &Shared, dialect: WireDialect, body: &[u8]) -> Response {
     let delivered = Arc::new(AtomicBool::new(false));
     let attempt = Attempt {
         seq,
-        segment: log.segment,
+        segment,
         dialect,
         model: request.model.clone(),
         tag,
@@ -130,13 +144,10 @@ fn serve(shared: &Shared, dialect: WireDialect, body: &[u8]) -> Response {
         delivered.store(true, Ordering::SeqCst);
         Ok(Bytes::new())
     });
+    // A broken stream ends mid-message, without its terminal event: what a client sees when a
+    // proxy or the provider drops the stream (a reset mid-body would also discard what the
+    // client had not read yet, which no provider bills as undelivered).
     let body = match plan.ending {
-        Ending::Broken => Body::from_stream(chunks.chain(done).chain(futures::stream::once(async {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "the simulator drops the connection",
-            ))
-        }))),
         Ending::Stall => Body::from_stream(chunks.chain(done).chain(futures::stream::pending())),
         _ => Body::from_stream(chunks.chain(done)),
     };

@@ -1,0 +1,147 @@
+//! The engine side of one agent call's loop ([`BudgetHooks`]): the turn guard and the live
+//! cut on the call's reservation, checkpoints (each a transition of the call's [`CallLife`]),
+//! per-turn model slots, approvals as waits on external input, and tool calls journaled in the
+//! call's own scope.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use super::life::CallLife;
+use super::record::approvals_segment;
+use crate::agent::{self, BudgetHooks};
+use crate::engine::budget::ReservationId;
+use crate::engine::ctx::Ctx;
+use crate::engine::options::ExternalOptions;
+use crate::error::Error;
+use crate::journal::ContentKey;
+use crate::money::Money;
+
+/// The engine side of one agent call's loop: its account's path in the run's budget tree,
+/// its checkpoint, and approvals as waits on external input.
+pub(super) struct AccountHooks<'a> {
+    pub(super) ctx: &'a Ctx,
+    /// The run-wide and provider slots the call takes per turn (the orchestrator's).
+    pub(super) turn_slots: Option<(Arc<tokio::sync::Semaphore>, Option<Arc<tokio::sync::Semaphore>>)>,
+    /// Where the call's approval waits are journaled: a scope of their own, covered when the
+    /// call replays whole. Made at the call's first approval (most calls ask none).
+    pub(super) approvals: std::sync::OnceLock<Ctx>,
+    /// The call's key and ordinal, which name that scope.
+    pub(super) approvals_site: (ContentKey, u32),
+    pub(super) checkpoint_ref: String,
+    /// The call's live reservation: the guard raises its hold, the cut records in-flight spend.
+    pub(super) reservation: ReservationId,
+    /// Where the call is in its life (attempts, checkpoints).
+    pub(super) life: Mutex<CallLife>,
+}
+
+impl BudgetHooks for AccountHooks<'_> {
+    fn attempt_started(&self) {
+        self.life().attempt();
+    }
+
+    fn can_start_turn(&self) -> bool {
+        let ok = self.ctx.run.budget.can_start_turn(self.ctx.account);
+        if !ok {
+            self.ctx.run.mark_exhausted();
+        }
+        ok
+    }
+
+    fn would_cross(&self, cost: Money) -> bool {
+        let crossing = self.ctx.run.budget.record_in_flight(self.reservation, cost);
+        if crossing {
+            self.ctx.run.mark_exhausted();
+        }
+        crossing
+    }
+
+    fn grant_turn(&self, used: Money, want: Money, floor: Money) -> Result<Option<Money>, Money> {
+        let granted = self.ctx.run.budget.grant_turn(self.reservation, used, want, floor);
+        if granted.is_err() {
+            self.ctx.run.mark_exhausted();
+        }
+        granted.map_err(|denied| denied.available)
+    }
+
+    fn checkpoint(&self, state: &agent::Checkpoint) {
+        if self.ctx.run.dry_run {
+            return;
+        }
+        // A checkpoint is found through the call's `running` entry (written lazily): the
+        // first one waits for that entry to be durable, or a crash would orphan it and a
+        // resume would pay again for the turns it holds.
+        if !self.life().wrote_checkpoint() && self.ctx.run.flush().is_err() {
+            return;
+        }
+        // A checkpoint that fails to persist costs at most a repeated turn on rerun.
+        if let Ok(bytes) = serde_json::to_vec(state)
+            && self.ctx.run.engine.transcripts.put(&self.checkpoint_ref, &bytes).is_ok()
+        {
+            self.life().checkpointed(state.usage);
+        }
+    }
+
+    fn turn_slot(&self) -> futures::future::BoxFuture<'_, Option<agent::TurnSlot>> {
+        Box::pin(async move {
+            let mut permits = agent::TurnSlot::new();
+            if let Some((run_slots, provider_slots)) = &self.turn_slots {
+                permits.push(self.ctx.slot(run_slots).await?);
+                if let Some(slots) = provider_slots {
+                    permits.push(self.ctx.slot(slots).await?);
+                }
+            }
+            Some(permits)
+        })
+    }
+
+    fn approve<'b>(
+        &'b self,
+        request: &'b agent::ApprovalRequest,
+    ) -> futures::future::BoxFuture<'b, Result<bool, Error>> {
+        Box::pin(async move {
+            let opts = ExternalOptions {
+                prompt: Some(format!(
+                    "approve a call to tool {} with arguments {}?",
+                    request.tool, request.arguments
+                )),
+                schema: Some(json!({
+                    "type": "object",
+                    "required": ["approved"],
+                    "properties": { "approved": { "type": "boolean" } }
+                })),
+                // An unanswered ask past its deadline resolves as timed out: denied.
+                timeout: request.timeout,
+            };
+            let answer = self.own_scope().await_external(&request.key, opts).await?;
+            Ok(answer.get("approved").and_then(Value::as_bool).unwrap_or(false))
+        })
+    }
+
+    fn run_tool<'b>(
+        &'b self,
+        tool: &'b Arc<dyn crate::agent::Tool>,
+        id: &'b str,
+        args: Value,
+    ) -> futures::future::BoxFuture<'b, Result<String, Error>> {
+        // Journaled in the call's own scope, with its events (`tool_call.rs`).
+        Box::pin(self.own_scope().run_tool(tool, id, args))
+    }
+}
+
+impl AccountHooks<'_> {
+    /// The call's life, locked for one transition.
+    pub(super) fn life(&self) -> std::sync::MutexGuard<'_, CallLife> {
+        self.life.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The context of the call's own scope, where its approval waits and tool calls are
+    /// journaled.
+    fn own_scope(&self) -> &Ctx {
+        self.approvals.get_or_init(|| {
+            let (key, ordinal) = self.approvals_site;
+            let scope = self.ctx.scope.child(&approvals_segment(key, ordinal));
+            Ctx { scope, counters: Arc::default(), ..self.ctx.clone() }
+        })
+    }
+}
