@@ -128,13 +128,20 @@ pub(crate) fn turn_request(
 /// request's estimate as input. Cache counts stay as the provider reported them, since
 /// `input_tokens` still includes them: zeroing them priced 400k cache reads at the full
 /// input rate.
+#[cfg(test)]
 pub(crate) fn partial_usage(request: &ChatRequest, streamed_chars: usize, live: Usage) -> Usage {
+    partial_usage_with(|| crate::provider::estimate_request_tokens(request), streamed_chars, live)
+}
+
+/// [`partial_usage`] with the request's input estimate given (computed only when the provider
+/// reported no input count).
+pub(crate) fn partial_usage_with(
+    input_estimate: impl FnOnce() -> u64,
+    streamed_chars: usize,
+    live: Usage,
+) -> Usage {
     let streamed = crate::provider::estimate_tokens_for_chars(streamed_chars);
-    let input_tokens = if live.input_tokens > 0 {
-        live.input_tokens
-    } else {
-        crate::provider::estimate_request_tokens(request)
-    };
+    let input_tokens = if live.input_tokens > 0 { live.input_tokens } else { input_estimate() };
     Usage {
         input_tokens: input_tokens.max(live.cache_read_tokens.saturating_add(live.cache_write_tokens)),
         output_tokens: live.output_tokens.max(streamed),

@@ -31,6 +31,16 @@ struct Open {
     live: Usage,
     /// Whether any stream event arrived.
     observed: bool,
+    /// The request's input estimate, made once per attempt (it walks the conversation).
+    input_estimate: std::cell::OnceCell<u64>,
+}
+
+impl Open {
+    fn partial(&self, request: &ChatRequest) -> Usage {
+        let estimate =
+            || *self.input_estimate.get_or_init(|| crate::provider::estimate_request_tokens(request));
+        super::cost::partial_usage_with(estimate, self.streamed_chars, self.live)
+    }
 }
 
 /// The ledger of one agent call.
@@ -85,6 +95,7 @@ impl Ledger {
             streamed_chars: 0,
             live: Usage::default(),
             observed: false,
+            input_estimate: std::cell::OnceCell::new(),
         });
     }
 
@@ -111,7 +122,7 @@ impl Ledger {
     pub(crate) fn in_flight(&self, request: &ChatRequest) -> Option<Money> {
         let open = self.open.as_ref()?;
         let price = open.price?;
-        let partial = super::cost::partial_usage(request, open.streamed_chars, open.live);
+        let partial = open.partial(request);
         Some(self.spent().saturating_add(price.cost(&partial)))
     }
 
@@ -129,7 +140,7 @@ impl Ledger {
             self.close(AttemptEnd::Refused, Usage::default());
             return Usage::default();
         }
-        let partial = super::cost::partial_usage(request, open.streamed_chars, open.live);
+        let partial = open.partial(request);
         self.close(AttemptEnd::Abandoned, partial);
         partial
     }

@@ -321,3 +321,67 @@ fn a_crash_in_an_agent_loop_then_a_resume_stays_under_the_ceiling() {
         );
     }
 }
+
+/// The orchestrator spawns six children at once, then finishes; children answer at once.
+fn orchestration(body: &Value) -> String {
+    let is_orchestrator = body["tools"]
+        .as_array()
+        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "spawn_agent"));
+    if !is_orchestrator {
+        return openai_text_sse("a fact");
+    }
+    let turns =
+        body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+    match turns {
+        0 => {
+            let children: Vec<Value> = (0..6)
+                .map(|i| serde_json::json!({"profile": "researcher", "prompt": format!("fact {i}")}))
+                .collect();
+            openai_tool_sse("parallel_agents", &serde_json::json!({ "children": children }))
+        }
+        1 => openai_tool_sse(
+            "await_all",
+            &serde_json::json!({"handles": ["c0", "c1", "c2", "c3", "c4", "c5"]}),
+        ),
+        _ => openai_tool_sse("finish", &serde_json::json!({"result": "done"})),
+    }
+}
+
+/// #23.5: `parallel_agents` asks for six children estimated at $0.30 each under a $0.94
+/// ceiling. An admission holds what it admits, so at most three are admitted (six were, each
+/// judged against the same free money); after the run settles `cairn inspect` lists no child
+/// `running` (children refused at dispatch stayed `running`), and the run spends at most its
+/// ceiling.
+#[test]
+fn orchestrator_admissions_hold_what_they_admit_and_every_child_ends() {
+    let server = DynamicServer::start(orchestration);
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[providers.o]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\nprices = {{ small = [0.0, 10.0] }}\n\n[routing]\ndefault = \"o:small\"\n\n[profiles.researcher]\ndescription = \"finds facts\"\nest_cost_usd = 0.3\n",
+        server.url
+    );
+    std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+    let out = cairn_in(dir.path())
+        .env("CAIRN_LEASE_TTL_MS", "30000")
+        .args(["orchestrate", "find facts", "--profiles", "researcher", "--budget", "0.94"])
+        .args(["--run-id", "orch", "--json", "-q"])
+        .output()
+        .unwrap();
+    let outcome: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(spent(&outcome) <= 0.94, "spent {}: {outcome}", spent(&outcome));
+    let inspect = cairn_in(dir.path()).args(["inspect", "orch", "--json"]).output().unwrap();
+    let report: Value = serde_json::from_slice(&inspect.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&inspect.stderr)));
+    let children = report["orchestrations"][0]["children"].as_array().cloned().unwrap_or_default();
+    assert!(!children.is_empty(), "{report}");
+    assert!(
+        children.len() <= 3,
+        "{} children admitted at $0.30 each under $0.94: {children:?}",
+        children.len()
+    );
+    for child in &children {
+        assert_ne!(child["status"], "running", "{children:?}");
+    }
+}

@@ -195,3 +195,55 @@ pub fn openai_chunks(chunks: &[Value], bill: (u64, u64)) -> Served {
 pub fn openai_usage(input: u64, output: u64) -> Value {
     usage_chunk(input, output)
 }
+
+/// A fake provider that answers each request with `answer(body)` (an SSE body), for
+/// conversations whose order is not fixed (an orchestrator and its children).
+pub struct DynamicServer {
+    pub url: String,
+}
+
+impl DynamicServer {
+    pub fn start(answer: fn(&Value) -> String) -> DynamicServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                std::thread::spawn(move || {
+                    use std::io::Write;
+                    let Some(body) = crate::scripted_server::read_request(&stream) else { return };
+                    let sse = answer(&serde_json::from_slice(&body).unwrap_or(Value::Null));
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        sse.len()
+                    );
+                    let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(sse.as_bytes()));
+                });
+            }
+        });
+        DynamicServer { url }
+    }
+}
+
+/// An OpenAI tool-call stream body (one call) with 50 input and 10 output tokens.
+pub fn openai_tool_sse(name: &str, arguments: &Value) -> String {
+    data_lines(&[
+        chunk(json!({"role": "assistant", "content": null}), Value::Null),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "t1", "type": "function", "function": {"name": name, "arguments": arguments.to_string()}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        usage_chunk(50, 10),
+    ])
+}
+
+/// An OpenAI text stream body with 50 input and 10 output tokens.
+pub fn openai_text_sse(text: &str) -> String {
+    data_lines(&[
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(json!({"content": text}), Value::Null),
+        chunk(json!({}), json!("stop")),
+        usage_chunk(50, 10),
+    ])
+}
