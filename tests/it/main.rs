@@ -12,6 +12,7 @@ mod concurrency;
 mod crash;
 mod determinism_journal;
 mod determinism_sandbox;
+mod determinism_steps;
 mod edges;
 mod fanout_defer;
 mod finish_reason;

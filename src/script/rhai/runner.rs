@@ -765,7 +765,13 @@ fn register_fanout(engine: &mut Rhai, shared: &Arc<Shared>) {
 // ---- steps, calls, phases, children, waits, shims ------------------------------------------------------
 
 fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
-    fn step(context: &NativeCallContext, label: &str, body: FnPtr, opts: &Map) -> RhaiResult<Dynamic> {
+    fn step(
+        shared: &Shared,
+        context: &NativeCallContext,
+        label: &str,
+        body: FnPtr,
+        opts: &Map,
+    ) -> RhaiResult<Dynamic> {
         let ctx = current()?;
         let opts = options("step", opts).map_err(to_rhai)?;
         let deps = opts.get("deps").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -777,17 +783,22 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
         };
         // The body runs here, on the script thread, between the two journal entries, in the
         // step's own scope (so its effects never shift what follows the step).
+        // What the body captured is read-only inside it (a replay skips the body, so a write
+        // there would be lost and what follows would differ).
         let inner = ctx.step_body(&live);
-        let result = with_ctx(inner, || body.call_within_context::<Dynamic>(context, ()))
+        let isolation = super::isolate::Isolation::step(&shared.closure_params, &shared.guard);
+        let result = with_ctx(inner, || isolation.call_branch(&body, context, Vec::new()))
             .map_err(|e| from_rhai(*e))
             .and_then(|v| to_json(&v));
         ctx.end_two_phase(live, result).map(|v| to_dynamic(&v)).map_err(to_rhai)
     }
-    engine.register_fn("step", |c: NativeCallContext, label: &str, body: FnPtr| {
-        step(&c, label, body, &Map::new())
+    let s = shared.clone();
+    engine.register_fn("step", move |c: NativeCallContext, label: &str, body: FnPtr| {
+        step(&s, &c, label, body, &Map::new())
     });
-    engine.register_fn("step", |c: NativeCallContext, label: &str, body: FnPtr, o: Map| {
-        step(&c, label, body, &o)
+    let s = shared.clone();
+    engine.register_fn("step", move |c: NativeCallContext, label: &str, body: FnPtr, o: Map| {
+        step(&s, &c, label, body, &o)
     });
 
     fn host_call(shared: &Shared, name: &str, args: &Dynamic, opts: &Map) -> RhaiResult<Dynamic> {

@@ -1,0 +1,136 @@
+//! Determinism of steps and of edits that move calls (issue 24), through the `cairn` binary in
+//! both dialects: a step body cannot write what it captured, a step's operations count the
+//! same on replay, a step's body is part of its identity, and a resume whose paid calls moved
+//! scope explains before paying.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+
+/// The `cairn` binary in `dir`, with no provider credentials in reach.
+pub(crate) fn cairn_in(dir: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("cairn").unwrap();
+    cmd.current_dir(dir)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("RHAI_HASHING_SEED");
+    cmd
+}
+
+/// What a command printed and how it ended.
+pub(crate) struct Ran {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Ran {
+    pub(crate) fn text(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs `cairn ARGS` in `dir` on the JSONL store `j/`.
+pub(crate) fn cairn(dir: &Path, args: &[&str]) -> Ran {
+    let out = cairn_in(dir).args(["--store", "jsonl:j"]).args(args).output().unwrap();
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Writes `source` as `w.EXT` in a fresh directory.
+pub(crate) fn script_dir(ext: &str, source: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("w.{ext}");
+    std::fs::write(dir.path().join(&name), source).unwrap();
+    (dir, name)
+}
+
+/// Item 1: a step body's writes to what it captured. On replay the body does not run, so the
+/// write would be lost and the prompt after the step would re-key. Lint refuses the write it
+/// sees (`step-capture-assign`); the runtime refuses every route (captures are read-only in a
+/// step body, as in a branch), the same way on every run, naming the step.
+#[test]
+fn a_step_body_cannot_write_what_it_captured_in_either_dialect() {
+    let seen = [
+        ("rhai", "let acc = []; let n = step(\"collect\", || { acc.push(1); 1 }); agent(`${acc}`)"),
+        (
+            "lua",
+            "local acc = {} local n = step('collect', function() acc[#acc + 1] = 1 return 1 end) \
+             return agent('acc ' .. #acc)",
+        ),
+    ];
+    for (ext, source) in seen {
+        let (dir, name) = script_dir(ext, source);
+        let lint = cairn(dir.path(), &["lint", "--json", &name]);
+        assert_eq!(lint.code, Some(6), "{ext}: {}", lint.text());
+        assert!(lint.stdout.contains("step-capture-assign"), "{ext}: {}", lint.text());
+        let run = cairn(dir.path(), &["run", &name, "--run-id", "r1", "-q"]);
+        assert_eq!(run.code, Some(6), "{ext}: {}", run.text());
+    }
+    // Routes lint does not follow (a helper that writes a table it was given, a stored
+    // closure): the runtime refuses the write at once, before the step's result is journaled.
+    let hidden = [
+        (
+            "rhai",
+            "let acc = []; let add = || acc.push(1); let n = step(\"collect\", || { add.call(); acc.len() }); \
+             agent(`${acc}`)",
+        ),
+        (
+            "lua",
+            "local acc = {} local function add(t) t[#t + 1] = 1 end \
+             local n = step('collect', function() add(acc) return #acc end) return agent('acc ' .. #acc)",
+        ),
+    ];
+    for (ext, source) in hidden {
+        let mut endings = Vec::new();
+        for _ in 0..2 {
+            let (dir, name) = script_dir(ext, source);
+            let run = cairn(dir.path(), &["run", &name, "--run-id", "r1", "-q"]);
+            if run.code == Some(6) {
+                assert!(run.text().contains("step-capture-assign"), "{ext}: {}", run.text());
+            } else {
+                assert_eq!(run.code, Some(1), "{ext}: {}", run.text());
+                assert!(run.text().contains("sandbox violation"), "{ext}: {}", run.text());
+                assert!(run.text().contains("inside a step body"), "{ext}: {}", run.text());
+                let journal = std::fs::read_to_string(dir.path().join("j/r1.jsonl")).unwrap();
+                assert!(!journal.contains("\"kind\":\"agent\""), "{ext}: the agent call ran: {journal}");
+            }
+            endings.push((run.code, run.stdout));
+        }
+        assert_eq!(endings[0], endings[1], "{ext}");
+    }
+}
+
+/// Item 1, the runtime's own defence with lint skipped: every route a step body could write
+/// what it captured ends the run `sandbox_violation` before anything after the step runs.
+#[test]
+fn the_runtime_refuses_a_step_bodys_writes_when_lint_is_skipped() {
+    let cases = [
+        ("rhai", "let acc = []; step(\"s\", || { acc.push(1); 1 }); agent(`${acc}`)", "'acc'"),
+        ("rhai", "let m = #{n: 0}; step(\"s\", || { m.n = 2; 1 }); agent(`${m.n}`)", "'m'"),
+        (
+            "rhai",
+            "let acc = []; let add = || acc.push(1); step(\"s\", || { add.call(); 1 }); agent(`${acc}`)",
+            "'acc'",
+        ),
+        ("lua", "local n = 0 step('s', function() n = n + 1 return 1 end) return agent('n ' .. n)", "'n'"),
+        (
+            "lua",
+            "local t = {} step('s', function() table.insert(t, 1) return 1 end) return agent('t ' .. #t)",
+            "captured table",
+        ),
+        ("lua", "step('s', function() counter = 1 return 1 end) return agent('c')", "'counter'"),
+    ];
+    for (dialect, source, names) in cases {
+        let outcome = crate::determinism_sandbox::run_in_process_dialect(dialect, source);
+        let error = outcome.error.clone().unwrap_or_else(|| panic!("{dialect}: {source}: {outcome:?}"));
+        assert_eq!(error.code, cairn::ErrorCode::SandboxViolation, "{dialect}: {source}: {error:?}");
+        assert!(error.message.contains("inside a step body"), "{dialect}: {source}: {}", error.message);
+        assert!(error.message.contains(names), "{dialect}: {source}: {}", error.message);
+        assert_eq!(outcome.usage.input_tokens, 0, "{dialect}: {source}: the agent after the step ran");
+    }
+}
