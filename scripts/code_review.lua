@@ -1,7 +1,6 @@
 -- Code review: three independent reviewers read the same diff in parallel, then a lead
 -- reviewer merges their findings into one verdict with a fixed shape.
 -- The Lua twin of code_review.rhai: the same calls, the same journal.
--- Prompts spell `\\n` where the Rhai twin's template strings keep `\n` as backslash and n.
 
 -- A list as text, ["a", "b"], as the Rhai twin interpolates it.
 local function list_text(items)
@@ -16,9 +15,9 @@ end
 local diff = args.diff or "fn add(a: i32, b: i32) -> i32 { a - b }"
 
 local reviews = parallel({
-  function() return agent("Review this diff for correctness bugs:\\n" .. diff, { key = "correctness", label = "correctness" }) end,
-  function() return agent("Review this diff for security problems:\\n" .. diff, { key = "security", label = "security" }) end,
-  function() return agent("Review this diff for readability:\\n" .. diff, { key = "readability", label = "readability" }) end,
+  function() return agent("Review this diff for correctness bugs:\n" .. diff, { key = "correctness", label = "correctness" }) end,
+  function() return agent("Review this diff for security problems:\n" .. diff, { key = "security", label = "security" }) end,
+  function() return agent("Review this diff for readability:\n" .. diff, { key = "readability", label = "readability" }) end,
 }, { settle = true })
 
 local usable = {}
@@ -26,7 +25,7 @@ for _, review in ipairs(reviews) do
   if review.status == "ok" then usable[#usable + 1] = review.value end
 end
 
-local verdict = agent("Merge these reviews into a verdict:\\n" .. list_text(usable), {
+local verdict = agent("Merge these reviews into a verdict:\n" .. list_text(usable), {
   label = "lead reviewer",
   schema = {
     type = "object",

@@ -1,7 +1,6 @@
 -- Digest: fan out over topics, summarize each, then merge the summaries into one digest.
 -- Run: cairn run scripts/digest.lua --args '{"topics": ["rust", "sqlite", "llm agents"]}'
 -- The Lua twin of digest.rhai: the same calls, the same journal.
--- Prompts spell `\\n` where the Rhai twin's template strings keep `\n` as backslash and n.
 
 -- A list as text, ["a", "b"], as the Rhai twin interpolates it.
 local function list_text(items)
@@ -23,7 +22,7 @@ local summaries = parallel(topics, function(topic)
 end)
 
 local digest = phase("merge", function()
-  return agent("Merge these summaries into a one-page digest with a headline:\\n" .. list_text(summaries), {
+  return agent("Merge these summaries into a one-page digest with a headline:\n" .. list_text(summaries), {
     label = "digest",
     role = "synthesize",
   })

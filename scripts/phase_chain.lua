@@ -1,6 +1,5 @@
 -- Phase chain: research, then a brief from the research, then a draft from the brief.
 -- The Lua twin of phase_chain.rhai: the same calls, the same journal.
--- Prompts spell `\\n` where the Rhai twin's template strings keep `\n` as backslash and n.
 
 -- A list as text, ["a", "b"], as the Rhai twin interpolates it.
 local function list_text(items)
@@ -20,9 +19,9 @@ local notes = phase("research", function()
   end)
 end)
 local brief = phase("brief", function()
-  return agent("Write a one-paragraph brief from these notes:\\n" .. list_text(notes), { label = "brief" })
+  return agent("Write a one-paragraph brief from these notes:\n" .. list_text(notes), { label = "brief" })
 end)
 local draft = phase("draft", function()
-  return agent("Write a 500-word article from this brief:\\n" .. brief, { label = "draft" })
+  return agent("Write a 500-word article from this brief:\n" .. brief, { label = "draft" })
 end)
 return { brief = brief, draft = draft }

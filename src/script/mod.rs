@@ -106,6 +106,11 @@ pub const RULES: &[(&str, &str)] = &[
         "text made from a closure, always <closure>: name() is an error (nothing can dispatch or label on \
          it), to_debug(), to_string() and interpolation are warnings",
     ),
+    (
+        "template-escape",
+        "an escape sequence (\\n, \\t, ...) in a rhai backtick string or a lua long string, which keeps it as \
+         written (a warning)",
+    ),
 ];
 
 /// Sorts diagnostics by position (then rule and message, so equal positions are stable) and

@@ -100,6 +100,12 @@ pub(crate) fn planning_of(engine: &Engine, meta: &RunMeta) -> Result<Option<Valu
 /// produced none settles the reservation `error`.
 pub(crate) async fn plan_and_queue(state: AppState, run: GoalRun) {
     let engine = state.engine.clone();
+    // The card lists the tools of every toolset, so MCP servers are reached (once per server
+    // process: a source keeps its listing) before the planner writes; one that is not reached
+    // is named on the card as unlisted.
+    for failure in engine.list_tools().await {
+        tracing::warn!(run = %run.run_id, "{}", crate::text::for_terminal_line(&failure.message));
+    }
     let planned = loop {
         // Never closed, so the permit always comes; held while the planner writes.
         let turn = state.planning.clone().acquire_owned().await;

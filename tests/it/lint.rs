@@ -185,3 +185,19 @@ proptest! {
 
 /// The Lua workload, cut up by the property tests above.
 const LUA_SAMPLE: &str = include_str!("../../lint/parallel-capture-assign/good_release_notes.lua");
+
+/// A backquote where full_moon's lexer starts a token (here after `0E`, which full_moon lexes
+/// apart from Lua) is a syntax diagnostic, not a panic in the parser (found by the proptest above).
+#[test]
+fn a_backquote_where_the_lua_parser_starts_a_token_is_a_syntax_error() {
+    for source in ["0E' \"\"`", "0E'`", "return 1 `x`", "x = 0e`"] {
+        let diagnostics = cairn::script::lua::lint::lint(source, &context());
+        assert!(!diagnostics.is_empty(), "{source:?}");
+        assert!(
+            diagnostics.iter().all(|d| d.rule_id != "internal" && d.line >= 1),
+            "{source:?}: {diagnostics:?}"
+        );
+        // The cost analysis parses the same text: it answers instead of panicking.
+        let _ = cairn::script::lua::lint::bound::call_bound(source, &serde_json::Value::Null);
+    }
+}

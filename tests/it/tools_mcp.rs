@@ -236,3 +236,53 @@ fn the_card_lists_mcp_and_host_function_tools_and_lint_knows_the_toolsets() {
     assert_ne!(code, 0);
     assert!(format!("{out}{stderr}").contains("reserch"), "{out}{stderr}");
 }
+
+/// A planner goal given to `cairn serve` is planned with a card that lists the MCP server's
+/// tools, as `cairn plan` and `cairn card --profiles` do: the service reaches the server first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goal_given_to_the_service_is_planned_with_the_mcp_tools_on_its_card() {
+    let Some(python) = python_with_mcp() else { return };
+    let draft = "```rhai\nagent(\"look it up\", #{tools: [\"research\"]})\n```";
+    let model = std::sync::Arc::new(ScriptedServer::start(vec![text(draft, 900, 40), text("done", 10, 5)]));
+    let dir = tools_project(&model.url, &python, "");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child =
+        crate::tools_support::cairn_process(dir.path(), &["serve", "--quiet", "--listen", &listen])
+            .env_remove("CAIRN_SERVER_TOKEN")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+    let base = format!("http://{listen}");
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let submitted = loop {
+        let sent = client
+            .post(format!("{base}/v1/runs"))
+            .json(&serde_json::json!({ "goal": "Look up Paris" }))
+            .send();
+        if let Ok(response) = sent.await {
+            break response;
+        }
+        assert!(std::time::Instant::now() < deadline, "cairn serve did not come up");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let status = submitted.status().as_u16();
+    let body = submitted.text().await.unwrap_or_default();
+    let waited = tokio::task::spawn_blocking({
+        let model = model.clone();
+        move || std::panic::catch_unwind(|| model.wait_for_requests(1, std::time::Duration::from_secs(60)))
+    })
+    .await
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 202, "{body}");
+    assert!(waited.is_ok(), "the planner was never asked");
+    let planner_request = model.requests()[0].to_string();
+    assert!(
+        planner_request.contains("docs_search: Searches the test corpus for a word."),
+        "{planner_request}"
+    );
+    assert!(planner_request.contains("lookup: Looks a city up."), "{planner_request}");
+}

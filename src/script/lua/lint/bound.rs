@@ -28,7 +28,6 @@
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-use full_moon::LuaVersion;
 use full_moon::ast::{
     Block, Call, Expression, Field, FunctionArgs, FunctionBody, Index, LastStmt, Parameter, Prefix, Stmt,
     Suffix, TableConstructor, Var,
@@ -64,7 +63,7 @@ pub fn call_bound(source: &str, args: &Value) -> CallBound {
             );
         }
         on_parser_stack(scan.nesting, || {
-            let parsed = full_moon::parse_fallible(source, LuaVersion::lua54());
+            let parsed = syntax::parse(source);
             if let Some(error) = parsed.errors().first() {
                 let (start, _) = error.range();
                 let pos = (

@@ -29,14 +29,13 @@
 
 pub mod bound;
 mod calls;
+mod escapes;
 mod names;
 mod syntax;
 mod values;
 mod walk;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-
-use full_moon::LuaVersion;
 
 use crate::script::{Diagnostic, LintContext, Severity, sort_diagnostics};
 
@@ -72,7 +71,9 @@ fn analyze(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
     if let Some(fatal) = scan.fatal {
         return vec![fatal];
     }
-    on_parser_stack(scan.nesting, || parse_and_walk(source, ctx)).unwrap_or_else(|| {
+    let warnings = scan.warnings;
+    let found = on_parser_stack(scan.nesting, || parse_and_walk(source, ctx));
+    found.map(|found| found.into_iter().chain(warnings).collect()).unwrap_or_else(|| {
         let message = "the linter failed on this script; this is a bug in cairn, please report it";
         vec![span_diagnostic("internal", message.to_owned(), 1, 1, None)]
     })
@@ -96,7 +97,7 @@ pub(super) fn on_parser_stack<T: Send>(nesting: usize, work: impl FnOnce() -> T 
 }
 
 fn parse_and_walk(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
-    let parsed = full_moon::parse_fallible(source, LuaVersion::lua54());
+    let parsed = syntax::parse(source);
     if !parsed.errors().is_empty() {
         return syntax::parse_errors(parsed.errors(), source);
     }

@@ -27,6 +27,8 @@ pub(super) struct Scan {
     pub(super) nesting: usize,
     /// A problem that must stop the parse, as a diagnostic.
     pub(super) fatal: Option<Diagnostic>,
+    /// Findings that do not stop the parse (`template-escape` in long strings).
+    pub(super) warnings: Vec<Diagnostic>,
 }
 
 /// One level of brackets or blocks: how many operators its current chain has.
@@ -37,6 +39,20 @@ struct Level {
 
 /// Scans a source the way Lua's lexer splits it (strings, long brackets, comments), tracking
 /// the nesting estimate and stopping at the first fatal problem.
+/// Parses `source` as Lua 5.4 with full_moon. A backquote at a token's start reaches an
+/// `unreachable!()` in full_moon's lexer (its template strings are a dialect feature we do not
+/// build), and [`scan`] cannot always see where full_moon's tokens start (`0E'` lexes apart from
+/// Lua's own reading), so every backquote is handed to the parser as `$`, a character of the same
+/// width that it reports as an unexpected character. Positions are unchanged.
+pub(super) fn parse(source: &str) -> full_moon::ast::AstResult {
+    let parsed: std::borrow::Cow<'_, str> = if source.contains('`') {
+        std::borrow::Cow::Owned(source.replace('`', "$"))
+    } else {
+        std::borrow::Cow::Borrowed(source)
+    };
+    full_moon::parse_fallible(&parsed, full_moon::LuaVersion::lua54())
+}
+
 pub(super) fn scan(source: &str) -> Scan {
     let chars: Vec<char> = source.chars().collect();
     let mut scan = Scan::default();
@@ -79,7 +95,9 @@ pub(super) fn scan(source: &str) -> Scan {
         if c == '['
             && let Some(level) = long_bracket(&chars, i)
         {
+            let (from, at_line, at_column) = (i, line, column);
             skip_long(&chars, &mut i, &mut line, &mut column, level);
+            scan.warnings.extend(super::escapes::in_long_string(&chars[from..i], at_line, at_column));
             reset(&mut levels, &mut operators_open);
             continue;
         }

@@ -18,6 +18,7 @@
 //! of globals and functions, and `options` checks options maps against the schemas.
 
 mod calls;
+mod escapes;
 mod foreign;
 mod options;
 mod recover;

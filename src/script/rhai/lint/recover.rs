@@ -37,6 +37,7 @@ pub(in crate::script::rhai) fn analyze(
     let mut damaged = !prescan.edits.is_empty();
     let mut text = foreign::apply(source, &mut prescan.edits);
     let mut diagnostics = prescan.diagnostics;
+    diagnostics.extend(super::escapes::check(source));
     let mut variables: Vec<String> = prescan.variables.into_iter().collect();
     variables.sort_unstable();
     let mut functions = prescan.functions;

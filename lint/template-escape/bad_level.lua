@@ -1,0 +1,2 @@
+local b = agent([==[Done.\tThen stop]==])
+return b

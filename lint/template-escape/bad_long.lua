@@ -1,0 +1,3 @@
+local topic = args.topic
+local a = agent([[Summarize:\n]] .. topic)
+return a
