@@ -134,3 +134,40 @@ fn the_runtime_refuses_a_step_bodys_writes_when_lint_is_skipped() {
         assert_eq!(outcome.usage.input_tokens, 0, "{dialect}: {source}: the agent after the step ran");
     }
 }
+
+/// Item 4: a value with no JSON form fails with the same message in every process. Lua's raw
+/// hash order is random per process; the error used to name whichever key it visited first.
+#[test]
+fn a_table_with_no_json_form_fails_with_one_message_in_every_process() {
+    let cases = [
+        (
+            "lua",
+            "return {1, 2, 3, name = 'x', other = 'y', alpha = 1, zeta = 2, mid = 3}",
+            "the integer key 1 and the string key \"alpha\"",
+        ),
+        (
+            "lua",
+            "local t = {} t[0.5] = 1 t[-3] = 2 t[true] = 3 t.b = 1 t.a = 2 return t",
+            "the integer key -3",
+        ),
+        (
+            "lua",
+            "return step('s', function() return {10, 20, beta = 1, alpha = 2, gamma = 3} end)",
+            "the string key \"alpha\"",
+        ),
+        ("rhai", "#{b: || 1, a: || 2, c: [|| 3]}", "closure"),
+    ];
+    for (ext, source, names) in cases {
+        let mut messages = Vec::new();
+        for _ in 0..4 {
+            let (dir, name) = script_dir(ext, source);
+            let run = cairn(dir.path(), &["run", &name, "--run-id", "r1", "-q"]);
+            assert_ne!(run.code, Some(0), "{ext}: {source}: {}", run.text());
+            // The run id differs per process; the message after it must not.
+            let message = run.stderr.split_once(" error: ").map(|(_, m)| m.to_owned());
+            messages.push(message.unwrap_or_else(|| panic!("{ext}: {source}: {}", run.text())));
+        }
+        assert!(messages[0].contains(names), "{ext}: {source}: {}", messages[0]);
+        assert!(messages.iter().all(|m| m == &messages[0]), "{ext}: {source}: {messages:#?}");
+    }
+}
