@@ -171,3 +171,69 @@ fn a_table_with_no_json_form_fails_with_one_message_in_every_process() {
         assert!(messages.iter().all(|m| m == &messages[0]), "{ext}: {source}: {messages:#?}");
     }
 }
+
+/// Item 7: a step's body is part of its identity. A step inserted with an existing step's
+/// label gets its own value, never the old step's; an edited body re-keys the step and the
+/// resume explains it before running anything; a step that only moved (lines above it, a
+/// comment, re-indentation) keeps its identity and replays.
+#[test]
+fn a_step_body_is_part_of_its_identity_in_both_dialects() {
+    let twins = [
+        (
+            "rhai",
+            "let a = step(\"tally\", || 42);\nagent(`tally ${a}`)",
+            "let b = step(\"tally\", || 7);\nlet a = step(\"tally\", || 42);\nagent(`tally ${a}`) + ` ${b}`",
+            "// counted first\n\n    let a = step(\"tally\",   || 42);\nagent(`tally ${a}`)",
+            "let a = step(\"tally\", || 43);\nagent(`tally ${a}`)",
+        ),
+        (
+            "lua",
+            "local a = step('tally', function() return 42 end)\nreturn agent('tally ' .. a)",
+            "local b = step('tally', function() return 7 end)\nlocal a = step('tally', function() return 42 end)\n\
+             return agent('tally ' .. a) .. ' ' .. b",
+            "-- counted first\n\n    local a = step('tally',   function()\n return 42\n end)\nreturn agent('tally ' .. a)",
+            "local a = step('tally', function() return 43 end)\nreturn agent('tally ' .. a)",
+        ),
+    ];
+    for (ext, original, inserted, moved, edited) in twins {
+        let (dir, name) = script_dir(ext, original);
+        let path = dir.path();
+        let first = cairn(path, &["run", &name, "--run-id", "r1", "-q"]);
+        assert_eq!(first.code, Some(0), "{ext}: {}", first.text());
+        assert!(first.stdout.contains("echo: tally 42"), "{ext}: {}", first.text());
+        for (file, text) in [("inserted", inserted), ("moved", moved), ("edited", edited)] {
+            std::fs::write(path.join(format!("{file}.{ext}")), text).unwrap();
+        }
+        let journal = || std::fs::read_to_string(path.join("j/r1.jsonl")).unwrap();
+        let agents = |journal: &str| journal.lines().filter(|l| l.contains("\"kind\":\"agent\"")).count();
+        let paid = agents(&journal());
+
+        // Moved: the same identity, everything replays.
+        let moved = cairn(path, &["resume", "r1", "--script", &format!("moved.{ext}"), "--json", "-q"]);
+        assert_eq!(moved.code, Some(0), "{ext}: {}", moved.text());
+        let done: serde_json::Value = serde_json::from_str(&moved.stdout).unwrap();
+        assert_eq!(done["preview"]["misses"], 0, "{ext}: {done:#}");
+        assert_eq!(agents(&journal()), paid, "{ext}: moving the step re-paid its neighbour");
+
+        // Edited: explained before anything runs.
+        let refused = cairn(path, &["resume", "r1", "--script", &format!("edited.{ext}"), "-q"]);
+        assert_eq!(refused.code, Some(1), "{ext}: {}", refused.text());
+        assert!(refused.stderr.contains("step 'tally'"), "{ext}: {}", refused.text());
+        assert!(refused.stderr.contains("returned 42"), "{ext}: {}", refused.text());
+        assert!(refused.stderr.contains("--accept-rekey"), "{ext}: {}", refused.text());
+        assert_eq!(agents(&journal()), paid, "{ext}: a refused resume paid");
+
+        // Inserted with the same label: explained, and once accepted each step has its own value.
+        let refused = cairn(path, &["resume", "r1", "--script", &format!("inserted.{ext}"), "-q"]);
+        assert_eq!(refused.code, Some(1), "{ext}: {}", refused.text());
+        assert!(refused.stderr.contains("step 'tally'"), "{ext}: {}", refused.text());
+        let accepted = cairn(
+            path,
+            &["resume", "r1", "--script", &format!("inserted.{ext}"), "--accept-rekey", "--json", "-q"],
+        );
+        assert_eq!(accepted.code, Some(0), "{ext}: {}", accepted.text());
+        let done: serde_json::Value = serde_json::from_str(&accepted.stdout).unwrap();
+        assert_eq!(done["value"], "echo: tally 42 7", "{ext}: {done:#}");
+        assert_eq!(agents(&journal()), paid, "{ext}: the unchanged agent call was paid again");
+    }
+}

@@ -109,7 +109,12 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
             let body = function(&args, 1, "step", "body")?;
             let value = opts(&shared, "step", arg(&args, 2))?;
             let deps = value.get("deps").and_then(Value::as_array).cloned().unwrap_or_default();
-            let step_opts = StepOptions { key: options::str_opt(&value, "key"), deps, on_error: None };
+            let step_opts = StepOptions {
+                key: options::str_opt(&value, "key"),
+                deps,
+                on_error: None,
+                body: super::body::identity(&body),
+            };
             let key = Ctx::step_key(&label, &step_opts)?;
             let live = match ctx.begin_two_phase(Kind::Step, "step", &label, key, None)? {
                 crate::engine::Begun::Done(result) => return Ok(one(shared.to_lua(&lua, &result?)?)),

@@ -196,6 +196,8 @@ struct Shared {
     closure_params: super::isolate::ClosureParams,
     /// Which closures are one `agent` call (their branches need no thread: see `defer`).
     shapes: super::defer::Shapes,
+    /// Each function's source identity, part of a step's identity (see `body`).
+    bodies: super::body::BodyHashes,
 }
 
 /// The most branch threads one run may have alive at once, nested fan-outs included, divided
@@ -241,6 +243,7 @@ fn execute(
         limits,
         closure_params: super::isolate::ClosureParams::of(ast),
         shapes: super::defer::Shapes::of(ast),
+        bodies: super::body::BodyHashes::of(ast),
     });
     let _charged = shared.guard.enter();
     let engine = build_engine(&shared);
@@ -775,7 +778,8 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
         let ctx = current()?;
         let opts = options("step", opts).map_err(to_rhai)?;
         let deps = opts.get("deps").and_then(Value::as_array).cloned().unwrap_or_default();
-        let step_opts = StepOptions { key: str_opt(&opts, "key"), deps, on_error: None };
+        let step_opts =
+            StepOptions { key: str_opt(&opts, "key"), deps, on_error: None, body: shared.bodies.get(&body) };
         let key = Ctx::step_key(label, &step_opts).map_err(to_rhai)?;
         let live = match ctx.begin_two_phase(Kind::Step, "step", label, key, None).map_err(to_rhai)? {
             crate::engine::Begun::Done(result) => return result.map(|v| to_dynamic(&v)).map_err(to_rhai),
