@@ -6,6 +6,11 @@
 //! names the call and each identity field that changed (old value against new), stops the
 //! run and reports every such call it met as one `rekey_refused` error.
 //!
+//! A step is recognizably the same step by its label: a step that misses while a completed
+//! step with its label waits ahead had its body, key or deps edited (or a step with that label
+//! was inserted before it), and is refused and explained the same way, since running its body
+//! again re-runs every call inside it.
+//!
 //! A call whose prompt changed and that has no label (or key) to pin it is indistinguishable
 //! from a newly inserted call: it runs live, and the journaled call it replaced is counted as
 //! orphaned in the preview. Label calls whose prompts you edit to have those explained too.
@@ -120,4 +125,44 @@ fn describe(old: &Entry, terminal: &Entry, live: &LiveAgent<'_>) -> String {
     let scope = if old.scope.is_root() { String::new() } else { format!(" in scope '{}'", old.scope) };
     let cost = terminal.cost.map(|c| format!(", paid {c}")).unwrap_or_default();
     format!("agent call{label} (seq {}{scope}{cost}): {}", old.seq.0, changes.join("; "))
+}
+
+/// Checks a live step of a resumed run against the journal, as [`check`] does an agent call:
+/// a completed step with the same label waiting ahead in this scope means the step's body,
+/// key or deps changed since it ran.
+///
+/// # Errors
+/// `rekey_refused` when the resume did not accept re-keying; the run is stopped.
+pub(crate) fn check_step(state: &RunState, scope: &ScopePath, label: &str) -> Result<(), Error> {
+    let rekeys = &state.rekeys;
+    if rekeys.accept || state.dry_run {
+        return Ok(());
+    }
+    let candidates = state.unconsumed_at_cursor(scope);
+    let line = {
+        let mut claimed = rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((first, terminal)) = candidates.iter().find(|(first, _)| {
+            first.kind == Kind::Step && !claimed.contains(&first.seq) && first.label.as_deref() == Some(label)
+        }) else {
+            return Ok(());
+        };
+        let Some(terminal) = terminal.as_ref().filter(|t| t.status == Status::Ok) else {
+            return Ok(());
+        };
+        claimed.insert(first.seq);
+        let scope =
+            if first.scope.is_root() { String::new() } else { format!(" in scope '{}'", first.scope) };
+        let mut value = terminal.value().map(|v| v.to_string()).unwrap_or_else(|| "null".to_owned());
+        if value.chars().count() > 60 {
+            value = value.chars().take(57).collect::<String>() + "...";
+        }
+        format!(
+            "step '{label}' (seq {}{scope}, returned {value}): its body, key or deps changed, or a step with \
+             this label was inserted before it; running it again re-runs every call inside it",
+            first.seq.0
+        )
+    };
+    rekeys.refused.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+    state.refuse_rekey();
+    Err(Error::new(ErrorCode::RekeyRefused, "the step's identity changed since it ran"))
 }

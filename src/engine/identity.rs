@@ -57,6 +57,8 @@ impl<'a> AgentIdentity<'a> {
 /// A step: its label, or the caller's key in its place, and its deps.
 #[derive(Debug, Serialize)]
 pub(crate) struct StepIdentity<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body: Option<&'a str>,
     deps: &'a [Value],
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<&'a str>,
@@ -66,8 +68,13 @@ pub(crate) struct StepIdentity<'a> {
 }
 
 impl<'a> StepIdentity<'a> {
-    pub(crate) fn new(label: &'a str, key: Option<&'a str>, deps: &'a [Value]) -> Self {
-        StepIdentity { deps, key, kind: "step", label: if key.is_some() { None } else { Some(label) } }
+    pub(crate) fn new(
+        label: &'a str,
+        key: Option<&'a str>,
+        deps: &'a [Value],
+        body: Option<&'a str>,
+    ) -> Self {
+        StepIdentity { body, deps, key, kind: "step", label: if key.is_some() { None } else { Some(label) } }
     }
 
     pub(crate) fn key(&self) -> Result<ContentKey, Error> {
@@ -194,13 +201,18 @@ mod tests {
             label in text(),
             key in proptest::option::of(text()),
             deps in prop::collection::vec(json_value(), 0..3),
+            body in proptest::option::of("[0-9a-f]{64}"),
         ) {
             let mut value = json!({ "kind": "step", "deps": deps });
             match &key {
                 Some(key) => value["key"] = json!(key),
                 None => value["label"] = json!(label),
             }
-            prop_assert_eq!(StepIdentity::new(&label, key.as_deref(), &deps).key().unwrap(), by_value(&value));
+            if let Some(body) = &body {
+                value["body"] = json!(body);
+            }
+            let identity = StepIdentity::new(&label, key.as_deref(), &deps, body.as_deref());
+            prop_assert_eq!(identity.key().unwrap(), by_value(&value));
         }
 
         #[test]

@@ -81,6 +81,10 @@ pub struct StepOptions {
     pub deps: Vec<Value>,
     /// What a failure does.
     pub on_error: Option<OnError>,
+    /// The identity of the body's source (a script's runner sets it): part of the step's
+    /// identity, so an edited or inserted body re-keys the step and two steps that share a
+    /// label never serve each other's values. `None` for a Rust closure.
+    pub body: Option<String>,
 }
 
 /// Options of [`Ctx::call`].

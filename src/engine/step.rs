@@ -1,5 +1,5 @@
 //! `step`: a body run once, its JSON result journaled and replayed. Identity: `{kind: step,
-//! label or key, deps}` in the calling scope; the body runs in a scope of its own,
+//! label or key, deps, body}` (body: the source identity of a script's step body) in the calling scope; the body runs in a scope of its own,
 //! `step:KEY16:n` (the key's first 16 hex digits and the step's ordinal among same-key steps
 //! here), so whatever it does never shifts the identity of what comes after it. Journal: a
 //! `running` entry and a terminal one (the two-phase protocol of `two_phase.rs`).
@@ -56,6 +56,6 @@ impl Ctx {
 
     /// The identity of a step, as [`Ctx::step`] derives it.
     pub(crate) fn step_key(label: &str, opts: &StepOptions) -> Result<ContentKey, Error> {
-        StepIdentity::new(label, opts.key.as_deref(), &opts.deps).key()
+        StepIdentity::new(label, opts.key.as_deref(), &opts.deps, opts.body.as_deref()).key()
     }
 }

@@ -73,7 +73,12 @@ impl Ctx {
                 return Ok(Begun::Done(Ok(Value::Null)));
             }
             Outcome::Wait(_) => return Err(Error::internal("a step entry is journaled as suspended")),
-            Outcome::Live => None,
+            Outcome::Live => {
+                if kind == Kind::Step {
+                    super::explain::check_step(&self.run, &self.scope, label)?;
+                }
+                None
+            }
             Outcome::Rerun { previous: Some(terminal), .. } if self.run.reproduce => {
                 // Reproducing the run as it settled: the failure it saw, not a new attempt
                 // (a call cancelled with its run stops this reproduction the same way).

@@ -8,6 +8,7 @@
 //! alike.
 
 pub mod bound;
+pub(crate) mod captured;
 pub(crate) mod child_args;
 pub(crate) mod host;
 pub mod lua;
@@ -95,6 +96,10 @@ pub const RULES: &[(&str, &str)] = &[
         "parallel-capture-assign",
         "a parallel branch or pipeline stage writing to a variable captured from outside it (a race), or a \
          closure that writes one and is stored, passed on or returned where lint cannot prove it runs in order",
+    ),
+    (
+        "step-capture-assign",
+        "a step body writing to a variable captured from outside it, a write a replay (which skips the body) loses",
     ),
     ("loop-capture", "a closure capturing a for-loop variable, which it would see by reference"),
     ("duplicate-agent-call", "identical agent calls in one body without a distinguishing key (a warning)"),

@@ -284,14 +284,34 @@ fn cairn(dir: &Path) -> Command {
 }
 
 /// The journal of a run as (scope, kind, status, content key) rows, sorted: what identity is
-/// made of, without timings or ids.
+/// made of, without timings or ids. A step's key holds its body's identity, which is the
+/// dialect's own (Rhai's parsed body, Lua's bytecode), so step keys are named by the label
+/// and order of their steps, in the rows and in the scopes of their bodies.
 fn journal_rows(dir: &Path, run: &str) -> Vec<(String, String, String, String)> {
     let text = std::fs::read_to_string(dir.join(format!("journal/{run}.jsonl"))).unwrap();
-    let mut rows: Vec<_> = text
-        .lines()
-        .map(|line| {
-            let entry: Value = serde_json::from_str(line).unwrap();
-            let field = |name: &str| entry[name].as_str().unwrap_or_default().to_owned();
+    let entries: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let mut steps: Vec<(String, String)> = Vec::new();
+    for entry in &entries {
+        if entry["kind"] == "step" && entry["status"] == "running" {
+            let key = entry["key"].as_str().unwrap_or_default().to_owned();
+            let label = entry["label"].as_str().unwrap_or_default();
+            if !steps.iter().any(|(k, _)| *k == key) {
+                let name = format!("step<{label}#{}>", steps.len());
+                steps.push((key, name));
+            }
+        }
+    }
+    let named = |text: &str| {
+        let mut text = text.to_owned();
+        for (key, name) in &steps {
+            text = text.replace(key.as_str(), name).replace(&key[..16.min(key.len())], name);
+        }
+        text
+    };
+    let mut rows: Vec<_> = entries
+        .iter()
+        .map(|entry| {
+            let field = |name: &str| named(entry[name].as_str().unwrap_or_default());
             (field("scope"), field("kind"), field("status"), field("key"))
         })
         .collect();

@@ -13,6 +13,7 @@ mod concurrency;
 mod crash;
 mod determinism_journal;
 mod determinism_sandbox;
+mod determinism_steps;
 mod docs;
 mod edges;
 mod fanout_defer;

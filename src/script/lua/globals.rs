@@ -8,7 +8,9 @@ use std::time::Duration;
 use mlua::{Function, Lua, MultiValue, Table, Value as Lv};
 use serde_json::{Value, json};
 
+use super::frame::Frame;
 use super::guard::EngineWork;
+use super::isolate::{Isolation, Place};
 use super::json::{MAX_JSON, ToJson};
 use super::options;
 use super::runner::{Shared, async_global};
@@ -101,24 +103,37 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
 
     table.raw_set(
         "step",
-        async_global(lua, shared, false, |lua, shared, ctx, frame, args| async move {
+        async_global(lua, shared, false, |lua, shared, ctx, _frame, args| async move {
             super::runner::nesting()?;
             let label = text(&args, 0, "step", "label")?;
             let body = function(&args, 1, "step", "body")?;
             let value = opts(&shared, "step", arg(&args, 2))?;
             let deps = value.get("deps").and_then(Value::as_array).cloned().unwrap_or_default();
-            let step_opts = StepOptions { key: options::str_opt(&value, "key"), deps, on_error: None };
+            let step_opts = StepOptions {
+                key: options::str_opt(&value, "key"),
+                deps,
+                on_error: None,
+                body: super::body::identity(&body),
+            };
             let key = Ctx::step_key(&label, &step_opts)?;
             let live = match ctx.begin_two_phase(Kind::Step, "step", &label, key, None)? {
                 crate::engine::Begun::Done(result) => return Ok(one(shared.to_lua(&lua, &result?)?)),
                 crate::engine::Begun::Live(live) => live,
             };
-            // The body runs between the two journal entries, in the step's own scope.
+            // The body runs between the two journal entries, in the step's own scope, on a
+            // private copy whose captured values are read-only (a replay skips the body, so a
+            // write there would be lost and what follows would differ).
             let inner = ctx.step_body(&live);
-            let result = shared
-                .run(inner, frame.clone(), body, MultiValue::new())
-                .await
-                .and_then(|values| shared.to_json(&values.front().cloned().unwrap_or(Lv::Nil), MAX_JSON));
+            let isolation =
+                Isolation::new(&lua, &shared.hidden, &shared.internals, &shared.guard, Place::Step);
+            let result = async {
+                let private = isolation.function(&lua, &body)?;
+                let values =
+                    shared.run(inner, Frame::branch(isolation.clone()), private, MultiValue::new()).await?;
+                isolation.check_writes()?;
+                shared.to_json(&values.front().cloned().unwrap_or(Lv::Nil), MAX_JSON)
+            }
+            .await;
             let value = ctx.end_two_phase(live, result)?;
             Ok(one(shared.to_lua(&lua, &value)?))
         })?,

@@ -49,9 +49,23 @@ pub(super) struct Isolation {
     cells: RefCell<HashMap<usize, (Function, i64)>>,
     /// Every private cell, with its name and the value it was given.
     watched: RefCell<Vec<(Function, i64, String, Lv)>>,
+    /// A branch's copies, or a step body's.
+    place: Place,
 }
 
-fn violation(what: &str) -> Error {
+/// Where isolated code runs, for the violation's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    /// A `parallel` branch or `pipeline` stage: siblings run at once.
+    Branch,
+    /// A `step` body: a replay serves the step's value without running it.
+    Step,
+}
+
+fn violation(place: Place, what: &str) -> Error {
+    if place == Place::Step {
+        return crate::script::captured::step_violation(what);
+    }
     Error::new(
         ErrorCode::SandboxViolation,
         format!(
@@ -98,6 +112,7 @@ impl Isolation {
         hidden: &Rc<Hidden>,
         internals: &Rc<Internals>,
         guard: &Rc<Guard>,
+        place: Place,
     ) -> Rc<Isolation> {
         Rc::new_cyclic(|this| Isolation {
             hidden: hidden.clone(),
@@ -108,6 +123,7 @@ impl Isolation {
             copies: RefCell::new(HashMap::new()),
             cells: RefCell::new(HashMap::new()),
             watched: RefCell::new(Vec::new()),
+            place,
         })
     }
 
@@ -131,7 +147,7 @@ impl Isolation {
                 } else {
                     format!("assignment to '{name}'")
                 };
-                return Err(self.guard.trip(violation(&what)));
+                return Err(self.guard.trip(violation(self.place, &what)));
             }
         }
         Ok(())
@@ -171,7 +187,9 @@ impl Isolation {
                 }
                 self.clone_function(lua, function, key, depth).map(Lv::Function)
             }
-            Lv::Thread(_) => Err(self.guard.trip(violation("use of a coroutine created outside the branch"))),
+            Lv::Thread(_) => {
+                Err(self.guard.trip(violation(self.place, "use of a coroutine created outside the branch")))
+            }
             Lv::UserData(_) | Lv::Error(_) => {
                 Err(Error::validation("a branch captured a value it cannot copy"))
             }
@@ -270,6 +288,7 @@ impl Isolation {
             })?,
         )?;
         let guard = self.guard.clone();
+        let place = self.place;
         mt.raw_set(
             "__newindex",
             lua.create_function(move |_, (_, key): (Lv, Lv)| -> mlua::Result<()> {
@@ -280,7 +299,7 @@ impl Isolation {
                     }
                     _ => "a write to a captured table".to_owned(),
                 };
-                Err(mlua::Error::external(guard.trip(violation(&what))))
+                Err(mlua::Error::external(guard.trip(violation(place, &what))))
             })?,
         )?;
         let backing = table.clone();

@@ -141,18 +141,36 @@ impl<'a> ToJson<'a> {
         let (table, kind) = self.internals.resolve(table);
         let mut ints: Vec<(i64, Lv)> = Vec::new();
         let mut strings: Vec<(String, Lv)> = Vec::new();
+        // Keys with no JSON form, as the error would name them. Every key is read before any
+        // is judged, and an error names the first of them in a fixed order, never whichever
+        // raw hash order (random per process) visits first.
+        let mut others: Vec<(u8, String)> = Vec::new();
         for pair in table.pairs::<Lv, Lv>() {
             let (key, item) = pair.map_err(|e| Error::internal(format!("reading a table: {e}")))?;
             match key {
-                Lv::Integer(i) if i >= 1 && strings.is_empty() => ints.push((i, item)),
-                Lv::String(s) if ints.is_empty() => match s.to_str() {
+                Lv::Integer(i) if i >= 1 => ints.push((i, item)),
+                Lv::String(s) => match s.to_str() {
                     Ok(text) => strings.push((text.to_owned(), item)),
-                    Err(_) => {
-                        return Err(Error::validation("a table key that is not UTF-8 text has no JSON form"));
-                    }
+                    Err(_) => others.push((0, String::new())),
                 },
-                other => return Err(mixed(&other, !ints.is_empty(), !strings.is_empty())),
+                other => others.push(described(&other)),
             }
+        }
+        ints.sort_by_key(|(i, _)| *i);
+        strings.sort_by(|a, b| a.0.cmp(&b.0));
+        others.sort();
+        if let Some((rank, shown)) = others.into_iter().next() {
+            if rank == 0 {
+                return Err(Error::validation("a table key that is not UTF-8 text has no JSON form"));
+            }
+            return Err(mixed(&shown, !ints.is_empty(), !strings.is_empty()));
+        }
+        if let (Some((i, _)), Some((first, _))) = (ints.first(), strings.first()) {
+            // Both kinds: name the first key of each, in order.
+            return Err(Error::validation(format!(
+                "a table with the integer key {i} and the string key {first:?} has no JSON form: a table is a \
+                 JSON array (keys 1, 2, 3, ...) or a JSON object (string keys), not both"
+            )));
         }
         let declared = if kind == Some(Kind::Array) { self.internals.declared_len(&table) } else { 0 };
         if ints.is_empty() && strings.is_empty() && declared == 0 {
@@ -180,7 +198,6 @@ impl<'a> ToJson<'a> {
             let slot = std::mem::size_of::<Value>();
             self.spend(len.saturating_mul(slot).saturating_add(holes.saturating_mul(4)))?;
             let mut out = vec![Value::Null; len];
-            ints.sort_by_key(|(i, _)| *i);
             for (i, item) in ints {
                 out[(i - 1) as usize] = self.value(&item, depth + 1, false)?;
             }
@@ -196,12 +213,21 @@ impl<'a> ToJson<'a> {
     }
 }
 
-fn mixed(key: &Lv, ints: bool, strings: bool) -> Error {
-    let shown = match key {
-        Lv::Integer(i) => format!("the integer key {i}"),
-        Lv::Number(f) => format!("the number key {f}"),
-        Lv::String(s) => format!("the string key {:?}", s.to_string_lossy()),
-        other => format!("a {} key", other.type_name()),
+/// A key with no JSON form, ranked for a fixed order (non-UTF-8 text 0, numbers 1, others 2)
+/// and as an error names it.
+fn described(key: &Lv) -> (u8, String) {
+    match key {
+        Lv::Integer(i) => (1, format!("the integer key {i:020}")),
+        Lv::Number(f) => (1, format!("the number key {f}")),
+        other => (2, format!("a {} key", other.type_name())),
+    }
+}
+
+fn mixed(shown: &str, ints: bool, strings: bool) -> Error {
+    let shown = match shown.strip_prefix("the integer key ") {
+        // Padded for ordering; shown as written.
+        Some(digits) => format!("the integer key {}", digits.parse::<i64>().unwrap_or_default()),
+        None => shown.to_owned(),
     };
     let why = if ints || strings {
         "a table is a JSON array (keys 1, 2, 3, ...) or a JSON object (string keys), not both"

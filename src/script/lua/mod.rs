@@ -5,6 +5,7 @@
 //! sandbox (`sandbox`, `prelude.lua`, `guard`, `frame`, `isolate`, `order`) and the JSON
 //! boundary (`json`, `options`) live beside it.
 
+mod body;
 mod fanout;
 mod frame;
 mod globals;

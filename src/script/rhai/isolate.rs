@@ -47,17 +47,33 @@ impl ClosureParams {
     }
 }
 
-/// One fan-out's isolation: copies are taken one at a time, so no two branches of a fan-out
-/// read a shared cell at once (reading a cell takes its lock).
+/// Where isolated code runs, for the violation's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// A `parallel` branch or `pipeline` stage: siblings run at once.
+    Branch,
+    /// A `step` body: a replay serves the step's value without running it.
+    Step,
+}
+
+/// One fan-out's (or one step's) isolation: copies are taken one at a time, so no two
+/// branches of a fan-out read a shared cell at once (reading a cell takes its lock).
 pub(crate) struct Isolation<'p> {
     params: &'p ClosureParams,
     guard: &'p RunGuard,
     copying: Mutex<()>,
+    place: Place,
 }
 
 impl<'p> Isolation<'p> {
     pub(crate) fn new(params: &'p ClosureParams, guard: &'p RunGuard) -> Isolation<'p> {
-        Isolation { params, guard, copying: Mutex::new(()) }
+        Isolation { params, guard, copying: Mutex::new(()), place: Place::Branch }
+    }
+
+    /// The isolation of a step body: what it captured is read-only inside it, since a replay
+    /// skips the body and a write there would be lost.
+    pub(crate) fn step(params: &'p ClosureParams, guard: &'p RunGuard) -> Isolation<'p> {
+        Isolation { params, guard, copying: Mutex::new(()), place: Place::Step }
     }
 
     /// Calls `pointer` as a branch: with private, read-only copies of what it captured and
@@ -81,7 +97,7 @@ impl<'p> Isolation<'p> {
             names.dedup();
             (pointer, args, names)
         };
-        let previous = BRANCH.with(|branch| branch.replace(Some(names)));
+        let previous = BRANCH.with(|branch| branch.replace(Some((names, self.place))));
         let result = pointer.call_within_context::<Dynamic>(context, args).map_err(|error| {
             match violation(error.unwrap_inner()) {
                 Some(violation) => terminated(self.guard.trip(violation)),
@@ -94,8 +110,9 @@ impl<'p> Isolation<'p> {
 }
 
 thread_local! {
-    /// Set while a branch runs on this thread: the names of the variables it captured.
-    static BRANCH: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+    /// Set while a branch or step body runs on this thread: the names of the variables it
+    /// captured, and which it is.
+    static BRANCH: RefCell<Option<(Vec<String>, Place)>> = const { RefCell::new(None) };
 }
 
 fn terminated(error: Error) -> Box<EvalAltResult> {
@@ -186,18 +203,21 @@ pub(crate) fn violation(error: &EvalAltResult) -> Option<Error> {
         }
         _ => return None,
     };
-    let names = BRANCH.with(|branch| branch.borrow().clone())?;
+    let (names, place) = BRANCH.with(|branch| branch.borrow().clone())?;
     let captured = if names.is_empty() {
         String::new()
     } else {
         format!(" (it captured {})", names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", "))
     };
-    Some(Error::new(
-        ErrorCode::SandboxViolation,
-        format!(
-            "sandbox violation: {what} inside a parallel branch or pipeline stage{captured}; values captured \
-             from outside a branch are read-only there, since the branches run at once: return values from \
-             the branch instead and combine them after parallel or pipeline returns"
+    Some(match place {
+        Place::Branch => Error::new(
+            ErrorCode::SandboxViolation,
+            format!(
+                "sandbox violation: {what} inside a parallel branch or pipeline stage{captured}; values \
+                 captured from outside a branch are read-only there, since the branches run at once: return \
+                 values from the branch instead and combine them after parallel or pipeline returns"
+            ),
         ),
-    ))
+        Place::Step => crate::script::captured::step_violation(&format!("{what}{captured}")),
+    })
 }

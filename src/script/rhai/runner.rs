@@ -213,6 +213,8 @@ struct Shared {
     closure_params: super::isolate::ClosureParams,
     /// Which closures are one `agent` call (their branches need no thread: see `defer`).
     shapes: super::defer::Shapes,
+    /// Each function's source identity, part of a step's identity (see `body`).
+    bodies: super::body::BodyHashes,
 }
 
 /// The most branch threads one run may have alive at once, nested fan-outs included, divided
@@ -258,6 +260,7 @@ fn execute(
         limits,
         closure_params: super::isolate::ClosureParams::of(ast),
         shapes: super::defer::Shapes::of(ast),
+        bodies: super::body::BodyHashes::of(ast),
     });
     let _charged = shared.guard.enter();
     let engine = build_engine(&shared);
@@ -813,13 +816,20 @@ fn register_fanout(engine: &mut Rhai, shared: &Arc<Shared>) {
 // ---- steps, calls, phases, children, waits, shims ------------------------------------------------------
 
 fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
-    fn step(context: &NativeCallContext, label: &str, body: FnPtr, opts: &Map) -> RhaiResult<Dynamic> {
+    fn step(
+        shared: &Shared,
+        context: &NativeCallContext,
+        label: &str,
+        body: FnPtr,
+        opts: &Map,
+    ) -> RhaiResult<Dynamic> {
         let ctx = current()?;
         // Two journal entries (the step's start and its result), the label hashed into its key.
         host_work(label.len(), label.len(), 2)?;
         let opts = options("step", opts).map_err(to_rhai)?;
         let deps = opts.get("deps").and_then(Value::as_array).cloned().unwrap_or_default();
-        let step_opts = StepOptions { key: str_opt(&opts, "key"), deps, on_error: None };
+        let step_opts =
+            StepOptions { key: str_opt(&opts, "key"), deps, on_error: None, body: shared.bodies.get(&body) };
         let key = Ctx::step_key(label, &step_opts).map_err(to_rhai)?;
         let live = match ctx.begin_two_phase(Kind::Step, "step", label, key, None).map_err(to_rhai)? {
             crate::engine::Begun::Done(result) => return result.map(|v| to_dynamic(&v)).map_err(to_rhai),
@@ -827,17 +837,22 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
         };
         // The body runs here, on the script thread, between the two journal entries, in the
         // step's own scope (so its effects never shift what follows the step).
+        // What the body captured is read-only inside it (a replay skips the body, so a write
+        // there would be lost and what follows would differ).
         let inner = ctx.step_body(&live);
-        let result = with_ctx(inner, || body.call_within_context::<Dynamic>(context, ()))
+        let isolation = super::isolate::Isolation::step(&shared.closure_params, &shared.guard);
+        let result = with_ctx(inner, || isolation.call_branch(&body, context, Vec::new()))
             .map_err(|e| from_rhai(*e))
             .and_then(|v| to_json(&v));
         ctx.end_two_phase(live, result).map(|v| to_dynamic(&v)).map_err(to_rhai)
     }
-    engine.register_fn("step", |c: NativeCallContext, label: &str, body: FnPtr| {
-        step(&c, label, body, &Map::new())
+    let s = shared.clone();
+    engine.register_fn("step", move |c: NativeCallContext, label: &str, body: FnPtr| {
+        step(&s, &c, label, body, &Map::new())
     });
-    engine.register_fn("step", |c: NativeCallContext, label: &str, body: FnPtr, o: Map| {
-        step(&c, label, body, &o)
+    let s = shared.clone();
+    engine.register_fn("step", move |c: NativeCallContext, label: &str, body: FnPtr, o: Map| {
+        step(&s, &c, label, body, &o)
     });
 
     fn host_call(shared: &Shared, name: &str, args: &Dynamic, opts: &Map) -> RhaiResult<Dynamic> {

@@ -560,6 +560,11 @@ impl Linter<'_, '_> {
                 {
                     self.report_races(id, global.name);
                 }
+                if global.name == "step"
+                    && let Static::Function(id) = walked
+                {
+                    self.report_step_writes(id);
+                }
             }
             ParamKind::Branches | ParamKind::Stages => match arg.table() {
                 Some(table) => {

@@ -703,3 +703,20 @@ fn is_text(shape: &Static) -> bool {
 pub(super) fn pos_of(node: &impl Node) -> Pos {
     node_pos(node)
 }
+
+impl Linter<'_, '_> {
+    /// Reports every write a step body makes to a local from outside it: a replay serves the
+    /// step's value without running the body, so the write would be lost (the runtime refuses
+    /// it too: what a step body captured is read-only inside it).
+    pub(super) fn report_step_writes(&mut self, function: Option<usize>) {
+        let Some(facts) = function.and_then(|id| self.functions.get(id)) else { return };
+        let messages: Vec<(Pos, usize, String)> = facts
+            .escaping
+            .iter()
+            .map(|m| (m.pos, m.len, crate::script::captured::step_write_message(&m.what, &m.name)))
+            .collect();
+        for (pos, len, message) in messages {
+            self.error_at("step-capture-assign", pos, Some(len), message);
+        }
+    }
+}

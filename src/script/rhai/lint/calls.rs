@@ -320,6 +320,11 @@ impl Linter<'_, '_> {
                 {
                     self.report_races(id, global.name);
                 }
+                if global.name == "step"
+                    && let Static::Closure(id) = walked
+                {
+                    self.report_step_writes(id);
+                }
             }
             ParamKind::Branches | ParamKind::Stages => match expr {
                 Expr::Array(elements, _) if !arg.walked => {

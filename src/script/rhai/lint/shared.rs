@@ -152,3 +152,26 @@ impl Linter<'_, '_> {
         self.report(crate::script::Severity::Warning, "closure-text", pos, len, message);
     }
 }
+
+impl Linter<'_, '_> {
+    /// Reports every write a step body makes to a variable from outside it: a replay serves
+    /// the step's value without running the body, so the write would be lost (the runtime
+    /// refuses it too: what a step body captured is read-only inside it).
+    pub(super) fn report_step_writes(&mut self, closure: Option<usize>) {
+        let Some(facts) = closure.and_then(|id| self.closures.get(id)) else { return };
+        let messages: Vec<(Position, usize, String)> = facts
+            .escaping
+            .iter()
+            .map(|mutation| {
+                (
+                    mutation.pos,
+                    mutation.len,
+                    crate::script::captured::step_write_message(&mutation.what, &mutation.name),
+                )
+            })
+            .collect();
+        for (pos, len, message) in messages {
+            self.error_at("step-capture-assign", pos, Some(len), message);
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Determinism of steps and of edits that move calls (issue 24), through the `cairn` binary in
+//! both dialects: a step body cannot write what it captured, a step's operations count the
+//! same on replay, a step's body is part of its identity, and a resume whose paid calls moved
+//! scope explains before paying.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+
+/// The `cairn` binary in `dir`, with no provider credentials in reach.
+pub(crate) fn cairn_in(dir: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("cairn").unwrap();
+    cmd.current_dir(dir)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("RHAI_HASHING_SEED");
+    cmd
+}
+
+/// What a command printed and how it ended.
+pub(crate) struct Ran {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Ran {
+    pub(crate) fn text(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs `cairn ARGS` in `dir` on the JSONL store `j/`.
+pub(crate) fn cairn(dir: &Path, args: &[&str]) -> Ran {
+    let out = cairn_in(dir).args(["--store", "jsonl:j"]).args(args).output().unwrap();
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Writes `source` as `w.EXT` in a fresh directory.
+pub(crate) fn script_dir(ext: &str, source: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("w.{ext}");
+    std::fs::write(dir.path().join(&name), source).unwrap();
+    (dir, name)
+}
+
+/// Item 1: a step body's writes to what it captured. On replay the body does not run, so the
+/// write would be lost and the prompt after the step would re-key. Lint refuses the write it
+/// sees (`step-capture-assign`); the runtime refuses every route (captures are read-only in a
+/// step body, as in a branch), the same way on every run, naming the step.
+#[test]
+fn a_step_body_cannot_write_what_it_captured_in_either_dialect() {
+    let seen = [
+        ("rhai", "let acc = []; let n = step(\"collect\", || { acc.push(1); 1 }); agent(`${acc}`)"),
+        (
+            "lua",
+            "local acc = {} local n = step('collect', function() acc[#acc + 1] = 1 return 1 end) \
+             return agent('acc ' .. #acc)",
+        ),
+    ];
+    for (ext, source) in seen {
+        let (dir, name) = script_dir(ext, source);
+        let lint = cairn(dir.path(), &["lint", "--json", &name]);
+        assert_eq!(lint.code, Some(6), "{ext}: {}", lint.text());
+        assert!(lint.stdout.contains("step-capture-assign"), "{ext}: {}", lint.text());
+        let run = cairn(dir.path(), &["run", &name, "--run-id", "r1", "-q"]);
+        assert_eq!(run.code, Some(6), "{ext}: {}", run.text());
+    }
+    // Routes lint does not follow (a helper that writes a table it was given, a stored
+    // closure): the runtime refuses the write at once, before the step's result is journaled.
+    let hidden = [
+        (
+            "rhai",
+            "let acc = []; let add = || acc.push(1); let n = step(\"collect\", || { add.call(); acc.len() }); \
+             agent(`${acc}`)",
+        ),
+        (
+            "lua",
+            "local acc = {} local function add(t) t[#t + 1] = 1 end \
+             local n = step('collect', function() add(acc) return #acc end) return agent('acc ' .. #acc)",
+        ),
+    ];
+    for (ext, source) in hidden {
+        let mut endings = Vec::new();
+        for _ in 0..2 {
+            let (dir, name) = script_dir(ext, source);
+            let run = cairn(dir.path(), &["run", &name, "--run-id", "r1", "-q"]);
+            if run.code == Some(6) {
+                assert!(run.text().contains("step-capture-assign"), "{ext}: {}", run.text());
+            } else {
+                assert_eq!(run.code, Some(1), "{ext}: {}", run.text());
+                assert!(run.text().contains("sandbox violation"), "{ext}: {}", run.text());
+                assert!(run.text().contains("inside a step body"), "{ext}: {}", run.text());
+                let journal = std::fs::read_to_string(dir.path().join("j/r1.jsonl")).unwrap();
+                assert!(!journal.contains("\"kind\":\"agent\""), "{ext}: the agent call ran: {journal}");
+            }
+            endings.push((run.code, run.stdout));
+        }
+        assert_eq!(endings[0], endings[1], "{ext}");
+    }
+}
+
+/// Item 1, the runtime's own defence with lint skipped: every route a step body could write
+/// what it captured ends the run `sandbox_violation` before anything after the step runs.
+#[test]
+fn the_runtime_refuses_a_step_bodys_writes_when_lint_is_skipped() {
+    let cases = [
+        ("rhai", "let acc = []; step(\"s\", || { acc.push(1); 1 }); agent(`${acc}`)", "'acc'"),
+        ("rhai", "let m = #{n: 0}; step(\"s\", || { m.n = 2; 1 }); agent(`${m.n}`)", "'m'"),
+        (
+            "rhai",
+            "let acc = []; let add = || acc.push(1); step(\"s\", || { add.call(); 1 }); agent(`${acc}`)",
+            "'acc'",
+        ),
+        ("lua", "local n = 0 step('s', function() n = n + 1 return 1 end) return agent('n ' .. n)", "'n'"),
+        (
+            "lua",
+            "local t = {} step('s', function() table.insert(t, 1) return 1 end) return agent('t ' .. #t)",
+            "captured table",
+        ),
+        ("lua", "step('s', function() counter = 1 return 1 end) return agent('c')", "'counter'"),
+    ];
+    for (dialect, source, names) in cases {
+        let outcome = crate::determinism_sandbox::run_in_process_dialect(dialect, source);
+        let error = outcome.error.clone().unwrap_or_else(|| panic!("{dialect}: {source}: {outcome:?}"));
+        assert_eq!(error.code, cairn::ErrorCode::SandboxViolation, "{dialect}: {source}: {error:?}");
+        assert!(error.message.contains("inside a step body"), "{dialect}: {source}: {}", error.message);
+        assert!(error.message.contains(names), "{dialect}: {source}: {}", error.message);
+        assert_eq!(outcome.usage.input_tokens, 0, "{dialect}: {source}: the agent after the step ran");
+    }
+}
+
+/// Item 4: a value with no JSON form fails with the same message in every process. Lua's raw
+/// hash order is random per process; the error used to name whichever key it visited first.
+#[test]
+fn a_table_with_no_json_form_fails_with_one_message_in_every_process() {
+    let cases = [
+        (
+            "lua",
+            "return {1, 2, 3, name = 'x', other = 'y', alpha = 1, zeta = 2, mid = 3}",
+            "the integer key 1 and the string key \"alpha\"",
+        ),
+        (
+            "lua",
+            "local t = {} t[0.5] = 1 t[-3] = 2 t[true] = 3 t.b = 1 t.a = 2 return t",
+            "the integer key -3",
+        ),
+        (
+            "lua",
+            "return step('s', function() return {10, 20, beta = 1, alpha = 2, gamma = 3} end)",
+            "the string key \"alpha\"",
+        ),
+        ("rhai", "#{b: || 1, a: || 2, c: [|| 3]}", "closure"),
+    ];
+    for (ext, source, names) in cases {
+        let mut messages = Vec::new();
+        for _ in 0..4 {
+            let (dir, name) = script_dir(ext, source);
+            let run = cairn(dir.path(), &["run", &name, "--run-id", "r1", "-q"]);
+            assert_ne!(run.code, Some(0), "{ext}: {source}: {}", run.text());
+            // The run id differs per process; the message after it must not.
+            let message = run.stderr.split_once(" error: ").map(|(_, m)| m.to_owned());
+            messages.push(message.unwrap_or_else(|| panic!("{ext}: {source}: {}", run.text())));
+        }
+        assert!(messages[0].contains(names), "{ext}: {source}: {}", messages[0]);
+        assert!(messages.iter().all(|m| m == &messages[0]), "{ext}: {source}: {messages:#?}");
+    }
+}
+
+/// Item 7: a step's body is part of its identity. A step inserted with an existing step's
+/// label gets its own value, never the old step's; an edited body re-keys the step and the
+/// resume explains it before running anything; a step that only moved (lines above it, a
+/// comment, re-indentation) keeps its identity and replays.
+#[test]
+fn a_step_body_is_part_of_its_identity_in_both_dialects() {
+    let twins = [
+        (
+            "rhai",
+            "let a = step(\"tally\", || 42);\nagent(`tally ${a}`)",
+            "let b = step(\"tally\", || 7);\nlet a = step(\"tally\", || 42);\nagent(`tally ${a}`) + ` ${b}`",
+            "// counted first\n\n    let a = step(\"tally\",   || 42);\nagent(`tally ${a}`)",
+            "let a = step(\"tally\", || 43);\nagent(`tally ${a}`)",
+        ),
+        (
+            "lua",
+            "local a = step('tally', function() return 42 end)\nreturn agent('tally ' .. a)",
+            "local b = step('tally', function() return 7 end)\nlocal a = step('tally', function() return 42 end)\n\
+             return agent('tally ' .. a) .. ' ' .. b",
+            "-- counted first\n\n    local a = step('tally',   function()\n return 42\n end)\nreturn agent('tally ' .. a)",
+            "local a = step('tally', function() return 43 end)\nreturn agent('tally ' .. a)",
+        ),
+    ];
+    for (ext, original, inserted, moved, edited) in twins {
+        let (dir, name) = script_dir(ext, original);
+        let path = dir.path();
+        let first = cairn(path, &["run", &name, "--run-id", "r1", "-q"]);
+        assert_eq!(first.code, Some(0), "{ext}: {}", first.text());
+        assert!(first.stdout.contains("echo: tally 42"), "{ext}: {}", first.text());
+        for (file, text) in [("inserted", inserted), ("moved", moved), ("edited", edited)] {
+            std::fs::write(path.join(format!("{file}.{ext}")), text).unwrap();
+        }
+        let journal = || std::fs::read_to_string(path.join("j/r1.jsonl")).unwrap();
+        let agents = |journal: &str| journal.lines().filter(|l| l.contains("\"kind\":\"agent\"")).count();
+        let paid = agents(&journal());
+
+        // Moved: the same identity, everything replays.
+        let moved = cairn(path, &["resume", "r1", "--script", &format!("moved.{ext}"), "--json", "-q"]);
+        assert_eq!(moved.code, Some(0), "{ext}: {}", moved.text());
+        let done: serde_json::Value = serde_json::from_str(&moved.stdout).unwrap();
+        assert_eq!(done["preview"]["misses"], 0, "{ext}: {done:#}");
+        assert_eq!(agents(&journal()), paid, "{ext}: moving the step re-paid its neighbour");
+
+        // Edited: explained before anything runs.
+        let refused = cairn(path, &["resume", "r1", "--script", &format!("edited.{ext}"), "-q"]);
+        assert_eq!(refused.code, Some(1), "{ext}: {}", refused.text());
+        assert!(refused.stderr.contains("step 'tally'"), "{ext}: {}", refused.text());
+        assert!(refused.stderr.contains("returned 42"), "{ext}: {}", refused.text());
+        assert!(refused.stderr.contains("--accept-rekey"), "{ext}: {}", refused.text());
+        assert_eq!(agents(&journal()), paid, "{ext}: a refused resume paid");
+
+        // Inserted with the same label: explained, and once accepted each step has its own value.
+        let refused = cairn(path, &["resume", "r1", "--script", &format!("inserted.{ext}"), "-q"]);
+        assert_eq!(refused.code, Some(1), "{ext}: {}", refused.text());
+        assert!(refused.stderr.contains("step 'tally'"), "{ext}: {}", refused.text());
+        let accepted = cairn(
+            path,
+            &["resume", "r1", "--script", &format!("inserted.{ext}"), "--accept-rekey", "--json", "-q"],
+        );
+        assert_eq!(accepted.code, Some(0), "{ext}: {}", accepted.text());
+        let done: serde_json::Value = serde_json::from_str(&accepted.stdout).unwrap();
+        assert_eq!(done["value"], "echo: tally 42 7", "{ext}: {done:#}");
+        assert_eq!(agents(&journal()), paid, "{ext}: the unchanged agent call was paid again");
+    }
+}
