@@ -31,27 +31,6 @@ const ALLOWED_EDGES: &[(&str, &str, &str)] = &[
     ("src/agent/cost.rs", "src/agent/mod.rs", "AgentSpec lives in the agent loop's file"),
     ("src/agent/tools.rs", "src/agent/mod.rs", "RequestedCall lives in the agent loop's file"),
     ("src/journal/entry.rs", "src/journal/mod.rs", "HASH_VERSION lives in the journal's entry file"),
-    (
-        "src/orchestrator/roster.rs",
-        "src/orchestrator/mod.rs",
-        "OrchestrateOptions lives in the orchestrator's entry",
-    ),
-    ("src/orchestrator/tools.rs", "src/orchestrator/mod.rs", "MIN_FREE lives in the orchestrator's entry"),
-    (
-        "src/orchestrator/acceptance.rs",
-        "src/orchestrator/decisions.rs",
-        "Verdict is in decisions.rs, which records acceptance",
-    ),
-    (
-        "src/orchestrator/claims.rs",
-        "src/orchestrator/decisions.rs",
-        "Verdict is in decisions.rs, which records claim findings",
-    ),
-    (
-        "src/orchestrator/roster.rs",
-        "src/orchestrator/decisions.rs",
-        "Decision is in decisions.rs, which names the roster's children",
-    ),
     ("src/planner/fit.rs", "src/planner/mod.rs", "Inputs lives in the planner's entry"),
     ("src/planner/stored.rs", "src/planner/mod.rs", "CardChoice lives in the planner's entry"),
     (

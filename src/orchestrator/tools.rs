@@ -11,12 +11,16 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::acceptance;
-use super::decisions::{Refusal, Verdict};
-use super::roster::{Orch, State};
+use super::orch::Orch;
+use super::roster::State;
 use super::validate;
+use super::verdict::{Refusal, Verdict};
 use crate::agent::Tool;
 use crate::error::Error;
 use crate::money::Money;
+
+/// The smallest non-zero amount, for an admission with no estimate under a ceiling.
+const MIN_FREE: Money = Money::from_nano_usd(1);
 
 /// Characters of a child's output one `get_child_result` page carries.
 const PAGE_CHARS: usize = 4_000;
@@ -281,7 +285,7 @@ impl Orch {
         let est = spec.est_cost.or_else(|| engine.profiles.get(&profile.0).and_then(|p| p.est_cost));
         let available = self.ctx.run.budget.remaining(self.ctx.account);
         if let Some(available) = available {
-            let need = est.unwrap_or(super::MIN_FREE);
+            let need = est.unwrap_or(MIN_FREE);
             if need > available {
                 let message = format!("the child reserves {need} but {available} is left");
                 return refuse(Refusal::Budget, message, Some(need), Some(available), None);
