@@ -34,31 +34,6 @@ const ALLOWED_EDGES: &[(&str, &str, &str)] = &[
     ("src/planner/fit.rs", "src/planner/mod.rs", "Inputs lives in the planner's entry"),
     ("src/planner/stored.rs", "src/planner/mod.rs", "CardChoice lives in the planner's entry"),
     (
-        "src/script/lua/fanout.rs",
-        "src/script/lua/runner.rs",
-        "Shared lives in the runner, which registers the globals",
-    ),
-    (
-        "src/script/lua/globals.rs",
-        "src/script/lua/runner.rs",
-        "Shared lives in the runner, which registers the globals",
-    ),
-    (
-        "src/script/lua/frame.rs",
-        "src/script/lua/isolate.rs",
-        "the sandbox's parts share its types through sandbox.rs",
-    ),
-    (
-        "src/script/lua/json.rs",
-        "src/script/lua/sandbox.rs",
-        "the sandbox's parts share its types through sandbox.rs",
-    ),
-    (
-        "src/script/lua/order.rs",
-        "src/script/lua/sandbox.rs",
-        "the sandbox's parts share its types through sandbox.rs",
-    ),
-    (
         "src/script/lua/lint/syntax.rs",
         "src/script/lua/lint/mod.rs",
         "span_diagnostic lives in the Lua lint's entry",
