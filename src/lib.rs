@@ -62,9 +62,10 @@ pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use engine::{
     AgentOptions, AgentProfile, Branch, CallOptions, CancelOutcome, CostLine, CostReport, Ctx, Described,
     Dropped, Engine, EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, ExternalOptions, HostFn,
-    OnError, OnItemError, ParallelOptions, Pending, PipelineOptions, Registered, Resolution, ResumeOptions,
-    RetryPolicy, RunHandle, RunOptions, RunOutcome, Script, ScriptDialect, Stage, StepOptions, UnpricedUsage,
-    Worker, WorkerOptions, WorkerReport, Workflow, WorkflowFn, WorkflowOptions, branch, stage,
+    MAX_WORKFLOW_DEPTH, OnError, OnItemError, ParallelOptions, Pending, PipelineOptions, Registered,
+    Resolution, ResumeOptions, RetryPolicy, RunHandle, RunOptions, RunOutcome, Script, ScriptDialect,
+    SegmentCeiling, Stage, StepOptions, UnpricedUsage, Worker, WorkerOptions, WorkerReport, Workflow,
+    WorkflowFn, WorkflowOptions, branch, segment_ceilings, stage,
 };
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
@@ -76,4 +77,4 @@ pub use store::{
     Durability, JournalStore, JsonlStore, LeasableStore, Lease, MemoryStore, OpenedStore, RawEntry,
     RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, TranscriptStore,
 };
-pub use usage::Usage;
+pub use usage::{AttemptEnd, AttemptRecord, Usage};

@@ -9,8 +9,7 @@ pub(super) struct CompletionsArgs {
     shell: clap_complete::Shell,
 }
 
-/// Prints the completion script for `args.shell` on stdout. `command` is the CLI's clap
-/// definition (given by the entry, so this file does not name it back).
+/// Prints the completion script of `command` (the whole CLI) for `args.shell` on stdout.
 pub(super) fn completions(args: &CompletionsArgs, mut command: clap::Command) -> Exit {
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut command, "cairn", &mut script);

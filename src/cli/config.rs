@@ -60,6 +60,16 @@ pub(crate) struct Config {
     pub(crate) retry: Option<RetryConfig>,
     #[serde(default)]
     pub(crate) sandbox: SandboxConfig,
+    /// `[server]`: what `cairn serve` reads (named tokens with scopes, allowed hosts).
+    #[serde(default)]
+    pub(crate) server: super::server_config::ServerConfig,
+    /// Script child workflows: `NAME = "path.rhai"` or `.lua`, relative to this file; the
+    /// scripts of a `workflows/` folder beside it register under their stems too.
+    #[serde(default)]
+    pub(crate) workflows: BTreeMap<String, PathBuf>,
+    /// The nesting limit of child workflows (default 4, at most 16).
+    #[serde(default)]
+    pub(crate) max_workflow_depth: Option<u32>,
     /// Set by `--record`/`--replay`: host-function exchanges go on, or come from, the tape.
     #[serde(skip)]
     pub(crate) host_tape: Option<Arc<crate::provider::cassette::HostTape>>,
@@ -304,6 +314,17 @@ impl Config {
                 return Err(format!("host_functions.{name}.max_output_bytes = 0: must be positive"));
             }
         }
+        if let Some(depth) = self.max_workflow_depth
+            && !(1..=crate::engine::MAX_WORKFLOW_DEPTH).contains(&depth)
+        {
+            return Err(format!(
+                "max_workflow_depth = {depth}: must be within 1..={}",
+                crate::engine::MAX_WORKFLOW_DEPTH
+            ));
+        }
+        for (name, path) in &self.workflows {
+            super::workflows_config::check_entry(name, path)?;
+        }
         super::tools_config::validate(&self.tools())
     }
 
@@ -337,6 +358,9 @@ impl Config {
         }
         if let Some(prices) = &self.prices {
             self.prices = Some(dir.join(prices));
+        }
+        for path in self.workflows.values_mut() {
+            *path = dir.join(&*path);
         }
         for table in self.toolsets.values_mut() {
             if let Some(toml::Value::String(root)) = table.get_mut("root") {
@@ -526,6 +550,10 @@ impl Config {
         if let Some(permissions) = &self.permissions {
             builder = builder.permissions(permissions.build("permissions")?);
         }
+        if let Some(depth) = self.max_workflow_depth {
+            builder = builder.max_workflow_depth(depth);
+        }
+        builder = super::workflows_config::register(&self.workflows, self.dir.as_deref(), builder)?;
         Ok((builder.prices(prices.allow_unpriced(self.budget.allow_unpriced)), uses_echo))
     }
 

@@ -153,8 +153,22 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         .collect();
     let orchestrations = crate::orchestrator::journal_report(&entries);
     let tools = super::tool_report::tool_report(&entries);
+    let segments = crate::engine::segment_ceilings(&entries, meta.segments, meta.budget_ceiling);
     if args.json {
-        let mut out = json!({ "meta": meta, "entries": entries, "pending": pending, "cost": cost });
+        let listed: Vec<Value> = segments
+            .iter()
+            .map(|s| {
+                json!({
+                    "index": s.index,
+                    "ceiling_usd": s.ceiling.map(|c| c.as_usd()),
+                    "ceiling_nano_usd": s.ceiling.map(|c| c.nano_usd()),
+                    "overridden": s.overridden,
+                })
+            })
+            .collect();
+        let mut out = json!({
+            "meta": meta, "entries": entries, "pending": pending, "cost": cost, "segments": listed,
+        });
         if !orchestrations.is_empty() {
             out["orchestrations"] = json!(orchestrations);
         }
@@ -169,6 +183,11 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     println!("status    {}", meta.status);
     println!("created   {}", utc(meta.created_at_ms));
     println!("segments  {}", meta.segments);
+    for segment in &segments {
+        let ceiling = segment.ceiling.map_or("none".into(), |c| c.to_string());
+        let how = if segment.overridden { " (raised on resume)" } else { "" };
+        println!("  {:>6}  ceiling {ceiling}{how}", segment.index);
+    }
     println!("ceiling   {}", meta.budget_ceiling.map_or("none".into(), |c| c.to_string()));
     println!("spent     {} ({} tokens)", cost.total.cost, cost.total.usage.total_tokens());
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();

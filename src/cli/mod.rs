@@ -29,23 +29,26 @@ mod host_fn;
 mod init;
 mod inspect;
 mod interrupts;
+mod logging;
 mod orchestrate;
 mod plan;
 mod price_config;
 mod progress;
 mod runs;
 mod serve;
+mod server_config;
 mod setup;
 mod tool_report;
 mod tools_config;
 mod worker;
+mod workflows_config;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use exit::Exit;
+use exit::{Exit, fail};
 
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, about = "Durable, budget-bounded multi-agent LLM workflows")]
@@ -56,6 +59,13 @@ struct Cli {
     /// The config file (default ./cairn.toml, optional).
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// Log diagnostics on stderr at this level (error, warn, info, debug, trace, or any
+    /// RUST_LOG filter); overrides RUST_LOG. `serve` and `worker` log warnings by default.
+    #[arg(long, global = true)]
+    log_level: Option<String>,
+    /// How diagnostics are written: text lines, or one JSON object a line.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -144,6 +154,10 @@ pub fn main() -> ExitCode {
     // store reports as a typed `store_io` error with the resume command, instead of the
     // default SIGXFSZ killing the process mid-write.
     ignore_sigxfsz();
+    let service = matches!(cli.command, Command::Worker(_) | Command::Serve(_));
+    if let Err(e) = logging::install(cli.log_level.as_deref(), cli.log_format, service) {
+        return fail(Exit::Usage, e).into();
+    }
     let globals = setup::Globals { store: cli.store, config: cli.config };
     let exit = match cli.command {
         Command::Init(args) => init::init(&args),

@@ -337,7 +337,7 @@ pub(super) async fn resume_planning(
             return Some(fail(
                 Exit::Usage,
                 format!(
-                    "run {run_id} is a planning run: resume it without --dry-run, --invalidate, --script or --accept-rekey, or {again}"
+                    "run {run_id} is a planning run: resume it without --dry-run, --invalidate, --script, --accept-rekey or --budget, or {again}"
                 ),
             ));
         }

@@ -76,6 +76,10 @@ pub(super) struct ResumeArgs {
     /// The dialect of --script (rhai, lua); default: from its extension.
     #[arg(long, requires = "script")]
     dialect: Option<String>,
+    /// A new ceiling in USD from this resume on: refused (exit 2, nothing written) below what
+    /// the run has spent; journaled as a run_budget_override decision. Default: the run's.
+    #[arg(long, value_name = "USD")]
+    budget: Option<f64>,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -180,7 +184,11 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         Ok(id) => id,
         Err(exit) => return exit,
     };
-    let other = args.dry_run || !args.invalidate.is_empty() || args.script.is_some() || args.accept_rekey;
+    let other = args.dry_run
+        || !args.invalidate.is_empty()
+        || args.script.is_some()
+        || args.accept_rekey
+        || args.budget.is_some();
     if let Some(exit) =
         super::plan::resume_planning(globals, &run_id, args.live.json, args.live.quiet, other).await
     {
@@ -213,6 +221,7 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         model,
         accept_rekey: args.accept_rekey,
         script,
+        budget_usd: args.budget,
         ..Default::default()
     };
     let handle = match resume_waiting(&setup.engine, &run_id, &options, args.wait, args.live.quiet).await {

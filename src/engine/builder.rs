@@ -56,6 +56,7 @@ impl Engine {
                 profiles: HashMap::new(),
                 host_functions: HashMap::new(),
                 workflows: HashMap::new(),
+                child_scripts: std::collections::BTreeMap::new(),
                 prices: PriceTable::shipped(),
                 clock: Arc::new(SystemClock),
                 seed: None,
@@ -64,7 +65,7 @@ impl Engine {
                 max_spawns: 500,
                 default_budget: None,
                 child_share_ppm: 300_000,
-                max_depth: 8,
+                max_depth: super::child_scripts::DEFAULT_MAX_WORKFLOW_DEPTH,
                 max_retries: 3,
                 retry_base: Duration::from_millis(250),
                 dialects: HashMap::new(),
@@ -168,7 +169,27 @@ impl EngineBuilder {
     /// Registers a workflow: callable as a child (`ctx.workflow(name, ..)`) and resumable by
     /// name.
     pub fn workflow(mut self, workflow: Workflow) -> EngineBuilder {
+        self.inner.child_scripts.remove(&workflow.name);
         self.inner.workflows.insert(workflow.name.clone(), workflow);
+        self
+    }
+
+    /// Registers a script as a child workflow under its name: callable from any workflow as
+    /// `workflow(name, args)` (a Rhai parent may call a Lua child and the reverse). Its source
+    /// is stored with every run started on the engine, so a resume runs the child the run
+    /// started with and needs no file. The script is prepared (linted against the engine's
+    /// registries) when it is called.
+    pub fn script_workflow(mut self, script: super::dialect::Script) -> EngineBuilder {
+        let workflow = super::child_scripts::workflow_of(&script);
+        self.inner.workflows.insert(script.name.clone(), workflow);
+        self.inner.child_scripts.insert(script.name.clone(), script);
+        self
+    }
+
+    /// The nesting limit of child workflows: a call that would nest deeper fails with
+    /// `config` (default 4, at most 16; larger values are clamped to 16, zero to 1).
+    pub fn max_workflow_depth(mut self, depth: u32) -> EngineBuilder {
+        self.inner.max_depth = depth.clamp(1, super::child_scripts::MAX_WORKFLOW_DEPTH);
         self
     }
 

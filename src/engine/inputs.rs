@@ -65,6 +65,11 @@ pub struct ResumeOptions {
     /// options) run again, paid anew. Without it such a resume stops before dispatching any
     /// of them and reports each, and which identity field changed, as `rekey_refused`.
     pub accept_rekey: bool,
+    /// A new ceiling in USD from this resume on (validated like `RunOptions::budget_usd`):
+    /// refused with `config`, before anything is written, below the spend the run has settled;
+    /// journaled as a `run_budget_override` decision before anything else of the segment. By
+    /// default a resume keeps the recorded ceiling (or applies one the service left for it).
+    pub budget_usd: Option<f64>,
 }
 
 /// The run's ceiling: the given budget in USD, else the engine's default.
@@ -163,6 +168,8 @@ pub(super) fn begin_fresh(
     };
     // How calls are routed is part of their identity: a resume reuses it.
     Routing::of(engine).store(&mut meta);
+    // The script children it may call, so a resume needs no files.
+    super::child_scripts::store(engine, &mut meta)?;
     engine.journal.put_meta(&meta, lease)?;
     Ok(meta)
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::budget_override;
 use super::ctx::Ctx;
 use super::events::EventKind;
 use super::handle::{EventsClaim, RunHandle};
@@ -60,6 +61,7 @@ pub(super) fn start(
                 replay: Replay::empty(),
                 ceiling,
                 spent: Money::ZERO,
+                carried: Vec::new(),
                 spawns: 0,
                 dry_run: false,
                 reproduce: false,
@@ -71,7 +73,7 @@ pub(super) fn start(
                 lease,
                 accept_rekey: false,
             };
-            Ok(launch(engine, run_id, workflow, args, meta, segment))
+            Ok(launch(engine, run_id, workflow, args, meta, segment, None))
         }
         Err(e) => {
             lease::release(&engine, lease.as_ref());
@@ -87,7 +89,20 @@ pub(super) fn resume(handle: &Engine, run_id: &RunId, options: ResumeOptions) ->
     let meta =
         engine.journal.get_meta(run_id)?.ok_or_else(|| Error::config(format!("unknown run {run_id}")))?;
     validate_deadline(options.deadline_ms, engine.clock.now_ms())?;
+    // The script children the run stored are the ones it resumes with.
+    let restored = super::child_scripts::restore(&engine, &meta)?;
+    let engine = restored.unwrap_or(engine);
+    let handle = &Engine { inner: engine.clone() };
     let workflow = resume_workflow(handle, &meta, &options)?;
+    // A ceiling below what the run has spent is refused before anything is written.
+    if let Some(usd) = options.budget_usd {
+        budget_override::judge(
+            run_id,
+            usd,
+            meta.budget_ceiling,
+            budget_override::settled_spend(&engine, run_id)?,
+        )?;
+    }
     // The run's calls are keyed as it started them, unless the resume overrides the model.
     let engine = started::resume_engine(&engine, &meta, options.model.as_ref())?.unwrap_or(engine);
     // A dry run writes nothing, so it needs no lease.
@@ -132,13 +147,29 @@ fn resume_leased(
     let ledger = Ledger::fold(entries.iter().map(|e| &**e));
     let spawns =
         entries.iter().filter(|e| e.kind == Kind::Agent && e.status == Status::Running).count() as u32;
-    let replay_options = ReplayOptions { invalidate: options.invalidate.iter().map(|&s| Seq(s)).collect() };
+    // A ceiling raised by this resume (or left for it by the service) applies from this
+    // segment on, journaled before anything else of it; the admissions earlier ceilings
+    // refused are asked again.
+    let raised = match options.budget_usd.or_else(|| budget_override::pending(&meta)) {
+        Some(usd) => Some(budget_override::judge(run_id, usd, meta.budget_ceiling, ledger.spent)?),
+        None => None,
+    };
+    let mut invalidate: Vec<Seq> = options.invalidate.iter().map(|&s| Seq(s)).collect();
+    if raised.is_some() {
+        invalidate.extend(budget_override::refused_admissions(&entries));
+    }
+    let replay_options = ReplayOptions { invalidate };
     let replay = Replay::from_shared(entries.clone(), &replay_options);
     let mut meta = meta;
     // Segments that ran before this one (a dry run counts as the next, and writes nothing).
     let index = meta.segments;
     let status_before = meta.status;
+    if let Some(raised) = &raised {
+        meta.budget_ceiling = Some(raised.applied);
+    }
+    let opening = raised.as_ref().map(|raised| budget_override::decision(raised, index));
     if !options.dry_run {
+        budget_override::clear_pending(&mut meta);
         if let Some(script) = &options.script {
             store_edit(&engine, &mut meta, script, index)?;
         }
@@ -152,11 +183,13 @@ fn resume_leased(
     } else {
         ErrorPolicy::Strict
     };
+    let carried = super::carry::unsettled(&engine, run_id, &entries);
     let segment = SegmentStart {
         entries,
         replay,
         ceiling: meta.budget_ceiling,
         spent: ledger.spent,
+        carried,
         spawns,
         dry_run: options.dry_run,
         reproduce: options.reproduce,
@@ -168,7 +201,8 @@ fn resume_leased(
         lease,
         accept_rekey: options.accept_rekey,
     };
-    Ok(launch(engine, run_id.clone(), workflow, args, meta, segment))
+    let opening = if options.dry_run { None } else { opening };
+    Ok(launch(engine, run_id.clone(), workflow, args, meta, segment, opening))
 }
 
 fn launch(
@@ -178,6 +212,7 @@ fn launch(
     args: Value,
     meta: RunMeta,
     segment: SegmentStart,
+    opening: Option<Entry>,
 ) -> RunHandle {
     let deadline_ms = segment.deadline_ms;
     let resumed = segment.resumed;
@@ -209,6 +244,12 @@ fn launch(
     let task_state = state.clone();
     let (done_tx, done) = tokio::sync::watch::channel(None);
     let task = tokio::spawn(async move {
+        // A decision of the segment's start (a raised ceiling) is durable before any effect.
+        if let Some(entry) = opening
+            && let Err(e) = task_state.append_one_async(entry).await
+        {
+            return task_state.settle(meta, Err(e));
+        }
         let body = (workflow.body)(ctx, args);
         let value = body.await;
         task_state.settle(meta, value)

@@ -19,11 +19,13 @@
 mod admission;
 mod admit;
 mod budget;
+mod budget_override;
 mod budget_reads;
 mod builder;
 mod call;
 mod carry;
 mod child;
+mod child_scripts;
 mod cost;
 mod ctx;
 mod dialect;
@@ -63,7 +65,10 @@ use serde_json::Value;
 
 pub(crate) use admit::FLAT_UNPRICED_RESERVE_NANO_USD;
 pub(crate) use budget::{AccountId, Reservation};
+pub use budget_override::{SegmentCeiling, segment_ceilings};
 pub use builder::EngineBuilder;
+pub use child_scripts::MAX_WORKFLOW_DEPTH;
+pub(crate) use child_scripts::valid_workflow_name;
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub use ctx::Ctx;
 pub use dialect::{Script, ScriptDialect};
@@ -143,6 +148,17 @@ impl Engine {
         self.resolve(run_id, key, value).map(|r| r != Resolution::AlreadyResolved)
     }
 
+    /// Leaves a new ceiling for the next resume of a settled run (what the service's resume
+    /// route does before a worker resumes the run): judged now against the spend the run has
+    /// settled, then applied and journaled by that resume as a `run_budget_override` decision.
+    ///
+    /// # Errors
+    /// `config` for an unknown run, an invalid value or one below the settled spend;
+    /// `run_busy` when another process drives the run; `internal` for a store failure.
+    pub fn raise_ceiling_on_resume(&self, run_id: &RunId, budget_usd: f64) -> Result<(), Error> {
+        budget_override::leave_for_resume(&self.inner, run_id, budget_usd)
+    }
+
     /// Resolves an `await_external(key)` wait of a run that is not live in this process.
     /// When nobody drives the run, the resolution is appended under the run's lease; when
     /// another process drives it, the resolution waits in the run's inbox and that driver
@@ -158,5 +174,17 @@ impl Engine {
             queue::requeue_resolved(&self.inner, run_id)?;
         }
         Ok(resolution)
+    }
+
+    /// The value a resolution of `key` left in the run's inbox holds, while it waits there for
+    /// the run's driver to apply it.
+    ///
+    /// # Errors
+    /// The store's failure.
+    pub fn queued_resolution(&self, run_id: &RunId, key: &str) -> Result<Option<Value>, Error> {
+        Ok(lease::inbox(&self.inner, run_id)?
+            .into_iter()
+            .find(|(_, item)| item.key == key)
+            .map(|(_, item)| item.value))
     }
 }

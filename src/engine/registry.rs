@@ -93,6 +93,8 @@ pub(crate) struct EngineInner {
     pub(crate) profiles: HashMap<String, AgentProfile>,
     pub(crate) host_functions: HashMap<String, HostFn>,
     pub(crate) workflows: HashMap<String, Workflow>,
+    /// The script children among `workflows`, stored with every run (sorted by name).
+    pub(crate) child_scripts: std::collections::BTreeMap<String, super::dialect::Script>,
     pub(crate) prices: PriceTable,
     pub(crate) clock: SharedClock,
     pub(crate) seed: Option<u64>,

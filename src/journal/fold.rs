@@ -153,6 +153,11 @@ impl Ledger {
     }
 }
 
+/// The `type` of the decision entry that records a ceiling raised (or set) at a resume:
+/// `{"type": "run_budget_override", "segment", "recorded_nano_usd", "applied_nano_usd",
+/// "spent_nano_usd"}`, written before anything else of the segment it applies to.
+pub const BUDGET_OVERRIDE_DECISION: &str = "run_budget_override";
+
 /// The `type` of the decision entry that records a run's settlement.
 pub const SETTLE_DECISION: &str = "run_settled";
 

@@ -23,8 +23,8 @@ pub use entry::{
     Status, intern, raw_json,
 };
 pub use fold::{
-    Abandons, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION, last_settlement,
-    last_settlement_outcome, settle_value, settled_ok,
+    Abandons, BUDGET_OVERRIDE_DECISION, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION,
+    last_settlement, last_settlement_outcome, settle_value, settled_ok,
 };
 pub use replay::{Match, Orphan, Outcome, Preview, Replay, ReplayOptions};
 

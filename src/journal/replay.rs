@@ -209,7 +209,7 @@ impl Replay {
                 replay.settlements.push((entry.seq, failed));
                 continue;
             }
-            if entry.kind.is_ref_entry() {
+            if entry.kind.is_ref_entry() || is_segment_fact(&entry) {
                 continue;
             }
             match (entry.status, entry.target) {
@@ -501,6 +501,13 @@ impl Replay {
 fn approval_prefix(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("approve:")?;
     rest.get(..12).filter(|_| rest.as_bytes().get(12) == Some(&b':'))
+}
+
+/// Facts about a segment (a ceiling raised at its start) that no call ever matches.
+fn is_segment_fact(entry: &Entry) -> bool {
+    entry.kind == super::Kind::Decision
+        && entry.value().as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str())
+            == Some(super::fold::BUDGET_OVERRIDE_DECISION)
 }
 
 /// Settlement decisions record how a segment ended; no call ever matches them.

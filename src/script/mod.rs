@@ -8,6 +8,7 @@
 //! alike.
 
 pub mod bound;
+pub(crate) mod child_args;
 pub mod lua;
 pub(crate) mod options;
 pub mod rhai;
