@@ -24,54 +24,8 @@ const ALLOWED_EDGES: &[(&str, &str, &str)] = &[
     ("src/agent/context_bound.rs", "src/agent/mod.rs", "estimate_tokens lives in the agent loop's file"),
     ("src/agent/cost.rs", "src/agent/mod.rs", "AgentSpec lives in the agent loop's file"),
     ("src/journal/entry.rs", "src/journal/mod.rs", "HASH_VERSION lives in the journal's entry file"),
-    (
-        "src/orchestrator/roster.rs",
-        "src/orchestrator/mod.rs",
-        "OrchestrateOptions lives in the orchestrator's entry",
-    ),
-    ("src/orchestrator/tools.rs", "src/orchestrator/mod.rs", "MIN_FREE lives in the orchestrator's entry"),
-    (
-        "src/orchestrator/acceptance.rs",
-        "src/orchestrator/decisions.rs",
-        "Verdict is in decisions.rs, which records acceptance",
-    ),
-    (
-        "src/orchestrator/claims.rs",
-        "src/orchestrator/decisions.rs",
-        "Verdict is in decisions.rs, which records claim findings",
-    ),
-    (
-        "src/orchestrator/roster.rs",
-        "src/orchestrator/decisions.rs",
-        "Decision is in decisions.rs, which names the roster's children",
-    ),
     ("src/planner/fit.rs", "src/planner/mod.rs", "Inputs lives in the planner's entry"),
     ("src/planner/stored.rs", "src/planner/mod.rs", "CardChoice lives in the planner's entry"),
-    (
-        "src/script/lua/fanout.rs",
-        "src/script/lua/runner.rs",
-        "Shared lives in the runner, which registers the globals",
-    ),
-    (
-        "src/script/lua/globals.rs",
-        "src/script/lua/runner.rs",
-        "Shared lives in the runner, which registers the globals",
-    ),
-    (
-        "src/script/lua/frame.rs",
-        "src/script/lua/isolate.rs",
-        "the sandbox's parts share its types through sandbox.rs",
-    ),
-    (
-        "src/script/lua/json.rs",
-        "src/script/lua/sandbox.rs",
-        "the sandbox's parts share its types through sandbox.rs",
-    ),
-    (
-        "src/script/lua/order.rs",
-        "src/script/lua/sandbox.rs",
-        "the sandbox's parts share its types through sandbox.rs",
-    ),
     (
         "src/script/lua/lint/syntax.rs",
         "src/script/lua/lint/mod.rs",

@@ -3,31 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use super::decisions::Verdict;
 use super::roster::{ChildStatus, State};
+use super::verdict::{Completion, Verdict};
 use crate::error::Error;
-
-/// Whether an accepted result is whole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Completion {
-    /// Every child the policy judged settled `ok`, and no cap was hit.
-    Complete,
-    /// Accepted with degraded children, or finished by the termination account.
-    Partial,
-}
-
-impl Completion {
-    /// The snake_case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Completion::Complete => "complete",
-            Completion::Partial => "partial",
-        }
-    }
-}
 
 /// Which children must have succeeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,8 +118,7 @@ pub(crate) fn evaluate(acceptance: &Acceptance, state: &State, at_cap: bool) -> 
             counts_text.join(", ")
         )
     };
-    let completion =
-        if degraded.is_empty() && !at_cap { super::Completion::Complete } else { super::Completion::Partial };
+    let completion = if degraded.is_empty() && !at_cap { Completion::Complete } else { Completion::Partial };
     Verdict::Acceptance {
         accepted,
         completion,

@@ -4,12 +4,12 @@
 //! `synthesize` rules on each pair. The judge call is journaled like any agent call (a resume
 //! replays it at zero cost) and the findings are one decision entry.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::decisions::Verdict;
-use super::roster::{ChildStatus, Orch, truncate};
+use super::orch::Orch;
+use super::roster::{ChildStatus, truncate};
 use super::validate::{citations, result_text};
+use super::verdict::{ClaimFinding, ClaimVerdict, Verdict};
 use crate::engine::{AgentOptions, OnError};
 use crate::error::Error;
 use crate::model::InvocationRole;
@@ -18,42 +18,6 @@ use crate::model::InvocationRole;
 pub(crate) const MAX_PAIRS: usize = 40;
 /// Characters of a claim and of an excerpt.
 pub(crate) const EXCERPT_CHARS: usize = 400;
-
-/// What happens when the judge finds a contradiction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClaimPolicy {
-    /// Journal and return the findings (default).
-    #[default]
-    Report,
-    /// Fail the orchestration with `acceptance_failed`.
-    Fail,
-}
-
-/// The judge's ruling on one pair.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClaimVerdict {
-    /// The excerpt supports the claim.
-    Supported,
-    /// The excerpt contradicts it.
-    Contradicted,
-    /// The excerpt says nothing either way.
-    Unsupported,
-}
-
-/// One judged pair.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClaimFinding {
-    /// The cited child.
-    pub handle: String,
-    /// The claim, as written in the result (at most 400 characters).
-    pub claim: String,
-    /// The child's excerpt it was held against (at most 400 characters).
-    pub excerpt: String,
-    /// The ruling.
-    pub verdict: ClaimVerdict,
-}
 
 /// A claim paired with an excerpt.
 #[derive(Debug, Clone, PartialEq)]

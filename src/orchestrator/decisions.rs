@@ -9,114 +9,14 @@
 //! answers again finds its verdict by `(call, item)` and takes it as journaled, whatever the
 //! live budget or options now say.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::acceptance::Completion;
-use super::claims::ClaimFinding;
-use super::roster::{Child, Orch, State};
+use super::orch::Orch;
+use super::roster::{Child, State};
+use super::verdict::{DECISION_TYPE, Decision, Verdict};
 use crate::engine::Durability;
 use crate::error::Error;
 use crate::journal::{self, ContentKey, Entry, Kind, Seq, Status};
-
-/// The `type` of an orchestrator decision entry.
-pub(crate) const DECISION_TYPE: &str = "orchestrate";
-
-/// Why an admission was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Refusal {
-    /// The profile is not in the allowlist (or not registered).
-    UnknownProfile,
-    /// `max_spawns` children are already admitted.
-    SpawnCap,
-    /// The budget left does not cover the child's estimate.
-    Budget,
-    /// The budget left cannot seat the declared `min_spawned_children`.
-    RosterFloor,
-}
-
-impl Refusal {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Refusal::UnknownProfile => "unknown_profile",
-            Refusal::SpawnCap => "spawn_cap",
-            Refusal::Budget => "budget",
-            Refusal::RosterFloor => "roster_floor",
-        }
-    }
-}
-
-/// One verdict, as journaled (the entry's value is this plus `type`, `n`, `call`, `item`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "decision", rename_all = "snake_case")]
-pub(crate) enum Verdict {
-    /// A child admitted as `c{child}`.
-    Admit {
-        child: u32,
-        profile: String,
-        prompt: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        schema: Option<Value>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        est_cost_nano_usd: Option<i64>,
-        /// What the ceiling left free when it was admitted (`None`: unbounded).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        available_nano_usd: Option<i64>,
-    },
-    /// A spawn refused, with its arithmetic; it spends nothing and takes no slot.
-    Refuse {
-        reason: Refusal,
-        message: String,
-        profile: String,
-        admitted: u32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        requested_nano_usd: Option<i64>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        available_nano_usd: Option<i64>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        floor: Option<u32>,
-    },
-    /// A child cancelled (by `cancel_agent`, the termination account or the exit barrier).
-    Cancel { child: u32 },
-    /// A finish validated: `accepted`, `rejected` (a repair is asked for) or `failed`
-    /// (repairs spent).
-    Finish {
-        verdict: String,
-        #[serde(default)]
-        problems: Vec<String>,
-        /// Rejections before this one.
-        repair: u32,
-        result: Value,
-        /// Whether the termination account's finalization turn made it.
-        #[serde(default)]
-        at_cap: bool,
-    },
-    /// The acceptance policy's verdict on an accepted finish.
-    Acceptance {
-        accepted: bool,
-        completion: Completion,
-        policy: String,
-        spawned: u32,
-        counts: BTreeMap<String, u32>,
-        degraded: Vec<String>,
-        message: String,
-    },
-    /// The orchestrator stopped at the cap: the termination account's turn follows.
-    Finalize,
-    /// The claim-consistency findings.
-    Claims { findings: Vec<ClaimFinding> },
-}
-
-/// A verdict with its place.
-#[derive(Debug, Clone)]
-pub(crate) struct Decision {
-    pub(crate) call: String,
-    pub(crate) item: u32,
-    pub(crate) verdict: Verdict,
-}
 
 /// The key of the `n`-th decision of an orchestration.
 fn key(n: usize) -> Result<ContentKey, Error> {

@@ -11,9 +11,10 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::acceptance;
-use super::decisions::{Refusal, Verdict};
-use super::roster::{Orch, State};
+use super::orch::{MIN_FREE, Orch};
+use super::roster::State;
 use super::validate;
+use super::verdict::{Refusal, Verdict};
 use crate::agent::Tool;
 use crate::error::Error;
 use crate::money::Money;
@@ -281,7 +282,7 @@ impl Orch {
         let est = spec.est_cost.or_else(|| engine.profiles.get(&profile.0).and_then(|p| p.est_cost));
         let available = self.ctx.run.budget.remaining(self.ctx.account);
         if let Some(available) = available {
-            let need = est.unwrap_or(super::MIN_FREE);
+            let need = est.unwrap_or(MIN_FREE);
             if need > available {
                 let message = format!("the child reserves {need} but {available} is left");
                 return refuse(Refusal::Budget, message, Some(need), Some(available), None);

@@ -20,8 +20,8 @@ use super::globals::{arg, opts};
 use super::guard::EngineWork;
 use super::isolate::{Isolation, Place};
 use super::options;
-use super::runner::{Shared, async_global};
 use super::sandbox::values;
+use super::shared::{Shared, async_global};
 use crate::engine::{Branch, Ctx, OnItemError, PipelineOptions, Stage};
 use crate::error::{Error, ErrorCode};
 
@@ -175,7 +175,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     table.raw_set(
         "parallel",
         async_global(lua, shared, false, |lua, shared, ctx, _, args| async move {
-            super::runner::nesting()?;
+            super::shared::nesting()?;
             let first = arg(&args, 0);
             let (functions, inputs, options_at) = match arg(&args, 1) {
                 Lv::Function(f) => {
@@ -215,7 +215,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     table.raw_set(
         "pipeline",
         async_global(lua, shared, false, |lua, shared, ctx, _, args| async move {
-            super::runner::nesting()?;
+            super::shared::nesting()?;
             let items = items_of(&shared, &arg(&args, 0), "pipeline items")?;
             let stages = functions_of(&table_arg(&arg(&args, 1), "pipeline", "stages")?, "pipeline stages")?;
             branch_work(&lua, &shared, items.len(), "pipeline")?;

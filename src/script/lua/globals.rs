@@ -13,8 +13,8 @@ use super::guard::EngineWork;
 use super::isolate::{Isolation, Place};
 use super::json::{MAX_JSON, ToJson};
 use super::options;
-use super::runner::{Shared, async_global};
 use super::sandbox::values;
+use super::shared::{Shared, async_global};
 use crate::engine::{CallOptions, Ctx, ExternalOptions, StepOptions, WorkflowOptions};
 use crate::error::Error;
 use crate::journal::Kind;
@@ -104,7 +104,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     table.raw_set(
         "step",
         async_global(lua, shared, false, |lua, shared, ctx, _frame, args| async move {
-            super::runner::nesting()?;
+            super::shared::nesting()?;
             let label = text(&args, 0, "step", "label")?;
             let body = function(&args, 1, "step", "body")?;
             let value = opts(&shared, "step", arg(&args, 2))?;
@@ -157,7 +157,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     table.raw_set(
         "phase",
         async_global(lua, shared, true, |_, shared, ctx, frame, args| async move {
-            super::runner::nesting()?;
+            super::shared::nesting()?;
             let name = text(&args, 0, "phase", "name")?;
             let body = function(&args, 1, "phase", "body")?;
             let inner = ctx.begin_phase(&name);

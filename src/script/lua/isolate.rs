@@ -29,7 +29,7 @@ use std::rc::{Rc, Weak};
 use mlua::{Function, Lua, Table, Value as Lv};
 
 use super::guard::Guard;
-use super::sandbox::{Hidden, Internals};
+use super::internals::{Hidden, Internals};
 use crate::error::{Error, ErrorCode};
 
 /// How deep a chain of captured functions may go before the copy refuses it.

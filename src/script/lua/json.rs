@@ -28,7 +28,7 @@ use mlua::{Lua, Table, Value as Lv};
 use serde_json::Value;
 
 use super::guard::Guard;
-use super::sandbox::Internals;
+use super::internals::{Internals, Kind};
 use crate::error::{Error, ErrorCode};
 
 /// The deepest a value crossing the sandbox boundary may nest.
@@ -246,13 +246,6 @@ fn too_deep() -> Error {
              contains itself nests forever)"
         ),
     )
-}
-
-/// What a table is as JSON, when it came from JSON.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Array,
-    Object,
 }
 
 /// A JSON value as a Lua value: objects and arrays become tables marked with their kind.

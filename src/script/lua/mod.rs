@@ -10,6 +10,7 @@ mod fanout;
 mod frame;
 mod globals;
 mod guard;
+mod internals;
 mod isolate;
 mod json;
 pub mod lint;
@@ -18,6 +19,7 @@ mod order;
 mod pattern;
 mod runner;
 mod sandbox;
+mod shared;
 
 pub use runner::LuaDialect;
 

@@ -16,7 +16,7 @@ use std::rc::Rc;
 use mlua::{Lua, MultiValue, Table, Value as Lv};
 
 use super::guard::Guard;
-use super::sandbox::Internals;
+use super::internals::Internals;
 
 /// How many snapshots are kept (one per table being traversed).
 const SNAPSHOTS: usize = 8;

@@ -1,0 +1,61 @@
+//! The internal tables and functions of a Lua run that the script never reaches: the private
+//! key marking internal metatables, the metatables that remember a table's JSON kind, and the
+//! functions the runner keeps out of the script's reach. Plain data the sandbox's parts share;
+//! it names none of them.
+
+use mlua::{Function, Table, Value as Lv};
+
+/// What a table is as JSON, when it came from JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Array,
+    Object,
+}
+
+/// The internal tables the runner and the prelude share: the private key marking internal
+/// metatables, and the metatables that remember a table's JSON kind.
+pub(super) struct Internals {
+    pub(super) private: Table,
+    pub(super) array_mt: Table,
+    pub(super) object_mt: Table,
+}
+
+impl Internals {
+    /// The table whose keys and JSON kind `table` stands for: a read-only view stands for its
+    /// backing table; a table that came from JSON knows its kind.
+    pub(super) fn resolve(&self, table: &Table) -> (Table, Option<Kind>) {
+        let mut table = table.clone();
+        for _ in 0..4 {
+            let Some(mt) = table.metatable() else { return (table, None) };
+            match mt.raw_get::<Lv>(&self.private) {
+                Ok(Lv::Table(backing)) => table = backing,
+                Ok(Lv::String(kind)) if kind == "array" => return (table, Some(Kind::Array)),
+                Ok(Lv::String(kind)) if kind == "object" => return (table, Some(Kind::Object)),
+                _ => return (table, None),
+            }
+        }
+        (table, None)
+    }
+
+    /// The length a table that came from a JSON array with trailing nulls had (its nulls are
+    /// absent keys, so its keys alone would lose them); 0 for any other table.
+    pub(super) fn declared_len(&self, table: &Table) -> usize {
+        table
+            .metatable()
+            .and_then(|mt| mt.raw_get::<Option<i64>>(&self.array_mt).ok().flatten())
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
+    }
+}
+
+/// Functions the runner keeps out of the script's reach.
+pub(super) struct Hidden {
+    /// The raw `pcall`: every frame runs as `pcall(body, ...)` so its error value is seen raw.
+    pub(super) pcall: Function,
+    /// `load`, for loading a dumped function afresh (branch isolation).
+    pub(super) load: Function,
+    pub(super) getupvalue: Function,
+    pub(super) setupvalue: Function,
+    pub(super) upvalueid: Function,
+    pub(super) upvaluejoin: Function,
+}
