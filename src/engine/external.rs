@@ -73,7 +73,7 @@ impl Ctx {
             key: key.into(),
             prompt: prompt.map(str::to_owned),
         });
-        let mut receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
+        let mut receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned), deadline_ms);
         let timer = async {
             match deadline_ms {
                 Some(deadline) => {

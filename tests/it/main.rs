@@ -39,6 +39,7 @@ mod script;
 mod scripted_server;
 mod serve;
 mod store;
+mod timers;
 mod tools_faults;
 mod tools_mcp;
 mod tools_support;
