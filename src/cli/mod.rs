@@ -20,8 +20,11 @@ macro_rules! errln {
 
 mod cancel;
 mod canon;
+mod completions;
 mod config;
+mod help;
 mod host_fn;
+mod init;
 mod orchestrate;
 mod plan;
 mod price_config;
@@ -97,35 +100,56 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a workflow script.
+    #[command(after_help = help::RUN)]
     Run(runs::RunArgs),
     /// Hand a goal to a dynamic orchestrator that spawns agents with the configured profiles.
+    #[command(after_help = help::ORCHESTRATE)]
     Orchestrate(orchestrate::OrchestrateArgs),
     /// Resume a run from its journal: completed calls replay, the rest run live.
+    #[command(after_help = help::RESUME)]
     Resume(runs::ResumeArgs),
     /// List runs.
+    #[command(after_help = help::RUNS)]
     Runs(runs::ListArgs),
     /// Show a run: meta, journal summary and cost report.
+    #[command(after_help = help::INSPECT)]
     Inspect(runs::InspectArgs),
     /// Lint a script; exit 6 when it has errors.
+    #[command(after_help = help::LINT)]
     Lint(runs::LintArgs),
     /// Replay a run strictly (for CI): exit 7 if any call would run live.
+    #[command(after_help = help::REPLAY)]
     Replay(runs::ReplayArgs),
     /// Resolve a suspended run's await_external(KEY) with a JSON value.
+    #[command(after_help = help::RESOLVE)]
     Resolve(runs::ResolveArgs),
     /// Print the API card of a script dialect, and with --profiles the profile card.
+    #[command(after_help = help::CARD)]
     Card(plan::CardArgs),
     /// Have a planner model write a workflow script for a goal; with --run, run it.
+    #[command(after_help = help::PLAN)]
     Plan(plan::PlanArgs),
     /// Claim and drive queued runs until stopped (SIGTERM drains: in-flight runs finish).
+    #[command(after_help = help::WORKER)]
     Worker(worker::WorkerArgs),
     /// Queue a script's run for `cairn worker` to drive; prints its run id.
+    #[command(after_help = help::ENQUEUE)]
     Enqueue(worker::EnqueueArgs),
     /// Cancel a run from any process: at once when nobody drives it, through its worker when one does.
+    #[command(after_help = help::CANCEL)]
     Cancel(cancel::CancelArgs),
     /// Serve the HTTP API: queue scripts, follow runs live (SSE), resolve, cancel, resume.
+    #[command(after_help = help::SERVE)]
     Serve(serve::ServeArgs),
     /// Print the canonical JSON (RFC 8785) and content key of the JSON on stdin.
+    #[command(after_help = help::CANON)]
     Canon,
+    /// Write a commented cairn.toml and a sample script; never overwrites a file.
+    #[command(after_help = help::INIT)]
+    Init(init::InitArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = help::COMPLETIONS)]
+    Completions(completions::CompletionsArgs),
 }
 
 /// Runs the CLI with the process's arguments.
@@ -159,6 +183,8 @@ pub fn main() -> ExitCode {
     ignore_sigxfsz();
     let globals = runs::Globals { store: cli.store, config: cli.config };
     let exit = match cli.command {
+        Command::Init(args) => init::init(&args),
+        Command::Completions(args) => completions::completions(&args),
         Command::Canon => canon::run(&mut std::io::stdin().lock(), &mut std::io::stdout().lock()),
         Command::Card(args) => runs::with_runtime(|| plan::card(&globals, &args)),
         Command::Plan(args) => runs::with_runtime(|| plan::plan(&globals, &args)),

@@ -25,6 +25,7 @@ mod lint;
 mod live_model;
 mod lua;
 mod money;
+mod newcomer;
 mod orchestrate;
 mod orchestrate_cli;
 mod outside;

@@ -1,0 +1,22 @@
+//! `cairn completions SHELL`: the shell completion script, from the same clap definition the
+//! parser uses, so it cannot drift from the flags.
+
+use clap::CommandFactory;
+
+use super::{Cli, Exit};
+
+#[derive(Debug, clap::Args)]
+pub(super) struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    shell: clap_complete::Shell,
+}
+
+/// Prints the completion script for `args.shell` on stdout.
+pub(super) fn completions(args: &CompletionsArgs) -> Exit {
+    let mut command = Cli::command();
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "cairn", &mut script);
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(&script);
+    Exit::Ok
+}

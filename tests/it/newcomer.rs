@@ -1,0 +1,88 @@
+//! What a newcomer meets first, through the binary: `cairn init` (a config and a sample that
+//! run offline, never overwriting a file), `cairn completions`, and every subcommand's help
+//! ending with an example and its exit codes.
+
+use crate::scripted_server::cairn_in;
+
+fn output(cmd: &mut assert_cmd::Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `cairn init DIR` writes a config and a sample; the sample runs offline on the echo model
+/// under the config's ceiling, and its cost bound is finite.
+#[test]
+fn init_writes_a_config_and_a_sample_that_runs_offline() {
+    let root = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = output(cairn_in(root.path()).args(["init", "proj"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("wrote proj/cairn.toml") && stdout.contains("wrote proj/hello.rhai"), "{stdout}");
+    let dir = root.path().join("proj");
+    let config = std::fs::read_to_string(dir.join("cairn.toml")).unwrap();
+    assert!(config.contains("# [providers.anthropic]"), "a real provider, commented out: {config}");
+    let (code, stdout, stderr) = output(cairn_in(&dir).args(["run", "hello.rhai", "--json"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("budget $1.00"), "the config's ceiling applies: {stderr}");
+    let outcome: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(outcome["status"], "ok", "{stdout}");
+    assert!(outcome["value"]["summary"].as_str().unwrap().starts_with("echo: "), "{stdout}");
+    let (code, stdout, stderr) = output(cairn_in(&dir).args(["lint", "hello.rhai", "--bound"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("3 agent calls") || stdout.contains("at most 3"), "{stdout}");
+}
+
+/// A file that exists is named and kept byte for byte; the missing one is still written.
+#[test]
+fn init_never_overwrites_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cairn.toml"), "# mine\n").unwrap();
+    let (code, stdout, stderr) = output(cairn_in(dir.path()).arg("init"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("kept ./cairn.toml") || stdout.contains("kept cairn.toml"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("cairn.toml")).unwrap(), "# mine\n");
+    assert!(dir.path().join("hello.rhai").exists());
+    let (code, stdout, _) = output(cairn_in(dir.path()).arg("init"));
+    assert_eq!(code, 0);
+    assert!(!stdout.contains("wrote"), "{stdout}");
+}
+
+/// `cairn completions SHELL` prints a script naming the subcommands; an unknown shell is usage.
+#[test]
+fn completions_cover_the_subcommands() {
+    let dir = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, stdout, stderr) = output(cairn_in(dir.path()).args(["completions", shell]));
+        assert_eq!(code, 0, "{stderr}");
+        for word in ["resume", "inspect", "budget", "accept-rekey"] {
+            assert!(stdout.contains(word), "{shell} completions lack {word}");
+        }
+    }
+    let (code, _, stderr) = output(cairn_in(dir.path()).args(["completions", "tcsh"]));
+    assert_eq!(code, 2, "{stderr}");
+}
+
+/// Every subcommand's help ends with an example and its exit codes.
+#[test]
+fn every_subcommand_help_shows_an_example_and_its_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, top, _) = output(cairn_in(dir.path()).arg("--help"));
+    let commands: Vec<String> = top
+        .lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .filter(|name| name != "help")
+        .collect();
+    assert!(commands.len() >= 16, "{top}");
+    for command in commands {
+        let (code, help, stderr) = output(cairn_in(dir.path()).args([command.as_str(), "--help"]));
+        assert_eq!(code, 0, "{command}: {stderr}");
+        assert!(help.contains("Example"), "cairn {command} --help shows no example:\n{help}");
+        assert!(help.contains("Exit codes: 0"), "cairn {command} --help shows no exit codes:\n{help}");
+    }
+}
