@@ -161,8 +161,19 @@ async fn delayed(base: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn serve_wakes_a_parked_run_at_its_deadline_across_a_restart() {
     let dir = project();
-    let root = dir.path();
-    let store = sqlite(root);
+    let store = sqlite(dir.path());
+    wakes_across_a_restart(dir.path(), &store).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_postgres_serve_wakes_a_parked_run_at_its_deadline_across_a_restart() {
+    let Some(store) = super::postgres::fresh_url("timers") else { return };
+    let dir = project();
+    wakes_across_a_restart(dir.path(), &store).await;
+}
+
+async fn wakes_across_a_restart(root: &Path, store: &str) {
+    let store = store.to_owned();
     let first = serve(root, &store).await;
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
