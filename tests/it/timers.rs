@@ -215,3 +215,57 @@ async fn wakes_across_a_restart(root: &Path, store: &str) {
     }
     assert_eq!(delayed(&second.base).await, 0);
 }
+
+#[test]
+fn sleep_wakes_in_process_in_both_dialects_and_a_killed_sleep_waits_only_the_remainder() {
+    let dir = project();
+    let root = dir.path();
+    let store = sqlite(root);
+    std::fs::write(root.join("s.rhai"), "sleep(700);\nagent(\"after\")\n").unwrap();
+    std::fs::write(root.join("s.lua"), "sleep(700)\nreturn agent(\"after\")\n").unwrap();
+    for (file, id) in [("s.rhai", "sleep-rhai"), ("s.lua", "sleep-lua")] {
+        let started = Instant::now();
+        let out = run(root, &store, &["run", file, "--run-id", id, "--json", "-q"]);
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", text(&out.stderr));
+        assert!(started.elapsed() >= Duration::from_millis(700), "{file}: it slept");
+        let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(outcome["value"], "echo: after", "{file}");
+        let journal = entries(root, &store, id);
+        let wake = journal.iter().find(|e| e["kind"] == "external").expect("the sleep is journaled");
+        assert!(wake["value"]["deadline_ms"].is_i64(), "{file}: the wake time is journaled: {wake}");
+        let out = run(root, &store, &["replay", id]);
+        assert_eq!(out.status.code(), Some(0), "{file}: {} {}", text(&out.stdout), text(&out.stderr));
+    }
+    std::fs::write(root.join("long.lua"), "sleep(6000)\nreturn agent(\"after\")\n").unwrap();
+    let mut child: Child = cairn(root, &store)
+        .args(["run", "long.lua", "--run-id", "slept", "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let deadline_ms = loop {
+        let journal = if run(root, &store, &["inspect", "slept", "--json"]).status.success() {
+            entries(root, &store, "slept")
+        } else {
+            Vec::new()
+        };
+        if let Some(wait) = journal.iter().find(|e| e["kind"] == "external") {
+            break wait["value"]["deadline_ms"].as_i64().unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the sleep was never journaled");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = run(root, &store, &["resume", "slept", "--json", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let journal = entries(root, &store, "slept");
+    let woke = journal.iter().find(|e| e["kind"] == "resolution").expect("the wake is journaled");
+    let at = woke["ts"].as_i64().unwrap();
+    assert!(
+        at >= deadline_ms && at - deadline_ms < 5_000,
+        "woke {} ms after its wake time",
+        at - deadline_ms
+    );
+}
