@@ -77,4 +77,4 @@ pub use store::{
     Durability, JournalStore, JsonlStore, LeasableStore, Lease, MemoryStore, OpenedStore, RawEntry,
     RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, TranscriptStore,
 };
-pub use usage::Usage;
+pub use usage::{AttemptEnd, AttemptRecord, Usage};

@@ -34,6 +34,8 @@ use tokio_util::sync::CancellationToken;
 use crate::provider::{Capabilities, ChatEvent, ChatRequest, FinishReason, Provider, Role};
 use crate::{Error, Usage};
 
+pub mod sim;
+
 /// A scripted provider. Cheap to clone: clones share responders and the call log.
 #[derive(Clone)]
 pub struct FakeProvider {

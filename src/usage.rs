@@ -5,6 +5,8 @@ use std::ops::AddAssign;
 
 use serde::{Deserialize, Serialize};
 
+use crate::money::Money;
+
 /// Token usage of one or more model turns.
 ///
 /// `input_tokens` includes cache reads and writes (they are also broken out), and
@@ -54,4 +56,31 @@ impl AddAssign for Usage {
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
         self.approximate = self.approximate || other.approximate;
     }
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptEnd {
+    /// The turn finished; charged the provider's billed usage.
+    Settled,
+    /// The stream failed, was cut or cancelled after it began; charged its observed usage.
+    Abandoned,
+    /// The provider refused the request before any stream byte; charged nothing.
+    Refused,
+}
+
+/// One wire attempt as the journal keeps it (on an agent call's terminal entry, when its
+/// attempts were served by more than one model): who served it, what it used and cost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// The `provider:model` that served the attempt.
+    pub model: String,
+    /// How it ended.
+    pub end: AttemptEnd,
+    /// What it used (observed for an abandoned attempt, marked approximate).
+    pub usage: Usage,
+    /// What it cost at its model's price; `None` for an unpriced model.
+    #[serde(default, rename = "cost_nano_usd", skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Money>,
 }

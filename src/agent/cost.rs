@@ -81,7 +81,8 @@ pub(crate) fn tool_specs(tools: &[std::sync::Arc<dyn Tool>]) -> Vec<ToolSpec> {
 
 /// The turn guard of a priced call: grants the next turn its worst case (or what the
 /// ceiling still leaves, clamping the turn's output cap to it) and returns the request to
-/// send. Every attempt passes it, retries and failovers included. Unpriced calls and
+/// send, against `used`, what the call's ledger has spent so far. Every attempt passes it,
+/// retries and failovers included. Unpriced calls and
 /// unbounded budgets send the request unchanged.
 ///
 /// # Errors
@@ -89,13 +90,12 @@ pub(crate) fn tool_specs(tools: &[std::sync::Arc<dyn Tool>]) -> Vec<ToolSpec> {
 /// [`MIN_OUTPUT_TOKENS`] of output.
 pub(crate) fn turn_request(
     spec: &AgentSpec,
-    spent_before: &Usage,
+    used: Money,
     hooks: &dyn BudgetHooks,
 ) -> Result<ChatRequest, Error> {
     let mut request = spec.request.clone();
     let Some(price) = spec.price else { return Ok(request) };
     let worst = WorstCase::of(&request, &[], &price);
-    let used = price.cost(spent_before);
     let per_token = price.output_per_mtok.nano_usd();
     let floor = worst.input_cost
         + price.cost(&Usage { output_tokens: u64::from(MIN_OUTPUT_TOKENS), ..Usage::default() });

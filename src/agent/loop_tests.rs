@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::error::ErrorCode;
+use crate::provider::ChatRequest;
 use crate::testing::{FakeProvider, FakeScript};
 
 #[derive(Debug)]

@@ -259,21 +259,6 @@ impl Permissions {
     }
 }
 
-/// A tool call whose argument text is not valid JSON: kept in the conversation with empty
-/// arguments (every wire accepts an object) and answered with the parse error, which names the
-/// text the model sent (cut to a few hundred characters).
-pub(super) fn malformed_call(wire_id: String, name: String, raw: &str, error: &str) -> super::RequestedCall {
-    const SHOWN: usize = 300;
-    let shown: String = raw.chars().take(SHOWN).collect();
-    let cut = if raw.chars().count() > SHOWN { "..." } else { "" };
-    super::RequestedCall {
-        wire_id,
-        name,
-        arguments: Value::Object(Default::default()),
-        malformed: Some(format!("the arguments are not valid JSON ({error}): {shown:?}{cut}")),
-    }
-}
-
 /// `*`-glob matching over whole names.
 fn glob(pattern: &str, name: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::runs::{self, Globals};
-use super::{Exit, fail};
+use super::exit::{Exit, fail};
+use super::setup::{self, Globals};
 use crate::engine::CancelOutcome;
 use crate::store::RunStatus;
 
@@ -23,13 +23,13 @@ pub(super) struct CancelArgs {
 
 /// `cairn cancel RUN [--wait [SECONDS]]`.
 pub(super) fn cancel(globals: &Globals, args: &CancelArgs) -> Exit {
-    let run_id = match runs::parse_run_id(&args.run) {
+    let run_id = match setup::parse_run_id(&args.run) {
         Ok(id) => id,
         Err(exit) => return exit,
     };
-    let setup = match runs::setup(globals, None) {
+    let setup = match setup::setup(globals, None) {
         Ok(setup) => setup,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
     match setup.engine.cancel_run(&run_id) {
         Ok(CancelOutcome::Cancelled) => {
@@ -58,7 +58,7 @@ pub(super) fn cancel(globals: &Globals, args: &CancelArgs) -> Exit {
         Ok(CancelOutcome::Settled(status)) => {
             fail(Exit::Error, format!("run {run_id} is {status}; a settled run cannot be cancelled"))
         }
-        Err(e) => fail(runs::exit_of(&e), e),
+        Err(e) => fail(setup::exit_of(&e), e),
     }
 }
 

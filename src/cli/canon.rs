@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 
-use super::{Exit, fail};
+use super::exit::{Exit, fail};
 use crate::journal::{canonical_json, content_key_of_canonical};
 
 /// Reads one JSON document from `input`, writes its canonical form and content key.

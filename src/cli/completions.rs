@@ -1,9 +1,7 @@
 //! `cairn completions SHELL`: the shell completion script, from the same clap definition the
 //! parser uses, so it cannot drift from the flags.
 
-use clap::CommandFactory;
-
-use super::{Cli, Exit};
+use super::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub(super) struct CompletionsArgs {
@@ -11,9 +9,8 @@ pub(super) struct CompletionsArgs {
     shell: clap_complete::Shell,
 }
 
-/// Prints the completion script for `args.shell` on stdout.
-pub(super) fn completions(args: &CompletionsArgs) -> Exit {
-    let mut command = Cli::command();
+/// Prints the completion script of `command` (the whole CLI) for `args.shell` on stdout.
+pub(super) fn completions(args: &CompletionsArgs, mut command: clap::Command) -> Exit {
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut command, "cairn", &mut script);
     use std::io::Write as _;

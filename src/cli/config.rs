@@ -60,6 +60,9 @@ pub(crate) struct Config {
     pub(crate) retry: Option<RetryConfig>,
     #[serde(default)]
     pub(crate) sandbox: SandboxConfig,
+    /// `[server]`: what `cairn serve` reads (named tokens with scopes, allowed hosts).
+    #[serde(default)]
+    pub(crate) server: super::server_config::ServerConfig,
     /// Script child workflows: `NAME = "path.rhai"` or `.lua`, relative to this file; the
     /// scripts of a `workflows/` folder beside it register under their stems too.
     #[serde(default)]

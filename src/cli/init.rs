@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Exit;
+use super::exit::Exit;
 
 /// The files `init` writes, by name.
 const FILES: &[(&str, &str)] =

@@ -22,15 +22,22 @@ mod cancel;
 mod canon;
 mod completions;
 mod config;
+mod exit;
+mod follow;
 mod help;
 mod host_fn;
 mod init;
+mod inspect;
+mod interrupts;
+mod logging;
 mod orchestrate;
 mod plan;
 mod price_config;
 mod progress;
 mod runs;
 mod serve;
+mod server_config;
+mod setup;
 mod tool_report;
 mod tools_config;
 mod worker;
@@ -41,48 +48,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::store::RunStatus;
-
-/// Exit codes, as DESIGN.md fixes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Exit {
-    /// The command succeeded (a run settled `ok`).
-    Ok = 0,
-    /// The run or command failed.
-    Error = 1,
-    /// Bad usage, flags, input or configuration.
-    Usage = 2,
-    /// The run settled `exhausted`.
-    Exhausted = 3,
-    /// The run settled `suspended`.
-    Suspended = 4,
-    /// The run was cancelled.
-    Cancelled = 5,
-    /// The script was rejected by lint or compile.
-    Rejected = 6,
-    /// A replay-strict check found a live call.
-    ReplayMiss = 7,
-}
-
-impl From<Exit> for ExitCode {
-    fn from(exit: Exit) -> ExitCode {
-        ExitCode::from(exit as u8)
-    }
-}
-
-impl Exit {
-    /// The exit code of a settled run.
-    pub fn of_status(status: RunStatus) -> Exit {
-        match status {
-            RunStatus::Ok => Exit::Ok,
-            RunStatus::Error | RunStatus::Running | RunStatus::Queued => Exit::Error,
-            RunStatus::Exhausted => Exit::Exhausted,
-            RunStatus::Suspended => Exit::Suspended,
-            RunStatus::Cancelled => Exit::Cancelled,
-        }
-    }
-}
+use exit::{Exit, fail};
 
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, about = "Durable, budget-bounded multi-agent LLM workflows")]
@@ -93,6 +59,13 @@ struct Cli {
     /// The config file (default ./cairn.toml, optional).
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// Log diagnostics on stderr at this level (error, warn, info, debug, trace, or any
+    /// RUST_LOG filter); overrides RUST_LOG. `serve` and `worker` log warnings by default.
+    #[arg(long, global = true)]
+    log_level: Option<String>,
+    /// How diagnostics are written: text lines, or one JSON object a line.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -110,13 +83,13 @@ enum Command {
     Resume(runs::ResumeArgs),
     /// List runs.
     #[command(after_help = help::RUNS)]
-    Runs(runs::ListArgs),
+    Runs(inspect::ListArgs),
     /// Show a run: meta, journal summary and cost report.
     #[command(after_help = help::INSPECT)]
-    Inspect(runs::InspectArgs),
+    Inspect(inspect::InspectArgs),
     /// Lint a script; exit 6 when it has errors.
     #[command(after_help = help::LINT)]
-    Lint(runs::LintArgs),
+    Lint(inspect::LintArgs),
     /// Replay a run strictly (for CI): exit 7 if any call would run live.
     #[command(after_help = help::REPLAY)]
     Replay(runs::ReplayArgs),
@@ -181,34 +154,33 @@ pub fn main() -> ExitCode {
     // store reports as a typed `store_io` error with the resume command, instead of the
     // default SIGXFSZ killing the process mid-write.
     ignore_sigxfsz();
-    let globals = runs::Globals { store: cli.store, config: cli.config };
+    let service = matches!(cli.command, Command::Worker(_) | Command::Serve(_));
+    if let Err(e) = logging::install(cli.log_level.as_deref(), cli.log_format, service) {
+        return fail(Exit::Usage, e).into();
+    }
+    let globals = setup::Globals { store: cli.store, config: cli.config };
     let exit = match cli.command {
         Command::Init(args) => init::init(&args),
-        Command::Completions(args) => completions::completions(&args),
+        Command::Completions(args) => {
+            completions::completions(&args, <Cli as clap::CommandFactory>::command())
+        }
         Command::Canon => canon::run(&mut std::io::stdin().lock(), &mut std::io::stdout().lock()),
-        Command::Card(args) => runs::with_runtime(|| plan::card(&globals, &args)),
-        Command::Plan(args) => runs::with_runtime(|| plan::plan(&globals, &args)),
-        Command::Lint(args) => runs::lint(&globals, &args),
-        Command::Runs(args) => runs::list(&globals, &args),
-        Command::Inspect(args) => runs::inspect(&globals, &args),
+        Command::Card(args) => setup::with_runtime(|| plan::card(&globals, &args)),
+        Command::Plan(args) => setup::with_runtime(|| plan::plan(&globals, &args)),
+        Command::Lint(args) => inspect::lint(&globals, &args),
+        Command::Runs(args) => inspect::list(&globals, &args),
+        Command::Inspect(args) => inspect::inspect(&globals, &args),
         Command::Resolve(args) => runs::resolve(&globals, &args),
         Command::Cancel(args) => cancel::cancel(&globals, &args),
-        Command::Run(args) => runs::with_runtime(|| runs::run(&globals, &args)),
-        Command::Orchestrate(args) => runs::with_runtime(|| orchestrate::run(&globals, &args)),
-        Command::Resume(args) => runs::with_runtime(|| runs::resume(&globals, &args)),
-        Command::Replay(args) => runs::with_runtime(|| runs::replay(&globals, &args)),
-        Command::Worker(args) => runs::with_runtime(|| worker::worker(&globals, &args)),
-        Command::Enqueue(args) => runs::with_runtime(|| worker::enqueue(&globals, &args)),
-        Command::Serve(args) => runs::with_runtime(|| serve::serve(&globals, &args)),
+        Command::Run(args) => setup::with_runtime(|| runs::run(&globals, &args)),
+        Command::Orchestrate(args) => setup::with_runtime(|| orchestrate::run(&globals, &args)),
+        Command::Resume(args) => setup::with_runtime(|| runs::resume(&globals, &args)),
+        Command::Replay(args) => setup::with_runtime(|| runs::replay(&globals, &args)),
+        Command::Worker(args) => setup::with_runtime(|| worker::worker(&globals, &args)),
+        Command::Enqueue(args) => setup::with_runtime(|| worker::enqueue(&globals, &args)),
+        Command::Serve(args) => setup::with_runtime(|| serve::serve(&globals, &args)),
     };
     exit.into()
-}
-
-/// Prints a one-line error on stderr and returns `exit`.
-fn fail(exit: Exit, message: impl std::fmt::Display) -> Exit {
-    let text = message.to_string();
-    errln!("cairn: {}", crate::text::for_terminal(text.lines().next().unwrap_or_default()));
-    exit
 }
 
 #[cfg(unix)]
@@ -234,58 +206,3 @@ fn ignore_sigxfsz() {
 
 #[cfg(not(unix))]
 fn ignore_sigxfsz() {}
-
-/// The signals that interrupt a live run: Ctrl-C (SIGINT) and SIGTERM (what `timeout`,
-/// systemd, Docker and Kubernetes send). The first stops the run; a second ends the process.
-pub(super) struct Interrupts {
-    #[cfg(unix)]
-    int: Option<tokio::signal::unix::Signal>,
-    #[cfg(unix)]
-    term: Option<tokio::signal::unix::Signal>,
-}
-
-impl std::fmt::Debug for Interrupts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Interrupts")
-    }
-}
-
-impl Interrupts {
-    /// Starts listening (on the current tokio runtime).
-    pub(super) fn listen() -> Interrupts {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            Interrupts {
-                int: signal(SignalKind::interrupt()).ok(),
-                term: signal(SignalKind::terminate()).ok(),
-            }
-        }
-        #[cfg(not(unix))]
-        Interrupts {}
-    }
-
-    /// Waits for the next interrupt and names it.
-    pub(super) async fn next(&mut self) -> &'static str {
-        #[cfg(unix)]
-        {
-            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
-                match signal {
-                    Some(signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            }
-            tokio::select! {
-                _ = recv(&mut self.int) => "interrupted",
-                _ = recv(&mut self.term) => "terminated",
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-            "interrupted"
-        }
-    }
-}

@@ -7,8 +7,9 @@
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::runs::{self, Globals};
-use super::{Exit, fail};
+use super::exit::{Exit, fail};
+use super::follow;
+use super::setup::{self, Globals};
 use crate::engine::{RunOptions, Script};
 
 /// The stored script of an orchestration run.
@@ -46,16 +47,16 @@ pub(super) async fn run(globals: &Globals, args: &OrchestrateArgs) -> Exit {
     if args.goal.trim().is_empty() {
         return fail(Exit::Usage, "the goal is empty");
     }
-    let run_id = match args.run_id.as_deref().map(runs::parse_run_id).transpose() {
+    let run_id = match args.run_id.as_deref().map(setup::parse_run_id).transpose() {
         Ok(id) => id,
         Err(exit) => return exit,
     };
     if let Some(Err(e)) = args.budget.map(crate::money::Money::from_usd) {
         return fail(Exit::Usage, format!("invalid --budget: {e}"));
     }
-    let setup = match runs::setup_with(globals, args.model.as_deref(), None) {
+    let setup = match setup::setup_with(globals, args.model.as_deref(), None) {
         Ok(setup) => setup,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
     let mut options = json!({});
     if !args.profiles.is_empty() {
@@ -85,9 +86,9 @@ pub(super) async fn run(globals: &Globals, args: &OrchestrateArgs) -> Exit {
     let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
     let handle = match setup.engine.run_script(&Script::rhai("orchestrate", SOURCE), run_args, options) {
         Ok(handle) => handle,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
-    match runs::follow(handle, args.quiet).await {
+    match follow::follow(handle, args.quiet).await {
         Ok(outcome) => {
             if !args.quiet
                 && !args.json
@@ -95,7 +96,7 @@ pub(super) async fn run(globals: &Globals, args: &OrchestrateArgs) -> Exit {
             {
                 print_children(children);
             }
-            runs::report(&outcome, args.json)
+            follow::report(&outcome, args.json)
         }
         Err(e) => fail(Exit::Error, e),
     }

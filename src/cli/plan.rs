@@ -7,8 +7,9 @@ use std::sync::Arc;
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::runs::{self, CassetteArgs, Globals};
-use super::{Exit, fail};
+use super::exit::{Exit, fail};
+use super::follow;
+use super::setup::{self, CassetteArgs, Globals};
 use crate::engine::{Engine, RunOptions, RunOutcome};
 use crate::error::{Error, ErrorCode};
 use crate::planner::{PlanError, PlanOptions, PlanResult, Planning, Rejection};
@@ -90,7 +91,7 @@ pub(super) async fn card(globals: &Globals, args: &CardArgs) -> Exit {
     }
     let engine = match card_engine(globals) {
         Ok(engine) => engine,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
     if let Some(name) = &args.dialect {
         match engine.dialect(name) {
@@ -113,7 +114,7 @@ pub(super) async fn card(globals: &Globals, args: &CardArgs) -> Exit {
 
 /// An engine over a memory store with what cairn.toml registers: the cards need no store.
 fn card_engine(globals: &Globals) -> Result<Engine, Error> {
-    let config = runs::load_config(globals)?;
+    let config = setup::load_config(globals)?;
     let store = Arc::new(crate::store::MemoryStore::new());
     let builder = Engine::builder(store.clone(), store);
     let (builder, _) = config.apply(builder, None).map_err(|e| config.locate(e))?;
@@ -127,13 +128,13 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
             return fail(Exit::Usage, format!("invalid {flag}: {e}"));
         }
     }
-    let run_args = match runs::parse_args(args.args.as_deref()) {
+    let run_args = match setup::parse_args(args.args.as_deref()) {
         Ok(value) => value,
         Err(exit) => return exit,
     };
-    let setup = match runs::setup_with(globals, args.model.as_deref(), Some(&args.cassette)) {
+    let setup = match setup::setup_with(globals, args.model.as_deref(), Some(&args.cassette)) {
         Ok(setup) => setup,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
     // The card the planner reads lists MCP servers' tools: reach them first.
     for failure in setup.engine.list_tools().await {
@@ -163,7 +164,7 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
         errln!("planning run {}", planning.run_id());
     }
     let (handle, pending) = planning.into_parts();
-    let outcome = runs::follow(handle, args.quiet).await;
+    let outcome = follow::follow(handle, args.quiet).await;
     let plan = match pending.read(outcome) {
         Ok(plan) => plan,
         Err(e) if e.is_replay_miss() => {
@@ -177,7 +178,7 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
                 Err(e) => return plan_failed(&e, args.json),
             };
             let (handle, pending) = planning.into_parts();
-            match pending.read(runs::follow(handle, args.quiet).await) {
+            match pending.read(follow::follow(handle, args.quiet).await) {
                 Ok(plan) => plan,
                 Err(e) => return plan_failed(&e, args.json),
             }
@@ -190,7 +191,7 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
         return fail(Exit::Error, format!("cannot write {}: {e}", path.display()));
     }
     let shown = Path::new("plan");
-    runs::print_diagnostics(args.out.as_deref().unwrap_or(shown), &plan.warnings, false);
+    setup::print_diagnostics(args.out.as_deref().unwrap_or(shown), &plan.warnings, false);
     if !args.quiet {
         let replayed = if plan.planning.preview.misses == 0 { ", replayed from its journal" } else { "" };
         errln!(
@@ -230,7 +231,7 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
         Ok(handle) => handle,
         Err(e) => return plan_failed(&e, false),
     };
-    let outcome = match runs::follow(handle, args.quiet).await {
+    let outcome = match follow::follow(handle, args.quiet).await {
         Ok(outcome) => outcome,
         Err(e) => return fail(Exit::Error, e),
     };
@@ -244,7 +245,7 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
 }
 
 fn report_run(outcome: &RunOutcome) -> Exit {
-    let exit = runs::report(outcome, false);
+    let exit = follow::report(outcome, false);
     if outcome.status != RunStatus::Ok {
         errln!("resume it with: cairn resume {}", outcome.run_id);
     }
@@ -275,11 +276,11 @@ fn plan_failed(error: &PlanError, as_json: bool) -> Exit {
                 );
             } else if let Some(last) = rejection.drafts.last() {
                 let name = format!("draft {}", rejection.drafts.len());
-                runs::print_diagnostics(Path::new(&name), &last.diagnostics, false);
+                setup::print_diagnostics(Path::new(&name), &last.diagnostics, false);
             }
             fail(Exit::Rejected, error)
         }
-        PlanError::Invalid(e) | PlanError::Run(e) => fail(runs::exit_of(e), e),
+        PlanError::Invalid(e) | PlanError::Run(e) => fail(setup::exit_of(e), e),
         PlanError::OverCeiling { .. } => {
             let exit = fail(Exit::Usage, error);
             errln!(
@@ -291,7 +292,7 @@ fn plan_failed(error: &PlanError, as_json: bool) -> Exit {
             let exit = match (status, e.code) {
                 (RunStatus::Exhausted, _) | (_, ErrorCode::BudgetExhausted) => Exit::Exhausted,
                 (RunStatus::Cancelled, _) | (_, ErrorCode::Cancelled) => Exit::Cancelled,
-                _ => runs::exit_of(e),
+                _ => setup::exit_of(e),
             };
             fail(exit, error)
         }
@@ -320,14 +321,14 @@ pub(super) async fn resume_planning(
         return None;
     }
     let stored = {
-        let setup = match runs::setup_with(globals, None, None) {
+        let setup = match setup::setup_with(globals, None, None) {
             Ok(setup) => setup,
-            Err(e) => return Some(fail(runs::exit_of(&e), e)),
+            Err(e) => return Some(fail(setup::exit_of(&e), e)),
         };
         let stored = match crate::planner::stored_planning(&setup.engine, run_id) {
             Ok(Some(stored)) => stored,
             Ok(None) => return None,
-            Err(e) => return Some(fail(runs::exit_of(&e), e)),
+            Err(e) => return Some(fail(setup::exit_of(&e), e)),
         };
         let goal = crate::text::for_terminal(&stored.goal).into_owned();
         let again =

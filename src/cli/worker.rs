@@ -7,8 +7,9 @@ use std::time::Duration;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::runs::{self, Globals};
-use super::{Exit, Interrupts, fail};
+use super::exit::{Exit, fail};
+use super::interrupts::Interrupts;
+use super::setup::{self, Globals};
 use crate::engine::{RunOptions, Script, Worker, WorkerOptions};
 
 #[derive(Debug, Args)]
@@ -47,9 +48,9 @@ pub(super) struct EnqueueArgs {
 /// `cairn worker`: claims and drives queued runs until SIGTERM or SIGINT, then finishes the
 /// runs in flight and exits.
 pub(super) async fn worker(globals: &Globals, args: &WorkerArgs) -> Exit {
-    let setup = match runs::setup(globals, None) {
+    let setup = match setup::setup(globals, None) {
         Ok(setup) => setup,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
     if args.claim_ttl_ms == 0 {
         return fail(Exit::Usage, "--claim-ttl-ms must be positive");
@@ -61,7 +62,7 @@ pub(super) async fn worker(globals: &Globals, args: &WorkerArgs) -> Exit {
     };
     let worker = match Worker::new(setup.engine.clone(), options) {
         Ok(worker) => worker,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
     if !args.quiet {
         errln!(
@@ -100,21 +101,21 @@ pub(super) async fn worker(globals: &Globals, args: &WorkerArgs) -> Exit {
 
 /// `cairn enqueue FILE`: stores the run (status `queued`) and prints its id.
 pub(super) async fn enqueue(globals: &Globals, args: &EnqueueArgs) -> Exit {
-    let (name, source) = match runs::read_script(&args.file) {
+    let (name, source) = match setup::read_script(&args.file) {
         Ok(found) => found,
         Err(exit) => return exit,
     };
-    let run_args = match runs::parse_args(args.args.as_deref()) {
+    let run_args = match setup::parse_args(args.args.as_deref()) {
         Ok(value) => value,
         Err(exit) => return exit,
     };
-    let run_id = match args.run_id.as_deref().map(runs::parse_run_id).transpose() {
+    let run_id = match args.run_id.as_deref().map(setup::parse_run_id).transpose() {
         Ok(id) => id,
         Err(exit) => return exit,
     };
-    let setup = match runs::setup(globals, args.model.as_deref()) {
+    let setup = match setup::setup(globals, args.model.as_deref()) {
         Ok(setup) => setup,
-        Err(e) => return fail(runs::exit_of(&e), e),
+        Err(e) => return fail(setup::exit_of(&e), e),
     };
     let extension = args.file.extension().and_then(|e| e.to_str()).unwrap_or("rhai");
     let dialect = setup.engine.dialect_for_extension(extension).map(|d| d.name()).unwrap_or("rhai");
@@ -128,7 +129,7 @@ pub(super) async fn enqueue(globals: &Globals, args: &EnqueueArgs) -> Exit {
             let exit = if e.code == crate::error::ErrorCode::Validation {
                 Exit::Rejected
             } else {
-                runs::exit_of(&e)
+                setup::exit_of(&e)
             };
             fail(exit, e)
         }

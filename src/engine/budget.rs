@@ -59,6 +59,10 @@ struct Tree {
     accounts: Vec<Account>,
     live: HashMap<u64, Live>,
     next_id: u64,
+    /// Spend carried into this segment for calls a crashed segment left unsettled (their
+    /// checkpointed turns), by checkpoint ref: already in the root's `spent`, taken back
+    /// from the call's charge when it settles.
+    carried: HashMap<String, Money>,
 }
 
 /// The budget tree of one run.
@@ -96,14 +100,34 @@ pub(crate) struct Denied {
 impl Budget {
     /// A budget whose root account has `ceiling` and has already spent `spent` (restored
     /// from the journal's ledger on resume).
+    #[cfg(test)]
     pub(crate) fn new(ceiling: Option<Money>, spent: Money) -> Arc<Budget> {
+        Budget::resumed(ceiling, spent, Vec::new())
+    }
+
+    /// A resumed segment's budget: `spent` from the journal's ledger plus the `carried`
+    /// checkpointed turns of calls left unsettled, which are spent from the start (a resume
+    /// never hands out again what a crashed segment's turns already paid).
+    pub(crate) fn resumed(
+        ceiling: Option<Money>,
+        spent: Money,
+        carried: Vec<(String, Money)>,
+    ) -> Arc<Budget> {
+        let spent = carried.iter().fold(spent, |total, (_, cost)| total.saturating_add(*cost));
         Arc::new(Budget {
             tree: Mutex::new(Tree {
                 accounts: vec![Account { parent: None, ceiling, spent, committed: Money::ZERO }],
                 live: HashMap::new(),
                 next_id: 0,
+                carried: carried.into_iter().collect(),
             }),
         })
+    }
+
+    /// Takes the spend carried in for the call whose checkpoint is `checkpoint_ref` (zero when
+    /// none): its settle charges only the rest of its cost.
+    pub(crate) fn take_carried(&self, checkpoint_ref: &str) -> Money {
+        self.lock().carried.remove(checkpoint_ref).unwrap_or(Money::ZERO)
     }
 
     /// The root account.
@@ -316,6 +340,21 @@ mod tests {
         assert_eq!(budget.spent(root), usd(0.3));
         assert_eq!(budget.remaining(root), Some(usd(0.7)));
         assert!(budget.can_start_turn(root));
+    }
+
+    #[test]
+    fn carried_spend_is_spent_from_the_start_and_taken_back_once() {
+        let budget = Budget::resumed(Some(usd(1.0)), usd(0.1), vec![("r/ckpt/3".into(), usd(0.36))]);
+        let root = budget.root();
+        assert_eq!(budget.spent(root), usd(0.46));
+        assert_eq!(budget.remaining(root), Some(usd(0.54)));
+        let r = budget.reserve(root, usd(0.5)).unwrap();
+        let carried = budget.take_carried("r/ckpt/3");
+        assert_eq!(carried, usd(0.36));
+        assert_eq!(budget.take_carried("r/ckpt/3"), Money::ZERO);
+        // The call settles with its whole cost, the carried turns included.
+        budget.settle(r, usd(0.5).sub_or_zero(carried));
+        assert_eq!(budget.spent(root), usd(0.6));
     }
 
     #[test]

@@ -13,9 +13,65 @@
 //! attempt count that attempt's turns again (an overcount, never an undercount, so the
 //! ceiling still holds).
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use crate::agent::Checkpoint;
-use crate::store::TranscriptStore;
+use crate::journal::{Entry, Kind, Seq, Status};
+use crate::money::Money;
+use crate::store::{RunId, TranscriptStore};
 use crate::usage::Usage;
+
+/// Where the checkpoint of the call whose attempt is `running` lives: beside the call's
+/// first attempt (`target` of a later attempt's `running` entry).
+pub(crate) fn checkpoint_ref(run_id: &RunId, running: &Entry) -> String {
+    format!("{run_id}/ckpt/{}", running.target.unwrap_or(running.seq).0)
+}
+
+/// The checkpointed turns of every agent call a crashed segment left unsettled (a `running`
+/// entry with no terminal entry), priced at the call's model: a resume counts them spent
+/// before anything runs, so the resumed budget never hands out again what they paid (#23.2).
+/// One item per checkpoint, by its ref.
+pub(crate) fn unsettled(
+    engine: &super::EngineInner,
+    run_id: &RunId,
+    entries: &[Arc<Entry>],
+) -> Vec<(String, Money)> {
+    let ended: HashSet<Seq> = entries
+        .iter()
+        .filter(|e| e.kind == Kind::Agent && e.status != Status::Running)
+        .filter_map(|e| e.target)
+        .collect();
+    let mut seen = HashSet::new();
+    let mut carried = Vec::new();
+    for entry in entries {
+        if entry.kind != Kind::Agent || entry.status != Status::Running || ended.contains(&entry.seq) {
+            continue;
+        }
+        let reference = checkpoint_ref(run_id, entry);
+        if !seen.insert(reference.clone()) {
+            continue;
+        }
+        let Some(checkpoint) = engine
+            .transcripts
+            .get(&reference)
+            .ok()
+            .flatten()
+            .and_then(|bytes| serde_json::from_slice::<Checkpoint>(&bytes).ok())
+        else {
+            continue;
+        };
+        let Some(usage) = unjournaled(engine.transcripts.as_ref(), &reference, false, Some(&checkpoint))
+        else {
+            continue;
+        };
+        let price = entry.model.as_deref().and_then(|m| engine.prices.price(m));
+        if let Some(price) = price {
+            carried.push((reference, price.cost(&usage)));
+        }
+    }
+    carried
+}
 
 fn marker_ref(checkpoint_ref: &str) -> String {
     format!("{checkpoint_ref}/journaled")

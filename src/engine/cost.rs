@@ -58,6 +58,13 @@ pub struct CostReport {
     pub unpriced: Vec<UnpricedUsage>,
     /// Whether any usage was estimated.
     pub approximate: bool,
+    /// Wire attempts the provider refused before any stream byte: retried, charged nothing.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_attempts: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl CostReport {
@@ -70,8 +77,19 @@ impl CostReport {
             }
             let model = entry.served_by.as_deref().or(entry.model.as_deref()).unwrap_or("-");
             report.total.add(entry);
+            report.refused_attempts += u64::from(entry.refused_attempts);
+            if entry.attempts.is_empty() {
+                line(&mut report.by_model, model).add(entry);
+            } else {
+                // A failed-over call: each attempt under the model that served it.
+                for attempt in &entry.attempts {
+                    let line = line(&mut report.by_model, &attempt.model);
+                    line.cost += attempt.cost.unwrap_or(Money::ZERO);
+                    line.usage += attempt.usage;
+                }
+                line(&mut report.by_model, model).entries += 1;
+            }
             for (lines, key) in [
-                (&mut report.by_model, model),
                 (&mut report.by_phase, slice(&entry.phase)),
                 (&mut report.by_agent_type, slice(&entry.agent_type)),
                 (&mut report.by_role, slice(&entry.role)),

@@ -513,7 +513,7 @@ impl Ctx {
         let resumed_usage = resume_from.as_ref().map(|c| c.usage);
         let spec = agent::AgentSpec {
             provider,
-            served_by: model_name,
+            served_by: model_name.clone(),
             request,
             schema: opts.schema.clone(),
             max_turns: opts.max_turns.or_else(|| profile.and_then(|p| p.max_turns)).unwrap_or(32),
@@ -568,6 +568,19 @@ impl Ctx {
         if let Some(extra) = unjournaled {
             outcome.usage += extra;
             outcome.cost = outcome.cost.zip(price).map(|(cost, p)| cost + p.cost(&extra));
+            if !outcome.attempts.is_empty() {
+                // The carried turns, as an attempt of the requested model, so the split by
+                // model still sums to the entry's cost.
+                outcome.attempts.insert(
+                    0,
+                    crate::usage::AttemptRecord {
+                        model: model_name.clone(),
+                        end: crate::usage::AttemptEnd::Settled,
+                        usage: extra,
+                        cost: price.map(|p| p.cost(&extra)),
+                    },
+                );
+            }
         }
         let wrote_checkpoint = hooks.wrote_checkpoint.load(Ordering::Relaxed);
         let journaled_ref = hooks.checkpoint_ref.clone();
@@ -585,13 +598,17 @@ impl Ctx {
         terminal.cost = outcome.cost;
         terminal.served_by = Some(journal::intern(&outcome.served_by));
         terminal.finish_reason = outcome.finish_reason;
+        terminal.attempts = outcome.attempts;
+        terminal.refused_attempts = outcome.refused_attempts;
         if wrote_checkpoint {
             terminal.transcript_ref = Some(hooks.checkpoint_ref);
         }
         let cost = outcome.cost.unwrap_or(Money::ZERO);
         // Awaited: a paid result is durable before it reaches the workflow.
         let written = self.run.append_one_async(terminal).await;
-        self.run.budget.settle(reservation, cost);
+        // Turns carried into this segment were spent when it began: charge only the rest.
+        let carried = self.run.budget.take_carried(&journaled_ref);
+        self.run.budget.settle(reservation, cost.sub_or_zero(carried));
         let terminal = written?;
         if let Some(covered) = covered
             && !self.run.dry_run

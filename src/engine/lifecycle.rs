@@ -61,6 +61,7 @@ pub(super) fn start(
                 replay: Replay::empty(),
                 ceiling,
                 spent: Money::ZERO,
+                carried: Vec::new(),
                 spawns: 0,
                 dry_run: false,
                 reproduce: false,
@@ -183,11 +184,13 @@ fn resume_leased(
     } else {
         ErrorPolicy::Strict
     };
+    let carried = super::carry::unsettled(&engine, run_id, &entries);
     let segment = SegmentStart {
         entries,
         replay,
         ceiling: meta.budget_ceiling,
         spent: ledger.spent,
+        carried,
         spawns,
         dry_run: options.dry_run,
         reproduce: options.reproduce,

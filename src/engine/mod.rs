@@ -175,4 +175,16 @@ impl Engine {
         }
         Ok(resolution)
     }
+
+    /// The value a resolution of `key` left in the run's inbox holds, while it waits there for
+    /// the run's driver to apply it.
+    ///
+    /// # Errors
+    /// The store's failure.
+    pub fn queued_resolution(&self, run_id: &RunId, key: &str) -> Result<Option<Value>, Error> {
+        Ok(lease::inbox(&self.inner, run_id)?
+            .into_iter()
+            .find(|(_, item)| item.key == key)
+            .map(|(_, item)| item.value))
+    }
 }

@@ -99,6 +99,9 @@ pub(super) struct SegmentStart {
     pub(super) replay: Replay,
     pub(super) ceiling: Option<Money>,
     pub(super) spent: Money,
+    /// The checkpointed turns of calls a crashed segment left unsettled, by checkpoint ref:
+    /// spent before anything runs (`carry::unsettled`).
+    pub(super) carried: Vec<(String, Money)>,
     pub(super) spawns: u32,
     pub(super) dry_run: bool,
     pub(super) reproduce: bool,
@@ -149,7 +152,7 @@ impl RunState {
             run_id,
             replay: Mutex::new(segment.replay),
             writer,
-            budget: Budget::new(segment.ceiling, segment.spent),
+            budget: Budget::resumed(segment.ceiling, segment.spent, segment.carried),
             model_slots: Arc::new(Semaphore::new(engine.max_concurrency)),
             provider_slots,
             spawns: AtomicU32::new(segment.spawns),

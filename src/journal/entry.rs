@@ -546,6 +546,13 @@ pub struct Entry {
     /// Where the agent's transcript is, in the transcript store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcript_ref: Option<String>,
+    /// An agent call's wire attempts, each priced and attributed by the model that served it,
+    /// when more than one model served the call (a failover); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<crate::usage::AttemptRecord>,
+    /// An agent call's attempts the provider refused before any stream byte (charged nothing).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub refused_attempts: u32,
     /// Whether a task-class failure of this call replays instead of rerunning.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub memoize_outcome: bool,
@@ -658,6 +665,8 @@ impl Entry {
             served_by: None,
             finish_reason: None,
             transcript_ref: None,
+            attempts: Vec::new(),
+            refused_attempts: 0,
             memoize_outcome: false,
             ts: None,
             label: None,
@@ -669,4 +678,8 @@ impl Entry {
             identity: None,
         }
     }
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }

@@ -1,14 +1,33 @@
-//! Token estimates from text lengths (about four characters per token), for endpoints that
-//! report no usage and for the offline models.
+//! Token estimates from text lengths, for reservations, the context bound, endpoints that
+//! report no usage and the offline models.
+//!
+//! A request's estimate is an upper bound for every supported tokenizer: ASCII text counts
+//! about four characters a token (English prose tokenizes at about that rate, so the
+//! estimate stays close), and every byte of non-ASCII text counts a whole token (a byte-level
+//! BPE, as every supported provider's tokenizer is, never makes more tokens than bytes; a
+//! Japanese character is three UTF-8 bytes and at most a few tokens). The unit is a text's
+//! [`weight`]: one per ASCII byte, four per non-ASCII byte, four to a token.
 //!
 //! An estimate is never passed off as a count: adapters that estimate mark the usage
 //! `approximate`, so a cost report shows it instead of a silent zero.
 
 use super::{ChatRequest, Part};
 
-/// Estimated tokens for `chars` characters of text: `ceil(chars / 4)`.
+/// Estimated tokens for a [`weight`] of `chars` (for ASCII text, its characters):
+/// `ceil(chars / 4)`.
 pub(crate) fn tokens_for_chars(chars: usize) -> u64 {
     (chars as u64).div_ceil(4)
+}
+
+/// A text's estimate weight: one per ASCII byte, four per byte of non-ASCII text, so that
+/// [`tokens_for_chars`] of it counts ASCII at four characters a token and non-ASCII text at a
+/// token per UTF-8 byte.
+pub(crate) fn weight(text: &str) -> usize {
+    text.len() + 3 * non_ascii_bytes(text.as_bytes())
+}
+
+fn non_ascii_bytes(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b >= 0x80).count()
 }
 
 /// Estimated prompt tokens of a request: system, message text, tool traffic and tool specs.
@@ -17,21 +36,21 @@ pub(crate) fn request_tokens(request: &ChatRequest) -> u64 {
     tokens_for_chars(request_chars(request)).max(1)
 }
 
-/// Characters of everything a request puts in the model's context.
+/// The [`weight`] of everything a request puts in the model's context.
 pub(crate) fn request_chars(request: &ChatRequest) -> usize {
-    let mut chars = request.system.as_deref().map_or(0, |s| s.chars().count());
+    let mut chars = request.system.as_deref().map_or(0, weight);
     for message in &request.messages {
         for part in &message.parts {
             chars += match part {
-                Part::Text(text) => text.chars().count(),
-                Part::ToolCall { name, arguments, .. } => name.chars().count() + json_chars(arguments),
-                Part::ToolResult { content, .. } => content.chars().count(),
+                Part::Text(text) => weight(text),
+                Part::ToolCall { name, arguments, .. } => weight(name) + json_chars(arguments),
+                Part::ToolResult { content, .. } => weight(content),
                 Part::ProviderRaw { .. } => 0,
             };
         }
     }
     for tool in &request.tools {
-        chars += tool.name.chars().count() + tool.description.chars().count() + json_chars(&tool.parameters);
+        chars += weight(&tool.name) + weight(&tool.description) + json_chars(&tool.parameters);
     }
     if let Some(schema) = &request.response_schema {
         chars += json_chars(schema);
@@ -39,14 +58,13 @@ pub(crate) fn request_chars(request: &ChatRequest) -> usize {
     chars
 }
 
-/// Characters of `value`'s compact JSON text, counted as it is written instead of built: a
-/// conversation's tool calls are measured before every turn.
+/// The [`weight`] of `value`'s compact JSON text, counted as it is written instead of built:
+/// a conversation's tool calls are measured before every turn.
 fn json_chars(value: &serde_json::Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            // Serde writes whole UTF-8 sequences: count the bytes that start a character.
-            self.0 += bytes.iter().filter(|&&b| (b as i8) >= -0x40).count();
+            self.0 += bytes.len() + 3 * non_ascii_bytes(bytes);
             Ok(bytes.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -56,7 +74,7 @@ fn json_chars(value: &serde_json::Value) -> usize {
     let mut count = Count(0);
     match serde_json::to_writer(&mut count, value) {
         Ok(()) => count.0,
-        Err(_) => value.to_string().chars().count(),
+        Err(_) => weight(&value.to_string()),
     }
 }
 
@@ -64,6 +82,18 @@ fn json_chars(value: &serde_json::Value) -> usize {
 mod tests {
     use super::*;
     use crate::provider::Message;
+
+    /// #23.4: 4,000 Japanese characters (billed as about 4,000 tokens) are never estimated
+    /// below that; English prose stays at about four characters a token.
+    #[test]
+    fn the_estimate_bounds_non_ascii_text_and_keeps_english_close() {
+        let japanese = ChatRequest::new("m", vec![Message::user("\u{65e5}\u{672c}".repeat(2000))]);
+        assert_eq!(request_tokens(&japanese), 12_000);
+        let prose = "The quick brown fox jumps over the lazy dog. ".repeat(100);
+        let english = ChatRequest::new("m", vec![Message::user(prose.clone())]);
+        assert_eq!(request_tokens(&english), (prose.len() as u64).div_ceil(4));
+        assert_eq!(weight("a\u{e9}"), 1 + 8);
+    }
 
     #[test]
     fn four_characters_per_token_rounded_up() {
@@ -73,14 +103,15 @@ mod tests {
         assert_eq!(tokens_for_chars(5), 2);
         let request = ChatRequest::new("m", vec![Message::user("")]);
         assert_eq!(request_tokens(&request), 1);
+        // Non-ASCII text: a token per UTF-8 byte (é is two).
         let request = ChatRequest::new("m", vec![Message::user("\u{e9}".repeat(8))]);
-        assert_eq!(request_tokens(&request), 2);
+        assert_eq!(request_tokens(&request), 16);
         for value in [
             serde_json::json!({"a": "\u{e9}t\u{e9} \u{1f600}", "b": [1, 2.5, null, "\"q\"\n"]}),
             serde_json::json!("plain"),
             serde_json::json!({}),
         ] {
-            assert_eq!(json_chars(&value), value.to_string().chars().count(), "{value}");
+            assert_eq!(json_chars(&value), weight(&value.to_string()), "{value}");
         }
     }
 }

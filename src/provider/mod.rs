@@ -37,6 +37,7 @@ use crate::{Error, Usage};
 pub(crate) use echo::split_deltas as split_text_deltas;
 pub(crate) use estimate::request_tokens as estimate_request_tokens;
 pub(crate) use estimate::tokens_for_chars as estimate_tokens_for_chars;
+pub(crate) use estimate::weight as estimate_weight;
 pub use http::ApiKey;
 pub(crate) use http::parse_base_url;
 pub(crate) use stream::cancelled as cancelled_error;

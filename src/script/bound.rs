@@ -6,9 +6,16 @@
 //! construct whose count it cannot bound (a `while` loop that calls agents, a child workflow, a
 //! loop over a value of unknown size), with its position. The count is priced
 //! ([`cost_bound`], in `bound/price.rs`) with the engine's registries and price table, the way
-//! admission does. This file holds the data both sides share.
+//! admission does. This file holds the data both sides share; beside it, what both dialects'
+//! analyses share: the per-site counts (`count.rs`), the sites and how a site reached in several
+//! contexts merges (`sites.rs`), every unbounded reason's wording (`reason.rs`), and how an
+//! analysis runs (`guard.rs`).
 
+pub(crate) mod count;
+pub(crate) mod guard;
 mod price;
+pub(crate) mod reason;
+pub(crate) mod sites;
 #[cfg(test)]
 mod tests;
 
@@ -242,44 +249,5 @@ impl<'de> Deserialize<'de> for CostBound {
             },
             CostBoundWire::Unbounded { unbounded } => CostBound::Unbounded { reason: unbounded },
         })
-    }
-}
-
-/// How many times each agent site (line, column) can run: what both dialects' bound analyses
-/// fold, site by site, through sequences, branches and loops.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct SiteCounts(pub(crate) std::collections::BTreeMap<(u32, u32), u64>);
-
-impl SiteCounts {
-    pub(crate) fn one(pos: (u32, u32)) -> SiteCounts {
-        SiteCounts(std::collections::BTreeMap::from([(pos, 1)]))
-    }
-
-    pub(crate) fn is_zero(&self) -> bool {
-        self.0.values().all(|n| *n == 0)
-    }
-
-    /// One after the other: the counts add.
-    pub(crate) fn add(&mut self, other: &SiteCounts) {
-        for (pos, n) in &other.0 {
-            let slot = self.0.entry(*pos).or_insert(0);
-            *slot = slot.saturating_add(*n);
-        }
-    }
-
-    /// Run `factor` times.
-    pub(crate) fn scaled(mut self, factor: u64) -> SiteCounts {
-        for n in self.0.values_mut() {
-            *n = n.saturating_mul(factor);
-        }
-        self
-    }
-
-    /// Per site, the larger of the two: at least what either branch can do.
-    pub(crate) fn max_with(&mut self, other: &SiteCounts) {
-        for (pos, n) in &other.0 {
-            let slot = self.0.entry(*pos).or_insert(0);
-            *slot = (*slot).max(*n);
-        }
     }
 }

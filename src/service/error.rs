@@ -1,7 +1,9 @@
 //! The service's error body: `{code, message}` with the HTTP status that fits the error's kind.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -35,6 +37,16 @@ impl ApiError {
     /// 409: the run is in a state that forbids the request.
     pub fn conflict(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    /// 409: the wait was closed by an earlier resolution; `winner` is the value that won.
+    pub fn already_resolved(key: &str, winner: Option<Value>) -> ApiError {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "already_resolved",
+            format!("the wait on {key:?} was already resolved; the first resolution wins"),
+        )
+        .with_details(json!({ "key": key, "value": winner }))
     }
 
     /// Adds machine-readable details (a rejected script's diagnostics).
@@ -81,4 +93,51 @@ impl IntoResponse for ApiError {
         }
         (self.status, Json(body)).into_response()
     }
+}
+
+/// Makes every error response JSON: what axum or hyper answer on their own (405, a path or
+/// query that does not parse, a body past its limit) becomes `{code, message}` with the same
+/// status and headers (`Allow`, `WWW-Authenticate`).
+pub async fn json_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    if json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|b| crate::text::for_terminal_line(String::from_utf8_lossy(&b).trim()).into_owned())
+        .unwrap_or_default();
+    let code = match status.as_u16() {
+        400 => "bad_request",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        408 => "request_timeout",
+        413 => "payload_too_large",
+        415 => "unsupported_media_type",
+        422 => "unprocessable",
+        500..=599 => "internal",
+        _ => "error",
+    };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_ascii_lowercase()
+    } else {
+        text
+    };
+    let mut out = ApiError::new(status, code, message).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
 }

@@ -3,7 +3,8 @@
 //! whose `id:` is its journal seq; a client reconnecting with `Last-Event-ID: N` gets the
 //! entries after seq N, missing none and repeating none. Entries journaled before the stream
 //! opened carry `"replayed": true`. A `status` event (no id) reports each status change; once
-//! the run settles, an `outcome` event (no id) ends the stream. A tool call's entries are each
+//! the run settles, an `outcome` event (no id) ends the stream; when the server shuts down, a
+//! `shutdown` event (no id, `{run_id, status, last_event_id, reason}`) ends it instead. A tool call's entries are each
 //! followed by a `tool` event (no id): `{phase: start|end, tool, call_id, status, scope, seq,
 //! error}`.
 
@@ -28,13 +29,14 @@ pub async fn events(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let run = parse_run_id(&id)?;
-    let after =
-        match headers.get("last-event-id") {
-            None => 0,
-            Some(v) => v.to_str().ok().and_then(|t| t.trim().parse::<u64>().ok()).ok_or_else(|| {
-                ApiError::bad_request("Last-Event-ID must be a journal seq (a whole number)")
-            })?,
-        };
+    // An empty `Last-Event-ID` is a stream from the start, as the SSE standard has it.
+    let after = match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
+        None | Some(Ok("")) => 0,
+        Some(text) => text
+            .ok()
+            .and_then(|t| t.parse::<u64>().ok())
+            .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be a journal seq (a whole number)"))?,
+    };
     // Following starts before the first read, so a write between the read and the first
     // wait still wakes the stream.
     let changes = state.engine.journal_store().watch().map(|watch| watch.subscribe(&run));
@@ -113,16 +115,29 @@ async fn follow(
             return;
         }
         let poll = tokio::time::sleep(state.options.poll_interval);
-        match &mut changes {
+        let shutdown = state.options.shutdown.clone();
+        let stopping = match &mut changes {
             Some(changes) => {
-                tokio::select! {
-                    () = changes.changed() => {}
-                    () = poll => {}
-                }
+                let stopping = tokio::select! {
+                    () = changes.changed() => false,
+                    () = poll => false,
+                    () = shutdown.cancelled() => true,
+                };
                 // Seen before the read below: a write after this point wakes the next wait.
                 changes.mark_seen();
+                stopping
             }
-            None => poll.await,
+            None => tokio::select! {
+                () = poll => false,
+                () = shutdown.cancelled() => true,
+            },
+        };
+        if stopping {
+            // The server is stopping: say so, and end the stream (the client reconnects to
+            // another server, or this one restarted, with `Last-Event-ID`).
+            let data = json!({ "run_id": run, "status": status, "last_event_id": after, "reason": "the server is shutting down" });
+            let _ = tx.send(Ok(Event::default().event("shutdown").data(data.to_string()))).await;
+            return;
         }
         if tx.is_closed() {
             return;

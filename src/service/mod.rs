@@ -3,13 +3,17 @@
 //! the same store); clients follow a run live over Server-Sent Events read from the store's
 //! journal, so a run driven by another process streams the same way.
 //!
-//! One concept per file: [`error`] the `{code, message}` body, [`auth`] the bearer token,
-//! [`runs`] the run routes, [`plan`] a planner goal's run, [`events`] the SSE stream, [`metrics`] the Prometheus text,
+//! One concept per file: [`error`] the `{code, message}` body (every error is JSON),
+//! [`auth`] the bearer tokens and their scopes, [`guard`] the refusal of drive-by requests
+//! (`Host`, cross-site, non-JSON bodies), [`limits`] the accept loop's bounds and the body
+//! read timeout, [`runs`] the run routes, [`plan`] a planner goal's run, [`events`] the SSE stream, [`metrics`] the Prometheus text,
 //! [`openapi`] the OpenAPI document.
 
 pub mod auth;
 pub mod error;
 pub mod events;
+pub mod guard;
+pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod plan;
@@ -24,13 +28,19 @@ use axum::routing::{get, post};
 use crate::Engine;
 use crate::money::Money;
 
+pub use auth::{ApiToken, Caller, Scope};
 pub use error::ApiError;
+pub use guard::AllowedHosts;
+pub use limits::{ConnectionLimits, serve};
 
 /// How the service behaves.
 #[derive(Debug, Clone)]
 pub struct ServiceOptions {
-    /// The bearer token every route but `/healthz` requires; `None` leaves the routes open.
-    pub token: Option<String>,
+    /// The bearer tokens every route but `/healthz` accepts, each with its scopes; none
+    /// leaves the routes open.
+    pub tokens: Vec<ApiToken>,
+    /// The `Host` values answered (421 for any other).
+    pub allowed_hosts: AllowedHosts,
     /// The largest request body accepted, in bytes; a larger one is answered 413.
     pub max_body_bytes: usize,
     /// The largest budget a submitted run may ask for; a run that asks none gets it.
@@ -40,15 +50,23 @@ pub struct ServiceOptions {
     /// notification connection). Writes this process makes, and PostgreSQL writes from
     /// any host, wake the stream at once.
     pub poll_interval: std::time::Duration,
+    /// How long a request body may take to arrive (408 after).
+    pub body_timeout: std::time::Duration,
+    /// Fired when the server shuts down: every event stream sends a final `shutdown` event
+    /// and ends, so connections close within the grace period.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl Default for ServiceOptions {
     fn default() -> ServiceOptions {
         ServiceOptions {
-            token: None,
+            tokens: Vec::new(),
+            allowed_hosts: AllowedHosts::any(),
             max_body_bytes: 1024 * 1024,
             max_budget: None,
             poll_interval: std::time::Duration::from_millis(50),
+            body_timeout: std::time::Duration::from_secs(30),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
 }
@@ -60,6 +78,9 @@ pub struct AppState {
     pub(crate) options: Arc<ServiceOptions>,
     /// Bounds the planner goals planned at once (the rest wait their turn, queued).
     pub(crate) planning: Arc<tokio::sync::Semaphore>,
+    /// Resolutions run one at a time in this server, so of two racing resolutions of one wait
+    /// the second sees the first's (in the journal or the run's inbox) and is told it lost.
+    pub(crate) resolving: Arc<std::sync::Mutex<()>>,
 }
 
 /// How many planner goals one server plans at once.
@@ -86,10 +107,13 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// mid-plan.
 pub fn router(engine: Engine, options: ServiceOptions) -> Router {
     let max_body = options.max_body_bytes;
+    let body_limits = limits::BodyLimits { max_bytes: max_body, timeout: options.body_timeout };
+    let allowed_hosts = Arc::new(options.allowed_hosts.clone());
     let state = AppState {
         engine,
         options: Arc::new(options),
         planning: Arc::new(tokio::sync::Semaphore::new(PLANNING_AT_ONCE)),
+        resolving: Arc::new(std::sync::Mutex::new(())),
     };
     // Planner goals a stopped server left mid-plan are planned again here.
     if tokio::runtime::Handle::try_current().is_ok() {
@@ -106,10 +130,22 @@ pub fn router(engine: Engine, options: ServiceOptions) -> Router {
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
+    // Outermost first: errors become JSON, drive-by requests are refused before anything
+    // else, then the body is read within its time limit.
     Router::new()
         .route("/healthz", get(|| async { axum::Json(serde_json::json!({ "ok": true })) }))
         .merge(guarded)
         .fallback(|| async { ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
+        })
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(body_limits, limits::read_body_in_time))
+        .layer(axum::middleware::from_fn_with_state(allowed_hosts, guard::refuse_drive_by))
+        .layer(axum::middleware::from_fn(error::json_errors))
         .with_state(state)
 }

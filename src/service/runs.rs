@@ -139,9 +139,17 @@ pub async fn submit(
             return Err(ApiError::conflict(format!("run {id} already exists")));
         }
         let script = Script::new(&dialect, &name, &source);
+        let asked = run_id.as_ref().map_or_else(String::new, |id| id.as_str().to_owned());
         let options = RunOptions { budget_usd: budget, run_id, ..RunOptions::default() };
         match engine.enqueue_script(&script, args, options) {
             Ok(run_id) => Ok(run_id),
+            // Lost a race for the run id to another submission.
+            Err(e) if e.code == crate::error::ErrorCode::RunBusy => {
+                Err(ApiError::conflict(format!("run {asked} already exists")))
+            }
+            Err(e) if e.code == crate::error::ErrorCode::Config && e.message.contains("already exists") => {
+                Err(ApiError::conflict(e.message))
+            }
             Err(e) if e.code == crate::error::ErrorCode::Validation => {
                 let diagnostics = diagnostics_of(engine, &dialect, &source);
                 Err(ApiError::from(e).with_details(json!({ "diagnostics": diagnostics })))
@@ -239,8 +247,9 @@ pub async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let statuses = match query.status.as_deref() {
-        None => Vec::new(),
+    let statuses = match query.status.as_deref().map(str::trim) {
+        // `status=` filters nothing, as no `status` does.
+        None | Some("") => Vec::new(),
         Some(text) => vec![
             serde_json::from_value::<RunStatus>(json!(text))
                 .map_err(|_| ApiError::bad_request(format!("unknown status {text:?}")))?,
@@ -308,7 +317,9 @@ pub async fn journal(State(state): State<AppState>, Path(id): Path<String>) -> R
 }
 
 /// `POST /v1/runs/{id}/resolve/{key}`: resolves the run's `await_external(key)` with the JSON
-/// body; a parked queued run returns to the queue.
+/// body; a parked queued run returns to the queue. The first resolution wins: any later one
+/// is answered 409 `already_resolved` with the value that won. 404 `unknown_wait` for a key
+/// the run never waited on; 409 `no_open_wait` when its wait is no longer open.
 pub async fn resolve(
     State(state): State<AppState>,
     Path((id, key)): Path<(String, String)>,
@@ -316,11 +327,37 @@ pub async fn resolve(
 ) -> Result<Json<Value>, ApiError> {
     let run = parse_run_id(&id)?;
     let value: Value = json_body(body)?;
+    let serial = state.resolving.clone();
     blocking(&state, move |engine| {
+        // One resolution at a time in this server: the check below and the write it guards
+        // are one step for every client of this server.
+        let _serial = serial.lock().unwrap_or_else(|p| p.into_inner());
         meta_of(engine, &run)?;
+        let entries = entries_of(engine, &run)?;
+        if !entries
+            .iter()
+            .any(|e| e.kind == journal::Kind::External && e.name.as_deref() == Some(key.as_str()))
+        {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_wait",
+                format!("run {run} never waited on key {:?}", crate::text::for_terminal_line(&key)),
+            ));
+        }
+        if let Some(winner) = closed_with(&entries, &key) {
+            return Err(ApiError::already_resolved(&key, winner));
+        }
+        // A resolution another client left for the run's driver is the winner too.
+        if let Some(winner) = engine.queued_resolution(&run, &key)? {
+            return Err(ApiError::already_resolved(&key, Some(winner)));
+        }
         let resolution = engine.resolve(&run, &key, value).map_err(|e| {
             if e.code == crate::error::ErrorCode::Config {
                 ApiError::conflict(e.message)
+            } else if e.code == crate::error::ErrorCode::Validation
+                && e.message.contains("has no wait on key")
+            {
+                ApiError::new(StatusCode::CONFLICT, "no_open_wait", e.message)
             } else {
                 ApiError::from(e)
             }
@@ -328,11 +365,29 @@ pub async fn resolve(
         let resolution = match resolution {
             Resolution::Applied => "applied",
             Resolution::Queued => "queued",
-            Resolution::AlreadyResolved => "already_resolved",
+            Resolution::AlreadyResolved => {
+                let entries = entries_of(engine, &run)?;
+                return Err(ApiError::already_resolved(&key, closed_with(&entries, &key).flatten()));
+            }
         };
         Ok(Json(json!({ "run_id": run, "key": key, "resolution": resolution })))
     })
     .await
+}
+
+/// When the newest wait on `key` is closed: `Some` of the value that closed it (the first
+/// resolution journaled for it), `Some(None)` when the journal holds no such value.
+fn closed_with(entries: &[journal::Entry], key: &str) -> Option<Option<Value>> {
+    let wait = entries.iter().rev().find(|e| {
+        e.kind == journal::Kind::External
+            && e.status == journal::Status::Suspended
+            && e.name.as_deref() == Some(key)
+    })?;
+    if !journal::Resolutions::fold(entries.iter()).is_closed(wait.seq) {
+        return None;
+    }
+    let first = entries.iter().find(|e| e.kind == journal::Kind::Resolution && e.target == Some(wait.seq));
+    Some(first.and_then(journal::Entry::value))
 }
 
 /// `POST /v1/runs/{id}/cancel`: a run nobody drives (queued, suspended, left by a worker that

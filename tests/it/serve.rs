@@ -7,16 +7,16 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
-const TOKEN: &str = "s3cret-token";
+pub(super) const TOKEN: &str = "s3cret-token";
 
 /// A running `cairn serve` (and any `cairn worker`s beside it), killed on drop.
-struct Server {
-    child: Child,
-    workers: Vec<Child>,
-    base: String,
-    token: Option<String>,
-    store: String,
-    dir: tempfile::TempDir,
+pub(super) struct Server {
+    pub(super) child: Child,
+    pub(super) workers: Vec<Child>,
+    pub(super) base: String,
+    pub(super) token: Option<String>,
+    pub(super) store: String,
+    pub(super) dir: tempfile::TempDir,
 }
 
 impl Drop for Server {
@@ -28,7 +28,7 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -37,7 +37,7 @@ fn serve_command(dir: &std::path::Path, listen: &str, token: Option<&str>, extra
     serve_command_on(dir, &store, listen, token, extra)
 }
 
-fn serve_command_on(
+pub(super) fn serve_command_on(
     dir: &std::path::Path,
     store: &str,
     listen: &str,
@@ -59,14 +59,19 @@ fn serve_command_on(
     command
 }
 
-async fn start(token: Option<&str>, extra: &[&str]) -> Server {
+pub(super) async fn start(token: Option<&str>, extra: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("c.db").display());
     start_on(dir, store, token, extra).await
 }
 
 /// `cairn serve` in `dir` (its `cairn.toml`, if any) over the store at `store`.
-async fn start_on(dir: tempfile::TempDir, store: String, token: Option<&str>, extra: &[&str]) -> Server {
+pub(super) async fn start_on(
+    dir: tempfile::TempDir,
+    store: String,
+    token: Option<&str>,
+    extra: &[&str],
+) -> Server {
     let port = free_port();
     let child = serve_command_on(dir.path(), &store, &format!("127.0.0.1:{port}"), token, extra)
         .stdout(Stdio::null())
@@ -95,14 +100,14 @@ async fn start_on(dir: tempfile::TempDir, store: String, token: Option<&str>, ex
 
 /// `cairn serve` over a fresh PostgreSQL schema, or `None` (skipped) without a test server
 /// outside CI.
-async fn start_on_postgres(token: Option<&str>, extra: &[&str]) -> Option<Server> {
+pub(super) async fn start_on_postgres(token: Option<&str>, extra: &[&str]) -> Option<Server> {
     let store = super::postgres::fresh_url("serve")?;
     Some(start_on(tempfile::tempdir().unwrap(), store, token, extra).await)
 }
 
 impl Server {
     /// Starts a `cairn worker` process on the server's store, killed with the server.
-    fn add_worker(&mut self, extra: &[&str]) {
+    pub(super) fn add_worker(&mut self, extra: &[&str]) {
         let child = Command::new(assert_cmd::cargo::cargo_bin("cairn"))
             .current_dir(self.dir.path())
             .args(["--store", &self.store, "worker", "--quiet"])
@@ -117,7 +122,7 @@ impl Server {
         self.workers.push(child);
     }
 
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    pub(super) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
         let request = client.request(method, format!("{}{path}", self.base));
         match &self.token {
@@ -126,26 +131,26 @@ impl Server {
         }
     }
 
-    async fn submit(&self, body: Value) -> (u16, Value) {
+    pub(super) async fn submit(&self, body: Value) -> (u16, Value) {
         let r = self.request(reqwest::Method::POST, "/v1/runs").json(&body).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap())
     }
 
-    async fn get(&self, path: &str) -> (u16, Value) {
+    pub(super) async fn get(&self, path: &str) -> (u16, Value) {
         let r = self.request(reqwest::Method::GET, path).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+    pub(super) async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         let r = self.request(reqwest::Method::POST, path).json(&body).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
     /// Waits until the run reaches `status`.
-    async fn wait_for(&self, run: &str, status: &str) -> Value {
+    pub(super) async fn wait_for(&self, run: &str, status: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let (code, body) = self.get(&format!("/v1/runs/{run}")).await;
@@ -160,7 +165,7 @@ impl Server {
 
     /// Follows the run's event stream (from `last_event_id`) until it closes or `stop_after`
     /// entry events arrived; returns `(event, id, data)` per event.
-    async fn events(
+    pub(super) async fn events(
         &self,
         run: &str,
         last_event_id: Option<u64>,
@@ -293,10 +298,11 @@ async fn approval_resolved_over_http(server: &Server) {
     assert_eq!(code, 200, "{resolved}");
     let events = server.events(&run, None, None).await;
     assert_eq!(events.last().unwrap().2["status"], "ok", "{events:?}");
-    // Resolving again is recorded, not applied.
+    // Resolving again is refused: the first resolution won, and its value is told.
     let (code, again) = server.post(&format!("/v1/runs/{run}/resolve/approve"), json!("no")).await;
-    assert_eq!(code, 200, "{again}");
-    assert_eq!(again["resolution"], "already_resolved");
+    assert_eq!(code, 409, "{again}");
+    assert_eq!(again["code"], "already_resolved");
+    assert_eq!(again["details"]["value"], "yes", "{again}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,7 +370,13 @@ async fn bad_bodies_get_typed_json_errors() {
     let (code, body) = server.submit(json!({ "source": big })).await;
     assert_eq!(code, 413, "{body}");
     assert_eq!(body["code"], "payload_too_large");
-    let r = server.request(reqwest::Method::POST, "/v1/runs").body("{not json").send().await.unwrap();
+    let r = server
+        .request(reqwest::Method::POST, "/v1/runs")
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], "bad_request");
     let (code, body) = server.submit(json!({ "source": "1", "budget_usd": 5.0 })).await;
@@ -457,7 +469,7 @@ async fn on_postgres_a_run_driven_by_a_separate_worker_process_streams_to_the_en
 }
 
 /// The events of a whole SSE body.
-fn parse_events(text: &str) -> Vec<(String, Option<u64>, Value)> {
+pub(super) fn parse_events(text: &str) -> Vec<(String, Option<u64>, Value)> {
     let mut events = Vec::new();
     for block in text.split("\n\n") {
         let (mut event, mut id, mut data) = (String::from("message"), None, String::new());

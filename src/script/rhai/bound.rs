@@ -31,7 +31,10 @@ use serde_json::Value;
 
 use super::line_column;
 use super::sandbox::{MUTATING_METHODS, SandboxLimits, compile_scope, parser_engine};
-use crate::script::bound::{AgentSite, CallBound, Known, SiteCounts as Count};
+use crate::script::bound::count::SiteCounts as Count;
+use crate::script::bound::reason::{Construct, Place, Reason};
+use crate::script::bound::sites::{self, Options, Sites};
+use crate::script::bound::{AgentSite, CallBound, Known, guard};
 
 /// Loops over at most this many known elements are re-walked per element when one walk with an
 /// unknown element cannot bound the body.
@@ -85,44 +88,19 @@ const PER_PAIR_METHODS: &[&str] = &["sort", "sort_by", "order_by"];
 pub(crate) fn call_bound(source: &str, args: &Value) -> CallBound {
     // On a thread of its own with a stack sized for the deepest walk the limits allow (48
     // nested calls of bodies nested 64 deep), whatever stack the caller runs on.
-    let spawned = std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("cairn-bound".into())
-            .stack_size(BOUND_STACK)
-            .spawn_scoped(scope, || analyze(source, args))
-            .map(|handle| handle.join())
-    });
-    match spawned {
-        Ok(Ok(bound)) => bound,
-        _ => CallBound::Unbounded {
-            reason: "the bound analysis failed on this script (a bug in cairn)".to_owned(),
-            line: 1,
-            column: 1,
-        },
-    }
+    guard::on_own_stack(BOUND_STACK, || analyze(source, args))
 }
 
-/// Parses and bounds, turning a panic into an unbounded result.
+/// Parses and bounds.
 fn analyze(source: &str, args: &Value) -> CallBound {
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let engine = parser_engine(&SandboxLimits::STANDARD);
-        match engine.compile_with_scope(&compile_scope(), source) {
-            Ok(ast) => bound_of(&ast, args),
-            Err(error) => {
-                let (line, column) = line_column(error.position());
-                CallBound::Unbounded {
-                    reason: format!("the script does not parse: {}", super::sentence(&error.0.to_string())),
-                    line,
-                    column,
-                }
-            }
+    let engine = parser_engine(&SandboxLimits::STANDARD);
+    match engine.compile_with_scope(&compile_scope(), source) {
+        Ok(ast) => bound_of(&ast, args),
+        Err(error) => {
+            let (line, column) = line_column(error.position());
+            Reason::Parse(super::sentence(&error.0.to_string())).at(line, column)
         }
-    }));
-    result.unwrap_or_else(|_| CallBound::Unbounded {
-        reason: "the bound analysis failed on this script (a bug in cairn)".to_owned(),
-        line: 1,
-        column: 1,
-    })
+    }
 }
 
 /// The call bound of a parsed script.
@@ -141,7 +119,7 @@ pub(crate) fn bound_of(ast: &AST, args: &Value) -> CallBound {
         functions: &functions,
         mutated,
         args,
-        sites: HashMap::new(),
+        sites: Sites::default(),
         scope: Vec::new(),
         frames: vec![Frame { base: 0, sees_script: true }],
         active: Vec::new(),
@@ -153,46 +131,27 @@ pub(crate) fn bound_of(ast: &AST, args: &Value) -> CallBound {
         .and_then(|()| walker.statements(ast.statements()))
         .and_then(|(count, value)| walker.lose(value, Position::NONE).map(|_| count));
     match result {
-        Ok(count) => {
-            let mut sites: Vec<AgentSite> = count
-                .0
-                .into_iter()
-                .filter(|(_, calls)| *calls > 0)
-                .map(|(pos, calls)| {
-                    let mut site =
-                        walker.sites.remove(&pos).unwrap_or_else(|| AgentSite::at(pos.0, pos.1, 0));
-                    site.max_calls = calls;
-                    site
-                })
-                .collect();
-            sites.sort_by_key(|site| (site.line, site.column));
-            CallBound::Bounded { sites }
-        }
+        Ok(count) => walker.sites.finish(count),
         Err(unbounded) => {
             let (line, column) = line_column(unbounded.pos);
-            CallBound::Unbounded { reason: unbounded.reason, line, column }
+            unbounded.reason.at(line, column)
         }
     }
 }
 
 // ----- counts -----
 
-/// A site's position: line and column of its `agent` call.
-type SitePos = (u32, u32);
-
 /// Why the count has no static bound, and where.
 #[derive(Debug, Clone)]
 struct Unbounded {
-    reason: String,
+    reason: Reason,
     pos: Position,
-    /// The step budget ran out (a per-element walk may fall back to a cheaper one).
-    too_complex: bool,
 }
 
 type Bound<T> = Result<T, Unbounded>;
 
-fn unbounded<T>(pos: Position, reason: String) -> Bound<T> {
-    Err(Unbounded { reason, pos, too_complex: false })
+fn unbounded<T>(pos: Position, reason: Reason) -> Bound<T> {
+    Err(Unbounded { reason, pos })
 }
 
 // ----- abstract values -----
@@ -495,7 +454,7 @@ struct Walker<'f> {
     mutated: HashSet<ImmutableString>,
     args: &'f Value,
     /// What each site's options say, merged over every context it was reached in.
-    sites: HashMap<SitePos, AgentSite>,
+    sites: Sites,
     scope: Vec<(ImmutableString, Abs)>,
     frames: Vec<Frame>,
     /// Functions being walked, to catch recursion.
@@ -508,19 +467,11 @@ struct Walker<'f> {
 impl Walker<'_> {
     fn step(&mut self, pos: Position) -> Bound<()> {
         if self.active.len() > MAX_CALL_DEPTH {
-            return Err(Unbounded {
-                reason: "functions and closures call each other deeper than the sandbox allows".to_owned(),
-                pos,
-                too_complex: true,
-            });
+            return unbounded(pos, Reason::TooDeep);
         }
         self.steps += 1;
         if self.steps > self.step_limit {
-            return Err(Unbounded {
-                reason: "the script is too large or too deeply nested to bound".to_owned(),
-                pos,
-                too_complex: true,
-            });
+            return unbounded(pos, Reason::TooComplex);
         }
         Ok(())
     }
@@ -542,10 +493,7 @@ impl Walker<'_> {
         for name in implicit {
             let callable = Callable { target: Target::Script(name.clone()), captured: Vec::new() };
             if self.calls_agents(&callable, Position::NONE)? {
-                return unbounded(
-                    Position::NONE,
-                    format!("the function '{name}' is called implicitly by Rhai and calls agents"),
-                );
+                return unbounded(Position::NONE, Reason::Implicit(name.to_string()));
             }
         }
         Ok(())
@@ -594,13 +542,7 @@ impl Walker<'_> {
         match value {
             Abs::Closure(callable) => {
                 if self.calls_agents(callable, pos)? {
-                    return unbounded(
-                        pos,
-                        "a closure that calls agents goes where the bound cannot follow it (a reassigned \
-                         variable, a map, a return value, a builtin); pass it straight to parallel, \
-                         pipeline, step or phase, or call it directly"
-                            .to_owned(),
-                    );
+                    return unbounded(pos, Reason::Escape(Place::Unfollowed));
                 }
                 Ok(())
             }
@@ -714,29 +656,27 @@ impl Walker<'_> {
                     ));
                 }
                 let what = match (stmt, &flow.expr) {
-                    (Stmt::While(..), Expr::Unit(_)) => "`loop`",
-                    (Stmt::While(..), _) => "`while` loop",
-                    _ => "`do` loop",
+                    (Stmt::While(..), Expr::Unit(_)) => Construct::Loop,
+                    (Stmt::While(..), _) => Construct::While,
+                    _ => Construct::Do,
                 };
-                return unbounded(
-                    *pos,
-                    format!("a {what} calls agents and has no static bound on its iterations"),
-                );
+                return unbounded(*pos, Reason::Loop(what));
             }
             Stmt::For(for_loop, pos) => {
                 let (variable, counter, flow) = &**for_loop;
                 let (mut count, iterable) = self.expr(&flow.expr)?;
                 let names = (variable.name.clone(), counter.as_ref().map(|c| c.name.clone()));
-                let body = self.iterate(&iterable, *pos, "a `for` loop", &mut |walker, element, index| {
-                    let mark = walker.scope.len();
-                    walker.declare(names.0.clone(), element, *pos)?;
-                    if let Some(counter) = &names.1 {
-                        walker.declare(counter.clone(), index, *pos)?;
-                    }
-                    let count = walker.block(&flow.body);
-                    walker.scope.truncate(mark);
-                    count
-                })?;
+                let body =
+                    self.iterate(&iterable, *pos, &Construct::For, &mut |walker, element, index| {
+                        let mark = walker.scope.len();
+                        walker.declare(names.0.clone(), element, *pos)?;
+                        if let Some(counter) = &names.1 {
+                            walker.declare(counter.clone(), index, *pos)?;
+                        }
+                        let count = walker.block(&flow.body);
+                        walker.scope.truncate(mark);
+                        count
+                    })?;
                 count.add(&body);
                 (count, unit())
             }
@@ -808,7 +748,7 @@ impl Walker<'_> {
         &mut self,
         iterable: &Abs,
         pos: Position,
-        what: &str,
+        what: &Construct,
         body: &mut dyn FnMut(&mut Self, Abs, Abs) -> Bound<Count>,
     ) -> Bound<Count> {
         // Element by element when the elements are known and few, so what a site's options
@@ -834,7 +774,7 @@ impl Walker<'_> {
             self.step_limit = limit;
             match result {
                 Err(error)
-                    if error.too_complex
+                    if error.reason.is_exhaustion()
                         && self.step_limit > steps.saturating_add(PER_ELEMENT_STEPS)
                         && !iterable.holds_closures() =>
                 {
@@ -846,7 +786,7 @@ impl Walker<'_> {
         }
         if iterable.holds_closures() {
             self.escape(iterable, pos)?;
-            return unbounded(pos, format!("{what} runs closures from a value the bound cannot follow"));
+            return unbounded(pos, Reason::Unfollowable(what.clone()));
         }
         let count = body(self, Abs::Unknown, Abs::Unknown)?;
         if count.is_zero() {
@@ -854,13 +794,7 @@ impl Walker<'_> {
         }
         match iterable.len() {
             Some(n) => Ok(count.scaled(n)),
-            None => unbounded(
-                pos,
-                format!(
-                    "{what} calls agents once per element of a value whose size is not known before the \
-                     run (a literal, a range or an args value is)"
-                ),
-            ),
+            None => unbounded(pos, Reason::UnknownSize(what.clone())),
         }
     }
 
@@ -1097,7 +1031,7 @@ impl Walker<'_> {
         match (name.as_str(), args.len()) {
             ("agent", 1 | 2) => {
                 let site = self.site(&args, (line, column));
-                self.merge_site((line, column), site);
+                self.sites.record(site);
                 for arg in args {
                     self.lose(arg, pos)?;
                 }
@@ -1109,7 +1043,7 @@ impl Walker<'_> {
                 for opts in args {
                     self.lose(opts, pos)?;
                 }
-                Ok((self.each_closure(&branches, pos, "parallel")?, Abs::Unknown))
+                Ok((self.each_closure(&branches, pos, Construct::Parallel)?, Abs::Unknown))
             }
             ("parallel", 2 | 3) => {
                 let items = args.remove(0);
@@ -1118,7 +1052,7 @@ impl Walker<'_> {
                     self.lose(opts, pos)?;
                 }
                 let Abs::Closure(body) = body else { return Ok((none, Abs::Unknown)) };
-                let count = self.iterate(&items, pos, "a `parallel` fan-out", &mut |walker, item, _| {
+                let count = self.iterate(&items, pos, &Construct::Parallel, &mut |walker, item, _| {
                     walker.invoke(&body, &[item], pos)
                 })?;
                 Ok((count, Abs::Unknown))
@@ -1131,9 +1065,9 @@ impl Walker<'_> {
                 }
                 // Every item through every stage; a stage's input is the previous stage's
                 // output, unknown to the bound (the first stage's is the item).
-                let count = self.iterate(&items, pos, "a `pipeline`", &mut |walker, item, _| {
+                let count = self.iterate(&items, pos, &Construct::Pipeline, &mut |walker, item, _| {
                     let Some(stages) = stage_list(&stages) else {
-                        return walker.each_closure(&stages, pos, "pipeline");
+                        return walker.each_closure(&stages, pos, Construct::Pipeline);
                     };
                     let mut total = Count::default();
                     for (index, stage) in stages.iter().enumerate() {
@@ -1158,20 +1092,12 @@ impl Walker<'_> {
             }
             ("workflow", 2 | 3) => {
                 let child = match args.first() {
-                    Some(Abs::Json(Value::String(child))) => format!("'{child}'"),
-                    _ => "with a computed name".to_owned(),
+                    Some(Abs::Json(Value::String(child))) => Some(child.clone()),
+                    _ => None,
                 };
-                unbounded(
-                    pos,
-                    format!("the child workflow {child} makes agent calls the script does not show"),
-                )
+                unbounded(pos, Reason::ChildWorkflow(child))
             }
-            ("orchestrate", 1 | 2) => unbounded(
-                pos,
-                "an orchestrator decides at run time how many agents it spawns (bounded by its max_spawns \
-                 and the ceiling, not by the script)"
-                    .to_owned(),
-            ),
+            ("orchestrate", 1 | 2) => unbounded(pos, Reason::Orchestrate),
             ("call", n) if n >= 1 => {
                 let callee = args.remove(0);
                 match callee {
@@ -1194,7 +1120,7 @@ impl Walker<'_> {
                     };
                     Ok((none, Abs::Closure(Rc::new(Callable { target, captured: Vec::new() }))))
                 }
-                _ => unbounded(pos, "`Fn` with a computed name hides which function runs".to_owned()),
+                _ => unbounded(pos, Reason::ComputedFnName),
             },
             ("type_of", 1) => Ok((
                 none,
@@ -1256,10 +1182,12 @@ impl Walker<'_> {
                     self.escape(closure, pos)?;
                     continue;
                 };
-                let mut each =
-                    self.iterate(receiver, pos, &format!("`{name}`"), &mut |walker, item, index| {
-                        walker.invoke(body, &[item, index], pos)
-                    })?;
+                let mut each = self.iterate(
+                    receiver,
+                    pos,
+                    &Construct::Method(name.to_owned()),
+                    &mut |walker, item, index| walker.invoke(body, &[item, index], pos),
+                )?;
                 if per_pair {
                     each = each.scaled(receiver.len().unwrap_or(0));
                 }
@@ -1310,7 +1238,7 @@ impl Walker<'_> {
     }
 
     /// Every closure of a list (parallel branches, pipeline stages), once each.
-    fn each_closure(&mut self, list: &Abs, pos: Position, what: &str) -> Bound<Count> {
+    fn each_closure(&mut self, list: &Abs, pos: Position, what: Construct) -> Bound<Count> {
         match list {
             Abs::Array(items) => {
                 let mut total = Count::default();
@@ -1323,7 +1251,7 @@ impl Walker<'_> {
             }
             // JSON holds no closures: nothing runs.
             Abs::Json(_) => Ok(Count::default()),
-            _ => unbounded(pos, format!("`{what}` runs closures from a value the bound cannot follow")),
+            _ => unbounded(pos, Reason::Unfollowable(what)),
         }
     }
 
@@ -1342,12 +1270,8 @@ impl Walker<'_> {
         let functions = self.functions;
         let Some(body) = functions.get(&name, arity) else { return Ok(Count::default()) };
         if self.active.contains(&name) {
-            let shown = if name.starts_with("anon$") {
-                "a closure".to_owned()
-            } else {
-                format!("the function '{name}'")
-            };
-            return unbounded(pos, format!("{shown} calls itself, so its agent calls have no static bound"));
+            let shown = (!name.starts_with("anon$")).then(|| name.to_string());
+            return unbounded(pos, Reason::Recursion(shown));
         }
         let base = self.scope.len();
         let sees_script = name.starts_with("anon$") && self.frames.last().is_some_and(|f| f.sees_script);
@@ -1377,79 +1301,31 @@ impl Walker<'_> {
     // ----- sites -----
 
     /// What an `agent(prompt, opts?)` call's arguments say.
-    fn site(&self, args: &[Abs], pos: SitePos) -> AgentSite {
-        let mut site = AgentSite::at(pos.0, pos.1, 0);
-        site.prompt = match args.first() {
+    fn site(&self, args: &[Abs], pos: (u32, u32)) -> AgentSite {
+        let prompt = match args.first() {
             Some(Abs::Json(Value::String(prompt))) => Known::Literal(prompt.clone()),
             _ => Known::Computed,
         };
-        match args.get(1) {
-            None => {}
-            Some(Abs::Json(Value::Object(map))) => {
-                for (key, value) in map {
-                    site.set_option(key, Known::Literal(value.clone()));
-                }
-            }
-            Some(Abs::Map(entries)) => {
-                for (key, value) in entries.iter() {
-                    let value = match value {
-                        Abs::Json(value) => Known::Literal(value.clone()),
-                        _ => Known::Computed,
-                    };
-                    site.set_option(key, value);
-                }
-            }
-            Some(_) => site = site.with_computed_options(),
-        }
-        site
-    }
-
-    /// Merges what a site's options say in one context into what they said in others: equal
-    /// literals stay, a prompt or system text keeps the longest, a number the largest, anything
-    /// else differing turns computed.
-    fn merge_site(&mut self, pos: SitePos, site: AgentSite) {
-        let Some(old) = self.sites.get_mut(&pos) else {
-            self.sites.insert(pos, site);
-            return;
+        let options = match args.get(1) {
+            None => Options::Absent,
+            Some(Abs::Json(Value::Object(map))) => Options::Fields(
+                map.iter().map(|(key, value)| (key.clone(), Known::Literal(value.clone()))).collect(),
+            ),
+            Some(Abs::Map(entries)) => Options::Fields(
+                entries
+                    .iter()
+                    .map(|(key, value)| {
+                        let value = match value {
+                            Abs::Json(value) => Known::Literal(value.clone()),
+                            _ => Known::Computed,
+                        };
+                        (key.clone(), value)
+                    })
+                    .collect(),
+            ),
+            Some(_) => Options::Computed,
         };
-        fn same<T: PartialEq + Clone>(old: &mut Known<T>, new: Known<T>) {
-            if *old != new {
-                *old = Known::Computed;
-            }
-        }
-        fn longest(old: &mut Known<String>, new: Known<String>) {
-            match (&*old, &new) {
-                (Known::Literal(a), Known::Literal(b)) => {
-                    if b.chars().count() > a.chars().count() {
-                        *old = new;
-                    }
-                }
-                (Known::Unset, Known::Unset) => {}
-                _ => *old = Known::Computed,
-            }
-        }
-        fn largest<T: PartialOrd + Clone>(old: &mut Known<T>, new: Known<T>) {
-            match (&*old, &new) {
-                (Known::Literal(a), Known::Literal(b)) => {
-                    if b > a {
-                        *old = new;
-                    }
-                }
-                (Known::Unset, Known::Unset) => {}
-                _ => *old = Known::Computed,
-            }
-        }
-        longest(&mut old.prompt, site.prompt);
-        longest(&mut old.system, site.system);
-        same(&mut old.model, site.model);
-        same(&mut old.profile, site.profile);
-        same(&mut old.role, site.role);
-        largest(&mut old.max_output_tokens, site.max_output_tokens);
-        largest(&mut old.max_turns, site.max_turns);
-        largest(&mut old.max_context_tokens, site.max_context_tokens);
-        same(&mut old.tools, site.tools);
-        same(&mut old.schema, site.schema);
-        largest(&mut old.est_cost, site.est_cost);
+        sites::site(pos, prompt, options)
     }
 }
 

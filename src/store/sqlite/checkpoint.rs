@@ -172,6 +172,7 @@ fn run(shared: &Shared, path: &Path, options: &SqliteOptions) {
                 }
             }
         }
+        let started = shared.now();
         if let Some(conn) = &conn {
             // Busy means another connection (another process's thread, or the writer's own
             // inline pass) is checkpointing already.
@@ -179,7 +180,13 @@ fn run(shared: &Shared, path: &Path, options: &SqliteOptions) {
                 tracing::debug!(%err, "background checkpoint did not run");
             }
         }
-        shared.requested.store(false, Ordering::Release);
+        // A commit since the pass began left frames it did not copy, and that commit's request
+        // found this one outstanding and was dropped: keep the request, so the writer's next
+        // pause copies them (without this, the last frames before a pause that came after a
+        // mid-stream pass stayed in the log until the log grew by another half threshold).
+        if shared.last_commit.load(Ordering::Acquire) < started {
+            shared.requested.store(false, Ordering::Release);
+        }
     }
 }
 

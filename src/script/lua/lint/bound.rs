@@ -36,7 +36,10 @@ use serde_json::Value;
 
 use super::values::{Pos, Static, ident, node_pos, peek_literal, string_literal, token_pos};
 use super::{MAX_SOURCE_SIZE, on_parser_stack, syntax};
-use crate::script::bound::{AgentSite, CallBound, Known, SiteCounts as Count};
+use crate::script::bound::count::SiteCounts as Count;
+use crate::script::bound::reason::{Construct, Place, Reason};
+use crate::script::bound::sites::{self, Options, Sites};
+use crate::script::bound::{CallBound, Known, guard};
 
 /// Loops over at most this many known elements are re-walked per element when one walk with an
 /// unknown element cannot bound the body.
@@ -51,40 +54,26 @@ const MAX_INLINE_DEPTH: usize = 64;
 /// The call bound of `source` given `args`. A script that does not parse is unbounded at the
 /// parse error's position (lint reports it).
 pub fn call_bound(source: &str, args: &Value) -> CallBound {
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    guard::catching(|| {
         if source.len() > MAX_SOURCE_SIZE {
-            return unbounded_at((1, 1), "the script is over the size limit".to_owned());
+            return Reason::TooLarge.at(1, 1);
         }
         let scan = syntax::scan(source);
         if let Some(fatal) = scan.fatal {
-            return unbounded_at(
-                (fatal.line, fatal.column),
-                format!("the script does not parse: {}", fatal.message),
-            );
+            return Reason::Parse(fatal.message).at(fatal.line, fatal.column);
         }
         on_parser_stack(scan.nesting, || {
             let parsed = syntax::parse(source);
             if let Some(error) = parsed.errors().first() {
                 let (start, _) = error.range();
-                let pos = (
-                    u32::try_from(start.line()).unwrap_or(u32::MAX).max(1),
-                    u32::try_from(start.character()).unwrap_or(u32::MAX).max(1),
-                );
-                return unbounded_at(pos, format!("the script does not parse: {}", error.error_message()));
+                let line = u32::try_from(start.line()).unwrap_or(u32::MAX).max(1);
+                let column = u32::try_from(start.character()).unwrap_or(u32::MAX).max(1);
+                return Reason::Parse(error.error_message().to_string()).at(line, column);
             }
             bound_of(parsed.ast().nodes(), args)
         })
-        .unwrap_or_else(internal)
-    }));
-    result.unwrap_or_else(|_| internal())
-}
-
-fn internal() -> CallBound {
-    unbounded_at((1, 1), "the bound analysis failed on this script (a bug in cairn)".to_owned())
-}
-
-fn unbounded_at(pos: Pos, reason: String) -> CallBound {
-    CallBound::Unbounded { reason, line: pos.0, column: pos.1 }
+        .unwrap_or_else(guard::internal)
+    })
 }
 
 /// The call bound of a parsed chunk.
@@ -95,7 +84,7 @@ fn bound_of(block: &Block, args: &Value) -> CallBound {
         args: args.clone(),
         mutated,
         scope: Vec::new(),
-        sites: HashMap::new(),
+        sites: Sites::default(),
         active: Vec::new(),
         probes: HashMap::new(),
         steps: 0,
@@ -103,22 +92,8 @@ fn bound_of(block: &Block, args: &Value) -> CallBound {
         backward_goto: None,
     };
     match walker.block(block) {
-        Ok(count) => {
-            let mut sites: Vec<AgentSite> = count
-                .0
-                .into_iter()
-                .filter(|(_, calls)| *calls > 0)
-                .map(|(pos, calls)| {
-                    let mut site =
-                        walker.sites.remove(&pos).unwrap_or_else(|| AgentSite::at(pos.0, pos.1, 0));
-                    site.max_calls = calls;
-                    site
-                })
-                .collect();
-            sites.sort_by_key(|site| (site.line, site.column));
-            CallBound::Bounded { sites }
-        }
-        Err(unbounded) => unbounded_at(unbounded.pos, unbounded.reason),
+        Ok(count) => walker.sites.finish(count),
+        Err(unbounded) => unbounded.reason.at(unbounded.pos.0, unbounded.pos.1),
     }
 }
 
@@ -127,13 +102,13 @@ fn bound_of(block: &Block, args: &Value) -> CallBound {
 /// Why the count has no static bound, and where.
 #[derive(Debug, Clone)]
 struct Unbounded {
-    reason: String,
+    reason: Reason,
     pos: Pos,
 }
 
 type Bound<T> = Result<T, Unbounded>;
 
-fn unbounded<T>(pos: Pos, reason: String) -> Bound<T> {
+fn unbounded<T>(pos: Pos, reason: Reason) -> Bound<T> {
     Err(Unbounded { reason, pos })
 }
 
@@ -512,7 +487,7 @@ struct Walker<'a> {
     args: Value,
     mutated: Changes,
     scope: Vec<(String, Abs<'a>)>,
-    sites: HashMap<Pos, AgentSite>,
+    sites: Sites,
     /// The functions being inlined, innermost last (for recursion).
     active: Vec<*const FunctionBody>,
     /// Whether a function calls agents, by body, once probed.
@@ -528,7 +503,7 @@ impl<'a> Walker<'a> {
     fn tick(&mut self, pos: Pos) -> Bound<()> {
         self.steps += 1;
         if self.steps > MAX_STEPS {
-            return unbounded(pos, "the script is too complex to bound statically".to_owned());
+            return unbounded(pos, Reason::TooComplex);
         }
         Ok(())
     }
@@ -547,7 +522,7 @@ impl<'a> Walker<'a> {
             matches!(value, Abs::Json(Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_)));
         let value =
             if self.mutated.assigned.contains(name) || (self.mutated.referenced.contains(name) && !scalar) {
-                self.lose(&value, pos, &format!("the changed variable '{name}'"))?;
+                self.lose(&value, pos, Place::ChangedVariable(name.to_owned()))?;
                 Abs::Unknown
             } else {
                 value
@@ -558,16 +533,10 @@ impl<'a> Walker<'a> {
 
     /// A value goes where the analysis cannot follow it: unbounded if it holds a function that
     /// calls agents.
-    fn lose(&mut self, value: &Abs<'a>, pos: Pos, place: &str) -> Bound<()> {
+    fn lose(&mut self, value: &Abs<'a>, pos: Pos, place: Place) -> Bound<()> {
         for func in value.functions() {
             if self.calls_agents(&func)? {
-                return unbounded(
-                    func.pos,
-                    format!(
-                        "a function that calls agents (line {}) goes into {place}, where the count cannot follow it",
-                        func.pos.0
-                    ),
-                );
+                return unbounded(func.pos, Reason::Escape(place));
             }
         }
         let _ = pos;
@@ -587,7 +556,7 @@ impl<'a> Walker<'a> {
         let result = self.call(func, Vec::new(), func.pos);
         let calls = match result {
             Ok((count, _)) => !count.is_zero(),
-            Err(error) if error.reason.contains("too complex") => return Err(error),
+            Err(error) if error.reason.is_exhaustion() => return Err(error),
             Err(_) => true,
         };
         self.sites = saved;
@@ -623,10 +592,7 @@ impl<'a> Walker<'a> {
                 && let Some((_, since)) = since_label.iter().find(|(name, _)| *name == target)
             {
                 if !since.is_zero() {
-                    return unbounded(
-                        pos,
-                        format!("a goto loop at line {} calls agents and has no static bound", pos.0),
-                    );
+                    return unbounded(pos, Reason::Loop(Construct::Goto));
                 }
                 self.backward_goto = None;
             }
@@ -640,7 +606,7 @@ impl<'a> Walker<'a> {
                 let (c, value) = self.expr(expr)?;
                 count.add(&c);
                 if !self.active.is_empty() {
-                    self.lose(&value, node_pos(expr), "a return value")?;
+                    self.lose(&value, node_pos(expr), Place::ReturnValue)?;
                 }
             }
         }
@@ -675,7 +641,7 @@ impl<'a> Walker<'a> {
                 for expr in assignment.expressions() {
                     let (c, value) = self.expr(expr)?;
                     count.add(&c);
-                    self.lose(&value, node_pos(expr), "an assignment")?;
+                    self.lose(&value, node_pos(expr), Place::Assignment)?;
                 }
                 Ok(count)
             }
@@ -705,7 +671,7 @@ impl<'a> Walker<'a> {
                 if names.len() == 1 && declaration.name().method_name().is_none() {
                     self.bind(ident(names[0]), func, pos)?;
                 } else {
-                    self.lose(&func, pos, "a table field")?;
+                    self.lose(&func, pos, Place::TableField)?;
                 }
                 Ok(Count::default())
             }
@@ -726,7 +692,7 @@ impl<'a> Walker<'a> {
                 let name = ident(numeric.index_variable()).to_owned();
                 let pos = token_pos(numeric.for_token());
                 let block = numeric.block();
-                let reason = "a numeric for loop with bounds not known before the run";
+                let reason = Reason::UnknownBounds;
                 let runs = match (start.int(), end.int(), step) {
                     (Some(start), Some(end), Some(step)) if step != 0 => {
                         let n = if step > 0 {
@@ -774,7 +740,7 @@ impl<'a> Walker<'a> {
                         for expr in &exprs {
                             let (ec, value) = self.expr(expr)?;
                             c.add(&ec);
-                            self.lose(&value, node_pos(*expr), "an iterator")?;
+                            self.lose(&value, node_pos(*expr), Place::Iterator)?;
                         }
                         (None, c)
                     }
@@ -799,11 +765,16 @@ impl<'a> Walker<'a> {
                         Some(pairs) => {
                             let elements =
                                 pairs.into_iter().map(|(k, v)| Abs::List(Rc::new(vec![k, v]))).collect();
-                            self.per_element(pos, Some(elements), "", |walker, pair| {
-                                let key = pair.member(&Abs::Json(Value::from(1)));
-                                let value = pair.member(&Abs::Json(Value::from(2)));
-                                walker.loop_body(&bind(key, value), generic.block())
-                            })?
+                            self.per_element(
+                                pos,
+                                Some(elements),
+                                Reason::UnknownSize(Construct::For),
+                                |walker, pair| {
+                                    let key = pair.member(&Abs::Json(Value::from(1)));
+                                    let value = pair.member(&Abs::Json(Value::from(2)));
+                                    walker.loop_body(&bind(key, value), generic.block())
+                                },
+                            )?
                         }
                         None => match collection.len() {
                             Some(n) => self.repeat_body(pos, n, |walker| {
@@ -812,19 +783,16 @@ impl<'a> Walker<'a> {
                             None => self.per_element(
                                 pos,
                                 None,
-                                "a for loop over a table of unknown size",
+                                Reason::UnknownSize(Construct::For),
                                 |walker, _| {
                                     walker.loop_body(&bind(Abs::Unknown, Abs::Unknown), generic.block())
                                 },
                             )?,
                         },
                     },
-                    None => self.per_element(
-                        pos,
-                        None,
-                        "a for loop over an iterator with no static length",
-                        |walker, _| walker.loop_body(&bind(Abs::Unknown, Abs::Unknown), generic.block()),
-                    )?,
+                    None => self.per_element(pos, None, Reason::Iterator, |walker, _| {
+                        walker.loop_body(&bind(Abs::Unknown, Abs::Unknown), generic.block())
+                    })?,
                 };
                 count.add(&body);
                 Ok(count)
@@ -836,7 +804,7 @@ impl<'a> Walker<'a> {
                     return Ok(count);
                 }
                 let pos = token_pos(while_loop.while_token());
-                unbounded(pos, format!("a while loop at line {} calls agents and has no static bound", pos.0))
+                unbounded(pos, Reason::Loop(Construct::While))
             }
             Stmt::Repeat(repeat) => {
                 let mark = self.scope.len();
@@ -852,10 +820,7 @@ impl<'a> Walker<'a> {
                     return Ok(count);
                 }
                 let pos = token_pos(repeat.repeat_token());
-                unbounded(
-                    pos,
-                    format!("a repeat loop at line {} calls agents and has no static bound", pos.0),
-                )
+                unbounded(pos, Reason::Loop(Construct::Repeat))
             }
             Stmt::If(if_stmt) => {
                 let (mut count, _) = self.expr(if_stmt.condition())?;
@@ -931,14 +896,14 @@ impl<'a> Walker<'a> {
         &mut self,
         pos: Pos,
         elements: Option<Vec<Abs<'a>>>,
-        unknown_reason: &str,
+        unknown_reason: Reason,
         mut body: impl FnMut(&mut Self, Abs<'a>) -> Bound<Count>,
     ) -> Bound<Count> {
         let once = body(self, Abs::Unknown);
         match (once, elements) {
             (Ok(count), _) if count.is_zero() => Ok(count),
             (Ok(count), Some(elements)) => Ok(count.scaled(elements.len() as u64)),
-            (Err(error), Some(elements)) if !error.reason.contains("too complex") => {
+            (Err(error), Some(elements)) if !error.reason.is_exhaustion() => {
                 let mut total = Count::default();
                 for element in elements {
                     total.add(&body(self, element)?);
@@ -946,7 +911,7 @@ impl<'a> Walker<'a> {
                 Ok(total)
             }
             (Err(error), _) => Err(error),
-            (Ok(_), None) => unbounded(pos, format!("{unknown_reason} at line {} calls agents", pos.0)),
+            (Ok(_), None) => unbounded(pos, unknown_reason),
         }
     }
 
@@ -1007,8 +972,8 @@ impl<'a> Walker<'a> {
                         // `a or f`: either operand may be the value.
                         match binop.token().token().to_string().as_str() {
                             "and" | "or" => {
-                                self.lose(&left, node_pos(&**lhs), "an and/or expression")?;
-                                self.lose(&right, node_pos(&**rhs), "an and/or expression")?;
+                                self.lose(&left, node_pos(&**lhs), Place::AndOr)?;
+                                self.lose(&right, node_pos(&**rhs), Place::AndOr)?;
                                 Abs::Unknown
                             }
                             _ => Abs::Unknown,
@@ -1036,7 +1001,7 @@ impl<'a> Walker<'a> {
                     keyed = true;
                     let (c, value) = self.expr(expr)?;
                     count.add(&c);
-                    self.lose(&value, node_pos(&**expr), "a table field")?;
+                    self.lose(&value, node_pos(&**expr), Place::TableField)?;
                 }
                 Field::ExpressionKey { key, value, .. } => {
                     keyed = true;
@@ -1044,7 +1009,7 @@ impl<'a> Walker<'a> {
                     count.add(&c);
                     let (c, value) = self.expr(value)?;
                     count.add(&c);
-                    self.lose(&value, node_pos(table), "a table field")?;
+                    self.lose(&value, node_pos(table), Place::TableField)?;
                 }
                 _ => {}
             }
@@ -1157,7 +1122,7 @@ impl<'a> Walker<'a> {
     fn opaque_call(&mut self, args: &[ArgExpr<'a>]) -> Bound<(Count, Abs<'a>)> {
         let (count, values) = self.args(args)?;
         for value in &values {
-            self.lose(value, (1, 1), "an argument of a function the count cannot follow")?;
+            self.lose(value, (1, 1), Place::Argument)?;
         }
         Ok((count, Abs::Unknown))
     }
@@ -1191,7 +1156,7 @@ impl<'a> Walker<'a> {
                     count.add(&self.call(&func, rest.clone(), pos)?.0);
                 }
                 for value in &rest {
-                    self.lose(value, pos, "an argument of pcall")?;
+                    self.lose(value, pos, Place::PcallArgument)?;
                 }
                 Ok((count, Abs::Unknown))
             }
@@ -1201,7 +1166,7 @@ impl<'a> Walker<'a> {
                     Some(Abs::Func(func)) => {
                         let func = func.clone();
                         let items = values.first().cloned().unwrap_or(Abs::Unknown);
-                        count.add(&self.fan_out(pos, &items, &[func], "parallel")?);
+                        count.add(&self.fan_out(pos, &items, &[func], Construct::Parallel)?);
                     }
                     _ => {
                         let branches = values.first().cloned().unwrap_or(Abs::Unknown);
@@ -1216,24 +1181,20 @@ impl<'a> Walker<'a> {
                 let (mut count, values) = self.args(args)?;
                 let items = values.first().cloned().unwrap_or(Abs::Unknown);
                 let stages = values.get(1).map(Abs::functions).unwrap_or_default();
-                count.add(&self.fan_out(pos, &items, &stages, "pipeline")?);
+                count.add(&self.fan_out(pos, &items, &stages, Construct::Pipeline)?);
                 Ok((count, Abs::Unknown))
             }
             "workflow" => {
-                let (count, _) = self.args(args)?;
-                let _ = count;
-                unbounded(
-                    pos,
-                    format!("a child workflow at line {} makes calls this script does not show", pos.0),
-                )
+                let (_, values) = self.args(args)?;
+                let child = match values.first() {
+                    Some(Abs::Json(Value::String(child))) => Some(child.clone()),
+                    _ => None,
+                };
+                unbounded(pos, Reason::ChildWorkflow(child))
             }
             "orchestrate" => {
-                let (count, _) = self.args(args)?;
-                let _ = count;
-                unbounded(
-                    pos,
-                    format!("an orchestrate call at line {} plans its agent calls at run time", pos.0),
-                )
+                self.args(args)?;
+                unbounded(pos, Reason::Orchestrate)
             }
             _ => self.opaque_call(args),
         }
@@ -1241,7 +1202,13 @@ impl<'a> Walker<'a> {
 
     /// Runs each function once per item of `items` (the first with the item, the others with
     /// an unknown value: a stage's input is the previous stage's output).
-    fn fan_out(&mut self, pos: Pos, items: &Abs<'a>, funcs: &[Rc<Func<'a>>], global: &str) -> Bound<Count> {
+    fn fan_out(
+        &mut self,
+        pos: Pos,
+        items: &Abs<'a>,
+        funcs: &[Rc<Func<'a>>],
+        what: Construct,
+    ) -> Bound<Count> {
         let mut total = Count::default();
         for (index, func) in funcs.iter().enumerate() {
             let elements: Option<Vec<Abs<'a>>> = match items.pairs() {
@@ -1249,10 +1216,10 @@ impl<'a> Walker<'a> {
                 None => items.len().map(|n| vec![Abs::Unknown; n.min(PER_ELEMENT_LIMIT as u64 + 1) as usize]),
             };
             let n = items.len();
-            let reason = format!("{global} over items of unknown size");
+            let reason = Reason::UnknownSize(what.clone());
             let count = match (elements, n) {
                 (Some(elements), Some(_)) if elements.len() <= PER_ELEMENT_LIMIT => {
-                    self.per_element(pos, Some(elements), &reason, |walker, item| {
+                    self.per_element(pos, Some(elements), reason, |walker, item| {
                         let args = if index == 0 { vec![item] } else { Vec::new() };
                         Ok(walker.call(func, args, pos)?.0)
                     })?
@@ -1261,7 +1228,7 @@ impl<'a> Walker<'a> {
                     self.repeat_body(pos, n, |walker| Ok(walker.call(func, Vec::new(), pos)?.0))?
                 }
                 _ => self
-                    .per_element(pos, None, &reason, |walker, _| Ok(walker.call(func, Vec::new(), pos)?.0))?,
+                    .per_element(pos, None, reason, |walker, _| Ok(walker.call(func, Vec::new(), pos)?.0))?,
             };
             total.add(&count);
         }
@@ -1272,10 +1239,10 @@ impl<'a> Walker<'a> {
     fn call(&mut self, func: &Rc<Func<'a>>, args: Vec<Abs<'a>>, pos: Pos) -> Bound<(Count, Abs<'a>)> {
         let key: *const FunctionBody = func.body;
         if self.active.contains(&key) {
-            return unbounded(func.pos, format!("the function at line {} calls itself", func.pos.0));
+            return unbounded(func.pos, Reason::Recursion(func.name.clone()));
         }
         if self.active.len() >= MAX_INLINE_DEPTH {
-            return unbounded(pos, "function calls nest too deep to bound statically".to_owned());
+            return unbounded(pos, Reason::TooDeep);
         }
         let saved = std::mem::replace(&mut self.scope, func.scope.as_ref().clone());
         if let Some(name) = &func.name {
@@ -1300,8 +1267,7 @@ impl<'a> Walker<'a> {
 
     /// Records what a site's literal prompt and options say.
     fn record_site(&mut self, pos: Pos, prompt: Option<&Abs<'a>>, options: Option<&ArgExpr<'a>>) {
-        let mut site = AgentSite::at(pos.0, pos.1, 0);
-        site.prompt = match prompt {
+        let prompt = match prompt {
             Some(Abs::Json(Value::String(text))) => Known::Literal(text.clone()),
             Some(_) => Known::Computed,
             None => Known::Unset,
@@ -1311,10 +1277,11 @@ impl<'a> Walker<'a> {
             Some(ArgExpr::Table(table)) => Some(*table),
             Some(ArgExpr::Expr(Expression::TableConstructor(table))) => Some(&**table),
             Some(_) => {
-                site = site.with_computed_options();
-                None
+                self.sites.record(sites::site(pos, prompt, Options::Computed));
+                return;
             }
         };
+        let mut fields = Vec::new();
         for field in table.into_iter().flat_map(|table| table.fields().iter()) {
             let (key, value) = match field {
                 Field::NameKey { key, value, .. } => (ident(key).to_owned(), &**value),
@@ -1338,18 +1305,10 @@ impl<'a> Walker<'a> {
                     _ => Known::Computed,
                 },
             };
-            site.set_option(&key, known);
+            fields.push((key, known));
         }
-        match self.sites.get_mut(&pos) {
-            Some(existing) => {
-                if existing.prompt != site.prompt {
-                    existing.prompt = Known::Computed;
-                }
-            }
-            None => {
-                self.sites.insert(pos, site);
-            }
-        }
+        let options = if table.is_some() { Options::Fields(fields) } else { Options::Absent };
+        self.sites.record(sites::site(pos, prompt, options));
     }
 
     /// The JSON value of a variable or `args` path, when the analysis knows it.
@@ -1440,13 +1399,13 @@ mod tests {
     #[test]
     fn unbounded_constructs_name_themselves_and_their_line() {
         let cases = [
-            ("local i = 0\nwhile i < 3 do\n  agent(\"x\")\n  i = i + 1\nend\nreturn i", "while loop", 2),
-            ("repeat\n  agent(\"x\")\nuntil true\nreturn 1", "repeat loop", 1),
+            ("local i = 0\nwhile i < 3 do\n  agent(\"x\")\n  i = i + 1\nend\nreturn i", "`while` loop", 2),
+            ("repeat\n  agent(\"x\")\nuntil true\nreturn 1", "`repeat` loop", 1),
             ("return workflow(\"audit\", {})", "child workflow", 1),
-            ("return orchestrate(\"ship it\")", "orchestrate call", 1),
+            ("return orchestrate(\"ship it\")", "orchestrator", 1),
             ("local function f(n)\n  agent(\"x\")\n  return f(n - 1)\nend\nreturn f(3)", "calls itself", 1),
             ("local t = {}\nfunction t.run() return agent(\"x\") end\nreturn t.run()", "table field", 2),
-            ("for _, x in ipairs(args.missing) do agent(x) end\nreturn 1", "unknown size", 1),
+            ("for _, x in ipairs(args.missing) do agent(x) end\nreturn 1", "size is not known", 1),
             ("for w in string.gmatch(args.text, \"%a+\") do agent(w) end\nreturn 1", "iterator", 1),
             ("local f = function() return agent(\"x\") end\nf = nil\nreturn 1", "changed variable", 1),
             (
@@ -1454,9 +1413,9 @@ mod tests {
                 "cannot follow",
                 2,
             ),
-            ("return parallel(args.items, function(x) return agent(x) end)", "unknown size", 1),
+            ("return parallel(args.items, function(x) return agent(x) end)", "size is not known", 1),
             ("return agent(\"x\"", "does not parse", 1),
-            ("::top::\nagent(\"x\")\nif args.again then goto top end\nreturn 1", "goto loop", 3),
+            ("::top::\nagent(\"x\")\nif args.again then goto top end\nreturn 1", "`goto` loop", 3),
         ];
         for (source, reason, line) in cases {
             match counts(source, json!({"text": "a b"})) {

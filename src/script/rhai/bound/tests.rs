@@ -120,11 +120,11 @@ fn closures_count_where_they_run_and_unbounded_where_they_escape() {
     let fs = r#"let fs = [|| agent("a"), || agent("b")]; for f in fs { f.call() } parallel(fs)"#;
     assert_eq!(calls(fs, args.clone()), Some(4));
     let (why, ..) = reason(r#"let fs = []; fs.push(|| agent("a")); for f in fs { f.call() }"#, args.clone());
-    assert!(why.contains("closure that calls agents"), "{why}");
+    assert!(why.contains("function that calls agents"), "{why}");
     let (why, ..) = reason(r#"fn make() { || agent("a") } let f = make(); f.call()"#, args.clone());
-    assert!(why.contains("closure that calls agents"), "{why}");
+    assert!(why.contains("function that calls agents"), "{why}");
     let (why, ..) = reason(r#"let f = || 1; f = || agent("a"); f.call()"#, args.clone());
-    assert!(why.contains("closure that calls agents"), "{why}");
+    assert!(why.contains("function that calls agents"), "{why}");
     // Closures that call no agent go anywhere.
     assert_eq!(calls(r#"let fs = []; fs.push(|| 1); let g = fs[0]; agent("a")"#, args), Some(1));
 }
@@ -219,12 +219,12 @@ fn hostile_input_never_panics() {
 #[test]
 fn pointers_to_agent_calling_globals_and_overloads_do_not_escape() {
     let (why, ..) = reason(r#"let f = Fn("agent").curry("x"); f.call()"#, json!({}));
-    assert!(why.contains("closure that calls agents"), "{why}");
+    assert!(why.contains("function that calls agents"), "{why}");
     let (why, ..) = reason(
         r#"fn ask() { agent("a") } fn ask(x) { x } let f = Fn("ask"); let g = f.curry(1); g.call()"#,
         json!({}),
     );
-    assert!(why.contains("closure that calls agents"), "{why}");
+    assert!(why.contains("function that calls agents"), "{why}");
     // `x.f(a)` runs `f(a)` with `this`, or `f(x, a)`.
     assert_eq!(calls(r#"fn ask() { agent(this) } "q".ask()"#, json!({})), Some(1));
     assert_eq!(calls(r#"fn ask(q, n) { for i in 0..n { agent(q) } } "q".ask(3)"#, json!({})), Some(3));

@@ -1,0 +1,294 @@
+//! The commands that read: runs, inspect, lint.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::exit::{Exit, fail};
+use super::follow::escaped;
+use super::setup::{
+    Globals, dialect_of, exit_of, lint_context, load_config, open_store_read_only, parse_args, parse_run_id,
+    print_diagnostics, read_script, setup_over,
+};
+use crate::engine::CostReport;
+use crate::error::Error;
+use crate::journal;
+use crate::script::Diagnostic;
+use crate::store::{self, RunFilter, RunStatus};
+#[derive(Debug, Args)]
+pub(super) struct ListArgs {
+    /// Only runs in this status.
+    #[arg(long)]
+    status: Option<String>,
+    /// At most this many runs, newest first.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct InspectArgs {
+    /// The run.
+    run: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct LintArgs {
+    /// The script.
+    file: PathBuf,
+    /// The script's dialect (rhai, lua); default: from the file's extension.
+    #[arg(long)]
+    dialect: Option<String>,
+    /// Print the diagnostics as a JSON array (with `--bound`, an object with `diagnostics` and
+    /// `cost_bound`).
+    #[arg(long)]
+    json: bool,
+    /// Also print the static cost bound: the most agent calls the script can make and their
+    /// worst-case cost, or why it has none.
+    #[arg(long)]
+    bound: bool,
+    /// The run's args for the bound (JSON, or @FILE): they size loops and fan-outs over `args`.
+    #[arg(long, requires = "bound")]
+    args: Option<String>,
+}
+
+pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
+    let statuses = match args.status.as_deref() {
+        None => Vec::new(),
+        Some(text) => match serde_json::from_value::<RunStatus>(json!(text)) {
+            Ok(status) => vec![status],
+            Err(_) => {
+                return fail(
+                    Exit::Usage,
+                    format!(
+                        "unknown status {text:?} (use running, ok, error, cancelled, exhausted, suspended or queued)"
+                    ),
+                );
+            }
+        },
+    };
+    let config = match load_config(globals) {
+        Ok(config) => config,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let opened = match open_store_read_only(globals, &config) {
+        Ok(Some(opened)) => opened,
+        Ok(None) => {
+            if args.json {
+                println!("[]");
+            } else {
+                eprintln!("no runs");
+            }
+            return Exit::Ok;
+        }
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let filter = RunFilter { statuses, limit: args.limit, ..RunFilter::default() };
+    let runs = match opened.journal.list_runs(&filter) {
+        Ok(runs) => runs,
+        Err(e) => return fail(Exit::Error, e),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&runs).unwrap_or_default());
+        return Exit::Ok;
+    }
+    if runs.is_empty() {
+        eprintln!("no runs");
+    }
+    for meta in runs {
+        println!(
+            "{:<28} {:<10} {:<20} {}  segments {}",
+            meta.run_id.as_str(),
+            meta.status.as_str(),
+            crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")),
+            utc(meta.created_at_ms),
+            meta.segments
+        );
+    }
+    Exit::Ok
+}
+
+pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
+    let run_id = match parse_run_id(&args.run) {
+        Ok(id) => id,
+        Err(exit) => return exit,
+    };
+    let config = match load_config(globals) {
+        Ok(config) => config,
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let opened = match open_store_read_only(globals, &config) {
+        Ok(Some(opened)) => opened,
+        Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let meta = match opened.journal.get_meta(&run_id) {
+        Ok(Some(meta)) => meta,
+        Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
+        Err(e) => return fail(Exit::Error, e),
+    };
+    let entries = match opened
+        .journal
+        .load(&run_id)
+        .map_err(Error::from)
+        .and_then(|raw| journal::decode_all(&raw).map_err(Error::from))
+    {
+        Ok(entries) => entries,
+        Err(e) => return fail(Exit::Error, e),
+    };
+    let cost = CostReport::fold(entries.iter());
+    let resolutions = journal::Resolutions::fold(entries.iter());
+    let pending: Vec<Value> = entries
+        .iter()
+        .filter(|e| e.kind == journal::Kind::External && e.status == journal::Status::Suspended)
+        .filter(|e| !resolutions.is_closed(e.seq))
+        .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) }))
+        .collect();
+    let orchestrations = crate::orchestrator::journal_report(&entries);
+    let tools = super::tool_report::tool_report(&entries);
+    let segments = crate::engine::segment_ceilings(&entries, meta.segments, meta.budget_ceiling);
+    if args.json {
+        let listed: Vec<Value> = segments
+            .iter()
+            .map(|s| {
+                json!({
+                    "index": s.index,
+                    "ceiling_usd": s.ceiling.map(|c| c.as_usd()),
+                    "ceiling_nano_usd": s.ceiling.map(|c| c.nano_usd()),
+                    "overridden": s.overridden,
+                })
+            })
+            .collect();
+        let mut out = json!({
+            "meta": meta, "entries": entries, "pending": pending, "cost": cost, "segments": listed,
+        });
+        if !orchestrations.is_empty() {
+            out["orchestrations"] = json!(orchestrations);
+        }
+        if !tools.is_empty() {
+            out["tools"] = json!(tools);
+        }
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Exit::Ok;
+    }
+    println!("run       {}", meta.run_id);
+    println!("workflow  {}", crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")));
+    println!("status    {}", meta.status);
+    println!("created   {}", utc(meta.created_at_ms));
+    println!("segments  {}", meta.segments);
+    for segment in &segments {
+        let ceiling = segment.ceiling.map_or("none".into(), |c| c.to_string());
+        let how = if segment.overridden { " (raised on resume)" } else { "" };
+        println!("  {:>6}  ceiling {ceiling}{how}", segment.index);
+    }
+    println!("ceiling   {}", meta.budget_ceiling.map_or("none".into(), |c| c.to_string()));
+    println!("spent     {} ({} tokens)", cost.total.cost, cost.total.usage.total_tokens());
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for entry in &entries {
+        *counts.entry(format!("{} {}", entry.kind.as_str(), entry.status.as_str())).or_default() += 1;
+    }
+    println!("journal   {} entries", entries.len());
+    for (what, n) in counts {
+        println!("  {n:>6}  {what}");
+    }
+    for (model, line) in &cost.by_model {
+        let model = crate::text::for_terminal_line(model);
+        println!(
+            "model     {model}: {} in {} calls, {} tokens",
+            line.cost,
+            line.entries,
+            line.usage.total_tokens()
+        );
+    }
+    if !cost.unpriced.is_empty() {
+        println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
+    }
+    super::orchestrate::print_report(&orchestrations);
+    super::tool_report::print_tool_report(&tools);
+    for p in &pending {
+        let prompt = p["prompt"].as_str().map_or(String::new(), |p| format!(" — {p}"));
+        println!(
+            "{}",
+            escaped(&format!(
+                "pending   {} (seq {}): cairn resolve {run_id} {} '<json>'{prompt}",
+                p["key"],
+                p["seq"],
+                p["key"].as_str().unwrap_or("")
+            ))
+        );
+    }
+    Exit::Ok
+}
+
+pub(super) fn lint(globals: &Globals, args: &LintArgs) -> Exit {
+    let (_, source) = match read_script(&args.file) {
+        Ok(found) => found,
+        Err(exit) => return exit,
+    };
+    // Linting needs the configured names, not the store: nothing is opened or created.
+    let in_memory = load_config(globals).and_then(|config| {
+        let opened = store::open("memory").map_err(Error::from)?;
+        setup_over(globals, config, opened, None, None)
+    });
+    let (setup, dialect) = match in_memory {
+        Ok(setup) => match dialect_of(&setup.engine, &args.file, args.dialect.as_deref()) {
+            Ok(dialect) => (setup, dialect),
+            Err(exit) => return exit,
+        },
+        Err(e) => return fail(exit_of(&e), e),
+    };
+    let context = lint_context(&setup);
+    let diagnostics = dialect.check(&source, &context);
+    if args.bound {
+        let run_args = match parse_args(args.args.as_deref()) {
+            Ok(value) => value,
+            Err(exit) => return exit,
+        };
+        let bound =
+            crate::script::bound::cost_bound(&setup.engine, dialect.as_ref(), &source, &run_args, None);
+        if args.json {
+            let both = json!({"diagnostics": diagnostics, "cost_bound": bound});
+            println!("{}", serde_json::to_string_pretty(&both).unwrap_or_else(|_| "{}".into()));
+        } else {
+            print_diagnostics(&args.file, &diagnostics, false);
+            println!("cost bound: {}", escaped(&bound.to_string()));
+        }
+    } else {
+        print_diagnostics(&args.file, &diagnostics, args.json);
+    }
+    if diagnostics.iter().any(Diagnostic::is_error) { Exit::Rejected } else { Exit::Ok }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` UTC for epoch milliseconds.
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_formats_epoch_millis() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00");
+        assert_eq!(super::utc(1_764_456_000_000), "2025-11-29 22:40:00");
+    }
+}

@@ -1,0 +1,103 @@
+//! What the simulator billed: one record per attempt, and the rules that priced it.
+
+use std::collections::BTreeMap;
+
+use crate::model::Price;
+use crate::money::Money;
+use crate::usage::Usage;
+
+use super::faults::Fault;
+use super::request::WireDialect;
+
+/// How an attempt ended, as the provider saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AttemptEnd {
+    /// Refused with an HTTP error before any stream byte: bills nothing.
+    Refused,
+    /// The turn finished and the stream reported its usage: bills that usage.
+    Reported,
+    /// The turn finished but the stream carried no usage: bills what ran (the client must
+    /// estimate).
+    Unreported,
+    /// The stream broke off, stalled, turned malformed or failed after it began: bills the
+    /// prompt and the output streamed before the break (the client must estimate).
+    Broken,
+}
+
+/// One attempt the simulator served, and what it billed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    /// Arrival order, from 0.
+    pub seq: u64,
+    /// The segment (the harness's count of starts and resumes) it arrived in.
+    pub segment: u32,
+    /// The wire dialect.
+    pub dialect: WireDialect,
+    /// The model named in the body.
+    pub model: String,
+    /// The call's tag (from its directive), `None` for a request without one.
+    pub tag: Option<String>,
+    /// Model turns the conversation already held.
+    pub turn: u32,
+    /// Attempts of the same turn of the same call before this one (0-based).
+    pub attempt: u32,
+    /// The fault it met.
+    pub fault: Fault,
+    /// How it ended.
+    pub end: AttemptEnd,
+    /// The usage billed.
+    pub usage: Usage,
+    /// What it cost at the model's price.
+    pub cost: Money,
+    /// For an attempt the client must estimate ([`AttemptEnd::Unreported`], [`AttemptEnd::Broken`]),
+    /// how far above the bill a sound client estimate may lie: the whole request body at
+    /// four characters a token as input, plus four output tokens (Anthropic's placeholder and
+    /// a tool name an adapter counts). Zero for the others, which must be charged exactly.
+    pub tolerance: Money,
+    /// Whether the whole planned body was handed to the connection (false: the client hung up first).
+    pub delivered: bool,
+    /// Whether the turn's answer completed (a finished, non-tool turn).
+    pub answered: bool,
+}
+
+impl Attempt {
+    /// Whether a client can charge this attempt exactly from the wire.
+    pub fn is_exact(&self) -> bool {
+        matches!(self.end, AttemptEnd::Refused | AttemptEnd::Reported)
+    }
+}
+
+/// The bill of a set of attempts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Bill {
+    /// Everything billed.
+    pub total: Money,
+    /// By the model that served each attempt.
+    pub by_model: BTreeMap<String, Money>,
+    /// By call tag.
+    pub by_tag: BTreeMap<String, Money>,
+    /// The sum of the attempts' tolerances.
+    pub tolerance: Money,
+    /// Attempts refused before any stream byte.
+    pub refused: u64,
+}
+
+impl Bill {
+    /// Sums `attempts`.
+    pub fn of<'a>(attempts: impl IntoIterator<Item = &'a Attempt>) -> Bill {
+        let mut bill = Bill::default();
+        for attempt in attempts {
+            bill.total += attempt.cost;
+            bill.tolerance += attempt.tolerance;
+            *bill.by_model.entry(attempt.model.clone()).or_default() += attempt.cost;
+            *bill.by_tag.entry(attempt.tag.clone().unwrap_or_default()).or_default() += attempt.cost;
+            bill.refused += u64::from(attempt.end == AttemptEnd::Refused);
+        }
+        bill
+    }
+}
+
+/// Prices `usage` at `price`, zero for an unknown model.
+pub(crate) fn price(price: Option<&Price>, usage: &Usage) -> Money {
+    price.map_or(Money::ZERO, |p| p.cost(usage))
+}

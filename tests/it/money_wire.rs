@@ -1,0 +1,323 @@
+//! #23: money holds whatever the wire does. Each of the seven breaks, through the real `cairn`
+//! binary against a fake provider on the wire ([`crate::wire_server`]) that streams exactly
+//! chosen usage in the Anthropic or the OpenAI format and keeps the bill of what it served.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::scripted_server::{Reply, cairn_in};
+use crate::wire_server::*;
+
+/// USD from a journaled nano-USD amount.
+fn usd(nanos: &Value) -> f64 {
+    nanos.as_i64().unwrap_or(0) as f64 / 1e9
+}
+
+/// A project: `cairn.toml` with `providers`, retries of 4 attempts 1 ms apart, and `script`.
+fn project(providers: &str, script: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{providers}\n[retry]\nmax_attempts = 4\ninitial_backoff_ms = 1\nmax_backoff_ms = 2\n\n[toolsets.files]\nkind = \"fs-read\"\nroot = \".\"\n"
+    );
+    std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+    std::fs::write(dir.path().join("s.rhai"), script).unwrap();
+    dir
+}
+
+/// An OpenAI-compatible provider `o` at `url` with model `small` at `[input, output]` $/M,
+/// the default route.
+fn openai(url: &str, input: f64, output: f64) -> String {
+    format!(
+        "[providers.o]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nprices = {{ small = [{input}, {output}] }}\n\n[routing]\ndefault = \"o:small\"\n"
+    )
+}
+
+/// An Anthropic provider `a` at `url` with model `big` at `[input, output]` $/M.
+fn anthropic(url: &str, input: f64, output: f64) -> String {
+    format!(
+        "[providers.a]\nkind = \"anthropic\"\napi_key_env = \"CAIRN_WIRE_KEY\"\nbase_url = \"{url}\"\nprices = {{ big = [{input}, {output}] }}\n"
+    )
+}
+
+/// `cairn run s.rhai --json` with `args`: the outcome.
+fn run(dir: &std::path::Path, args: &[&str]) -> Value {
+    let out = cairn_in(dir)
+        .env("CAIRN_WIRE_KEY", "k")
+        .env("CAIRN_LEASE_TTL_MS", "30000")
+        .args(["run", "s.rhai", "-q", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "no JSON outcome: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn spent(outcome: &Value) -> f64 {
+    usd(&outcome["cost"]["total"]["cost"])
+}
+
+/// #23.1: four attempts each stream 400 tokens ($0.40 at $1000/M) and drop, under a $0.50
+/// ceiling. Each failed attempt is spent when it drops, so the retry is granted only what is
+/// left (its `max_tokens` shrinks) and its stream is cut at the ceiling: the run spends at
+/// most the ceiling plus one streamed delta (it spent $1.60, every retry sent with the full
+/// allowance again). In both wire formats.
+#[test]
+fn retries_of_dropped_streams_stay_under_the_ceiling() {
+    for dialect in ["openai", "anthropic"] {
+        let drop = |_| if dialect == "openai" { openai_drop(0, 400) } else { anthropic_drop(0, 400) };
+        let wire = WireServer::start((0..4).map(drop).collect());
+        let providers = match dialect {
+            "openai" => openai(wire.url(), 0.0, 1000.0),
+            _ => format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&wire.root_url(), 0.0, 1000.0)),
+        };
+        let dir = project(&providers, r#"agent("write at length", #{max_output_tokens: 450})"#);
+        let outcome = run(dir.path(), &["--budget", "0.5"]);
+        let delta = DELTA_CHARS as f64 / 4.0 * 1000.0 / 1e6;
+        assert!(
+            spent(&outcome) <= 0.5 + delta + 1e-9,
+            "{dialect}: spent {} under $0.50: {outcome}",
+            spent(&outcome)
+        );
+        assert!(spent(&outcome) >= 0.4, "{dialect}: the dropped attempt is charged: {outcome}");
+        let requests = wire.requests();
+        assert!(requests.len() >= 2, "{dialect}: {} requests", requests.len());
+        // The retry was granted what the first attempt left: at most 100 tokens of output.
+        let cap = |r: &Value| r["max_tokens"].as_u64().or(r["max_completion_tokens"].as_u64()).unwrap_or(0);
+        assert!(cap(&requests[1]) <= 100, "{dialect}: the retry asked for {}", cap(&requests[1]));
+    }
+}
+
+/// #23.3: Anthropic answers 529 three times, then serves a $0.06 call under a $0.10 ceiling;
+/// OpenAI-style servers answer 429, 500 and 503. No provider bills a refused request: the
+/// call costs exactly its billed $0.06, its usage is exact (not approximate), it ends `ok`,
+/// and the three refusals are counted (it charged each the prompt's estimated input).
+#[test]
+fn refused_requests_cost_nothing_and_are_counted() {
+    // 4,000 characters of prompt: estimated 1,000 input tokens, $0.01 at $10/M.
+    let script = format!(r#"agent("{}", #{{max_output_tokens: 600}})"#, "word ".repeat(800));
+    for dialect in ["anthropic", "openai"] {
+        let (refusals, answer, providers) = if dialect == "anthropic" {
+            let wire = WireServer::start(vec![
+                anthropic_status(529),
+                anthropic_status(529),
+                anthropic_status(529),
+                anthropic_text("fine", 1000, 500),
+            ]);
+            let providers =
+                format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&wire.root_url(), 10.0, 100.0));
+            (3, wire, providers)
+        } else {
+            let wire = WireServer::start(vec![
+                openai_status(429),
+                openai_status(500),
+                openai_status(503),
+                openai_text("fine", 1000, 500),
+            ]);
+            let providers = openai(wire.url(), 10.0, 100.0);
+            (3, wire, providers)
+        };
+        let dir = project(&providers, &script);
+        let outcome = run(dir.path(), &["--budget", "0.10"]);
+        assert_eq!(outcome["status"], "ok", "{dialect}: {outcome}");
+        assert_eq!(answer.requests().len(), 4, "{dialect}");
+        let billed = answer.billed_usd(10.0, 100.0);
+        assert!((billed - 0.06).abs() < 1e-9, "{dialect}: billed {billed}");
+        assert!(
+            (spent(&outcome) - billed).abs() < 1e-9,
+            "{dialect}: charged {} for {billed}: {outcome}",
+            spent(&outcome)
+        );
+        assert_eq!(outcome["cost"]["approximate"], false, "{dialect}: {outcome}");
+        assert_eq!(outcome["cost"]["refused_attempts"], refusals, "{dialect}: {outcome}");
+    }
+}
+
+/// #23.4: a 4,000-character Japanese prompt, billed 4,000 tokens ($0.40 at $100/M), was
+/// reserved at four characters a token ($0.10) and admitted under $0.20. The estimate counts
+/// non-ASCII text by its UTF-8 bytes, an upper bound for every supported tokenizer, so the
+/// call is refused before dispatch; an English prompt of the same length is still estimated
+/// at about four characters a token and admitted.
+#[test]
+fn a_japanese_prompt_is_never_reserved_below_its_bill() {
+    let wire = WireServer::start(vec![openai_text("はい", 4000, 10)]);
+    let japanese = "日本語の文章です。".repeat(445);
+    assert!(japanese.chars().count() >= 4000);
+    let dir = project(
+        &openai(wire.url(), 100.0, 100.0),
+        &format!(r#"agent("{japanese}", #{{max_output_tokens: 100}})"#),
+    );
+    let outcome = run(dir.path(), &["--budget", "0.20"]);
+    assert!(spent(&outcome) <= 0.20, "spent {} under $0.20: {outcome}", spent(&outcome));
+    assert_eq!(outcome["error"]["code"], "budget_exhausted", "{outcome}");
+    assert!(wire.requests().is_empty(), "the call was dispatched");
+    // English prose of 4,000 characters: about 1,000 tokens, $0.10 + $0.01 of output.
+    let wire = WireServer::start(vec![openai_text("yes", 1000, 10)]);
+    let dir = project(
+        &openai(wire.url(), 100.0, 100.0),
+        &format!(r#"agent("{}", #{{max_output_tokens: 100}})"#, "word ".repeat(800)),
+    );
+    let english = run(dir.path(), &["--budget", "0.20"]);
+    assert_eq!(english["status"], "ok", "{english}");
+    assert_eq!(wire.requests().len(), 1);
+}
+
+/// #23.6: with `max_context_tokens = 3000` a model passes a 20 KB path on each of six tool
+/// calls. The bound elides the model's own tool-call arguments as it elides results, so no
+/// turn goes out above it (they went out at 5k, 10k … 30k tokens); a prompt the bound cannot
+/// hold is `context_overflow`, never sent. In both wire formats.
+#[test]
+fn the_context_bound_counts_the_models_own_tool_calls() {
+    for dialect in ["openai", "anthropic"] {
+        let path = format!(r#"{{"path": "{}"}}"#, "d/".repeat(10_000));
+        let call = |i: usize| {
+            let id = format!("call_{i}");
+            if dialect == "openai" {
+                openai_tool_call(&id, "read_file", &path, 100, 5000)
+            } else {
+                anthropic_tool_call(&id, "read_file", &path, 100, 5000)
+            }
+        };
+        let mut script: Vec<Served> = (0..6).map(call).collect();
+        script.push(if dialect == "openai" {
+            openai_text("done", 100, 5)
+        } else {
+            anthropic_text("done", 100, 5)
+        });
+        let wire = WireServer::start(script);
+        let providers = match dialect {
+            "openai" => openai(wire.url(), 0.0, 0.0),
+            _ => format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&wire.root_url(), 0.0, 0.0)),
+        };
+        let dir = project(
+            &providers,
+            r#"agent("read the file", #{tools: ["files"], max_context_tokens: 3000, max_tool_calls: 10})"#,
+        );
+        let outcome = run(dir.path(), &[]);
+        assert_eq!(outcome["status"], "ok", "{dialect}: {outcome}");
+        let requests = wire.requests();
+        assert_eq!(requests.len(), 7, "{dialect}");
+        for (i, request) in requests.iter().enumerate() {
+            // Estimated at four characters a token, the conversation stays within 3,000 tokens.
+            let size = request["messages"].to_string().len();
+            // (The wire's JSON adds some framing to what the estimate counts.)
+            assert!(size <= 3000 * 4 + 4000, "{dialect}: turn {i} sent {size} characters of conversation");
+        }
+        std::fs::write(
+            dir.path().join("s.rhai"),
+            format!(r#"agent("{}", #{{max_context_tokens: 3000}})"#, "word ".repeat(4000)),
+        )
+        .unwrap();
+        let overflow = run(dir.path(), &[]);
+        assert_eq!(overflow["error"]["code"], "context_overflow", "{dialect}: {overflow}");
+        assert_eq!(wire.requests().len(), 7, "{dialect}: the overflowing prompt was sent");
+    }
+}
+
+/// #23.7: an Anthropic primary at $1000/M drops four attempts after 100 tokens each ($0.40);
+/// the call fails over to an OpenAI fallback at $10/M. Each attempt is priced and attributed
+/// by the model that served it: `by_model` puts $0.40 under the primary (it put all of it
+/// under the fallback), and the split sums to the total.
+#[test]
+fn failover_cost_lands_on_the_model_that_served_each_attempt() {
+    let wire = WireServer::start(vec![
+        anthropic_drop(0, 100),
+        anthropic_drop(0, 100),
+        anthropic_drop(0, 100),
+        anthropic_drop(0, 100),
+        openai_text("fine", 0, 100),
+    ]);
+    let providers = format!(
+        "{}{}[fallbacks]\n\"a:big\" = [\"o:small\"]\n",
+        anthropic(&wire.root_url(), 0.0, 1000.0),
+        openai(wire.url(), 0.0, 10.0).replace("default = \"o:small\"", "default = \"a:big\"")
+    );
+    let dir = project(&providers, r#"agent("hello", #{max_output_tokens: 200})"#);
+    let outcome = run(dir.path(), &["--budget", "10"]);
+    assert_eq!(outcome["status"], "ok", "{outcome}");
+    assert_eq!(wire.requests().len(), 5);
+    let by_model = &outcome["cost"]["by_model"];
+    let primary = usd(&by_model["a:big"]["cost"]);
+    let fallback = usd(&by_model["o:small"]["cost"]);
+    assert!((primary - 0.4).abs() < 0.001, "the primary's attempts: {primary}: {by_model}");
+    assert!((fallback - 0.001).abs() < 0.0001, "the fallback's: {fallback}: {by_model}");
+    assert!((primary + fallback - spent(&outcome)).abs() < 1e-9, "{outcome}");
+    assert_eq!(outcome["cost"]["total"]["usage"]["output_tokens"], 500, "{outcome}");
+}
+
+/// #23.2: a tool loop killed (SIGKILL) after five checkpointed turns ($0.50), then `cairn
+/// resume`, under a $1.00 ceiling. The resumed budget counts the checkpointed turns of the
+/// unsettled call as spent, so the bill stays within the ceiling (it reached $1.378: the
+/// resume started from the journal alone). In both wire formats.
+#[test]
+fn a_crash_in_an_agent_loop_then_a_resume_stays_under_the_ceiling() {
+    for dialect in ["openai", "anthropic"] {
+        // Each turn lists the directory: 100 output tokens at $1000/M, $0.10, its worst case.
+        let turn = |i: usize| {
+            let id = format!("call_{i}");
+            if dialect == "openai" {
+                openai_tool_call(&id, "list_dir", r#"{"path": "."}"#, 0, 100)
+            } else {
+                anthropic_tool_call(&id, "list_dir", r#"{"path": "."}"#, 0, 100)
+            }
+        };
+        let mut first: Vec<Served> = (0..5).map(turn).collect();
+        first.push(Served { reply: Reply::Stall, bill: (0, 0) });
+        let wire = WireServer::start(first);
+        let second = WireServer::start((5..40).map(turn).collect());
+        let providers = |url: &str| match dialect {
+            "openai" => openai(url, 0.0, 1000.0),
+            _ => format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(url, 0.0, 1000.0)),
+        };
+        let url = |w: &WireServer| if dialect == "openai" { w.url().to_owned() } else { w.root_url() };
+        let dir = project(
+            &providers(&url(&wire)),
+            r#"agent("list forever", #{tools: ["files"], max_output_tokens: 100, max_turns: 40, max_tool_calls: 40})"#,
+        );
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .current_dir(dir.path())
+            .env("CAIRN_WIRE_KEY", "k")
+            .env("CAIRN_LEASE_TTL_MS", "30000")
+            .args(["run", "s.rhai", "-q", "--budget", "1.0", "--run-id", "killed"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wire.server.wait_for_requests(6, Duration::from_secs(60));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let id = "killed";
+        let first_bill = wire.billed_usd(0.0, 1000.0);
+        assert!((first_bill - 0.5).abs() < 1e-9, "{dialect}: {first_bill}");
+        std::fs::write(
+            dir.path().join("cairn.toml"),
+            std::fs::read_to_string(dir.path().join("cairn.toml"))
+                .unwrap()
+                .replace(&url(&wire), &url(&second)),
+        )
+        .unwrap();
+        let began = Instant::now();
+        let resumed = cairn_in(dir.path())
+            .env("CAIRN_WIRE_KEY", "k")
+            .env("CAIRN_LEASE_TTL_MS", "30000")
+            .args(["resume", id, "--json", "-q"])
+            .output()
+            .unwrap();
+        assert!(began.elapsed() < Duration::from_secs(60));
+        let outcome: Value = serde_json::from_slice(&resumed.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&resumed.stderr)));
+        let billed = first_bill + second.billed_usd(0.0, 1000.0);
+        assert!(billed <= 1.0 + 1e-9, "{dialect}: billed {billed} under a $1.00 ceiling: {outcome}");
+        assert!(second.requests().len() >= 3, "{dialect}: the resume went on: {}", second.requests().len());
+        assert!(
+            (spent(&outcome) - billed).abs() < 1e-6,
+            "{dialect}: charged {} for {billed}",
+            spent(&outcome)
+        );
+    }
+}
