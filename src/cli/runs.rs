@@ -48,6 +48,11 @@ pub(super) struct LiveArgs {
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// When every branch waits and a wait's deadline (await_external's timeout_ms) comes
+    /// within this many seconds, keep the run live and wake it here at that time; a later
+    /// deadline suspends the run (a worker claims it again then). 0: always suspend.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    hold_timers: u64,
     #[command(flatten)]
     cassette: CassetteArgs,
 }
@@ -167,7 +172,12 @@ pub(super) async fn run(globals: &Globals, args: &RunArgs) -> Exit {
             errln!("note: no model provider is configured; using the offline echo model (echo:default)");
         }
     }
-    let options = RunOptions { budget_usd: args.budget, run_id, ..RunOptions::default() };
+    let options = RunOptions {
+        budget_usd: args.budget,
+        run_id,
+        hold_timers: std::time::Duration::from_secs(args.live.hold_timers),
+        ..RunOptions::default()
+    };
     let handle =
         match setup.engine.run_script(&Script::new(dialect.name(), &name, &source), run_args, options) {
             Ok(handle) => handle,
@@ -222,6 +232,7 @@ pub(super) async fn resume(globals: &Globals, args: &ResumeArgs) -> Exit {
         accept_rekey: args.accept_rekey,
         script,
         budget_usd: args.budget,
+        hold_timers: std::time::Duration::from_secs(args.live.hold_timers),
         ..Default::default()
     };
     let handle = match resume_waiting(&setup.engine, &run_id, &options, args.wait, args.live.quiet).await {

@@ -27,11 +27,44 @@ impl Ctx {
     /// # Errors
     /// `cancelled` when the run is cancelled or suspends while waiting.
     pub async fn await_external(&self, key: &str, opts: ExternalOptions) -> Result<Value, Error> {
-        let prompt = opts.prompt.as_deref();
         self.check_stopped()?;
         let content = ExternalIdentity { key, kind: "external" }.key()?;
+        self.wait_for(key, content, None, opts).await
+    }
+
+    /// Sleeps `ms` milliseconds, durably: the wake time is journaled when the sleep begins (a
+    /// wait only its deadline resolves, named `sleep@SCOPE#n`), so a replay returns at once
+    /// and a run killed mid-sleep waits only the remainder on resume. Like any wait, a run
+    /// whose every branch sleeps or waits suspends, unless the wake time lies within the
+    /// segment's `hold_timers`; a worker claims a suspended run again at its wake time.
+    ///
+    /// # Replay
+    /// Keyed on `{kind: sleep}` and its ordinal among the scope's sleeps.
+    ///
+    /// # Errors
+    /// `cancelled` when the run is cancelled or suspends while sleeping.
+    pub async fn sleep(&self, ms: u64) -> Result<(), Error> {
+        self.check_stopped()?;
+        let content = ExternalIdentity { key: "sleep", kind: "sleep" }.key()?;
+        let opts =
+            ExternalOptions { timeout: Some(std::time::Duration::from_millis(ms)), ..Default::default() };
+        self.wait_for("sleep", content, Some(&self.scope), opts).await.map(|_| ())
+    }
+
+    /// A journaled wait on `key` (for a sleep, named by its scope and ordinal, so concurrent
+    /// sleeps never share a name).
+    async fn wait_for(
+        &self,
+        key: &str,
+        content: crate::journal::ContentKey,
+        sleep_scope: Option<&crate::journal::ScopePath>,
+        opts: ExternalOptions,
+    ) -> Result<Value, Error> {
+        let prompt = opts.prompt.as_deref();
         let span = self.run.new_span();
         let matched = self.run.lookup(&self.scope, content);
+        let named = sleep_scope.map(|scope| format!("sleep@{scope}#{}", matched.ordinal));
+        let key = named.as_deref().unwrap_or(key);
         let (seq, deadline_ms) = match matched.outcome {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, || EventKind::ExternalResolved {
@@ -73,7 +106,7 @@ impl Ctx {
             key: key.into(),
             prompt: prompt.map(str::to_owned),
         });
-        let mut receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned));
+        let mut receiver = self.run.wait_external(key, seq, prompt.map(str::to_owned), deadline_ms);
         let timer = async {
             match deadline_ms {
                 Some(deadline) => {

@@ -31,6 +31,10 @@ pub struct RunOptions {
     pub tags: Vec<String>,
     /// The error policy.
     pub policy: ErrorPolicy,
+    /// How far ahead a wait's deadline (`await_external` with `timeout_ms`, `sleep`) may lie
+    /// for the run to stay live and wake itself when every branch waits; a later one suspends
+    /// the run (a worker claims it again at its deadline). Default zero: it suspends.
+    pub hold_timers: std::time::Duration,
 }
 
 /// Options of a resume.
@@ -70,6 +74,8 @@ pub struct ResumeOptions {
     /// journaled as a `run_budget_override` decision before anything else of the segment. By
     /// default a resume keeps the recorded ceiling (or applies one the service left for it).
     pub budget_usd: Option<f64>,
+    /// As `RunOptions::hold_timers`, for this segment.
+    pub hold_timers: std::time::Duration,
 }
 
 /// The run's ceiling: the given budget in USD, else the engine's default.

@@ -72,6 +72,7 @@ pub(super) fn start(
                 index: 0,
                 lease,
                 accept_rekey: false,
+                hold_timers: options.hold_timers,
             };
             Ok(launch(engine, run_id, workflow, args, meta, segment, None))
         }
@@ -200,6 +201,7 @@ fn resume_leased(
         index,
         lease,
         accept_rekey: options.accept_rekey,
+        hold_timers: options.hold_timers,
     };
     let opening = if options.dry_run { None } else { opening };
     Ok(launch(engine, run_id.clone(), workflow, args, meta, segment, opening))

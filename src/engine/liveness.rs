@@ -31,6 +31,8 @@ struct Counts {
 struct Waiting {
     seq: Seq,
     prompt: Option<String>,
+    /// When its timeout resolves it (ms since the epoch), if it has one.
+    deadline_ms: Option<i64>,
     wake: Option<oneshot::Sender<Value>>,
 }
 
@@ -82,9 +84,10 @@ impl Liveness {
         key: &str,
         seq: Seq,
         prompt: Option<String>,
+        deadline_ms: Option<i64>,
     ) -> (oneshot::Receiver<Value>, AllBlocked) {
         let (tx, rx) = oneshot::channel();
-        self.lock_waits().insert(key.to_owned(), Waiting { seq, prompt, wake: Some(tx) });
+        self.lock_waits().insert(key.to_owned(), Waiting { seq, prompt, deadline_ms, wake: Some(tx) });
         (rx, self.change(|c| c.blocked += 1))
     }
 
@@ -108,6 +111,11 @@ impl Liveness {
         }
     }
 
+    /// The earliest deadline of the open waits, if any has one.
+    pub(super) fn next_deadline(&self) -> Option<i64> {
+        self.lock_waits().values().filter_map(|w| w.deadline_ms).min()
+    }
+
     /// Whether some wait is open.
     pub(super) fn has_waits(&self) -> bool {
         !self.lock_waits().is_empty()
@@ -118,7 +126,12 @@ impl Liveness {
         let waits = self.lock_waits();
         let mut pending: Vec<Pending> = waits
             .iter()
-            .map(|(key, w)| Pending { key: key.clone(), prompt: w.prompt.clone(), seq: w.seq.0 })
+            .map(|(key, w)| Pending {
+                key: key.clone(),
+                prompt: w.prompt.clone(),
+                seq: w.seq.0,
+                deadline_ms: w.deadline_ms,
+            })
             .collect();
         pending.sort_by_key(|p| p.seq);
         pending

@@ -34,6 +34,9 @@ pub struct Pending {
     pub prompt: Option<String>,
     /// The suspended entry's seq.
     pub seq: u64,
+    /// When its timeout resolves it (ms since the epoch): a worker claims the run again then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<i64>,
 }
 
 /// How a run settled. Every status carries dropped work, pending waits, usage and cost.

@@ -609,6 +609,36 @@ async fn drive(
             tracing::warn!(run = %claim.run_id, status = %outcome.status, "a run's outcome did not reach the store: it is driven again");
             retry_later(engine, options, claim).await
         }
+
+        Ok(outcome)
+            if outcome.status == RunStatus::Suspended
+                && !cancelled.is_cancelled()
+                && outcome.pending.iter().any(|p| p.deadline_ms.is_some()) =>
+        {
+            // Parked until its earliest deadline: it stays in the queue, unclaimed, ready then
+            // (a resolution before it makes it ready at once), across restarts.
+            let deadline = outcome.pending.iter().filter_map(|p| p.deadline_ms).min().unwrap_or(0);
+            let wait = u64::try_from(deadline.saturating_sub(engine.inner.clock.now_ms())).unwrap_or(0);
+            let (held, delay) = (claim.clone(), Duration::from_millis(wait));
+            if let Err(e) = on_queue(engine, move |queue| queue.defer(&held, delay)).await {
+                tracing::warn!(run = %claim.run_id, error = %e, "could not park a run until its deadline");
+            }
+            // A resolution left for this driver as it parked waits for nobody: ready it now.
+            let (engine, run) = (engine.clone(), claim.run_id.clone());
+            let requeued = tokio::task::spawn_blocking(move || {
+                let prefix = format!("{run}/inbox/");
+                let waiting = engine.inner.transcripts.list(&run)?.iter().any(|r| r.starts_with(&prefix));
+                if waiting && let Some(queue) = engine.inner.journal.queue() {
+                    queue.enqueue(&run)?;
+                }
+                Ok::<_, Error>(())
+            })
+            .await;
+            if let Ok(Err(e)) = requeued {
+                tracing::warn!(run = %claim.run_id, error = %e, "could not ready a resolved parked run");
+            }
+            Driven::Suspended
+        }
         Ok(outcome) if outcome.status == RunStatus::Suspended => {
             let asked = finish(claim.clone()).await || cancelled.is_cancelled();
             if asked {

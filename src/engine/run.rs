@@ -78,6 +78,9 @@ pub(crate) struct RunState {
     keeper: CancellationToken,
     /// Whether re-keyed calls may run, and the ones refused.
     pub(crate) rekeys: Rekeys,
+    /// How far ahead a wait's deadline may lie for the run to stay live, holding its timer,
+    /// when every branch waits (zero: it suspends).
+    hold_timers: Duration,
 }
 
 /// Why a run stopped before its workflow returned.
@@ -112,6 +115,8 @@ pub(super) struct SegmentStart {
     pub(super) lease: Option<Lease>,
     /// Re-keyed calls run live without asking.
     pub(super) accept_rekey: bool,
+    /// See `RunState::hold_timers`.
+    pub(super) hold_timers: Duration,
 }
 
 /// How often a driver with open waits looks for resolutions left in its inbox.
@@ -166,6 +171,7 @@ impl RunState {
             lease: segment.lease,
             keeper: CancellationToken::new(),
             rekeys: Rekeys::new(segment.accept_rekey),
+            hold_timers: segment.hold_timers,
             engine,
         })
     }
@@ -366,9 +372,20 @@ impl RunState {
     // external input, instead of hanging.
 
     fn suspend_if(&self, all_blocked: AllBlocked) {
-        if all_blocked.0 {
+        if all_blocked.0 && !self.holds_timer() {
             self.stop_with(Stop::Suspended);
         }
+    }
+
+    /// Whether the run stays live while every branch waits, because a wait's deadline comes
+    /// within the segment's hold (`RunOptions::hold_timers`): its timer then wakes it here.
+    fn holds_timer(&self) -> bool {
+        let hold = i64::try_from(self.hold_timers.as_millis()).unwrap_or(i64::MAX);
+        hold > 0
+            && self
+                .liveness
+                .next_deadline()
+                .is_some_and(|deadline| deadline.saturating_sub(self.now_ms()) <= hold)
     }
 
     /// A branch of a fan-out started.
@@ -397,8 +414,9 @@ impl RunState {
         key: &str,
         seq: Seq,
         prompt: Option<String>,
+        deadline_ms: Option<i64>,
     ) -> oneshot::Receiver<Value> {
-        let (receiver, all_blocked) = self.liveness.wait(key, seq, prompt);
+        let (receiver, all_blocked) = self.liveness.wait(key, seq, prompt, deadline_ms);
         self.suspend_if(all_blocked);
         receiver
     }

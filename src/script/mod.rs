@@ -363,6 +363,12 @@ pub const GLOBALS: &[Global] = &[
         params: &[required("key", ParamKind::Text), optional("opts", ParamKind::Options)],
         options: Some("await_external"),
     },
+    Global {
+        name: "sleep",
+        signature: "sleep(ms)",
+        params: &[required("ms", ParamKind::Json)],
+        options: None,
+    },
     Global { name: "now", signature: "now()", params: &[], options: None },
     Global {
         name: "random",

@@ -48,6 +48,11 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
             let _ = writeln!(out, "cairn_queue_depth {}", queue.depth()?);
             let _ = writeln!(
                 out,
+                "# HELP cairn_queue_delayed Queued runs deferred to a later time: parked runs waiting for a deadline.\n# TYPE cairn_queue_delayed gauge"
+            );
+            let _ = writeln!(out, "cairn_queue_delayed {}", queue.delayed()?);
+            let _ = writeln!(
+                out,
                 "# HELP cairn_lease_takeovers_total Claims taken over from a stalled worker.\n# TYPE cairn_lease_takeovers_total counter"
             );
             let _ = writeln!(out, "cairn_lease_takeovers_total {}", queue.takeovers()?);

@@ -36,7 +36,8 @@ pub struct Claim {
 /// time now past, or claimed by a worker whose claim expired).
 pub trait RunQueue: Send + Sync + std::fmt::Debug {
     /// Puts a run (whose meta and inputs are stored) in the queue, ready now. A run already
-    /// in the queue stays where it is (claimed or not).
+    /// in the queue keeps its place and its claim; an unclaimed one deferred to later (a parked
+    /// run waiting for its deadline, once a resolution reached it) becomes ready now.
     ///
     /// # Errors
     /// The store's failure.
@@ -95,6 +96,15 @@ pub trait RunQueue: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The store's failure.
     fn depth(&self) -> Result<u64>;
+
+    /// How many runs in the queue are unclaimed and deferred to a later time: parked runs
+    /// waiting for a deadline (and runs handed back for a later try).
+    ///
+    /// # Errors
+    /// The store's failure.
+    fn delayed(&self) -> Result<u64> {
+        Ok(0)
+    }
 
     /// How many claims took a run over from a worker whose claim had expired, since the store
     /// was created.

@@ -152,3 +152,26 @@ fn the_nesting_limit_is_configurable_and_capped() {
     let out = run(root, &store, &["run", "four.rhai", "--json", "-q"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+#[test]
+fn the_phase_chain_sample_runs_its_children_and_replays_without_them() {
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/phase_chain_children");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for file in ["cairn.toml", "report.rhai", "workflows/research.lua", "workflows/draft.rhai"] {
+        std::fs::create_dir_all(root.join(file).parent().unwrap()).unwrap();
+        std::fs::copy(samples.join(file), root.join(file)).unwrap();
+    }
+    let store = sqlite(root);
+    let out = run(root, &store, &["run", "report.rhai", "--run-id", "chain", "--json", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let value = &outcome(&out)["value"];
+    assert!(value["draft"].as_str().unwrap().starts_with("echo: Write a 500-word article"), "{value}");
+    assert!(value["brief"].as_str().unwrap().contains("Research the history"), "{value}");
+    let journal = entries(root, &store, "chain");
+    let scopes: Vec<&str> = journal.iter().filter_map(|e| e["scope"].as_str()).collect();
+    assert!(scopes.iter().any(|s| s.starts_with("at:research:0")), "{scopes:?}");
+    std::fs::remove_dir_all(root.join("workflows")).unwrap();
+    let out = run(root, &store, &["replay", "chain"]);
+    assert_eq!(out.status.code(), Some(0), "{} {}", text(&out.stdout), text(&out.stderr));
+}

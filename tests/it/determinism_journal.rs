@@ -432,7 +432,9 @@ fn a_wait_past_its_timeout_resumes_with_a_journaled_timeout_value() {
         [v, after]
         "#,
     );
-    let (_, first) = run_json(dir.path(), &["run", "s.rhai", "--run-id", "r1"]);
+    // Not held in process (--hold-timers 0): the run suspends, and a resume past the deadline
+    // delivers the timeout.
+    let (_, first) = run_json(dir.path(), &["run", "s.rhai", "--run-id", "r1", "--hold-timers", "0"]);
     assert_eq!(first["status"], "suspended", "{first}");
     std::thread::sleep(std::time::Duration::from_millis(80));
     let (code, resumed) = run_json(dir.path(), &["resume", "r1"]);

@@ -217,3 +217,25 @@ async fn the_service_raises_a_ceiling_on_resume_within_its_maximum() {
         assert!(report["meta"].get("budget_override_usd").is_none(), "the pending ceiling is cleared");
     }
 }
+
+#[test]
+fn the_review_loop_sample_raises_its_ceiling_once_in_both_dialects() {
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/review_raise");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for file in ["cairn.toml", "review_loop.rhai", "review_loop.lua"] {
+        std::fs::copy(samples.join(file), root.join(file)).unwrap();
+    }
+    let store = sqlite(root);
+    for (file, id) in [("review_loop.rhai", "review-rhai"), ("review_loop.lua", "review-lua")] {
+        let out = run(root, &store, &["run", file, "--budget", "0.04", "--run-id", id, "-q"]);
+        assert_eq!(out.status.code(), Some(3), "{file}: {}", text(&out.stderr));
+        let out = run(root, &store, &["resume", id, "--budget", "0.10", "--json", "-q"]);
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", text(&out.stderr));
+        let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(outcome["value"].as_array().map(Vec::len), Some(3), "{file}: {outcome}");
+        let report = inspect(root, &store, id);
+        assert_eq!(overrides(&report).len(), 1, "{file}");
+        assert_eq!(report["cost"]["total"]["cost"], 75_000_000, "{file}: each round paid once");
+    }
+}

@@ -242,6 +242,23 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
     )?;
 
     table.raw_set(
+        "sleep",
+        async_global(lua, shared, false, |_, shared, ctx, _, args| async move {
+            let ms = match arg(&args, 0) {
+                Lv::Integer(n) if n >= 0 => n as u64,
+                Lv::Number(n) if n.is_finite() && n >= 0.0 => n as u64,
+                other => {
+                    return Err(Error::validation(format!(
+                        "sleep: ms must be a number of milliseconds >= 0, got {}",
+                        other.type_name()
+                    )));
+                }
+            };
+            EngineWork::new(&shared.guard, async move { ctx.sleep(ms).await }).await?;
+            Ok(one(Lv::Nil))
+        })?,
+    )?;
+    table.raw_set(
         "now",
         async_global(lua, shared, false, |_, _shared, ctx, _, _| async move {
             // Host work for the script, waiting for nothing else: its time is script time.

@@ -939,6 +939,11 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     engine.register_fn("await_external", move |key: &str, o: Map| wait(&s, key, &o));
 
     let s = shared.clone();
+    engine.register_fn("sleep", move |ms: i64| -> RhaiResult<()> {
+        let ms = u64::try_from(ms).map_err(|_| to_rhai(Error::validation("sleep: ms must be >= 0")))?;
+        block(&s, pin!(current()?.sleep(ms)))
+    });
+    let s = shared.clone();
     engine.register_fn("now", move || -> RhaiResult<i64> { block_host(&s, pin!(current()?.now())) });
     let s = shared.clone();
     engine

@@ -76,7 +76,7 @@ fn the_sandbox_parser_rejects_every_disabled_symbol_and_lint_names_each() {
 #[test]
 fn the_sandbox_has_no_clock_sleep_or_exit() {
     let engine = sandbox_engine(&SandboxLimits::STANDARD);
-    for source in ["timestamp()", "sleep(1)", "exit()", "parse_json(\"{}\")"] {
+    for source in ["timestamp()", "wait(1)", "exit()", "parse_json(\"{}\")"] {
         let error = engine.eval::<Dynamic>(source).expect_err(source);
         assert!(matches!(*error, EvalAltResult::ErrorFunctionNotFound(..)), "{source}: {error}");
     }
@@ -143,7 +143,7 @@ fn compile_accepts_warnings_and_rejects_errors() {
         compile("let a = agent(\"same\");\nlet b = agent(\"same\");\n[a, b]", &ctx).expect("warnings only");
     assert_eq!(compiled.warnings().len(), 1);
     assert_eq!(compiled.warnings()[0].rule_id, "duplicate-agent-call");
-    let rejected = compile("let a = agent(\"x\", #{bogus: 1});\nsleep(1);\na", &ctx).expect_err("errors");
+    let rejected = compile("let a = agent(\"x\", #{bogus: 1});\nwait(1);\na", &ctx).expect_err("errors");
     let rules: Vec<&str> = rejected.iter().map(|d| d.rule_id.as_str()).collect();
     assert_eq!(rules, ["unknown-option", "forbidden"]);
 }

@@ -88,7 +88,8 @@ impl RunQueue for PostgresStore {
             let (client, stmt) = prepared(
                 &pool,
                 "INSERT INTO queue (run_id, enqueued_at_ms, ready_at_ms) VALUES ($1, $2, $2)
-                     ON CONFLICT (run_id) DO NOTHING",
+                     ON CONFLICT (run_id) DO UPDATE SET ready_at_ms = LEAST(queue.ready_at_ms, EXCLUDED.ready_at_ms)
+                     WHERE queue.owner IS NULL",
             )
             .await?;
             client.execute(&stmt, &[&run.as_str(), &clock.now_ms()]).await.map_err(pg_err)?;
@@ -211,6 +212,20 @@ impl RunQueue for PostgresStore {
                 retried.push((run, u32::try_from(row.get::<_, i32>(1)).unwrap_or(0)));
             }
             Ok(retried)
+        })
+    }
+
+    fn delayed(&self) -> Result<u64> {
+        self.block(move |pool, clock| async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            let row = client
+                .query_one(
+                    "SELECT count(*) FROM queue WHERE owner IS NULL AND ready_at_ms > $1",
+                    &[&clock.now_ms()],
+                )
+                .await
+                .map_err(pg_err)?;
+            to_u64(row.get(0))
         })
     }
 

@@ -69,7 +69,8 @@ impl RunQueue for SqliteStore {
         self.write(|conn, now_ms| {
             conn.prepare_cached(
                 "INSERT INTO queue (run_id, enqueued_at_ms, ready_at_ms) VALUES (?1, ?2, ?2)
-                 ON CONFLICT (run_id) DO NOTHING",
+                 ON CONFLICT (run_id) DO UPDATE SET ready_at_ms = MIN(queue.ready_at_ms, excluded.ready_at_ms)
+                 WHERE queue.owner IS NULL",
             )?
             .execute(params![run.as_str(), now_ms])?;
             Ok(())
@@ -199,6 +200,16 @@ impl RunQueue for SqliteStore {
                 }
             }
             Ok(retried)
+        })
+    }
+
+    fn delayed(&self) -> Result<u64> {
+        let now_ms = self.options.clock.now_ms();
+        self.read(|conn| {
+            let n: i64 = conn
+                .prepare_cached("SELECT COUNT(*) FROM queue WHERE owner IS NULL AND ready_at_ms > ?1")?
+                .query_row([now_ms], |row| row.get(0))?;
+            Ok(u64::try_from(n).unwrap_or(0))
         })
     }
 

@@ -148,8 +148,8 @@ pub(super) fn foreign_global_hint(name: &str) -> Option<&'static str> {
         "ctx" => "globals are called bare, as in agent(prompt), not ctx.agent(prompt)",
         "rand" | "randint" | "random_int" => RANDOM,
         "uuid4" | "uuid_v4" | "guid" => "use uuid(), the journaled id",
-        "sleep" | "wait" | "setTimeout" => {
-            "scripts never wait on the clock; use await_external(key) to wait for input"
+        "wait" | "setTimeout" => {
+            "use sleep(ms) to wait on the clock, or await_external(key) to wait for input"
         }
         "eval" | "exec" => CODE,
         "call" => "call a host function with host_call(name, args, opts?)",

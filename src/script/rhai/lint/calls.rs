@@ -559,7 +559,7 @@ fn forbidden(name: &str) -> Option<&'static str> {
     let instead = match name {
         "eval" => "write the code directly; scripts cannot build code at run time",
         "print" | "debug" => "use log(level, msg, data?), which emits a run event",
-        "sleep" | "wait" => "scripts never wait on the clock; use await_external(key) to wait for input",
+        "wait" => "use sleep(ms) to wait on the clock, or await_external(key) to wait for input",
         "exit" | "quit" | "abort" => "return the result as the script's last value, or throw an error",
         "timestamp" | "time" | "date" | "clock" | "elapsed" | "now_ms" | "system_time" | "unix_time"
         | "current_time" | "utc_now" => TIME,

@@ -123,6 +123,7 @@ fn is_read_only(callee: &str) -> bool {
             | "host_call"
             | "workflow"
             | "await_external"
+            | "sleep"
             | "parallel"
             | "pipeline"
             | "step"
