@@ -144,13 +144,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         Err(e) => return fail(Exit::Error, e),
     };
     let cost = CostReport::fold(entries.iter());
-    let resolutions = journal::Resolutions::fold(entries.iter());
-    let pending: Vec<Value> = entries
-        .iter()
-        .filter(|e| e.kind == journal::Kind::External && e.status == journal::Status::Suspended)
-        .filter(|e| !resolutions.is_closed(e.seq))
-        .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) }))
-        .collect();
+    let pending = journal::pending_waits(&entries);
     let orchestrations = crate::orchestrator::journal_report(&entries);
     let tools = super::tool_report::tool_report(&entries);
     let failure = journal::last_settlement_error(&entries);

@@ -624,19 +624,7 @@ async fn drive(
                 tracing::warn!(run = %claim.run_id, error = %e, "could not park a run until its deadline");
             }
             // A resolution left for this driver as it parked waits for nobody: ready it now.
-            let (engine, run) = (engine.clone(), claim.run_id.clone());
-            let requeued = tokio::task::spawn_blocking(move || {
-                let prefix = format!("{run}/inbox/");
-                let waiting = engine.inner.transcripts.list(&run)?.iter().any(|r| r.starts_with(&prefix));
-                if waiting && let Some(queue) = engine.inner.journal.queue() {
-                    queue.enqueue(&run)?;
-                }
-                Ok::<_, Error>(())
-            })
-            .await;
-            if let Ok(Err(e)) = requeued {
-                tracing::warn!(run = %claim.run_id, error = %e, "could not ready a resolved parked run");
-            }
+            requeue_if_resolved(engine, &claim.run_id).await;
             Driven::Suspended
         }
         Ok(outcome) if outcome.status == RunStatus::Suspended => {
@@ -653,19 +641,7 @@ async fn drive(
             // A resolution left for this driver as it parked the run would wait for nobody:
             // the resolver saw the run driven. Checked after the run left the queue, so either
             // this sees it or the resolver sees the run parked and puts it back itself.
-            let (engine, run) = (engine.clone(), claim.run_id.clone());
-            let requeued = tokio::task::spawn_blocking(move || {
-                let prefix = format!("{run}/inbox/");
-                let waiting = engine.inner.transcripts.list(&run)?.iter().any(|r| r.starts_with(&prefix));
-                if waiting && let Some(queue) = engine.inner.journal.queue() {
-                    queue.enqueue(&run)?;
-                }
-                Ok::<_, Error>(())
-            })
-            .await;
-            if let Ok(Err(e)) = requeued {
-                tracing::warn!(run = %claim.run_id, error = %e, "could not put a resolved run back in the queue");
-            }
+            requeue_if_resolved(engine, &claim.run_id).await;
             Driven::Suspended
         }
         Ok(outcome) if is_settled(outcome.status) => {
@@ -756,4 +732,22 @@ fn is_store_failure(error: &Error) -> bool {
 
 fn is_settled(status: RunStatus) -> bool {
     matches!(status, RunStatus::Ok | RunStatus::Error | RunStatus::Cancelled | RunStatus::Exhausted)
+}
+
+/// Puts `run` back in the queue when a resolution waits in its inbox: one left for the driver
+/// that just parked it would otherwise wait for nobody (the resolver saw the run driven).
+async fn requeue_if_resolved(engine: &Engine, run: &RunId) {
+    let (engine, run_id) = (engine.clone(), run.clone());
+    let requeued = tokio::task::spawn_blocking(move || {
+        let prefix = format!("{run_id}/inbox/");
+        let waiting = engine.inner.transcripts.list(&run_id)?.iter().any(|r| r.starts_with(&prefix));
+        if waiting && let Some(queue) = engine.inner.journal.queue() {
+            queue.enqueue(&run_id)?;
+        }
+        Ok::<_, Error>(())
+    })
+    .await;
+    if let Ok(Err(e)) = requeued {
+        tracing::warn!(run = %run, error = %e, "could not put a resolved parked run back in the queue");
+    }
 }

@@ -177,6 +177,20 @@ pub fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
     })
 }
 
+/// The waits still open at the journal's end, as `{key, seq, prompt}`: every suspended
+/// `await_external` that no resolution closed (what `cairn inspect` and the service show).
+pub fn pending_waits(entries: &[Entry]) -> Vec<Value> {
+    let resolutions = Resolutions::fold(entries.iter());
+    entries
+        .iter()
+        .filter(|e| e.kind == Kind::External && e.status == Status::Suspended)
+        .filter(|e| !resolutions.is_closed(e.seq))
+        .map(|e| {
+            serde_json::json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) })
+        })
+        .collect()
+}
+
 /// The error the last settlement journaled with its decision (`{code, message, where}`),
 /// when the run settled failed and the settlement records why.
 pub fn last_settlement_error(entries: &[Entry]) -> Option<Value> {

@@ -24,7 +24,7 @@ pub use entry::{
 };
 pub use fold::{
     Abandons, BUDGET_OVERRIDE_DECISION, Ledger, ResolutionClass, Resolutions, SETTLE_DECISION,
-    last_settlement, last_settlement_error, last_settlement_outcome, settle_value, settled_ok,
+    last_settlement, last_settlement_error, last_settlement_outcome, pending_waits, settle_value, settled_ok,
 };
 pub use replay::{Match, Orphan, Outcome, Preview, Replay, ReplayOptions};
 

@@ -273,13 +273,7 @@ pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Resu
         let meta = meta_of(engine, &run)?;
         let entries = entries_of(engine, &run)?;
         let cost = CostReport::fold(entries.iter());
-        let resolutions = journal::Resolutions::fold(entries.iter());
-        let pending: Vec<Value> = entries
-            .iter()
-            .filter(|e| e.kind == journal::Kind::External && e.status == journal::Status::Suspended)
-            .filter(|e| !resolutions.is_closed(e.seq))
-            .map(|e| json!({ "key": e.name, "seq": e.seq, "prompt": e.value().and_then(|v| v.get("prompt").cloned()) }))
-            .collect();
+        let pending = journal::pending_waits(&entries);
         // The script the run executes (a planned run's accepted source), as stored with it.
         let source = match &meta.source_ref {
             Some(reference) => engine
