@@ -1,11 +1,24 @@
-//! Admission of one agent call: its turn in its fan-out's admission order, then a reserve on
-//! its context's account; a refusal is journaled before it takes effect.
+//! Admission of one agent call: the run's spawn cap, its turn in its fan-out's admission
+//! order, then a reserve on its context's account; a refusal is journaled before it takes
+//! effect.
 
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+
+use serde_json::Value;
+
+use super::prepare::Resolved;
+use crate::engine::admit::reserve_for;
 use crate::engine::budget::{Denied, Reservation};
 use crate::engine::ctx::Ctx;
+use crate::engine::events::EventKind;
+use crate::engine::options::AgentOptions;
 use crate::engine::run::Durability;
+use crate::error::{Error, ErrorCode};
 use crate::journal::{ContentKey, Kind, Status};
+use crate::model::Price;
 use crate::money::Money;
+use crate::provider::ChatRequest;
 
 impl Ctx {
     /// Admission for one agent call: in branch order within its fan-out, then a reserve of
@@ -51,5 +64,68 @@ impl Ctx {
             ticket.pass();
         }
         verdict
+    }
+}
+
+impl Ctx {
+    /// The admission step of a live call: the run's spawn cap, then a reserve derived from
+    /// the call's first request (its price, its tools, its estimate) on this context's
+    /// account. A refusal is the call's result ([`ControlFlow::Break`]) and frees its spawn.
+    pub(super) async fn admit_call(
+        &self,
+        call: &Resolved<'_>,
+        opts: &AgentOptions,
+        request: &ChatRequest,
+        price: Option<&Price>,
+        site: (ContentKey, u32),
+        span: u64,
+    ) -> ControlFlow<Result<Value, Error>, Reservation> {
+        let engine = &self.run.engine;
+        let label = opts.label.clone();
+        let spawned = self.run.spawns.fetch_add(1, Ordering::SeqCst) + 1;
+        if spawned > engine.max_spawns {
+            self.run
+                .emit(self.span_pair(span), false, || EventKind::BudgetExhausted { what: "spawn".into() });
+            let error = Error::new(
+                ErrorCode::BudgetExhausted,
+                format!("the run reached its lifetime cap of {} agent spawns", engine.max_spawns),
+            );
+            return ControlFlow::Break(self.fail(opts.on_error, "agent", label, error));
+        }
+        let est_cost = opts.est_cost.or_else(|| call.profile.and_then(|p| p.est_cost));
+        let bounded = self.run.budget.is_bounded(self.account);
+        let unpriced_ok = engine.prices.unpriced_allowed();
+        let reserve = match reserve_for(
+            &call.model_name,
+            price,
+            request,
+            &call.tools,
+            est_cost,
+            bounded,
+            unpriced_ok,
+        ) {
+            Ok(reserve) => reserve,
+            Err(error) => {
+                self.run.spawns.fetch_sub(1, Ordering::SeqCst);
+                return ControlFlow::Break(self.fail(opts.on_error, "agent", label, error));
+            }
+        };
+        match self.admit(reserve.amount, site.0, site.1).await {
+            Ok(reservation) => ControlFlow::Continue(reservation),
+            Err(denied) => {
+                self.run.spawns.fetch_sub(1, Ordering::SeqCst);
+                self.run.emit(self.span_pair(span), false, || EventKind::BudgetExhausted {
+                    what: "agent".into(),
+                });
+                let error = Error::new(
+                    ErrorCode::BudgetExhausted,
+                    format!(
+                        "admission refused: the call reserves {} ({}) but {} is left",
+                        denied.requested, reserve.derivation, denied.available
+                    ),
+                );
+                ControlFlow::Break(self.agent_failed(opts, label, error, None))
+            }
+        }
     }
 }

@@ -1,0 +1,98 @@
+//! Settling a live agent call: the usage carried from a crashed attempt joins its outcome,
+//! its terminal entry is made durable, its reservation settled less what a resume already
+//! counted, and the workflow gets its result.
+
+use serde_json::Value;
+
+use super::live::{Opened, Ran};
+use super::record::{agent_end_event, full_result};
+use crate::agent::AgentEnd;
+use crate::engine::budget::Reservation;
+use crate::engine::ctx::Ctx;
+use crate::engine::options::AgentOptions;
+use crate::error::Error;
+use crate::journal::{self, Status};
+use crate::model::Price;
+use crate::money::Money;
+use crate::usage::{AttemptEnd, AttemptRecord};
+
+impl Ctx {
+    /// Settles the call: terminal entry, reservation, events, result.
+    pub(super) async fn settle_call(
+        &self,
+        opts: &AgentOptions,
+        (model_name, price): (&str, Option<Price>),
+        reservation: Reservation,
+        opened: Opened,
+        ran: Ran,
+        span: u64,
+    ) -> Result<Value, Error> {
+        let Ran { mut outcome, settlement, checkpoint_ref } = ran;
+        if let Some(extra) = opened.unjournaled {
+            outcome.usage += extra;
+            outcome.cost = outcome.cost.zip(price).map(|(cost, p)| cost + p.cost(&extra));
+            if !outcome.attempts.is_empty() {
+                // The carried turns, as an attempt of the requested model, so the split by
+                // model still sums to the entry's cost.
+                outcome.attempts.insert(
+                    0,
+                    AttemptRecord {
+                        model: model_name.to_owned(),
+                        end: AttemptEnd::Settled,
+                        usage: extra,
+                        cost: price.map(|p| p.cost(&extra)),
+                    },
+                );
+            }
+        }
+        let attempts = settlement.attempts;
+        tracing::debug!(attempts, refused = outcome.refused_attempts, "agent call settled");
+        let (status, value, error) = match outcome.end {
+            AgentEnd::Ok(value) => (Status::Ok, Some(value), None),
+            AgentEnd::Error(e) => (Status::Error, None, Some(e)),
+            AgentEnd::Limit(e) => (Status::Limit, None, Some(e)),
+            AgentEnd::Cancelled(e) => (Status::Cancelled, None, Some(e)),
+        };
+        let mut terminal = Ctx::terminal_for(&opened.running, status);
+        terminal.set_value(value.as_ref());
+        terminal.error = error.clone();
+        terminal.usage = Some(outcome.usage);
+        terminal.cost = outcome.cost;
+        terminal.served_by = Some(journal::intern(&outcome.served_by));
+        terminal.finish_reason = outcome.finish_reason;
+        terminal.attempts = outcome.attempts;
+        terminal.refused_attempts = outcome.refused_attempts;
+        if settlement.wrote_checkpoint {
+            terminal.transcript_ref = Some(checkpoint_ref.clone());
+        }
+        let cost = outcome.cost.unwrap_or(Money::ZERO);
+        // Awaited: a paid result is durable before it reaches the workflow.
+        let written = self.run.append_one_async(terminal).await;
+        // Turns carried into this segment were spent when it began: charge only the rest.
+        let carried = self.run.budget.take_carried(&checkpoint_ref);
+        self.run.budget.settle(reservation, cost.sub_or_zero(carried));
+        let terminal = written?;
+        if let Some(covered) = settlement.covered
+            && !self.run.dry_run
+        {
+            crate::engine::carry::mark_journaled(
+                self.run.engine.transcripts.as_ref(),
+                &checkpoint_ref,
+                &covered,
+            );
+        }
+        self.run.emit(self.span_pair(span), false, || agent_end_event(&terminal));
+        self.run.emit_budget(self.span_pair(span));
+        let label = opts.label.clone();
+        match (value, error) {
+            (Some(value), _) => Ok(if opts.full { full_result(&terminal, value) } else { value }),
+            (None, Some(error)) => {
+                if status == Status::Cancelled && self.cancel.is_cancelled() {
+                    return Err(self.run.stopped_error());
+                }
+                self.agent_failed(opts, label, error, Some((&terminal, false)))
+            }
+            (None, None) => Err(Error::internal("agent ended with neither value nor error")),
+        }
+    }
+}
