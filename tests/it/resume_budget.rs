@@ -3,12 +3,11 @@
 //! a `run_budget_override` decision, applied from a new segment, shown by `cairn inspect`.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::lease::{run, text};
+use super::support::serve::{serve_in, wait_status};
 
 /// Echo at $0.001 a token: each round costs $0.01 and reserves $0.02.
 const PRICED_ECHO: &str = "[providers.echo]\nkind = \"echo\"\nlatency_ms = 1\nprice = [1000, 1000]\n";
@@ -115,65 +114,12 @@ fn a_resume_raises_the_ceiling_once_and_refuses_below_the_spend() {
     }
 }
 
-/// A `cairn serve` with in-process workers, killed on drop.
-struct Serve {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn serve(dir: &Path, store: &str, extra: &[&str]) -> Serve {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(assert_cmd::cargo::cargo_bin("cairn"))
-        .current_dir(dir)
-        .args(["serve", "--quiet", "--listen", &format!("127.0.0.1:{port}"), "--store", store])
-        .args(extra)
-        .env_remove("CAIRN_SERVER_TOKEN")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let server = Serve { child, base: format!("http://127.0.0.1:{port}") };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = reqwest::get(format!("{}/healthz", server.base)).await
-            && r.status() == 200
-        {
-            return server;
-        }
-        assert!(Instant::now() < deadline, "cairn serve did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-pub(crate) async fn wait_status(base: &str, run: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let body: Value =
-            reqwest::get(format!("{base}/v1/runs/{run}")).await.unwrap().json().await.unwrap_or(Value::Null);
-        if body["status"] == status {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "run {run} never reached {status}: {body}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_service_raises_a_ceiling_on_resume_within_its_maximum() {
     let dir = project();
     let root = dir.path();
     let store = sqlite(root);
-    let server = serve(root, &store, &["--max-budget", "1"]).await;
+    let server = serve_in(root, &store, &["--max-budget", "1"]).await;
     let client = reqwest::Client::new();
     for (dialect, source) in [("rhai", LOOP_RHAI), ("lua", LOOP_LUA)] {
         let id = format!("svc-{dialect}");

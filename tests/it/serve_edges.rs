@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::serve::{Server, TOKEN, free_port, serve_command_on, start, start_on};
+use super::serve::TOKEN;
+use super::support::serve::{Server, free_port, parse_events, serve_command_on, start, start_on};
 
 /// One raw HTTP/1.1 exchange (`Connection: close`): the status and the body as JSON (`Null`
 /// when it is not JSON).
@@ -238,7 +239,7 @@ async fn sigterm_closes_event_streams_with_a_final_event_and_exits_in_the_grace_
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let started = Instant::now();
     let text = tokio::time::timeout(Duration::from_secs(20), text).await.expect("the stream ended").unwrap();
-    let events = super::serve::parse_events(&text.unwrap_or_default());
+    let events = parse_events(&text.unwrap_or_default());
     let last = events.last().expect("events");
     assert_eq!(last.0, "shutdown", "{events:?}");
     assert_eq!(last.2["run_id"], run.as_str());

@@ -2,37 +2,12 @@
 //! that fails says why everywhere, a worker without a run's provider neither loses the run nor
 //! keeps it forever, and PostgreSQL restarts under load strand nothing.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::serve::{Server, start, start_on};
-
-/// A `cairn worker` in `dir` (its `cairn.toml`, if any) over `store`, killed on drop.
-struct Worker(Child);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn worker(dir: &std::path::Path, store: &str, extra: &[&str]) -> Worker {
-    let child = Command::new(assert_cmd::cargo::cargo_bin("cairn"))
-        .current_dir(dir)
-        .args(["--store", store, "worker", "--quiet"])
-        .args(extra)
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    Worker(child)
-}
+use super::support::serve::{Killed, Server, free_port, start, start_on, worker};
 
 async fn metrics(server: &Server) -> String {
     server.request(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap()
@@ -150,7 +125,7 @@ impl OwnPostgres {
         // Where PostgreSQL is available (CI always; a developer with the test server set).
         std::env::var("CAIRN_TEST_POSTGRES_URL").ok()?;
         let dir = tempfile::Builder::new().prefix("cairn-pg-outage").tempdir().unwrap().keep();
-        let port = super::serve::free_port();
+        let port = free_port();
         let out = Command::new(postgres_script())
             .args(["start", dir.to_str().unwrap(), &port.to_string()])
             .stderr(Stdio::inherit())
@@ -195,7 +170,7 @@ async fn postgres_restarts_under_load_strand_no_run() {
     .unwrap();
     let server = start_on(dir, pg.url.clone(), None, &["--workers", "0"]).await;
     // Two worker processes; claims and run leases lapse in 5 s (this test is about lapses).
-    let workers: Vec<Worker> = (0..2)
+    let workers: Vec<Killed> = (0..2)
         .map(|_| {
             let child = Command::new(assert_cmd::cargo::cargo_bin("cairn"))
                 .current_dir(server.dir.path())
@@ -216,7 +191,7 @@ async fn postgres_restarts_under_load_strand_no_run() {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            Worker(child)
+            Killed(child)
         })
         .collect();
     let source =

@@ -4,13 +4,13 @@
 //! it) and claim it when due, across a restart. A run killed mid-wait waits only the remainder.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::lease::{cairn, entries, run, text};
-use super::resume_budget::wait_status;
+use super::support::serve::{serve_in, wait_status};
 
 const ECHO: &str = "[providers.echo]\nkind = \"echo\"\nlatency_ms = 1\n";
 
@@ -110,45 +110,6 @@ fn a_run_killed_mid_wait_waits_only_the_remainder_on_resume() {
     );
 }
 
-/// A `cairn serve` with its in-process workers, killed on drop.
-struct Serve {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn serve(dir: &Path, store: &str) -> Serve {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(assert_cmd::cargo::cargo_bin("cairn"))
-        .current_dir(dir)
-        .args(["serve", "--quiet", "--listen", &format!("127.0.0.1:{port}"), "--store", store])
-        .env_remove("CAIRN_SERVER_TOKEN")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let server = Serve { child, base: format!("http://127.0.0.1:{port}") };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = reqwest::get(format!("{}/healthz", server.base)).await
-            && r.status() == 200
-        {
-            return server;
-        }
-        assert!(Instant::now() < deadline, "cairn serve did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn delayed(base: &str) -> u64 {
     let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap();
     metrics
@@ -174,7 +135,7 @@ async fn on_postgres_serve_wakes_a_parked_run_at_its_deadline_across_a_restart()
 
 async fn wakes_across_a_restart(root: &Path, store: &str) {
     let store = store.to_owned();
-    let first = serve(root, &store).await;
+    let first = serve_in(root, &store, &[]).await;
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for (dialect, source) in [("rhai", wait_rhai(5_000)), ("lua", wait_lua(5_000))] {
@@ -205,7 +166,7 @@ async fn wakes_across_a_restart(root: &Path, store: &str) {
     assert!(parked >= still, "{parked} delayed, {still} still parked");
     // A restart loses nothing: the next server's workers claim them when due.
     drop(first);
-    let second = serve(root, &store).await;
+    let second = serve_in(root, &store, &[]).await;
     for id in &ids {
         wait_status(&second.base, id, "ok").await;
         let journal = entries(root, &store, id);

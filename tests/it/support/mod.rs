@@ -1,0 +1,3 @@
+//! Helpers several integration modules share (one copy each; see STYLE.md §7).
+
+pub(crate) mod serve;
