@@ -80,7 +80,7 @@ pub use script::{Diagnostic, LintContext, Severity};
 pub use store::{Claim, PostgresOptions, PostgresStore, RunQueue};
 pub use store::{
     Durability, JournalStore, JsonlStore, LeasableStore, Lease, MemoryStore, OpenedStore, RawEntry,
-    RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, TranscriptStore,
+    RunCursor, RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, TranscriptStore,
 };
 pub use usage::{AttemptEnd, AttemptRecord, Usage};
 

@@ -99,6 +99,17 @@ impl JournalStore for MemoryStore {
         Ok(self.state().journals.get(run).cloned().unwrap_or_default())
     }
 
+    fn load_since(&self, run: &RunId, after: u64) -> Result<Vec<RawEntry>> {
+        self.load_page(run, after, usize::MAX)
+    }
+
+    fn load_page(&self, run: &RunId, after: u64, limit: usize) -> Result<Vec<RawEntry>> {
+        let state = self.state();
+        let Some(journal) = state.journals.get(run) else { return Ok(Vec::new()) };
+        let start = journal.partition_point(|entry| entry.seq() <= after);
+        Ok(journal[start..].iter().take(limit).cloned().collect())
+    }
+
     fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()> {
         let mut state = self.state();
         state.fence(&meta.run_id, lease, self.clock.now_ms())?;

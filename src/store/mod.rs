@@ -259,12 +259,61 @@ pub struct RunFilter {
     pub tags: Vec<String>,
     /// At most this many runs, newest first.
     pub limit: Option<usize>,
+    /// Only runs listed after this cursor (the position of the last run of the previous
+    /// page): strictly older, or as old with a smaller run id. Stable under concurrent
+    /// creation and deletion, so paging never repeats or skips a run that stays put.
+    pub after: Option<RunCursor>,
+}
+
+/// A position in the newest-first run listing: the `(created_at_ms, run_id)` of a listed
+/// run. Written `<created_at_ms>.<run id>` so it can travel in a URL or a flag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCursor {
+    /// The run's creation time.
+    pub created_at_ms: i64,
+    /// The run.
+    pub run_id: RunId,
+}
+
+impl RunCursor {
+    /// The cursor just past `meta` in the listing.
+    pub fn of(meta: &RunMeta) -> RunCursor {
+        RunCursor { created_at_ms: meta.created_at_ms, run_id: meta.run_id.clone() }
+    }
+
+    /// Whether `meta` lists strictly after this cursor (newest first).
+    pub fn precedes(&self, meta: &RunMeta) -> bool {
+        (meta.created_at_ms, &meta.run_id) < (self.created_at_ms, &self.run_id)
+    }
+}
+
+impl fmt::Display for RunCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.created_at_ms, self.run_id)
+    }
+}
+
+/// Why a string is not a [`RunCursor`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid run cursor {0:?}: expected <created_at_ms>.<run id>")]
+pub struct InvalidRunCursor(pub String);
+
+impl FromStr for RunCursor {
+    type Err = InvalidRunCursor;
+    fn from_str(text: &str) -> Result<RunCursor, InvalidRunCursor> {
+        let invalid = || InvalidRunCursor(text.to_owned());
+        let (ms, run) = text.split_once('.').ok_or_else(invalid)?;
+        let created_at_ms = ms.parse().map_err(|_| invalid())?;
+        let run_id = RunId::parse(run).map_err(|_| invalid())?;
+        Ok(RunCursor { created_at_ms, run_id })
+    }
 }
 
 impl RunFilter {
     /// Whether `meta` passes the filter (ignoring `limit`).
     pub fn matches(&self, meta: &RunMeta) -> bool {
-        (self.statuses.is_empty() || self.statuses.contains(&meta.status))
+        self.after.as_ref().is_none_or(|cursor| cursor.precedes(meta))
+            && (self.statuses.is_empty() || self.statuses.contains(&meta.status))
             && self.name.as_ref().is_none_or(|n| meta.name.as_ref() == Some(n))
             && self.tags.iter().all(|t| meta.tags.contains(t))
     }
@@ -431,6 +480,17 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
     fn load_since(&self, run: &RunId, after: u64) -> Result<Vec<RawEntry>> {
         let mut entries = self.load(run)?;
         entries.retain(|entry| entry.seq() > after);
+        Ok(entries)
+    }
+
+    /// At most `limit` of the run's entries after seq `after`, in append order: one page of
+    /// a reader that streams a journal (`cairn replay`, `cairn inspect`, `GET
+    /// /v1/runs/{id}/journal`) instead of holding all of it. The next page starts after the
+    /// last seq returned; a page shorter than `limit` is the last. The default filters
+    /// [`JournalStore::load_since`]; every shipped store reads only the page.
+    fn load_page(&self, run: &RunId, after: u64, limit: usize) -> Result<Vec<RawEntry>> {
+        let mut entries = self.load_since(run, after)?;
+        entries.truncate(limit);
         Ok(entries)
     }
 

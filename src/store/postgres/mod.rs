@@ -526,13 +526,20 @@ impl JournalStore for PostgresStore {
     }
 
     fn load_since(&self, run: &RunId, after: u64) -> Result<Vec<RawEntry>> {
+        self.load_page(run, after, usize::MAX)
+    }
+
+    fn load_page(&self, run: &RunId, after: u64, limit: usize) -> Result<Vec<RawEntry>> {
         let Ok(after) = i64::try_from(after) else { return Ok(Vec::new()) };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let run = run.clone();
         self.block(move |pool, _| async move {
-            let (client, stmt) =
-                prepared(&pool, "SELECT seq, json FROM journal WHERE run_id = $1 AND seq > $2 ORDER BY seq")
-                    .await?;
-            let rows = client.query(&stmt, &[&run.as_str(), &after]).await.map_err(pg_err)?;
+            let (client, stmt) = prepared(
+                &pool,
+                "SELECT seq, json FROM journal WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            )
+            .await?;
+            let rows = client.query(&stmt, &[&run.as_str(), &after, &limit]).await.map_err(pg_err)?;
             rows.iter()
                 .map(|row| {
                     let seq = to_u64(row.get(0))?;
@@ -594,18 +601,27 @@ impl JournalStore for PostgresStore {
         let name = filter.name.clone();
         let tags = filter.tags.clone();
         let limit = filter.limit.map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
+        let after_ms = filter.after.as_ref().map(|cursor| cursor.created_at_ms);
+        let after_run = filter.after.as_ref().map(|cursor| cursor.run_id.as_str().to_owned());
         self.block(move |pool, _| async move {
+            // Run ids compare bytewise (COLLATE "C") as on every other store, whatever the
+            // database's collation.
             let (client, stmt) = prepared(
                 &pool,
                 "SELECT run_id, meta_json FROM runs
                      WHERE (cardinality($1::text[]) = 0 OR status = ANY($1))
                        AND ($2::text IS NULL OR name = $2)
                        AND tags @> $3::text[]
-                     ORDER BY created_at_ms DESC, run_id DESC
+                       AND ($5::bigint IS NULL OR created_at_ms < $5
+                            OR (created_at_ms = $5 AND run_id COLLATE \"C\" < $6::text COLLATE \"C\"))
+                     ORDER BY created_at_ms DESC, run_id COLLATE \"C\" DESC
                      LIMIT $4",
             )
             .await?;
-            let rows = client.query(&stmt, &[&statuses, &name, &tags, &limit]).await.map_err(pg_err)?;
+            let rows = client
+                .query(&stmt, &[&statuses, &name, &tags, &limit, &after_ms, &after_run])
+                .await
+                .map_err(pg_err)?;
             rows.iter().map(|row| parse_meta(row.get(0), row.get(1))).collect()
         })
     }

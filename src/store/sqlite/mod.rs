@@ -895,6 +895,10 @@ impl JournalStore for SqliteStore {
     }
 
     fn load_since(&self, run: &RunId, after: u64) -> Result<Vec<RawEntry>> {
+        self.load_page(run, after, usize::MAX)
+    }
+
+    fn load_page(&self, run: &RunId, after: u64, limit: usize) -> Result<Vec<RawEntry>> {
         // Seqs past the last one a key can hold: nothing is after them.
         let Some(first) = after.checked_add(1).filter(|first| *first < 1 << SEQ_BITS) else {
             return Ok(Vec::new());
@@ -911,9 +915,11 @@ impl JournalStore for SqliteStore {
                 },
             };
             let keys = key_range(number);
-            let mut select = conn
-                .prepare_cached("SELECT key, json FROM journal WHERE key >= ?1 AND key < ?2 ORDER BY key")?;
-            let mut rows = select.query([keys.start | first as i64, keys.end])?;
+            let mut select = conn.prepare_cached(
+                "SELECT key, json FROM journal WHERE key >= ?1 AND key < ?2 ORDER BY key LIMIT ?3",
+            )?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut rows = select.query([keys.start | first as i64, keys.end, limit])?;
             let mut entries = Vec::new();
             while let Some(row) = rows.next()? {
                 let seq = seq_of(row.get(0)?)?;
@@ -979,6 +985,11 @@ impl JournalStore for SqliteStore {
         for tag in &filter.tags {
             sql.push_str(" AND EXISTS (SELECT 1 FROM run_tags WHERE run_tags.tag = ? AND run_tags.run_id = runs.run_id)");
             args.push(tag);
+        }
+        let cursor = filter.after.as_ref().map(|cursor| (cursor.created_at_ms, cursor.run_id.as_str()));
+        if let Some((created, run)) = &cursor {
+            sql.push_str(" AND (created_at_ms < ? OR (created_at_ms = ? AND run_id < ?))");
+            args.extend([created as &dyn rusqlite::ToSql, created, run]);
         }
         sql.push_str(" ORDER BY created_at_ms DESC, run_id DESC");
         let limit = filter.limit.map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));

@@ -16,6 +16,8 @@
 //! violation with the check's name and what went wrong. Lease checks take their time from
 //! a [`ManualClock`] the suite passes to the factory, so expiry is checked without sleeping.
 
+mod paging;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,6 +82,8 @@ pub fn journal_store_conformance(make: &dyn Fn() -> Box<dyn JournalStore>) {
         ("delete-removes-run", delete_removes_run),
         ("load-since-reads-only-later-entries", load_since_reads_only_later_entries),
         ("watch-wakes-on-writes", watch_wakes_on_writes),
+        ("load-page-reads-bounded-pages", paging::load_page_reads_bounded_pages),
+        ("list-runs-pages", paging::list_runs_pages),
     ];
     for (name, check) in checks {
         let store = make();
@@ -564,6 +568,7 @@ fn list_filters_never_drop(store: &dyn JournalStore) -> Outcome {
             name: Some("alpha".into()),
             tags: vec!["a".into()],
             limit: None,
+            after: None,
         },
         RunFilter { name: Some("nobody".into()), ..RunFilter::default() },
         RunFilter { limit: Some(3), ..RunFilter::default() },
