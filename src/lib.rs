@@ -68,9 +68,9 @@ pub use engine::{
     AgentOptions, AgentProfile, Branch, CallOptions, CancelOutcome, CostLine, CostReport, Ctx, Described,
     Dropped, Engine, EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, ExternalOptions, HostFn,
     MAX_WORKFLOW_DEPTH, OnError, OnItemError, ParallelOptions, Pending, PipelineOptions, Registered,
-    Resolution, ResumeOptions, RetryPolicy, RunHandle, RunOptions, RunOutcome, Script, ScriptDialect,
-    SegmentCeiling, Stage, StepOptions, UnpricedUsage, Worker, WorkerOptions, WorkerReport, Workflow,
-    WorkflowFn, WorkflowOptions, branch, segment_ceilings, stage,
+    Resolution, ResumeOptions, RetryPolicy, RunHandle, RunObserver, RunOptions, RunOutcome, Script,
+    ScriptDialect, SegmentCeiling, Stage, StepOptions, UnpricedUsage, Worker, WorkerOptions, WorkerReport,
+    Workflow, WorkflowFn, WorkflowOptions, branch, segment_ceilings, stage,
 };
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};

@@ -68,6 +68,10 @@ pub(crate) trait BudgetHooks: Send + Sync {
     fn grant_turn(&self, _used: Money, _want: Money, _floor: Money) -> Result<Option<Money>, Money> {
         Ok(None)
     }
+    /// A model turn (number `turn`, from 1) is about to be sent with `request`.
+    fn turn_started(&self, _turn: u32, _request: &crate::provider::ChatRequest) {}
+    /// The model turn `turn` ended (answered, or failed after its retries).
+    fn turn_ended(&self, _turn: u32, _report: &TurnReport<'_>) {}
     /// Persists the loop's state at a turn boundary, so a rerun continues from here.
     fn checkpoint(&self, _state: &Checkpoint) {}
     /// Waits for the model slots of one turn, for a call that takes them per turn instead of
@@ -91,6 +95,21 @@ pub(crate) trait BudgetHooks: Send + Sync {
     ) -> BoxFuture<'a, Result<String, Error>> {
         tool.call_with_id(id, args)
     }
+}
+
+/// How a model turn ended, for [`BudgetHooks::turn_ended`].
+#[derive(Debug)]
+pub(crate) struct TurnReport<'a> {
+    /// Whether the model answered.
+    pub(crate) ok: bool,
+    /// The model that answered (or was last tried), as `provider:model`.
+    pub(crate) served_by: &'a str,
+    /// What the turn used.
+    pub(crate) usage: Usage,
+    /// Why the model stopped, when it answered.
+    pub(crate) finish_reason: Option<&'a str>,
+    /// The answer's text, when it answered.
+    pub(crate) text: Option<&'a str>,
 }
 
 /// The model slots one turn holds (none for a call that holds its slots for its whole life).

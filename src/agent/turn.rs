@@ -11,10 +11,11 @@ use super::attempt::turn_with_retries;
 use super::ledger::Ledger;
 use super::{
     AgentEnd, AgentRun, AgentSpec, ApprovalRequest, BudgetHooks, PendingCall, Permission, SCHEMA_REPROMPTS,
-    TOOL_CORRECTIONS, context_bound, extract_json, schema,
+    TOOL_CORRECTIONS, TurnReport, context_bound, extract_json, schema,
 };
 use crate::error::{Error, ErrorCode};
 use crate::provider::{FinishReason, Message, Part, Role, StopReason, ToolSpec};
+use crate::usage::Usage;
 
 /// Runs one agent invocation to its end.
 pub(crate) async fn run(
@@ -153,11 +154,32 @@ async fn run_turns(
         }
         bounded = false;
         *last = None;
+        hooks.turn_started(state.turns, &spec.request);
         let turn = turn_with_retries(&mut spec, &mut ledger, hooks, cancel, on_delta).await;
         drop(slot);
         let turn = match turn {
-            Ok(turn) => turn,
-            Err(end) => return finish(&spec, end, &ledger),
+            Ok(turn) => {
+                let report = TurnReport {
+                    ok: true,
+                    served_by: &spec.served_by,
+                    usage: turn.usage,
+                    finish_reason: Some(turn.reason.as_str()),
+                    text: Some(&turn.text),
+                };
+                hooks.turn_ended(state.turns, &report);
+                turn
+            }
+            Err(end) => {
+                let report = TurnReport {
+                    ok: false,
+                    served_by: &spec.served_by,
+                    usage: Usage::default(),
+                    finish_reason: None,
+                    text: None,
+                };
+                hooks.turn_ended(state.turns, &report);
+                return finish(&spec, end, &ledger);
+            }
         };
         state.usage += turn.usage;
         *last = Some(StopReason::from(&turn.reason));

@@ -76,6 +76,7 @@ impl Engine {
                 backoff: crate::agent::Backoff::default(),
                 host_docs: HashMap::new(),
                 workflow_docs: HashMap::new(),
+                observers: Vec::new(),
             },
         }
     }
@@ -281,6 +282,13 @@ impl EngineBuilder {
     /// Registers a script dialect (Rhai is registered by default).
     pub fn dialect(mut self, dialect: Arc<dyn ScriptDialect>) -> EngineBuilder {
         self.inner.dialects.insert(dialect.name().to_owned(), dialect);
+        self
+    }
+
+    /// Registers an observer of every run segment the engine drives (an OpenTelemetry
+    /// exporter, say): it is handed each segment's event stream as the segment starts.
+    pub fn observer(mut self, observer: Arc<dyn super::observer::RunObserver>) -> EngineBuilder {
+        self.inner.observers.push(observer);
         self
     }
 

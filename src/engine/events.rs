@@ -128,6 +128,56 @@ pub enum EventKind {
         /// `ok`, `error`, `cancelled` or `skipped`.
         status: String,
     },
+    /// A branch of a `parallel` fan-out (or a `parallel_map` item) began.
+    #[serde(rename = "branch:start")]
+    BranchStart {
+        /// The branch's index in its fan-out.
+        index: u32,
+        /// The branch's scope path.
+        scope: String,
+    },
+    /// A branch of a fan-out ended.
+    #[serde(rename = "branch:end")]
+    BranchEnd {
+        /// The branch's index in its fan-out.
+        index: u32,
+        /// `ok` or `error`.
+        status: String,
+    },
+    /// A model turn of an agent call began (its span's parent is the call's span; the tool
+    /// calls the turn requests are children of the turn's span).
+    #[serde(rename = "turn:start")]
+    TurnStart {
+        /// The turn's number in the call (from 1; continues after a checkpoint).
+        turn: u32,
+        /// The model the turn is sent to (the provider-local name).
+        model: String,
+        /// The turn's output cap, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<u32>,
+        /// The conversation sent, as JSON, only when an observer asked for content
+        /// (see [`RunObserver::wants_content`](crate::RunObserver::wants_content)).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        input: Option<Value>,
+    },
+    /// A model turn ended.
+    #[serde(rename = "turn:end")]
+    TurnEnd {
+        /// The turn's number in the call.
+        turn: u32,
+        /// `ok` or `error`.
+        status: String,
+        /// The model that answered (differs from the start's after a failover).
+        model: String,
+        /// What the turn used.
+        usage: Usage,
+        /// Why the model stopped (`stop`, `length`, `tool_use`, ...), when it answered.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<String>,
+        /// The turn's answer text, only when an observer asked for content.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+    },
     /// An agent's tool call began (or was served from the journal: `replayed`).
     #[serde(rename = "tool:start")]
     ToolStart {

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::admission::Turns;
 use super::ctx::Ctx;
+use super::events::EventKind;
 use super::options::{OnError, OnItemError, ParallelOptions, PipelineOptions};
 use super::outcome::Dropped;
 use super::run::RunState;
@@ -243,7 +244,16 @@ impl Ctx {
                 let group = group.clone();
                 let fail_fast = fail_fast.clone();
                 async move {
+                    let run = ctx.run.clone();
+                    let span = (ctx.span, ctx.parent_span);
+                    let at = u32::try_from(index).unwrap_or(u32::MAX);
+                    run.emit(span, false, || EventKind::BranchStart {
+                        index: at,
+                        scope: ctx.scope.to_string(),
+                    });
                     let result = body(ctx).await;
+                    let status = if result.is_ok() { "ok" } else { "error" };
+                    run.emit(span, false, || EventKind::BranchEnd { index: at, status: status.into() });
                     ticket.pass();
                     if let Some(fail_fast) = &fail_fast {
                         fail_fast.finished(index, &result, &group);

@@ -41,6 +41,7 @@ mod inputs;
 mod lease;
 mod lifecycle;
 mod liveness;
+mod observer;
 mod options;
 mod outcome;
 mod phase;
@@ -78,6 +79,7 @@ pub use fanout::{Branch, Stage, branch, stage};
 pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
+pub use observer::RunObserver;
 pub use options::{
     AgentOptions, CallOptions, ErrorPolicy, ExternalOptions, OnError, OnItemError, ParallelOptions,
     PipelineOptions, RetryPolicy, StepOptions, WorkflowOptions,

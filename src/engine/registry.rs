@@ -118,6 +118,8 @@ pub(crate) struct EngineInner {
     pub(crate) host_docs: HashMap<String, Described>,
     /// Descriptions of child workflows, for the planner's profile card.
     pub(crate) workflow_docs: HashMap<String, Described>,
+    /// Who watches every run segment (telemetry).
+    pub(crate) observers: Vec<Arc<dyn super::observer::RunObserver>>,
 }
 
 impl fmt::Debug for EngineInner {

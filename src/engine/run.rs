@@ -39,6 +39,8 @@ pub(crate) struct RunState {
     pub(crate) engine: Arc<EngineInner>,
     pub(crate) run_id: RunId,
     pub(crate) events: Arc<EventLog>,
+    /// Whether turn events carry message content (an observer asked for it).
+    pub(crate) content_events: bool,
     /// The loaded journal as calls match it: cursors, consumed records, resolutions.
     replay: Mutex<Replay>,
     /// The journal's write side: seqs, the group-commit queue, the latch after a failed write.
@@ -147,8 +149,15 @@ impl RunState {
             segment.dry_run,
             segment.entries,
         );
+        let events = EventLog::new(run_id.clone(), segment_base(segment.index));
+        // Observers subscribe before the first event: their streams are gapless.
+        for observer in &engine.observers {
+            observer.segment_started(&run_id, events.subscribe());
+        }
+        let content_events = engine.observers.iter().any(|o| o.wants_content());
         Arc::new(RunState {
-            events: EventLog::new(run_id.clone(), segment_base(segment.index)),
+            events,
+            content_events,
             run_id,
             replay: Mutex::new(segment.replay),
             writer,

@@ -3,6 +3,7 @@
 //! per-turn model slots, approvals as waits on external input, and tool calls journaled in the
 //! call's own scope.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -12,6 +13,7 @@ use super::record::approvals_segment;
 use crate::agent::{self, BudgetHooks};
 use crate::engine::budget::ReservationId;
 use crate::engine::ctx::Ctx;
+use crate::engine::events::EventKind;
 use crate::engine::options::ExternalOptions;
 use crate::error::Error;
 use crate::journal::ContentKey;
@@ -33,6 +35,11 @@ pub(super) struct AccountHooks<'a> {
     pub(super) reservation: ReservationId,
     /// Where the call is in its life (attempts, checkpoints).
     pub(super) life: Mutex<CallLife>,
+    /// The call's span (the parent of its turns' spans).
+    pub(super) span: u64,
+    /// The span of the turn in flight or last answered (0 before the first): the parent of
+    /// the tool calls that turn requested.
+    pub(super) turn_span: AtomicU64,
 }
 
 impl BudgetHooks for AccountHooks<'_> {
@@ -62,6 +69,31 @@ impl BudgetHooks for AccountHooks<'_> {
             self.ctx.run.mark_exhausted();
         }
         granted.map_err(|denied| denied.available)
+    }
+
+    fn turn_started(&self, turn: u32, request: &crate::provider::ChatRequest) {
+        let run = &self.ctx.run;
+        let span = run.new_span();
+        self.turn_span.store(span, Ordering::Relaxed);
+        run.emit((span, Some(self.span)), false, || EventKind::TurnStart {
+            turn,
+            model: request.model.clone(),
+            max_tokens: request.max_output_tokens,
+            input: run.content_events.then(|| turn_input(request)),
+        });
+    }
+
+    fn turn_ended(&self, turn: u32, report: &agent::TurnReport<'_>) {
+        let run = &self.ctx.run;
+        let span = self.turn_span.load(Ordering::Relaxed);
+        run.emit((span, Some(self.span)), false, || EventKind::TurnEnd {
+            turn,
+            status: if report.ok { "ok" } else { "error" }.into(),
+            model: report.served_by.to_owned(),
+            usage: report.usage,
+            finish_reason: report.finish_reason.map(str::to_owned),
+            output: if run.content_events { report.text.map(str::to_owned) } else { None },
+        });
     }
 
     fn checkpoint(&self, state: &agent::Checkpoint) {
@@ -124,9 +156,20 @@ impl BudgetHooks for AccountHooks<'_> {
         id: &'b str,
         args: Value,
     ) -> futures::future::BoxFuture<'b, Result<String, Error>> {
-        // Journaled in the call's own scope, with its events (`tool_call.rs`).
-        Box::pin(self.own_scope().run_tool(tool, id, args))
+        // Journaled in the call's own scope, with its events (`tool_call.rs`), each a child
+        // of the span of the turn that requested it (of the call's, before any turn).
+        let mut ctx = self.own_scope().clone();
+        ctx.span = match self.turn_span.load(Ordering::Relaxed) {
+            0 => self.span,
+            turn => turn,
+        };
+        Box::pin(async move { ctx.run_tool(tool, id, args).await })
     }
+}
+
+/// A turn's conversation as telemetry shows it: the system text and the messages.
+fn turn_input(request: &crate::provider::ChatRequest) -> Value {
+    json!({ "system": request.system, "messages": request.messages })
 }
 
 impl AccountHooks<'_> {

@@ -181,6 +181,8 @@ impl Ctx {
             checkpoint_ref: opened.checkpoint_ref.clone(),
             reservation: reservation.id(),
             life: std::sync::Mutex::new(CallLife::admitted(resumed_usage)),
+            span,
+            turn_span: std::sync::atomic::AtomicU64::new(0),
         };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
