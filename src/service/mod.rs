@@ -7,12 +7,13 @@
 //! [`auth`] the bearer tokens and their scopes, [`guard`] the refusal of drive-by requests
 //! (`Host`, cross-site, non-JSON bodies), [`limits`] the accept loop's bounds and the body
 //! read timeout, [`runs`] the run routes, [`plan`] a planner goal's run, [`events`] the SSE stream, [`metrics`] the Prometheus text,
-//! [`openapi`] the OpenAPI document.
+//! [`openapi`] the OpenAPI document, [`inspector`] the browser inspector at `/`.
 
 pub mod auth;
 pub mod error;
 pub mod events;
 pub mod guard;
+pub mod inspector;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
@@ -102,6 +103,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/runs/{id}/resume"),
 ];
 
+/// Every response says its type is what it declares.
+async fn nosniff(mut response: axum::response::Response) -> axum::response::Response {
+    response
+        .headers_mut()
+        .insert(axum::http::header::X_CONTENT_TYPE_OPTIONS, axum::http::HeaderValue::from_static("nosniff"));
+    response
+}
+
 /// The service's router over `engine` (whose store must keep a run queue for submissions).
 /// Called inside a tokio runtime, it also picks up the planner goals a stopped server left
 /// mid-plan.
@@ -134,6 +143,10 @@ pub fn router(engine: Engine, options: ServiceOptions) -> Router {
     // else, then the body is read within its time limit.
     Router::new()
         .route("/healthz", get(|| async { axum::Json(serde_json::json!({ "ok": true })) }))
+        // The inspector's page and assets are public; the API it reads takes the token.
+        .route("/", get(inspector::index))
+        .route("/inspector.js", get(inspector::script))
+        .route("/inspector.css", get(inspector::style))
         .merge(guarded)
         .fallback(|| async { ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
@@ -147,5 +160,6 @@ pub fn router(engine: Engine, options: ServiceOptions) -> Router {
         .layer(axum::middleware::from_fn_with_state(body_limits, limits::read_body_in_time))
         .layer(axum::middleware::from_fn_with_state(allowed_hosts, guard::refuse_drive_by))
         .layer(axum::middleware::from_fn(error::json_errors))
+        .layer(axum::middleware::map_response(nosniff))
         .with_state(state)
 }

@@ -241,11 +241,23 @@ fn diagnostics_of(engine: &crate::Engine, dialect: &str, source: &str) -> Value 
 pub struct ListQuery {
     /// Only runs in this status.
     pub status: Option<String>,
-    /// At most this many, newest first.
+    /// Only runs carrying this tag.
+    pub tag: Option<String>,
+    /// At most this many, newest first ([`LIST_DEFAULT`] by default, [`LIST_MAX`] at most).
     pub limit: Option<usize>,
+    /// The page after this cursor: the `next` of the previous page (a run id).
+    pub after: Option<String>,
+    /// With `true`, each run carries its settled `cost_nano_usd` (folded from its journal).
+    pub cost: Option<bool>,
 }
 
-/// `GET /v1/runs`: the runs, newest first, with their status.
+/// How many runs a page of `GET /v1/runs` holds by default.
+pub const LIST_DEFAULT: usize = 100;
+/// The most a page of `GET /v1/runs` holds.
+pub const LIST_MAX: usize = 1000;
+
+/// `GET /v1/runs`: a page of the runs, newest first, with their status; `next` is the
+/// cursor of the following page (absent on the last).
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
@@ -259,10 +271,53 @@ pub async fn list(
                 .map_err(|_| ApiError::bad_request(format!("unknown status {text:?}")))?,
         ],
     };
-    let filter =
-        RunFilter { statuses, limit: Some(query.limit.unwrap_or(100).min(1000)), ..RunFilter::default() };
-    let runs = blocking(&state, move |engine| Ok(engine.journal_store().list_runs(&filter)?)).await?;
-    Ok(Json(json!({ "runs": runs })))
+    let tags: Vec<String> = query.tag.iter().filter(|t| !t.trim().is_empty()).cloned().collect();
+    let limit = query.limit.unwrap_or(LIST_DEFAULT).min(LIST_MAX);
+    let after = match query.after.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(text) => Some(
+            RunId::parse(text)
+                .map_err(|_| ApiError::bad_request("after must be the next cursor of a page (a run id)"))?,
+        ),
+    };
+    let with_cost = query.cost.unwrap_or(false);
+    blocking(&state, move |engine| {
+        let store = engine.journal_store();
+        // The store lists newest first without a cursor: the page is cut from its list.
+        let fetch = if after.is_some() { None } else { Some(limit.saturating_add(1)) };
+        let filter = RunFilter { statuses, tags, limit: fetch, ..RunFilter::default() };
+        let listed = store.list_runs(&filter)?;
+        let start = match &after {
+            Some(cursor) => match listed.iter().position(|m| &m.run_id == cursor) {
+                Some(at) => at + 1,
+                None => {
+                    return Err(ApiError::bad_request(format!("after {cursor} is no run of this listing")));
+                }
+            },
+            None => 0,
+        };
+        let rest = listed.get(start..).unwrap_or_default();
+        let page = rest.get(..limit.min(rest.len())).unwrap_or_default();
+        let next = if rest.len() > limit { page.last().map(|m| m.run_id.clone()) } else { None };
+        let mut runs = Vec::with_capacity(page.len());
+        for meta in page {
+            let mut value = serde_json::to_value(meta).map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("a run's meta: {e}"))
+            })?;
+            if with_cost {
+                let entries = entries_of(engine, &meta.run_id)?;
+                let cost = journal::Ledger::fold(entries.iter()).spent;
+                value["cost_nano_usd"] = json!(cost.nano_usd());
+            }
+            runs.push(value);
+        }
+        let mut body = json!({ "runs": runs });
+        if let Some(next) = next {
+            body["next"] = json!(next);
+        }
+        Ok(Json(body))
+    })
+    .await
 }
 
 /// `GET /v1/runs/{id}`: the run's meta, status, pending waits, outcome and cost report (what
@@ -304,13 +359,45 @@ pub(crate) fn entries_of(engine: &crate::Engine, run: &RunId) -> Result<Vec<jour
     journal::decode_all(&raw).map_err(|e| ApiError::from(Error::from(e)))
 }
 
-/// `GET /v1/runs/{id}/journal`: the run's journal entries, in seq order.
-pub async fn journal(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// The query of `GET /v1/runs/{id}/journal`.
+#[derive(Debug, Deserialize)]
+pub struct JournalQuery {
+    /// Only entries after this seq (0 by default: from the start).
+    pub after: Option<u64>,
+    /// At most this many ([`JOURNAL_DEFAULT`] by default, [`JOURNAL_MAX`] at most).
+    pub limit: Option<usize>,
+}
+
+/// How many entries a page of `GET /v1/runs/{id}/journal` holds by default.
+pub const JOURNAL_DEFAULT: usize = 1000;
+/// The most a page of `GET /v1/runs/{id}/journal` holds.
+pub const JOURNAL_MAX: usize = 10_000;
+
+/// `GET /v1/runs/{id}/journal?after=SEQ&limit=N`: a page of the run's journal entries, in
+/// seq order; `next_after` is the `after` of the following page (absent on the last).
+pub async fn journal(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    query: Result<Query<JournalQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let run = parse_run_id(&id)?;
+    let after = query.after.unwrap_or(0);
+    let limit = query.limit.unwrap_or(JOURNAL_DEFAULT);
+    if limit == 0 || limit > JOURNAL_MAX {
+        return Err(ApiError::bad_request(format!("limit must be 1 to {JOURNAL_MAX}")));
+    }
     blocking(&state, move |engine| {
         meta_of(engine, &run)?;
-        let entries = entries_of(engine, &run)?;
-        Ok(Json(json!({ "run_id": run, "entries": entries })))
+        let mut raw = engine.journal_store().load_since(&run, after)?;
+        let more = raw.len() > limit;
+        raw.truncate(limit);
+        let entries = journal::decode_all(&raw).map_err(|e| ApiError::from(Error::from(e)))?;
+        let mut body = json!({ "run_id": run, "entries": entries });
+        if more && let Some(last) = raw.last() {
+            body["next_after"] = json!(last.seq());
+        }
+        Ok(Json(body))
     })
     .await
 }
