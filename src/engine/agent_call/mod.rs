@@ -147,7 +147,10 @@ impl Ctx {
                         .error
                         .clone()
                         .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
-                    return self.agent_failed(&opts, label, error, Some((&entry, true)));
+                    // An admission refusal in the call's place: the record the refused call
+                    // returned live (nothing ran, so nothing of an agent entry's is in it).
+                    let refused = entry.kind == Kind::Decision;
+                    return self.agent_failed(&opts, label, error, (!refused).then_some((&entry, true)));
                 }
                 let value = self.replayed(&entry, opts.on_error, "agent", label)?;
                 return Ok(if opts.full { full_result(&entry, value) } else { value });
@@ -271,20 +274,13 @@ impl Ctx {
                 return self.fail(opts.on_error, "agent", label, error);
             }
         };
-        let reservation = match self.admit(reserve.amount, key, matched.ordinal).await {
+        let reservation = match self.admit(reserve.amount, &reserve.derivation, key, matched.ordinal).await {
             Ok(reservation) => reservation,
-            Err(denied) => {
+            Err(error) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
                 self.run.emit(self.span_pair(span), false, || EventKind::BudgetExhausted {
                     what: "agent".into(),
                 });
-                let error = Error::new(
-                    ErrorCode::BudgetExhausted,
-                    format!(
-                        "admission refused: the call reserves {} ({}) but {} is left",
-                        denied.requested, reserve.derivation, denied.available
-                    ),
-                );
                 return self.agent_failed(&opts, label, error, None);
             }
         };
