@@ -149,9 +149,12 @@ impl Ticket {
 }
 
 /// The error a journaled refusal replays as.
-pub(crate) fn refusal(denied: &Denied) -> Error {
+pub(crate) fn refusal(denied: &Denied, derivation: &dyn std::fmt::Display) -> Error {
     Error::new(
         ErrorCode::BudgetExhausted,
-        format!("admission refused: the call reserves {} but {} is left", denied.requested, denied.available),
+        format!(
+            "admission refused: the call reserves {} ({derivation}) but {} is left",
+            denied.requested, denied.available
+        ),
     )
 }

@@ -65,10 +65,20 @@ pub(crate) fn run_once(source: &str, args: &[&str]) -> (Vec<String>, String, Opt
 
 /// [`run_once`], keeping the directory (its `j/` store holds run `r1`).
 fn run_kept(source: &str, args: &[&str]) -> (Vec<String>, String, Option<i32>, tempfile::TempDir) {
+    run_kept_as("rhai", source, args)
+}
+
+/// [`run_kept`] of a script in the dialect of the extension `ext` (`rhai` or `lua`).
+fn run_kept_as(
+    ext: &str,
+    source: &str,
+    args: &[&str],
+) -> (Vec<String>, String, Option<i32>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("w.rhai"), source).unwrap();
+    let name = format!("w.{ext}");
+    std::fs::write(dir.path().join(&name), source).unwrap();
     let out = cairn_in(dir.path())
-        .args(["--store", "jsonl:j", "run", "w.rhai", "--run-id", "r1", "-q"])
+        .args(["--store", "jsonl:j", "run", &name, "--run-id", "r1", "-q"])
         .args(args)
         .output()
         .unwrap();
@@ -76,7 +86,7 @@ fn run_kept(source: &str, args: &[&str]) -> (Vec<String>, String, Option<i32>, t
     (journal, String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code(), dir)
 }
 
-/// The determinism corpus (`tests/determinism/*.rhai`), every divergence found so far: each
+/// The determinism corpus (`tests/determinism/*.{rhai,lua}`), every divergence found so far: each
 /// script, run twice through the binary, gives identical journals and results, and a strict
 /// replay of the run finds nothing live or orphaned.
 #[test]
@@ -85,25 +95,25 @@ fn the_determinism_corpus_gives_identical_journals_and_replays_with_nothing_live
     let mut scripts: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "rhai"))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rhai" || ext == "lua"))
         .collect();
     scripts.sort();
-    assert!(scripts.len() >= 6, "{scripts:?}");
+    assert!(scripts.len() >= 7, "{scripts:?}");
     for path in scripts {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let ext = path.extension().unwrap().to_string_lossy().into_owned();
         let source = std::fs::read_to_string(&path).unwrap();
         // A divergence the linter has since learned to refuse: the binary rejects it before
         // anything runs, and the runtime's own defence still ends it the same way every time.
         let lint = cairn_in(&dir).args(["lint", &name]).output().unwrap();
         if lint.status.code() == Some(6) {
-            let engine = engine(false);
-            let endings: Vec<_> = (0..2).map(|_| ending(&run_in_process(&engine, &source))).collect();
+            let endings: Vec<_> = (0..2).map(|_| ending(&run_in_process_dialect(&ext, &source))).collect();
             assert_eq!(endings[0], endings[1], "{name}");
             continue;
         }
         assert_eq!(lint.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&lint.stderr));
-        let (first, out1, code1, kept) = run_kept(&source, &[]);
-        let (second, out2, code2) = run_once(&source, &[]);
+        let (first, out1, code1, kept) = run_kept_as(&ext, &source, &[]);
+        let (second, out2, code2, _) = run_kept_as(&ext, &source, &[]);
         assert!(!first.is_empty(), "{name}: empty journal");
         assert_eq!((&first, &out1, code1), (&second, &out2, code2), "{name}");
         let replay = cairn_in(kept.path()).args(["--store", "jsonl:j", "replay", "r1"]).output().unwrap();

@@ -237,3 +237,41 @@ fn a_step_body_is_part_of_its_identity_in_both_dialects() {
         assert_eq!(agents(&journal()), paid, "{ext}: the unchanged agent call was paid again");
     }
 }
+
+/// Item 6: a budget refusal reads the same live and on replay. The refused call's record
+/// (`result: "full"`: status `limit`, cost 0, the message with how the reserve was reckoned),
+/// a settled branch's error and a collected pipeline item's error are what the journal's
+/// refusal says, so a strict replay returns the same value byte for byte.
+#[test]
+fn a_budget_refusal_replays_as_it_read_live_in_both_dialects() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/determinism");
+    for ext in ["rhai", "lua"] {
+        let source = std::fs::read_to_string(corpus.join(format!("budget_refusal_record.{ext}"))).unwrap();
+        let (dir, name) = script_dir(ext, &source);
+        let path = dir.path();
+        std::fs::write(path.join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\nprice = [1000, 1000]\n")
+            .unwrap();
+        let live = cairn(path, &["run", &name, "--run-id", "r1", "-q", "--json", "--budget", "0.01"]);
+        assert_eq!(live.code, Some(3), "{ext}: {}", live.text());
+        let live: serde_json::Value = serde_json::from_str(&live.stdout).unwrap();
+        let full = &live["value"]["full"];
+        assert_eq!(full["status"], "limit", "{ext}: {full:#}");
+        assert_eq!(full["cost_nano_usd"], 0, "{ext}: {full:#}");
+        let message = full["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("(its worst turn: "), "{ext}: {message}");
+        let settled = &live["value"]["settled"][0]["error"]["message"];
+        let dropped = &live["value"]["piped"]["dropped"][0]["error"]["message"];
+        for other in [settled, dropped] {
+            assert!(other.as_str().is_some_and(|m| m.contains("(its worst turn: ")), "{ext}: {live:#}");
+        }
+        // The journal's refusals say what the calls failed with.
+        let journal = std::fs::read_to_string(path.join("j/r1.jsonl")).unwrap();
+        let refusals: Vec<&str> = journal.lines().filter(|l| l.contains("\"verdict\":\"refused\"")).collect();
+        assert_eq!(refusals.len(), 3, "{ext}: {journal}");
+        assert!(refusals.iter().all(|l| l.contains("(its worst turn: ")), "{ext}: {journal}");
+
+        let replay = cairn(path, &["replay", "r1"]);
+        assert_eq!(replay.code, Some(0), "{ext}: {}", replay.text());
+        assert!(replay.text().contains(" 0 live, 0 orphaned"), "{ext}: {}", replay.text());
+    }
+}

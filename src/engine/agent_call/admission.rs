@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::prepare::Resolved;
 use crate::engine::admit::reserve_for;
-use crate::engine::budget::{Denied, Reservation};
+use crate::engine::budget::Reservation;
 use crate::engine::ctx::Ctx;
 use crate::engine::events::EventKind;
 use crate::engine::options::AgentOptions;
@@ -22,15 +22,17 @@ use crate::provider::ChatRequest;
 
 impl Ctx {
     /// Admission for one agent call: in branch order within its fan-out, then a reserve of
-    /// `amount` on this context's account. A refusal is journaled (a `decision` entry with
-    /// the call's key and ordinal, so a replay finds it in the call's place) before it takes
-    /// effect.
+    /// `amount` (`derivation` says how it was reckoned) on this context's account. A refusal
+    /// is journaled (a `decision` entry with the call's key and ordinal, so a replay finds it
+    /// in the call's place, and the very error the call fails with, so a replay reads the
+    /// same) before it takes effect.
     pub(crate) async fn admit(
         &self,
         amount: Money,
+        derivation: &(dyn std::fmt::Display + Sync),
         key: ContentKey,
         ordinal: u32,
-    ) -> Result<Reservation, Denied> {
+    ) -> Result<Reservation, Error> {
         if let Some(ticket) = &self.admission {
             ticket.wait(&self.cancel).await;
         }
@@ -41,7 +43,9 @@ impl Ctx {
             (None, Some(ticket)) => ticket.reserve(&self.run.budget, self.account, amount),
             (None, None) => self.run.budget.reserve(self.account, amount),
         };
-        if let Err(denied) = &verdict {
+        let verdict = verdict.map_err(|denied| {
+            let refusal = crate::engine::admission::refusal(&denied, derivation);
+
             let mut entry = crate::journal::Entry::new(
                 crate::journal::Seq(0),
                 Kind::Decision,
@@ -50,7 +54,7 @@ impl Ctx {
                 key,
                 ordinal,
             );
-            entry.error = Some(crate::engine::admission::refusal(denied));
+            entry.error = Some(refusal.clone());
             entry.set_value(Some(&serde_json::json!({
                 "type": "admission",
                 "verdict": "refused",
@@ -59,7 +63,8 @@ impl Ctx {
             })));
             // A write failure latches and fails the run; the refusal stands either way.
             let _ = self.run.append_one(entry, Durability::Deferred);
-        }
+            refusal
+        });
         if let Some(ticket) = &self.admission {
             ticket.pass();
         }
@@ -110,20 +115,13 @@ impl Ctx {
                 return ControlFlow::Break(self.fail(opts.on_error, "agent", label, error));
             }
         };
-        match self.admit(reserve.amount, site.0, site.1).await {
+        match self.admit(reserve.amount, &reserve.derivation, site.0, site.1).await {
             Ok(reservation) => ControlFlow::Continue(reservation),
-            Err(denied) => {
+            Err(error) => {
                 self.run.spawns.fetch_sub(1, Ordering::SeqCst);
                 self.run.emit(self.span_pair(span), false, || EventKind::BudgetExhausted {
                     what: "agent".into(),
                 });
-                let error = Error::new(
-                    ErrorCode::BudgetExhausted,
-                    format!(
-                        "admission refused: the call reserves {} ({}) but {} is left",
-                        denied.requested, reserve.derivation, denied.available
-                    ),
-                );
                 ControlFlow::Break(self.agent_failed(opts, label, error, None))
             }
         }

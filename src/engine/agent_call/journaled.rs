@@ -8,7 +8,7 @@ use crate::engine::ctx::Ctx;
 use crate::engine::events::EventKind;
 use crate::engine::options::AgentOptions;
 use crate::error::Error;
-use crate::journal::{ContentKey, Outcome, Seq, Status};
+use crate::journal::{ContentKey, Kind, Outcome, Seq, Status};
 use crate::usage::Usage;
 
 /// What the journal does with a call.
@@ -47,7 +47,11 @@ impl Ctx {
                         .error
                         .clone()
                         .unwrap_or_else(|| Error::internal("journaled failure carries no error"));
-                    return Served::Done(self.agent_failed(opts, label, error, Some((&entry, true))));
+                    // An admission refusal in the call's place: the record the refused call
+                    // returned live (nothing ran, so nothing of an agent entry's is in it).
+                    let refused = entry.kind == Kind::Decision;
+                    let record = (!refused).then_some((&entry, true));
+                    return Served::Done(self.agent_failed(opts, label, error, record));
                 }
                 let served = self
                     .replayed(&entry, opts.on_error, "agent", label)
