@@ -32,7 +32,7 @@ pub enum ErrorCode {
     ToolDenied,
     /// A tool failed.
     ToolFailed,
-    /// An agent reached its turn (or tool-call) limit.
+    /// An agent reached its turn, tool-call or output-token limit.
     TurnLimit,
     /// The conversation no longer fits the model's context window.
     ContextOverflow,
@@ -44,6 +44,9 @@ pub enum ErrorCode {
     ProviderUnavailable,
     /// The provider's content filter blocked the output.
     ContentFilter,
+    /// The model refused to answer (Anthropic's `stop_reason: "refusal"`, OpenAI's `refusal`
+    /// field): a typed outcome of the call, never an `ok` answer.
+    Refused,
     /// The connection failed, dropped or stalled.
     Transport,
     /// A script hit a sandbox limit (operations, memory, depth, forbidden capability).
@@ -89,7 +92,7 @@ pub enum ErrorClass {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::Cancelled,
         ErrorCode::BudgetExhausted,
         ErrorCode::JournalMiss,
@@ -104,6 +107,7 @@ impl ErrorCode {
         ErrorCode::ProviderRateLimit,
         ErrorCode::ProviderUnavailable,
         ErrorCode::ContentFilter,
+        ErrorCode::Refused,
         ErrorCode::Transport,
         ErrorCode::SandboxLimit,
         ErrorCode::ScriptError,
@@ -134,6 +138,7 @@ impl ErrorCode {
             ErrorCode::ProviderRateLimit => "provider_rate_limit",
             ErrorCode::ProviderUnavailable => "provider_unavailable",
             ErrorCode::ContentFilter => "content_filter",
+            ErrorCode::Refused => "refused",
             ErrorCode::Transport => "transport",
             ErrorCode::SandboxLimit => "sandbox_limit",
             ErrorCode::ScriptError => "script_error",
@@ -175,6 +180,7 @@ impl ErrorCode {
             | ErrorCode::TurnLimit
             | ErrorCode::ContextOverflow
             | ErrorCode::ContentFilter
+            | ErrorCode::Refused
             | ErrorCode::SandboxLimit
             | ErrorCode::ScriptError
             | ErrorCode::UnpricedModel

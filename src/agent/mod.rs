@@ -10,6 +10,7 @@
 mod attempt;
 mod context_bound;
 pub(crate) mod cost;
+mod ending;
 mod fs_read;
 mod host_tool;
 pub(crate) mod ledger;
@@ -148,6 +149,14 @@ pub(crate) struct Checkpoint {
     /// Tool calls with invalid arguments answered so far (toward the correction limit).
     #[serde(default)]
     pub(crate) corrections: u32,
+    /// Set once the agent reached its tool-call or turn limit: the limit it reached. The one
+    /// turn left is the final answer turn, with tools withheld.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) finishing: Option<String>,
+    /// Whether the answering turn of a call with tools and native structured output has begun
+    /// (its tool turns go out without the schema; the answering turn carries it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) answering: bool,
 }
 
 impl Checkpoint {
@@ -171,6 +180,8 @@ impl Checkpoint {
             pending,
             reprompts,
             corrections,
+            finishing: self.finishing.clone(),
+            answering: self.answering,
         };
         hooks.checkpoint(&checkpoint);
         *messages = std::mem::take(&mut checkpoint.messages);

@@ -11,10 +11,10 @@ use super::attempt::turn_with_retries;
 use super::ledger::Ledger;
 use super::{
     AgentEnd, AgentRun, AgentSpec, ApprovalRequest, BudgetHooks, PendingCall, Permission, SCHEMA_REPROMPTS,
-    TOOL_CORRECTIONS, TurnReport, context_bound, extract_json, schema,
+    TOOL_CORRECTIONS, TurnReport, context_bound, ending, extract_json, schema,
 };
 use crate::error::{Error, ErrorCode};
-use crate::provider::{FinishReason, Message, Part, Role, StopReason, ToolSpec};
+use crate::provider::{FinishReason, Message, Part, Role, StopReason, ToolChoice, ToolSpec};
 use crate::usage::Usage;
 
 /// Runs one agent invocation to its end.
@@ -69,6 +69,15 @@ async fn run_turns(
     if let Some(schema) = &spec.schema {
         schema::show_schema(&mut spec.request, schema);
     }
+    // With native structured output and tools, the schema goes on the answering turn only:
+    // tool turns go out without it (it biases models away from calling their tools).
+    let native_schema = if spec.tools.is_empty() { None } else { spec.request.response_schema.take() };
+    // A call held to tool calls (the orchestrator, which ends through its `finish` tool) has
+    // no answer turn to give: its limits end it at once.
+    let may_answer = spec.request.tool_choice == ToolChoice::Auto;
+    if state.finishing.is_some() || state.answering {
+        ending::answering_turn(&mut spec.request, native_schema.as_ref());
+    }
     let validator = match spec.schema.as_ref().map(jsonschema::validator_for).transpose() {
         Ok(v) => v,
         Err(e) => {
@@ -85,14 +94,29 @@ async fn run_turns(
             let pending = std::mem::take(&mut state.pending);
             let mut results = Vec::with_capacity(pending.len());
             let mut ended = None;
+            let mut skipped = 0;
             for call in &pending {
-                state.tool_calls += 1;
-                if spec.max_tool_calls.is_some_and(|max| state.tool_calls > max) {
-                    let max = spec.max_tool_calls.unwrap_or_default();
-                    let error =
-                        Error::new(ErrorCode::TurnLimit, format!("reached the limit of {max} tool calls"));
-                    return finish(&spec, AgentEnd::Limit(error), &ledger);
+                if let Some(max) = spec.max_tool_calls.filter(|&max| state.tool_calls >= max) {
+                    if !may_answer {
+                        let error = Error::new(
+                            ErrorCode::TurnLimit,
+                            format!("reached the limit of {max} tool calls"),
+                        );
+                        return finish(&spec, AgentEnd::Limit(error), &ledger);
+                    }
+                    // Past the limit: the call is answered as skipped, and the agent gets one
+                    // final turn without tools to answer from what it has.
+                    state.finishing.get_or_insert_with(|| format!("reached the limit of {max} tool calls"));
+                    skipped += 1;
+                    results.push(Part::ToolResult {
+                        id: call.id.clone(),
+                        wire_id: call.wire_id.clone(),
+                        content: ending::skipped_result(max),
+                        is_error: true,
+                    });
+                    continue;
                 }
+                state.tool_calls += 1;
                 let (content, is_error) =
                     match answer_tool_call(&spec, hooks, call, &mut invalid_calls, &mut validators).await {
                         Ok(answer) => answer,
@@ -121,6 +145,10 @@ async fn run_turns(
                 // result is the agent's value; no further turn is paid for.
                 return finish(&spec, AgentEnd::Ok(value), &ledger);
             }
+            if let Some(limit) = &state.finishing {
+                results.push(Part::Text(ending::final_instruction(limit, skipped)));
+                ending::answering_turn(&mut spec.request, native_schema.as_ref());
+            }
             spec.request.messages.push(Message { role: Role::User, parts: results });
             if let Err(overflow) = context_bound::bound_context(&mut spec.request, spec.max_context_tokens) {
                 let error = overflow.error(spec.max_context_tokens);
@@ -129,10 +157,22 @@ async fn run_turns(
             bounded = true;
             state.save(hooks, &mut spec.request.messages, Vec::new(), reprompts, invalid_calls);
         }
-        if state.turns >= spec.max_turns {
-            let error =
-                Error::new(ErrorCode::TurnLimit, format!("reached the limit of {} turns", spec.max_turns));
-            return finish(&spec, AgentEnd::Limit(error), &ledger);
+        if state.turns >= spec.max_turns && state.finishing.is_none() {
+            let limit = format!("reached the limit of {} turns", spec.max_turns);
+            let worked = spec.request.messages.last().is_some_and(|m| {
+                m.role == Role::User && m.parts.iter().any(|p| matches!(p, Part::ToolResult { .. }))
+            });
+            if !worked || !may_answer {
+                return finish(&spec, AgentEnd::Limit(Error::new(ErrorCode::TurnLimit, limit)), &ledger);
+            }
+            // The last turn's tool results are in: one final turn without tools answers from
+            // them, so the paid tool work is not lost.
+            if let Some(last) = spec.request.messages.last_mut() {
+                last.parts.push(Part::Text(ending::final_instruction(&limit, 0)));
+            }
+            state.finishing = Some(limit);
+            ending::answering_turn(&mut spec.request, native_schema.as_ref());
+            state.save(hooks, &mut spec.request.messages, Vec::new(), reprompts, invalid_calls);
         }
         if !hooks.can_start_turn() {
             let error =
@@ -178,7 +218,14 @@ async fn run_turns(
                     text: None,
                 };
                 hooks.turn_ended(state.turns, &report);
-                return finish(&spec, end, &ledger);
+                return match (end, &state.finishing) {
+                    // A final answer turn that failed keeps the limit the call earned.
+                    (AgentEnd::Error(_), Some(limit)) => {
+                        let error = Error::new(ErrorCode::TurnLimit, limit.clone());
+                        finish(&spec, AgentEnd::Limit(error), &ledger)
+                    }
+                    (end, _) => finish(&spec, end, &ledger),
+                };
             }
         };
         state.usage += turn.usage;
@@ -187,6 +234,32 @@ async fn run_turns(
             let error =
                 Error::new(ErrorCode::ContentFilter, "the provider's content filter stopped the output");
             return finish(&spec, AgentEnd::Error(error), &ledger);
+        }
+        if turn.reason == FinishReason::Refusal {
+            let message = match turn.text.trim() {
+                "" => "the model refused to answer".to_owned(),
+                said => format!("the model refused to answer: {said}"),
+            };
+            return finish(&spec, AgentEnd::Error(Error::new(ErrorCode::Refused, message)), &ledger);
+        }
+        if turn.tool_calls.is_empty() && turn.reason == FinishReason::Length {
+            // Cut off at the output limit: never an `ok` answer, the cut text is kept.
+            let error = Error::new(ErrorCode::TurnLimit, "the answer was cut off at the output-token limit");
+            return finish_partial(&spec, AgentEnd::Limit(error), &ledger, turn.text);
+        }
+        if let Some(limit) = &state.finishing {
+            // The final answer turn: its answer ends the call `ok`, anything else `limit`.
+            let error = Error::new(ErrorCode::TurnLimit, limit.clone());
+            if !turn.tool_calls.is_empty() || turn.text.trim().is_empty() {
+                return finish_partial(&spec, AgentEnd::Limit(error), &ledger, turn.text);
+            }
+            let Some(validator) = &validator else {
+                return finish(&spec, AgentEnd::Ok(Value::String(turn.text)), &ledger);
+            };
+            return match extract_json(&turn.text) {
+                Some(value) if validator.is_valid(&value) => finish(&spec, AgentEnd::Ok(value), &ledger),
+                _ => finish_partial(&spec, AgentEnd::Limit(error), &ledger, turn.text),
+            };
         }
         if !turn.tool_calls.is_empty() {
             if spec.tools.is_empty() {
@@ -243,6 +316,19 @@ async fn run_turns(
             }
             None => vec!["the reply is not a JSON value".to_owned()],
         };
+        if native_schema.is_some() && !state.answering {
+            // The model stopped calling tools with an answer that does not match: the
+            // answering turn asks for it again, now with the native schema and tools withheld.
+            state.answering = true;
+            spec.request.messages.push(Message { role: Role::Assistant, parts: vec![Part::Text(turn.text)] });
+            spec.request.messages.push(Message {
+                role: Role::User,
+                parts: vec![Part::Text(ending::ANSWER_INSTRUCTION.to_owned())],
+            });
+            ending::answering_turn(&mut spec.request, native_schema.as_ref());
+            state.save(hooks, &mut spec.request.messages, Vec::new(), reprompts, invalid_calls);
+            continue;
+        }
         if reprompts >= SCHEMA_REPROMPTS {
             let error = Error::new(
                 ErrorCode::SchemaMismatch,
@@ -327,7 +413,17 @@ async fn answer_tool_call(
 }
 
 fn finish(spec: &AgentSpec, end: AgentEnd, ledger: &Ledger) -> AgentRun {
+    finish_with(spec, end, ledger, None)
+}
+
+/// [`finish`] of a call whose answer did not make it: `text` is kept as the partial answer.
+fn finish_partial(spec: &AgentSpec, end: AgentEnd, ledger: &Ledger, text: String) -> AgentRun {
+    finish_with(spec, end, ledger, Some(text).filter(|t| !t.is_empty()))
+}
+
+fn finish_with(spec: &AgentSpec, end: AgentEnd, ledger: &Ledger, partial: Option<String>) -> AgentRun {
     AgentRun {
+        partial,
         end,
         usage: ledger.usage(),
         cost: ledger.cost(),

@@ -71,7 +71,9 @@ fn each_wire_dialects_finish_reason_reaches_the_agent_result_and_the_journal() {
     for (kind, fixture, reason) in cases {
         let (code, value, stderr, dir) = run_against(kind, vec![read(fixture)]);
         assert_eq!(code, 0, "{fixture}: {stderr}");
-        assert_eq!(value["status"], "ok", "{fixture}: {value}");
+        // An answer cut off at the output limit ends `limit`, never `ok`.
+        let status = if reason == "length" { "limit" } else { "ok" };
+        assert_eq!(value["status"], status, "{fixture}: {value}");
         assert_eq!(value["finish_reason"], reason, "{fixture}: {value}");
         replays_the_same(dir.path(), &stderr);
     }
@@ -79,12 +81,13 @@ fn each_wire_dialects_finish_reason_reaches_the_agent_result_and_the_journal() {
 
 #[test]
 fn an_answer_cut_at_max_tokens_says_length() {
-    // Anthropic stops this turn at max_tokens with a tool call's JSON unfinished: the text
-    // before it is the answer, and the record says it was cut off.
+    // Anthropic stops this turn at max_tokens with a tool call's JSON unfinished: the call
+    // ends `limit` (never `ok` with a cut answer), and the record says it was cut off.
     let fixture = "anthropic/tests/lib/streaming/fixtures/incomplete_partial_json_response.txt";
     let (code, value, stderr, dir) = run_against("anthropic", vec![read(fixture)]);
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(value["status"], "ok", "{value}");
+    assert_eq!(value["status"], "limit", "{value}");
+    assert_eq!(value["value"], Value::Null, "{value}");
     assert_eq!(value["finish_reason"], "length", "{value}");
     replays_the_same(dir.path(), &stderr);
 }

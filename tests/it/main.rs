@@ -6,6 +6,7 @@ static ALLOCATOR: cairn::CountingAlloc = cairn::CountingAlloc;
 
 mod adapters_e2e;
 mod agent_contract;
+mod agent_endings;
 mod bound;
 mod children;
 mod cli;

@@ -46,7 +46,13 @@ impl Ctx {
             self.run.mark_exhausted();
         }
         let mut record = match entry {
-            Some((entry, _)) => full_result(entry, Value::Null),
+            Some((entry, _)) => {
+                let mut record = full_result(entry, Value::Null);
+                if let Some(partial) = entry.value() {
+                    record["partial"] = partial;
+                }
+                record
+            }
             None => json!({
                 "value": null,
                 "status": "limit",

@@ -54,7 +54,9 @@ impl Ctx {
             AgentEnd::Cancelled(e) => (Status::Cancelled, None, Some(e)),
         };
         let mut terminal = Ctx::terminal_for(&opened.running, status);
-        terminal.set_value(value.as_ref());
+        // A `limit` entry keeps the answer that did not make it (the full record's `partial`).
+        let partial = outcome.partial.map(Value::String);
+        terminal.set_value(value.as_ref().or(partial.as_ref()));
         terminal.error = error.clone();
         terminal.usage = Some(outcome.usage);
         terminal.cost = outcome.cost;
