@@ -28,6 +28,10 @@ use crate::provider::{ApiKey, Provider};
 pub(crate) struct Config {
     #[serde(default)]
     pub(crate) store: Option<String>,
+    /// Providers are built without their API keys (a key that is unset is no error): for the
+    /// commands that never call a model (`cairn card`).
+    #[serde(skip)]
+    pub(crate) keyless: bool,
     #[serde(default)]
     pub(crate) budget: BudgetConfig,
     #[serde(default)]
@@ -452,7 +456,7 @@ impl Config {
             builder.dialect(Arc::new(crate::script::lua::LuaDialect::with_limits(self.sandbox.limits()?)));
         let mut registered: Vec<String> = vec!["echo".into()];
         for (name, provider) in &self.providers {
-            let built = provider.build(name)?;
+            let built = provider.build(name, self.keyless)?;
             super::price_config::apply_provider_prices(
                 &mut prices,
                 name,
@@ -582,6 +586,12 @@ impl Config {
     }
 
     /// Names for lint: profiles, toolsets, host functions.
+    /// The same config, its providers built without their API keys (see `keyless`).
+    pub(crate) fn keyless(mut self) -> Config {
+        self.keyless = true;
+        self
+    }
+
     pub(crate) fn names(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
         (
             self.profiles.keys().cloned().collect(),
@@ -596,7 +606,7 @@ fn parse_model(text: &str, at: &str) -> Result<ModelRef, Error> {
 }
 
 impl ProviderConfig {
-    fn build(&self, name: &str) -> Result<Arc<dyn Provider>, Error> {
+    fn build(&self, name: &str, keyless: bool) -> Result<Arc<dyn Provider>, Error> {
         let key = |default_env: &str| -> Result<Option<ApiKey>, Error> {
             let var = self.api_key_env.as_deref().unwrap_or(default_env);
             if var.is_empty() {
@@ -605,6 +615,10 @@ impl ProviderConfig {
             Ok(ApiKey::from_env(var).ok())
         };
         let need_key = |default_env: &str| -> Result<ApiKey, Error> {
+            if keyless {
+                // Never sent: a keyless engine makes no model call.
+                return Ok(key(default_env)?.unwrap_or_else(|| ApiKey::new("unset")));
+            }
             key(default_env)?.ok_or_else(|| {
                 let var = self.api_key_env.as_deref().unwrap_or(default_env);
                 Error::new(ErrorCode::Config, format!("providers.{name}: set {var} to its API key"))

@@ -36,7 +36,8 @@ pub(super) const PLAN: &str = concat!(
     "  cairn plan \"Compare SQLite and LMDB for a write-heavy cache\" --planning-budget 0.50\n",
     "  cairn plan \"...\" --run --budget 2    # run the accepted script\n\n",
     "Exit codes: 0 accepted (or the run settled ok), 6 no acceptable draft (script_rejected), \
-     2 usage; with --run, as `cairn run`."
+     2 usage or a planner that is the offline echo model (refused before anything is paid); with --run, as \
+     `cairn run`."
 );
 
 pub(super) const RUNS: &str = "Examples:\n  cairn runs\n  cairn runs --json\n\nExit codes: 0 ok, 1 the store \
@@ -56,8 +57,9 @@ pub(super) const REPLAY: &str = "Example:\n  cairn replay RUN                   
 
 pub(super) const RESOLVE: &str = "Examples:\n  cairn resolve RUN deploy-approval '{\"approved\": true}'\n  \
                                     cairn resume RUN                     # then finish the run\n\n\
-                                    Exit codes: 0 resolved (or queued for the run's live driver), 1 error, 2 \
-                                    usage, a value that is not JSON or a key the run does not wait on.";
+                                    Exit codes: 0 resolved (or queued for the run's live driver), 1 error or a key \
+                                    already resolved, 2 usage, a value that is not JSON or a key the run does not \
+                                    wait on (the error lists the keys it waits on).";
 
 pub(super) const CARD: &str = "Examples:\n  cairn card                           # the Rhai dialect\n  cairn card \
                                  --dialect lua\n  cairn card --profiles                # what cairn.toml registers\n\n\

@@ -114,7 +114,8 @@ pub(super) async fn card(globals: &Globals, args: &CardArgs) -> Exit {
 
 /// An engine over a memory store with what cairn.toml registers: the cards need no store.
 fn card_engine(globals: &Globals) -> Result<Engine, Error> {
-    let config = setup::load_config(globals)?;
+    // The cards call no model: a provider's API key need not be set.
+    let config = setup::load_config(globals)?.keyless();
     let store = Arc::new(crate::store::MemoryStore::new());
     let builder = Engine::builder(store.clone(), store);
     let (builder, _) = config.apply(builder, None).map_err(|e| config.locate(e))?;
@@ -150,17 +151,25 @@ pub(super) async fn plan(globals: &Globals, args: &PlanArgs) -> Exit {
         args: Some(run_args.clone()),
         card: args.card.parse().unwrap_or_default(),
     };
+    // The echo model repeats its prompt: every draft would be rejected, each one paid for.
+    match crate::planner::planner_model(&setup.engine, &options) {
+        Ok(model) if model.provider() == "echo" && args.cassette.replay.is_none() => {
+            return fail(
+                Exit::Usage,
+                format!(
+                    "the planner is the offline echo model ({model}), which repeats its prompt and cannot write a \
+                     script; set [routing] plan in cairn.toml or pass --planner-model (nothing was paid)"
+                ),
+            );
+        }
+        Ok(_) => {}
+        Err(e) => return plan_failed(&PlanError::Invalid(e), args.json),
+    }
     let planning = match Planning::start(&setup.engine, &args.goal, &options) {
         Ok(planning) => planning,
         Err(e) => return plan_failed(&e, args.json),
     };
     if !args.quiet {
-        if planning.model().starts_with("echo:") && args.cassette.replay.is_none() {
-            errln!(
-                "note: the planner is the offline echo model ({}), which repeats its prompt and cannot write a script; set [routing] plan or --planner-model",
-                planning.model()
-            );
-        }
         errln!("planning run {}", planning.run_id());
     }
     let (handle, pending) = planning.into_parts();

@@ -411,13 +411,14 @@ pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {
             );
             Exit::Ok
         }
-        Ok(Resolution::AlreadyResolved) => {
-            println!(
+        // Nothing changed for the run: a script or an operator must not take it as resolved.
+        Ok(Resolution::AlreadyResolved) => fail(
+            Exit::Error,
+            format!(
                 "{} of run {run_id} was already resolved; this attempt was recorded and not applied",
                 args.key
-            );
-            Exit::Ok
-        }
+            ),
+        ),
         Err(e) => fail(exit_of(&e), e),
     }
 }

@@ -16,8 +16,9 @@
 //! orphaned in the preview. Label calls whose prompts you edit to have those explained too.
 
 use super::run::RunState;
+use super::writer::Durability;
 use crate::error::{Error, ErrorCode};
-use crate::journal::{Entry, IdentitySummary, Kind, ScopePath, Status};
+use crate::journal::{self, ContentKey, Entry, IdentitySummary, Kind, ScopePath, Seq, Status};
 
 /// A live agent call, as its identity summary and the fields kept beside it.
 pub(crate) struct LiveAgent<'a> {
@@ -40,6 +41,7 @@ pub(crate) fn check(
 ) -> Result<Option<String>, Error> {
     let rekeys = &state.rekeys;
     if rekeys.accept && !state.dry_run {
+        accept(state, scope, live)?;
         return Ok(None);
     }
     let candidates = state.unconsumed_at_cursor(scope);
@@ -63,6 +65,34 @@ pub(crate) fn check(
     rekeys.refused.lock().unwrap_or_else(|p| p.into_inner()).push(line);
     state.refuse_rekey();
     Err(Error::new(ErrorCode::RekeyRefused, "the call's identity changed since it was paid"))
+}
+
+/// An accepted re-key: the completed call the live one replaces (as [`check`] would have
+/// named it) is journaled as superseded, so neither this segment nor a later replay counts it
+/// as orphaned.
+fn accept(state: &RunState, scope: &ScopePath, live: &LiveAgent<'_>) -> Result<(), Error> {
+    let candidates = state.unconsumed_at_cursor(scope);
+    let first = {
+        let mut claimed = state.rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((first, _)) = candidates.iter().find(|(first, terminal)| {
+            first.kind == Kind::Agent
+                && !claimed.contains(&first.seq)
+                && same_call(first, live)
+                && terminal.as_ref().is_some_and(|t| t.status == Status::Ok)
+        }) else {
+            return Ok(());
+        };
+        claimed.insert(first.seq);
+        first.seq
+    };
+    let value = journal::rekey_value(first);
+    let identity = serde_json::json!({ "kind": "decision", "value": value });
+    let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
+    let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, scope.clone(), key, 0);
+    entry.set_value(Some(&value));
+    state.append_one(entry, Durability::Deferred)?;
+    state.lock_replay().supersede(first);
+    Ok(())
 }
 
 /// Whether a journaled agent call is recognizably the live one: the same label, the same

@@ -65,7 +65,7 @@ pub(super) fn start(
                 spawns: 0,
                 dry_run: false,
                 reproduce: false,
-                status_before: None,
+                before: None,
                 policy: options.policy,
                 deadline_ms: options.deadline_ms,
                 resumed: false,
@@ -164,7 +164,7 @@ fn resume_leased(
     let mut meta = meta;
     // Segments that ran before this one (a dry run counts as the next, and writes nothing).
     let index = meta.segments;
-    let status_before = meta.status;
+    let before = super::settle::Before::of(&meta);
     if let Some(raised) = &raised {
         meta.budget_ceiling = Some(raised.applied);
     }
@@ -194,7 +194,7 @@ fn resume_leased(
         spawns,
         dry_run: options.dry_run,
         reproduce: options.reproduce,
-        status_before: Some(status_before),
+        before: Some(before),
         policy,
         deadline_ms: options.deadline_ms,
         resumed: true,

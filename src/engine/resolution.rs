@@ -82,6 +82,19 @@ pub(super) fn check_stored_resolution(
     stored_wait(engine, run_id, key, value).map(drop)
 }
 
+/// The keys a run's open waits are on, as a wrong key's error lists them.
+fn open_waits(entries: &[Entry]) -> String {
+    let keys: Vec<String> = journal::pending_waits(entries)
+        .iter()
+        .filter_map(|w| w.get("key").and_then(Value::as_str).map(|k| format!("{k:?}")))
+        .collect();
+    if keys.is_empty() {
+        "it waits on nothing".to_owned()
+    } else {
+        format!("it waits on {}", keys.join(", "))
+    }
+}
+
 /// The stored journal and the seq of the wait on `key` a resolution with `value` targets.
 fn stored_wait(
     engine: &EngineInner,
@@ -94,8 +107,12 @@ fn stored_wait(
     }
     let raw = engine.journal.load(run_id)?;
     let entries = journal::decode_all(&raw)?;
-    let target = find_suspension(entries.iter(), key)
-        .ok_or_else(|| Error::validation(format!("run {run_id} has no wait on key {key:?}")))?;
+    let Some(target) = find_suspension(entries.iter(), key) else {
+        return Err(Error::validation(format!(
+            "run {run_id} has no wait on key {key:?}; {}",
+            open_waits(&entries)
+        )));
+    };
     check_resolution(entries.iter().find(|e| e.seq == target), key, value)?;
     Ok((entries, target))
 }

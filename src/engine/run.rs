@@ -31,7 +31,7 @@ pub(crate) use super::writer::Durability;
 use crate::error::{Error, ErrorCode};
 use crate::journal::{self, ContentKey, Entry, Match, Replay, ScopePath, Seq};
 use crate::money::Money;
-use crate::store::{Lease, RunId, RunStatus};
+use crate::store::{Lease, RunId};
 
 /// The state one run shares across every `Ctx` of it.
 #[derive(Debug)]
@@ -60,8 +60,8 @@ pub(crate) struct RunState {
     pub(crate) dry_run: bool,
     /// With `dry_run`: a journaled failure, limit or cancellation is served as it was.
     pub(crate) reproduce: bool,
-    /// The run's status before this segment began (a refused re-key leaves it so).
-    pub(super) status_before: Option<RunStatus>,
+    /// The run as it stood before this segment began (a refused re-key leaves it so).
+    pub(super) before: Option<super::settle::Before>,
     /// Set once admission, a guard or a cut stops work for lack of budget.
     pub(crate) exhausted: AtomicBool,
     dropped: Mutex<Vec<Dropped>>,
@@ -107,7 +107,7 @@ pub(super) struct SegmentStart {
     pub(super) spawns: u32,
     pub(super) dry_run: bool,
     pub(super) reproduce: bool,
-    pub(super) status_before: Option<RunStatus>,
+    pub(super) before: Option<super::settle::Before>,
     pub(super) policy: ErrorPolicy,
     pub(super) deadline_ms: Option<i64>,
     pub(super) resumed: bool,
@@ -169,7 +169,7 @@ impl RunState {
             stop: Mutex::new(None),
             dry_run: segment.dry_run,
             reproduce: segment.dry_run && segment.reproduce,
-            status_before: segment.status_before,
+            before: segment.before,
             exhausted: AtomicBool::new(false),
             dropped: Mutex::new(Vec::new()),
             liveness: Liveness::new(),

@@ -158,6 +158,17 @@ impl Ledger {
 /// "spent_nano_usd"}`, written before anything else of the segment it applies to.
 pub const BUDGET_OVERRIDE_DECISION: &str = "run_budget_override";
 
+/// The `type` of the decision entry that records a re-key a resume accepted:
+/// `{"type": "rekey_accepted", "supersedes": SEQ}`, where `SEQ` is the first entry of the
+/// completed call the re-keyed live call replaced. The superseded call is history, not an
+/// orphan.
+pub const REKEY_DECISION: &str = "rekey_accepted";
+
+/// The value of a re-key decision entry.
+pub fn rekey_value(supersedes: super::Seq) -> Value {
+    serde_json::json!({ "type": REKEY_DECISION, "supersedes": supersedes.0 })
+}
+
 /// The `type` of the decision entry that records a run's settlement.
 pub const SETTLE_DECISION: &str = "run_settled";
 

@@ -38,6 +38,9 @@ pub struct Preview {
     pub skipped: u64,
     /// Journaled calls no live call consumed (deleted or reordered away).
     pub orphaned: u64,
+    /// Completed calls a resume re-keyed on purpose (`--accept-rekey`): replaced by the
+    /// live call that re-keyed them, kept as history, never orphaned.
+    pub superseded: u64,
 }
 
 /// A journaled call no live call consumed: what a strict replay names when it fails.
@@ -135,6 +138,8 @@ struct Record {
     /// The latest attempt's terminal entry.
     terminal: Option<Arc<Entry>>,
     consumed: bool,
+    /// A re-key decision names it: a call an accepted re-key replaced.
+    superseded: bool,
 }
 
 #[derive(Debug, Default)]
@@ -209,6 +214,12 @@ impl Replay {
                 replay.settlements.push((entry.seq, failed));
                 continue;
             }
+            if let Some(target) = rekey_target(&entry) {
+                if let Some(&index) = by_seq.get(&target) {
+                    replay.records[index].superseded = true;
+                }
+                continue;
+            }
             if entry.kind.is_ref_entry() || is_segment_fact(&entry) {
                 continue;
             }
@@ -250,6 +261,7 @@ impl Replay {
                 latest: entry,
                 terminal: None,
                 consumed: false,
+                superseded: false,
             });
         }
         replay
@@ -449,7 +461,15 @@ impl Replay {
     }
 
     fn is_orphan(&self, record: &Record) -> bool {
-        !record.consumed && !self.is_covered(&record.first.scope)
+        !record.consumed && !record.superseded && !self.is_covered(&record.first.scope)
+    }
+
+    /// Marks the call whose first entry is `first` as replaced by an accepted re-key (a
+    /// decision this execution journals): history, not an orphan.
+    pub fn supersede(&mut self, first: Seq) {
+        if let Some(record) = self.records.iter_mut().find(|r| r.first.seq == first) {
+            record.superseded = true;
+        }
     }
 
     /// Takes back the count of a miss that was never dispatched (a refused re-key).
@@ -470,7 +490,8 @@ impl Replay {
     /// covered by a call that replayed whole).
     pub fn preview(&self) -> Preview {
         let orphaned = self.records.iter().filter(|r| self.is_orphan(r)).count() as u64;
-        Preview { orphaned, ..self.preview }
+        let superseded = self.records.iter().filter(|r| r.superseded && !r.consumed).count() as u64;
+        Preview { orphaned, superseded, ..self.preview }
     }
 
     /// The journaled calls of `scope` at or after its cursor that no live call has consumed,
@@ -508,6 +529,18 @@ fn is_segment_fact(entry: &Entry) -> bool {
     entry.kind == super::Kind::Decision
         && entry.value().as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str())
             == Some(super::fold::BUDGET_OVERRIDE_DECISION)
+}
+
+/// The call an accepted re-key decision names as superseded.
+fn rekey_target(entry: &Entry) -> Option<Seq> {
+    if entry.kind != super::Kind::Decision {
+        return None;
+    }
+    let value = entry.value()?;
+    if value.get("type")?.as_str()? != super::fold::REKEY_DECISION {
+        return None;
+    }
+    value.get("supersedes")?.as_u64().map(Seq)
 }
 
 /// Settlement decisions record how a segment ended; no call ever matches them.

@@ -238,7 +238,10 @@ fn abandons_skip_a_subtree_and_its_misses() {
         replay.lookup(&ScopePath::parse("par:0:0").unwrap(), key(3)).outcome,
         Outcome::Replay(_)
     ));
-    assert_eq!(replay.preview(), Preview { hits: 1, misses: 0, reruns: 0, skipped: 3, orphaned: 0 });
+    assert_eq!(
+        replay.preview(),
+        Preview { hits: 1, misses: 0, reruns: 0, skipped: 3, orphaned: 0, superseded: 0 }
+    );
     // Paid is paid: the ledger still counts the abandoned work's cost.
     assert_eq!(ledger.spent, Money::from_nano_usd(300));
 }
@@ -259,7 +262,10 @@ fn hanging_and_failed_calls_rerun_then_replay_by_latest_attempt() {
     assert!(matches!(replay.lookup(&ScopePath::root(), key(2)).outcome,
         Outcome::Rerun { supersedes, previous: Some(_) } if supersedes == failed));
     assert!(matches!(replay.lookup(&ScopePath::root(), key(3)).outcome, Outcome::Replay(_)));
-    assert_eq!(replay.preview(), Preview { hits: 1, misses: 0, reruns: 2, skipped: 0, orphaned: 0 });
+    assert_eq!(
+        replay.preview(),
+        Preview { hits: 1, misses: 0, reruns: 2, skipped: 0, orphaned: 0, superseded: 0 }
+    );
 
     // The resume re-dispatches both (running entries ref their first attempt) and completes.
     for first in [hanging, failed] {

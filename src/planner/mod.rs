@@ -193,19 +193,7 @@ impl Inputs {
         }
         let dialect = engine.dialect(&options.dialect)?;
         let inner = engine.inner();
-        let model = match &options.model {
-            Some(text) => {
-                ModelRef::parse(text).map_err(|e| Error::config(format!("invalid planner model: {e}")))?
-            }
-            None => inner
-                .defaults
-                .get(&InvocationRole::Plan)
-                .cloned()
-                .unwrap_or_else(|| inner.default_model.clone()),
-        };
-        if !inner.providers.contains_key(model.provider()) {
-            return Err(Error::config(format!("planner model {model} names an unregistered provider")));
-        }
+        let model = planner_model(engine, options)?;
         let rules = options.rules.as_deref().unwrap_or(PLANNER_RULES);
         let profiles = profile_card(engine);
         let full = system_prompt(rules, dialect.name(), dialect.card(), &profiles);
@@ -296,6 +284,27 @@ pub struct PendingVerdict {
     dialect: Arc<dyn ScriptDialect>,
     engine: Engine,
     args: Value,
+}
+
+/// The model a plan with `options` drafts with: `options.model`, else the engine's `plan`
+/// role model, else its default model.
+///
+/// # Errors
+/// `config` for a model that does not parse or names an unregistered provider.
+pub fn planner_model(engine: &Engine, options: &PlanOptions) -> Result<ModelRef, Error> {
+    let inner = engine.inner();
+    let model = match &options.model {
+        Some(text) => {
+            ModelRef::parse(text).map_err(|e| Error::config(format!("invalid planner model: {e}")))?
+        }
+        None => {
+            inner.defaults.get(&InvocationRole::Plan).cloned().unwrap_or_else(|| inner.default_model.clone())
+        }
+    };
+    if !inner.providers.contains_key(model.provider()) {
+        return Err(Error::config(format!("planner model {model} names an unregistered provider")));
+    }
+    Ok(model)
 }
 
 impl Planning {

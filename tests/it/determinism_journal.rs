@@ -445,7 +445,8 @@ fn a_wait_past_its_timeout_resumes_with_a_journaled_timeout_value() {
     // The timeout is the wait's resolution: a late answer is recorded and not applied, and
     // every replay takes the same path.
     let out = cairn_in(dir.path()).args(["resolve", "r1", "go", "7"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("already resolved"), "{out:?}");
+    assert_eq!(out.status.code(), Some(1), "a resolution not applied is not a success: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already resolved"), "{out:?}");
     let (code, text) = replay(dir.path(), "r1");
     assert_eq!(code, 0, "{text}");
 }

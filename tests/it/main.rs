@@ -31,6 +31,7 @@ mod money;
 mod money_sim;
 mod money_wire;
 mod newcomer;
+mod newcomer_resume;
 mod orchestrate;
 mod orchestrate_cli;
 mod outside;

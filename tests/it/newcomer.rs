@@ -86,3 +86,49 @@ fn every_subcommand_help_shows_an_example_and_its_exit_codes() {
         assert!(help.contains("Exit codes: 0"), "cairn {command} --help shows no exit codes:\n{help}");
     }
 }
+
+/// `resolve` tells what happened by its exit code: 0 applied, 1 for a key already resolved
+/// (recorded, not applied), 2 for a key the run does not wait on, the error listing the keys
+/// it does wait on.
+#[test]
+fn resolve_exit_codes_say_what_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("w.rhai"),
+        "let a = await_external(\"approve\"); let b = await_external(\"budget-ok\"); [a, b]",
+    )
+    .unwrap();
+    let (code, _, stderr) = output(cairn_in(dir.path()).args(["run", "w.rhai", "--run-id", "w1", "-q"]));
+    assert_eq!(code, 4, "suspended: {stderr}");
+    let (code, _, stderr) = output(cairn_in(dir.path()).args(["resolve", "w1", "aprove", "true"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("no wait on key \"aprove\""), "{stderr}");
+    assert!(stderr.contains("it waits on \"approve\""), "the pending keys are listed: {stderr}");
+    let (code, stdout, stderr) = output(cairn_in(dir.path()).args(["resolve", "w1", "approve", "true"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("resolved approve"), "{stdout}");
+    let (code, stdout, stderr) = output(cairn_in(dir.path()).args(["resolve", "w1", "approve", "false"]));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("already resolved"), "{stderr}");
+}
+
+/// `card --profiles` calls no model: a configured provider whose API key is unset is no error.
+#[test]
+fn card_profiles_needs_no_api_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cairn.toml"),
+        "[providers.anthropic]\nkind = \"anthropic\"\n\n[profiles.writer]\ndescription = \"Writes.\"\n\
+         model = \"anthropic:claude-sonnet-4-5\"\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = output(cairn_in(dir.path()).args(["card", "--profiles"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("- writer: Writes."), "{stdout}");
+    // A command that calls models still asks for the key.
+    std::fs::write(dir.path().join("a.rhai"), "agent(\"hi\", #{model: \"anthropic:claude-sonnet-4-5\"})")
+        .unwrap();
+    let (code, _, stderr) = output(cairn_in(dir.path()).args(["run", "a.rhai"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("ANTHROPIC_API_KEY"), "{stderr}");
+}

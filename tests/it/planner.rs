@@ -197,14 +197,19 @@ fn cli_plan_offline_from_a_cassette_makes_no_request() {
     assert_eq!(a, b);
 }
 
+/// With only the echo model, `cairn plan` refuses at once: no planning run, no draft paid.
 #[test]
-fn cli_plan_with_the_echo_model_is_a_typed_rejection() {
+fn cli_plan_with_only_the_echo_model_refuses_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (code, _, stderr) =
         run(dir.path(), &["plan", "Compare three storage engines", "--repair-rounds", "1"]);
-    assert_eq!(code, 6, "{stderr}");
+    assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("offline echo model"), "{stderr}");
-    assert!(stderr.contains("script_rejected"), "{stderr}");
+    assert!(stderr.contains("--planner-model"), "{stderr}");
+    assert!(!stderr.contains("planning run"), "nothing started: {stderr}");
+    let (code, runs, stderr) = run(dir.path(), &["runs", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(serde_json::from_str::<Value>(&runs).unwrap(), json!([]), "no planning run: {runs}");
 }
 
 #[test]
