@@ -22,9 +22,15 @@ pub(super) struct ListArgs {
     /// Only runs in this status.
     #[arg(long)]
     status: Option<String>,
+    /// Only runs carrying this tag (repeat for runs carrying every one of them).
+    #[arg(long = "tag")]
+    tags: Vec<String>,
     /// At most this many runs, newest first.
     #[arg(long)]
     limit: Option<usize>,
+    /// Only runs listed after this run (the last one of the previous page).
+    #[arg(long, value_name = "RUN")]
+    after: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -90,7 +96,17 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
         }
         Err(e) => return fail(exit_of(&e), e),
     };
-    let filter = RunFilter { statuses, limit: args.limit, ..RunFilter::default() };
+    let after = match args.after.as_deref().map(parse_run_id).transpose() {
+        Ok(None) => None,
+        Ok(Some(run)) => match opened.journal.get_meta(&run) {
+            Ok(Some(meta)) => Some(store::RunCursor::of(&meta)),
+            Ok(None) => return fail(Exit::Usage, format!("unknown run {run} (given as --after)")),
+            Err(e) => return fail(Exit::Error, e),
+        },
+        Err(exit) => return exit,
+    };
+    let filter =
+        RunFilter { statuses, tags: args.tags.clone(), limit: args.limit, after, ..RunFilter::default() };
     let runs = match opened.journal.list_runs(&filter) {
         Ok(runs) => runs,
         Err(e) => return fail(Exit::Error, e),

@@ -42,6 +42,7 @@ mod queue;
 mod resume_budget;
 mod resume_explain;
 mod samples;
+mod scale;
 mod script;
 mod scripted_server;
 mod serve;
