@@ -50,7 +50,7 @@ impl Ctx {
                     // An admission refusal in the call's place: the record the refused call
                     // returned live (nothing ran, so nothing of an agent entry's is in it).
                     let refused = entry.kind == Kind::Decision;
-                    let record = (!refused).then_some((&entry, true));
+                    let record = (!refused).then_some((&*entry, true));
                     return Served::Done(self.agent_failed(opts, label, error, record));
                 }
                 let served = self
