@@ -60,6 +60,8 @@ pub(crate) struct RunState {
     pub(crate) reproduce: bool,
     /// The run's status before this segment began (a refused re-key leaves it so).
     pub(super) status_before: Option<RunStatus>,
+    /// How many journal entries the segment began with (those of earlier segments).
+    pub(super) inherited: usize,
     /// Set once admission, a guard or a cut stops work for lack of budget.
     pub(crate) exhausted: AtomicBool,
     dropped: Mutex<Vec<Dropped>>,
@@ -139,6 +141,7 @@ impl RunState {
             .iter()
             .map(|(name, &n)| (name.clone(), Arc::new(Semaphore::new(n))))
             .collect();
+        let inherited = segment.entries.len();
         let writer = JournalWriter::new(
             run_id.clone(),
             engine.journal.clone(),
@@ -161,6 +164,7 @@ impl RunState {
             dry_run: segment.dry_run,
             reproduce: segment.dry_run && segment.reproduce,
             status_before: segment.status_before,
+            inherited,
             exhausted: AtomicBool::new(false),
             dropped: Mutex::new(Vec::new()),
             liveness: Liveness::new(),
