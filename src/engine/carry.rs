@@ -52,25 +52,29 @@ pub(crate) fn unsettled(
         if !seen.insert(reference.clone()) {
             continue;
         }
-        let Some(checkpoint) = engine
-            .transcripts
-            .get(&reference)
-            .ok()
-            .flatten()
-            .and_then(|bytes| serde_json::from_slice::<Checkpoint>(&bytes).ok())
-        else {
-            continue;
-        };
-        let Some(usage) = unjournaled(engine.transcripts.as_ref(), &reference, false, Some(&checkpoint))
-        else {
-            continue;
-        };
+        let Some(usage) = open_turns(engine, &reference) else { continue };
         let price = entry.model.as_deref().and_then(|m| engine.prices.price(m));
         if let Some(price) = price {
             carried.push((reference, price.cost(&usage)));
         }
     }
     carried
+}
+
+/// The usage of the turns the checkpoint at `reference` holds that no terminal entry does.
+pub(crate) fn open_turns(engine: &super::EngineInner, reference: &str) -> Option<Usage> {
+    let checkpoint = checkpoint_at(engine, reference)?;
+    unjournaled(engine.transcripts.as_ref(), reference, false, Some(&checkpoint))
+}
+
+/// The checkpoint at `reference`, when one was written.
+pub(crate) fn checkpoint_at(engine: &super::EngineInner, reference: &str) -> Option<Checkpoint> {
+    engine
+        .transcripts
+        .get(reference)
+        .ok()
+        .flatten()
+        .and_then(|bytes| serde_json::from_slice::<Checkpoint>(&bytes).ok())
 }
 
 fn marker_ref(checkpoint_ref: &str) -> String {

@@ -16,6 +16,7 @@
 //!
 //! Nothing here is global: two engines in one process share nothing.
 
+mod abandon;
 mod admission;
 mod admit;
 mod agent_call;

@@ -62,6 +62,8 @@ pub(crate) struct RunState {
     pub(crate) reproduce: bool,
     /// The run as it stood before this segment began (a refused re-key leaves it so).
     pub(super) before: Option<super::settle::Before>,
+    /// How many journal entries the segment began with (those of earlier segments).
+    pub(super) inherited: usize,
     /// Set once admission, a guard or a cut stops work for lack of budget.
     pub(crate) exhausted: AtomicBool,
     dropped: Mutex<Vec<Dropped>>,
@@ -141,6 +143,7 @@ impl RunState {
             .iter()
             .map(|(name, &n)| (name.clone(), Arc::new(Semaphore::new(n))))
             .collect();
+        let inherited = segment.entries.len();
         let writer = JournalWriter::new(
             run_id.clone(),
             engine.journal.clone(),
@@ -170,6 +173,7 @@ impl RunState {
             dry_run: segment.dry_run,
             reproduce: segment.dry_run && segment.reproduce,
             before: segment.before,
+            inherited,
             exhausted: AtomicBool::new(false),
             dropped: Mutex::new(Vec::new()),
             liveness: Liveness::new(),

@@ -88,6 +88,9 @@ impl RunState {
                 error.get_or_insert(e.into());
             }
         }
+        if !self.dry_run && !rekey_refused && status != RunStatus::Suspended {
+            self.end_abandoned(&mut error);
+        }
         if !self.dry_run && !rekey_refused {
             let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
             let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
@@ -163,6 +166,31 @@ impl RunState {
             cost,
             preview,
             orphans,
+        }
+    }
+}
+
+impl RunState {
+    /// Ends what a killed segment left `running` and this one never reached
+    /// ([`super::abandon`]): the terminal entries durable, then their checkpoints marked
+    /// journaled.
+    fn end_abandoned(&self, error: &mut Option<Error>) {
+        let open = self
+            .writer
+            .with_entries(|all| super::abandon::abandoned(&self.engine, &self.run_id, all, self.inherited));
+        if open.is_empty() {
+            return;
+        }
+        let (entries, covered): (Vec<Entry>, Vec<_>) = open.into_iter().map(|a| (a.entry, a.covered)).unzip();
+        match self.append(entries, Durability::Awaited) {
+            Ok(_) => {
+                for (reference, usage) in covered.into_iter().flatten() {
+                    super::carry::mark_journaled(self.engine.transcripts.as_ref(), &reference, &usage);
+                }
+            }
+            Err(e) => {
+                error.get_or_insert(e);
+            }
         }
     }
 }

@@ -211,6 +211,11 @@ pub enum ToolChoice {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChatEvent {
+    /// The provider accepted the request: its response began (a success status arrived).
+    /// From here it bills the prompt whatever happens to the stream, so the call's ledger
+    /// counts the attempt as begun even when no content follows (an OpenAI stream's role
+    /// chunk decodes to nothing). Carries nothing for the workflow.
+    Opened,
     /// A piece of the answer text.
     TextDelta(String),
     /// A piece of visible reasoning (thinking, a reasoning summary).

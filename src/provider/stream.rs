@@ -207,6 +207,8 @@ impl Driver {
             };
             return self.fail(classify_http(&self.context, status, &headers, &body));
         }
+        // The attempt began: the provider runs (and bills) the prompt from here.
+        self.queue.push_back(ChatEvent::Opened);
         let is_json = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)

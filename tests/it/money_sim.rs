@@ -324,19 +324,13 @@ fn check(
     if !matches!(outcome.status, RunStatus::Ok | RunStatus::Exhausted) {
         broken.push(format!("the run settled {:?}: {:?}", outcome.status, outcome.error));
     }
-    let mut last_by_label: BTreeMap<String, &Entry> = BTreeMap::new();
-    for entry in entries.iter().filter(|e| e.kind == Kind::Agent) {
-        if let Some(label) = &entry.label {
-            last_by_label.insert(label.clone(), entry);
-        }
-    }
-    // (A `running` entry a killed segment left for a call the resumed run never reached is
-    // not closed at settlement: see docs/fault-simulator.md, "found and open".)
-    let final_from = ends.len().checked_sub(2).map_or(0, |i| ends[i]) as u64;
-    for (label, entry) in &last_by_label {
-        if entry.status == Status::Running && entry.seq.0 > final_from {
-            broken.push(format!("call {label} is left running (seq {})", entry.seq.0));
-        }
+    // Every `running` entry of every segment ends: a later entry (a rerun's `running` entry
+    // or a terminal one) names it, also for a call a killed segment left and the resumed run
+    // never reached (it is abandoned when the run settles).
+    let targeted: BTreeSet<u64> = entries.iter().filter_map(|e| e.target.map(|t| t.0)).collect();
+    for entry in entries.iter().filter(|e| e.status == Status::Running && !targeted.contains(&e.seq.0)) {
+        let label = entry.label.as_deref().unwrap_or("?");
+        broken.push(format!("{:?} {label} is left running (seq {})", entry.kind, entry.seq.0));
     }
 
     // Charged per call, against the bill per call.

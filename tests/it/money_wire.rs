@@ -138,6 +138,30 @@ fn refused_requests_cost_nothing_and_are_counted() {
     }
 }
 
+/// An OpenAI stream that fails right after its role chunk (a success status, one chunk that
+/// decodes to nothing, then the connection drops): the provider ran the prompt and bills it
+/// (1,000 tokens, $0.01 at $10/M). The attempt began when its response did, so it is charged
+/// the prompt (it was taken for a refusal and charged $0, under the bill).
+#[test]
+fn an_openai_stream_that_fails_after_its_role_chunk_is_charged_its_prompt() {
+    // 4,000 characters of prompt: 1,000 tokens.
+    let script = format!(r#"agent("{}", #{{max_output_tokens: 100}})"#, "word ".repeat(800));
+    let wire = WireServer::start(vec![openai_drop(1000, 0), openai_text("fine", 1000, 10)]);
+    let dir = project(&openai(wire.url(), 10.0, 100.0), &script);
+    let outcome = run(dir.path(), &["--budget", "1"]);
+    assert_eq!(outcome["status"], "ok", "{outcome}");
+    assert_eq!(wire.requests().len(), 2);
+    let billed = wire.billed_usd(10.0, 100.0);
+    assert!((billed - 0.021).abs() < 1e-9, "billed {billed}");
+    // Never below the bill; above it by at most the broken attempt's estimate slack (the
+    // request body at four characters a token, plus four output tokens).
+    let charged = spent(&outcome);
+    assert!(charged >= billed - 1e-9, "charged {charged} for {billed}: {outcome}");
+    assert!(charged <= billed + 0.002, "charged {charged} for {billed}: {outcome}");
+    // It is not counted as a refusal.
+    assert_eq!(outcome["cost"]["refused_attempts"].as_u64().unwrap_or(0), 0, "{outcome}");
+}
+
 /// #23.4: a 4,000-character Japanese prompt, billed 4,000 tokens ($0.40 at $100/M), was
 /// reserved at four characters a token ($0.10) and admitted under $0.20. The estimate counts
 /// non-ASCII text by its UTF-8 bytes, an upper bound for every supported tokenizer, so the

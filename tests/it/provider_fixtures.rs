@@ -132,7 +132,10 @@ fn render(rel: &str, index: usize, events: &[ChatEvent]) -> String {
             ChatEvent::ToolCallInvalid { name, raw_arguments, .. } => {
                 tools.push(format!("{name}!{raw_arguments}"))
             }
-            ChatEvent::ToolCallStart { .. } | ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) => {}
+            ChatEvent::Opened
+            | ChatEvent::ToolCallStart { .. }
+            | ChatEvent::ToolCallDelta { .. }
+            | ChatEvent::Usage(_) => {}
         }
     }
     let prefix: String = text.chars().take(20).collect();

@@ -115,9 +115,9 @@ impl FaultMix {
             }
             pick -= weight;
         }
-        // A break comes after at least one output token (see the module doc of `sim` for the
-        // defect a break before any content meets).
-        let after = 1 + rng.next_u32() % 23;
+        // A break after k output tokens, k = 0 included (an OpenAI stream then carries only
+        // its role chunk before the break).
+        let after = rng.next_u32() % 24;
         match which {
             0 => {
                 let statuses: &[u16] =

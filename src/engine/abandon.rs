@@ -1,0 +1,66 @@
+//! What a killed segment left `running` and the run never reached again: when the run
+//! settles, each such entry ends with a terminal entry of its own (`cancelled`, its error
+//! saying it was abandoned), so no entry of a settled run stays `running`. An abandoned agent
+//! call's entry holds the turns its checkpoint kept that no terminal entry holds (priced at its
+//! model), so the run's cost report counts what it may have paid; the checkpoint is then
+//! marked journaled, so nothing counts those turns twice.
+//!
+//! Only entries the segment inherited are considered: a call of this segment ends itself.
+//! An entry is still open when no later entry names it as its target (neither a rerun's
+//! `running` entry nor a terminal entry).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::EngineInner;
+use super::carry;
+use super::ctx::Ctx;
+use crate::error::{Error, ErrorCode};
+use crate::journal::{Entry, Kind, Seq, Status};
+use crate::store::RunId;
+use crate::usage::Usage;
+
+/// A terminal entry for an abandoned `running` entry, and the checkpoint usage it covers.
+pub(super) struct Abandoned {
+    pub(super) entry: Entry,
+    /// The checkpoint whose turns terminal entries now hold, with its whole usage (what
+    /// [`carry::mark_journaled`] records).
+    pub(super) covered: Option<(String, Usage)>,
+}
+
+/// The terminal entries for the open `running` entries among the first `inherited` of `all`.
+pub(super) fn abandoned(
+    engine: &EngineInner,
+    run_id: &RunId,
+    all: &[Arc<Entry>],
+    inherited: usize,
+) -> Vec<Abandoned> {
+    let targeted: HashSet<Seq> = all.iter().filter_map(|e| e.target).collect();
+    let mut out = Vec::new();
+    for running in all.iter().take(inherited) {
+        if running.status != Status::Running || targeted.contains(&running.seq) {
+            continue;
+        }
+        let mut entry = Ctx::terminal_for(running, Status::Cancelled);
+        entry.error = Some(Error::new(
+            ErrorCode::Cancelled,
+            "abandoned: the segment that ran this call was killed, and the run settled without reaching it again",
+        ));
+        let mut covered = None;
+        if running.kind == Kind::Agent {
+            let reference = carry::checkpoint_ref(run_id, running);
+            let checkpoint = carry::checkpoint_at(engine, &reference);
+            let usage = checkpoint
+                .as_ref()
+                .and_then(|c| carry::unjournaled(engine.transcripts.as_ref(), &reference, false, Some(c)))
+                .unwrap_or_default();
+            let price = running.model.as_deref().and_then(|m| engine.prices.price(m));
+            entry.usage = Some(usage);
+            entry.cost = price.map(|p| p.cost(&usage));
+            entry.served_by = running.model.clone();
+            covered = checkpoint.map(|c| (reference, c.usage));
+        }
+        out.push(Abandoned { entry, covered });
+    }
+    out
+}
