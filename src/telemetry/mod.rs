@@ -114,6 +114,9 @@ impl Telemetry {
         let timeout_set = ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]
             .iter()
             .any(|name| std::env::var(name).is_ok_and(|v| v.trim().parse::<u64>().is_ok()));
+        // The exporter's reqwest 0.13 is built without a default TLS provider (as for the MCP
+        // client): the process-wide one is ring's (a no-op when one is installed already).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let protocol = if config.json { Protocol::HttpJson } else { Protocol::HttpBinary };
         let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http().with_protocol(protocol);
         if !timeout_set {

@@ -46,6 +46,7 @@ mod serve;
 mod serve_edges;
 mod serve_outages;
 mod store;
+mod telemetry;
 mod timers;
 mod tools_faults;
 mod tools_mcp;
