@@ -47,6 +47,7 @@ pub mod provider;
 pub mod script;
 pub mod service;
 pub mod store;
+pub mod telemetry;
 pub mod testing;
 pub mod text;
 #[cfg(test)]

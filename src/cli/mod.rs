@@ -38,6 +38,7 @@ mod runs;
 mod serve;
 mod server_config;
 mod setup;
+mod telemetry;
 mod tool_report;
 mod tools_config;
 mod worker;
@@ -156,6 +157,17 @@ pub fn main() -> ExitCode {
     ignore_sigxfsz();
     let service = matches!(cli.command, Command::Worker(_) | Command::Serve(_));
     if let Err(e) = logging::install(cli.log_level.as_deref(), cli.log_format, service) {
+        return fail(Exit::Usage, e).into();
+    }
+    let traced = matches!(
+        cli.command,
+        Command::Run(_)
+            | Command::Resume(_)
+            | Command::Orchestrate(_)
+            | Command::Worker(_)
+            | Command::Serve(_)
+    );
+    if traced && let Err(e) = telemetry::install() {
         return fail(Exit::Usage, e).into();
     }
     let globals = setup::Globals { store: cli.store, config: cli.config };

@@ -40,7 +40,11 @@ where
     Fut: Future<Output = Exit>,
 {
     match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime.block_on(command()),
+        Ok(runtime) => runtime.block_on(async {
+            let exit = command().await;
+            super::telemetry::shutdown().await;
+            exit
+        }),
         Err(e) => fail(Exit::Error, format!("cannot start the async runtime: {e}")),
     }
 }
@@ -144,6 +148,9 @@ pub(super) fn setup_over(
     }
     if let Some(ttl) = lease_ttl_from_env()? {
         builder = builder.lease_ttl(ttl);
+    }
+    if let Some(telemetry) = super::telemetry::current() {
+        builder = builder.observer(telemetry);
     }
     let engine = builder.build()?;
     Ok(Setup { engine, config, uses_echo })

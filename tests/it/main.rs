@@ -50,6 +50,7 @@ mod serve_edges;
 mod serve_outages;
 mod store;
 mod support;
+mod telemetry;
 mod timers;
 mod tools_faults;
 mod tools_mcp;
