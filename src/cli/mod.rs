@@ -34,6 +34,7 @@ mod orchestrate;
 mod plan;
 mod price_config;
 mod progress;
+mod provider_config;
 mod runs;
 mod serve;
 mod server_config;

@@ -10,6 +10,8 @@ use cairn::script::rhai::sandbox::SandboxLimits;
 use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunStatus, Script};
 use serde_json::json;
 
+use super::support::hostile::{cairn_run, run_bounded};
+
 /// How each corpus script must end.
 enum Expect {
     /// Refused before running, by this lint rule.
@@ -92,46 +94,6 @@ fn every_hostile_script_is_rejected_or_stopped_in_bounded_time() {
     }
 }
 
-/// The child's high-water resident memory (VmHWM), in bytes, while it runs.
-fn high_water(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-/// The peak resident memory of a child process and how it ended, waiting at most `limit`
-/// (then it is killed and the test fails). The peak is the child's own high-water mark, read
-/// from /proc every few milliseconds (rusage's ru_maxrss would include this test process's
-/// memory at the fork).
-fn run_measured(mut command: std::process::Command, limit: Duration) -> (u64, i32, String) {
-    use std::io::Read;
-    let mut child =
-        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let started = Instant::now();
-    let mut peak = 0;
-    loop {
-        if let Some(bytes) = high_water(child.id()) {
-            peak = peak.max(bytes);
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            return (peak, status.code().unwrap_or(-1), reader.join().unwrap());
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the child ran past {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 /// Every corpus script the sandbox must stop, through the `cairn` binary: it ends with
 /// `sandbox_limit` within the time bound, and the process's peak memory stays near the
 /// configured limit (64 MiB of script memory), however much the script tries to take.
@@ -144,22 +106,14 @@ fn hostile_scripts_end_in_bounded_time_and_memory_through_the_binary() {
         "[sandbox]\nmemory_mb = 64\nwall_time_s = 5\nmax_operations = 2000000\n",
     )
     .unwrap();
-    let binary = assert_cmd::cargo::cargo_bin("cairn");
     for (name, expect) in CORPUS {
         if !matches!(expect, Expect::SandboxLimit) {
             continue;
         }
-        let mut command = std::process::Command::new(&binary);
-        command
-            .current_dir(work.path())
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_BASE_URL")
-            .args(["--store", "memory", "run", "-q"])
-            .arg(dir.join(format!("{name}.rhai")));
+        let command = cairn_run(work.path(), &dir.join(format!("{name}.rhai")));
         let started = Instant::now();
-        let (peak, code, stderr) = run_measured(command, Duration::from_secs(60));
-        assert_eq!(code, 1, "{name}: {stderr}");
+        let (peak, code, stderr) = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        assert_eq!(code, Some(1), "{name}: {stderr}");
         assert!(stderr.contains("sandbox_limit"), "{name}: {stderr}");
         assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
         assert!(peak < 192 << 20, "{name} peaked at {} MiB (limit 64 MiB)", peak >> 20);
@@ -269,21 +223,13 @@ fn hostile_lua_scripts_end_in_bounded_time_and_memory_through_the_binary() {
         "[sandbox]\nmemory_mb = 64\nwall_time_s = 5\nmax_operations = 2000000\n",
     )
     .unwrap();
-    let binary = assert_cmd::cargo::cargo_bin("cairn");
     for (name, path) in lua_corpus() {
-        let mut command = std::process::Command::new(&binary);
-        command
-            .current_dir(work.path())
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_BASE_URL")
-            .args(["--store", "memory", "run", "-q"])
-            .arg(&path);
+        let command = cairn_run(work.path(), &path);
         let started = Instant::now();
-        let (peak, code, stderr) = run_measured(command, Duration::from_secs(60));
-        let stopped = code == 1 && stderr.contains("sandbox_limit");
+        let (peak, code, stderr) = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        let stopped = code == Some(1) && stderr.contains("sandbox_limit");
         let rejected = stderr.contains("rejected by lint");
-        assert!(stopped || rejected, "{name}: exit {code}: {stderr}");
+        assert!(stopped || rejected, "{name}: exit {code:?}: {stderr}");
         assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
         assert!(peak < 192 << 20, "{name} peaked at {} MiB (limit 64 MiB)", peak >> 20);
     }

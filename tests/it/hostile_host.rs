@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::support::hostile::{cairn_run, run_bounded};
+
 /// How a corpus script must end.
 #[derive(Debug, Clone, Copy)]
 enum Expect {
@@ -21,6 +23,9 @@ enum Expect {
 /// Every file of `tests/hostile/host/` and how it must end.
 const CORPUS: &[(&str, Expect)] = &[
     ("closure_chain.rhai", Expect::Limit),
+    ("closure_chain_in_block.rhai", Expect::Limit),
+    ("closure_chain_in_function.rhai", Expect::Limit),
+    ("closure_chain_reassigned.rhai", Expect::Limit),
     ("echo_min_items.lua", Expect::Limit),
     ("echo_min_items.rhai", Expect::Limit),
     ("echo_min_length.lua", Expect::Limit),
@@ -77,48 +82,6 @@ fn generated(dir: &Path) -> Vec<(PathBuf, Expect)> {
         .collect()
 }
 
-/// The child's high-water resident memory (VmHWM), in bytes.
-fn high_water(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-/// Runs `command`, polling the child's VmHWM every few milliseconds; kills it (and returns
-/// `None` for the exit code) once it passes `time` or `memory`.
-fn run_bounded(
-    mut command: std::process::Command,
-    time: Duration,
-    memory: u64,
-) -> (u64, Option<i32>, String) {
-    use std::io::Read;
-    let mut child =
-        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let started = Instant::now();
-    let mut peak = 0;
-    loop {
-        if let Some(bytes) = high_water(child.id()) {
-            peak = peak.max(bytes);
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            return (peak, status.code(), reader.join().unwrap());
-        }
-        if started.elapsed() > time || peak > memory {
-            let _ = child.kill();
-            let _ = child.wait();
-            return (peak, None, reader.join().unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 /// The run's memory limit in this test and the fixed overhead allowed above it (the binary,
 /// its runtime, the allocator's slack).
 const MEMORY_LIMIT_MB: u64 = 64;
@@ -146,19 +109,10 @@ fn every_host_work_script_ends_typed_within_20_s_and_its_memory_limit() {
         Expect::Limit,
     ));
 
-    let binary = assert_cmd::cargo::cargo_bin("cairn");
     let mut failures = Vec::new();
     for (path, expect) in cases {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let mut command = std::process::Command::new(&binary);
-        command
-            .current_dir(work.path())
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_BASE_URL")
-            .env("RUST_BACKTRACE", "0")
-            .args(["--store", "memory", "run", "-q"])
-            .arg(&path);
+        let command = cairn_run(work.path(), &path);
         let started = Instant::now();
         let budget = (MEMORY_LIMIT_MB + OVERHEAD_MB) << 20;
         let (peak, code, stderr) = run_bounded(command, Duration::from_secs(20), budget);

@@ -9,8 +9,10 @@
 
 mod body;
 mod bound;
+mod bridge;
 mod builtins;
 mod defer;
+mod fanout;
 mod guard;
 mod isolate;
 mod json;
