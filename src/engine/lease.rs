@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::registry::EngineInner;
-use super::resolution::{check_stored_resolution, resolve_stored};
+use super::resolution::{check_stored_resolution, claim_first, resolve_stored, target_of};
 use crate::error::{Error, ErrorCode};
 use crate::store::{self, Lease, RunId};
 
@@ -187,6 +187,11 @@ pub(crate) fn resolve(
     value: Value,
 ) -> Result<Resolution, Error> {
     let of = |applied: bool| if applied { Resolution::Applied } else { Resolution::AlreadyResolved };
+    // First wins across processes: the store decides which resolver claims the wait.
+    let (target, closed) = target_of(engine, run, key, &value)?;
+    if closed || !claim_first(engine, run, key, target, &value)? {
+        return Ok(Resolution::AlreadyResolved);
+    }
     let Some(leases) = engine.journal.leases() else {
         return resolve_stored(engine, run, key, value, None).map(of);
     };

@@ -181,14 +181,16 @@ impl Engine {
     }
 
     /// The value a resolution of `key` left in the run's inbox holds, while it waits there for
-    /// the run's driver to apply it.
+    /// the run's driver to apply it, or, before its resolver (in this process or another on
+    /// the store) has written it, the value that claimed the run's newest wait on `key`.
     ///
     /// # Errors
     /// The store's failure.
     pub fn queued_resolution(&self, run_id: &RunId, key: &str) -> Result<Option<Value>, Error> {
-        Ok(lease::inbox(&self.inner, run_id)?
-            .into_iter()
-            .find(|(_, item)| item.key == key)
-            .map(|(_, item)| item.value))
+        match lease::inbox(&self.inner, run_id)?.into_iter().find(|(_, item)| item.key == key) {
+            Some((_, item)) => Ok(Some(item.value)),
+            // Claimed in the store by a resolver (maybe another process) still writing it.
+            None => resolution::claimed(&self.inner, run_id, key),
+        }
     }
 }

@@ -95,6 +95,53 @@ fn open_waits(entries: &[Entry]) -> String {
     }
 }
 
+/// Claims the first resolution of the wait on `key` journaled at `target`, in the store: of
+/// any number of resolvers, in this process or others on the same store (two `cairn serve` on
+/// one PostgreSQL database or one SQLite file), exactly one claim succeeds. The claim is
+/// never removed, so a resolver that comes after the winner's resolution was applied loses
+/// too. `false` for a loser.
+pub(super) fn claim_first(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    target: Seq,
+    value: &Value,
+) -> Result<bool, Error> {
+    let bytes = serde_json::to_vec(&serde_json::json!({ "key": key, "value": value }))
+        .map_err(|e| Error::validation(e.to_string()))?;
+    Ok(engine.transcripts.put_new(&claim_ref(run_id, key, target), &bytes)?)
+}
+
+fn claim_ref(run_id: &RunId, key: &str, target: Seq) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    format!("{run_id}/claims/{:012}-{}", target.0, hex::encode(&digest[..16]))
+}
+
+/// The value that claimed the newest wait on `key`, when one did (it may not be journaled
+/// or queued yet: its resolver is still writing it).
+pub(super) fn claimed(engine: &EngineInner, run_id: &RunId, key: &str) -> Result<Option<Value>, Error> {
+    let raw = engine.journal.load(run_id)?;
+    let entries = journal::decode_all(&raw)?;
+    let Some(target) = find_suspension(entries.iter(), key) else { return Ok(None) };
+    let Some(bytes) = engine.transcripts.get(&claim_ref(run_id, key, target))? else { return Ok(None) };
+    Ok(serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .and_then(|mut claim| claim.get_mut("value").map(Value::take)))
+}
+
+/// The seq of the open wait on `key` a resolution with `value` targets (checked against the
+/// wait's schema), and whether the journal already holds its resolution.
+pub(super) fn target_of(
+    engine: &EngineInner,
+    run_id: &RunId,
+    key: &str,
+    value: &Value,
+) -> Result<(Seq, bool), Error> {
+    let (entries, target) = stored_wait(engine, run_id, key, value)?;
+    Ok((target, Resolutions::fold(entries.iter()).is_closed(target)))
+}
+
 /// The stored journal and the seq of the wait on `key` a resolution with `value` targets.
 fn stored_wait(
     engine: &EngineInner,

@@ -452,8 +452,14 @@ pub async fn resolve(
             Resolution::Applied => "applied",
             Resolution::Queued => "queued",
             Resolution::AlreadyResolved => {
+                // Another resolver (maybe another server on this store) won: its value is
+                // journaled, or waits in the run's inbox for the run's driver.
                 let entries = entries_of(engine, &run)?;
-                return Err(ApiError::already_resolved(&key, closed_with(&entries, &key).flatten()));
+                let winner = match closed_with(&entries, &key).flatten() {
+                    Some(value) => Some(value),
+                    None => engine.queued_resolution(&run, &key)?,
+                };
+                return Err(ApiError::already_resolved(&key, winner));
             }
         };
         Ok(Json(json!({ "run_id": run, "key": key, "resolution": resolution })))

@@ -525,6 +525,34 @@ impl LeasableStore for JsonlStore {
 }
 
 impl TranscriptStore for JsonlStore {
+    fn put_new(&self, blob_ref: &str, blob: &[u8]) -> Result<bool> {
+        let parsed = common::parse_blob_ref(blob_ref)?;
+        let dir = self.blob_dir(&parsed.run);
+        fs::create_dir_all(&dir)?;
+        let path = dir.join(encode_blob_name(parsed.name));
+        // Written whole beside it, then linked into place: a link never replaces a file, so
+        // of two racing writers the file system picks one, and a reader never sees half a blob.
+        let temp = dir.join(self.temp_name());
+        let written = (|| -> io::Result<bool> {
+            let mut file = File::create(&temp)?;
+            file.write_all(blob)?;
+            if self.durability == Durability::Full {
+                file.sync_all()?;
+            }
+            match fs::hard_link(&temp, &path) {
+                Ok(()) => Ok(true),
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+                Err(err) => Err(err),
+            }
+        })();
+        let _ = fs::remove_file(&temp);
+        let stored = written?;
+        if stored && self.durability == Durability::Full {
+            sync_dir(&dir)?;
+        }
+        Ok(stored)
+    }
+
     fn put(&self, blob_ref: &str, blob: &[u8]) -> Result<()> {
         let parsed = common::parse_blob_ref(blob_ref)?;
         let dir = self.blob_dir(&parsed.run);

@@ -200,6 +200,16 @@ impl LeasableStore for MemoryStore {
 }
 
 impl TranscriptStore for MemoryStore {
+    fn put_new(&self, blob_ref: &str, blob: &[u8]) -> Result<bool> {
+        common::parse_blob_ref(blob_ref)?;
+        let mut state = self.state();
+        if state.blobs.contains_key(blob_ref) {
+            return Ok(false);
+        }
+        state.blobs.insert(blob_ref.to_owned(), blob.to_vec());
+        Ok(true)
+    }
+
     fn put(&self, blob_ref: &str, blob: &[u8]) -> Result<()> {
         common::parse_blob_ref(blob_ref)?;
         self.state().blobs.insert(blob_ref.to_owned(), blob.to_vec());

@@ -584,6 +584,17 @@ pub trait TranscriptStore: Send + Sync + fmt::Debug {
     fn list(&self, run: &RunId) -> Result<Vec<String>>;
     /// Removes a blob; a missing ref is a no-op.
     fn delete(&self, blob_ref: &str) -> Result<()>;
+    /// Stores a blob only when the ref holds none, atomically across every process on the
+    /// store: `true` when this call stored it, `false` when a blob was already there (it is
+    /// left as it was). The store decides which of two racing writers wins. The default is
+    /// a read then a write, atomic only for a store with one writer; cairn's stores override it.
+    fn put_new(&self, blob_ref: &str, blob: &[u8]) -> Result<bool> {
+        if self.get(blob_ref)?.is_some() {
+            return Ok(false);
+        }
+        self.put(blob_ref, blob)?;
+        Ok(true)
+    }
 }
 
 #[cfg(test)]

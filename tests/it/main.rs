@@ -47,6 +47,7 @@ mod script;
 mod scripted_server;
 mod serve;
 mod serve_edges;
+mod serve_first_wins;
 mod serve_outages;
 mod store;
 mod support;

@@ -172,6 +172,7 @@ pub fn transcript_store_conformance(make: &dyn Fn() -> Box<dyn TranscriptStore>)
         ("missing-blobs", missing_blobs),
         ("list-sorted-and-scoped", list_sorted_and_scoped),
         ("unsafe-refs-refused", unsafe_refs_refused),
+        ("put-new-stores-once", put_new_stores_once),
     ];
     for (name, check) in checks {
         let store = make();
@@ -882,6 +883,30 @@ fn blob_round_trip(store: &dyn TranscriptStore) -> Outcome {
         ok("get", store.get("blobs/empty"))?.as_deref() == Some(&b""[..]),
         "deleting one blob removed another"
     );
+    Ok(())
+}
+
+fn put_new_stores_once(store: &dyn TranscriptStore) -> Outcome {
+    ensure!(ok("first put_new", store.put_new("claims/w", b"first"))?, "a first put_new stored nothing");
+    ensure!(!ok("second put_new", store.put_new("claims/w", b"second"))?, "a second put_new won too");
+    let got = ok("get", store.get("claims/w"))?;
+    ensure!(got.as_deref() == Some(&b"first"[..]), "a losing put_new replaced the blob: {got:?}");
+    ok("put", store.put("claims/v", b"there"))?;
+    ensure!(!ok("put_new over put", store.put_new("claims/v", b"late"))?, "put_new replaced a put blob");
+    // Racing writers: exactly one wins.
+    let wins = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for i in 0..8u8 {
+            let wins = &wins;
+            scope.spawn(move || {
+                if store.put_new("claims/raced", &[i]).unwrap_or(false) {
+                    wins.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    let wins = wins.into_inner();
+    ensure!(wins == 1, "{wins} racing put_new calls won");
     Ok(())
 }
 

@@ -746,6 +746,21 @@ impl PostgresStore {
 }
 
 impl TranscriptStore for PostgresStore {
+    fn put_new(&self, blob_ref: &str, blob: &[u8]) -> Result<bool> {
+        self.refuse_write()?;
+        let run = common::parse_blob_ref(blob_ref)?.run;
+        let (blob_ref, blob) = (blob_ref.to_owned(), blob.to_vec());
+        self.block(move |pool, _| async move {
+            let (client, stmt) = prepared(
+                &pool,
+                "INSERT INTO blobs (ref, run_id, data) VALUES ($1, $2, $3) ON CONFLICT (ref) DO NOTHING",
+            )
+            .await?;
+            let stored = client.execute(&stmt, &[&blob_ref, &run.as_str(), &blob]).await.map_err(pg_err)?;
+            Ok(stored == 1)
+        })
+    }
+
     fn put(&self, blob_ref: &str, blob: &[u8]) -> Result<()> {
         self.refuse_write()?;
         let run = common::parse_blob_ref(blob_ref)?.run;

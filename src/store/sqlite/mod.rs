@@ -1125,6 +1125,18 @@ impl LeasableStore for SqliteStore {
 }
 
 impl TranscriptStore for SqliteStore {
+    fn put_new(&self, blob_ref: &str, blob: &[u8]) -> Result<bool> {
+        let parsed = common::parse_blob_ref(blob_ref)?;
+        self.write(|conn, _| {
+            let stored = conn
+                .prepare_cached(
+                    "INSERT INTO blobs (ref, run_id, data) VALUES (?1, ?2, ?3) ON CONFLICT (ref) DO NOTHING",
+                )?
+                .execute(params![blob_ref, parsed.run.as_str(), blob])?;
+            Ok(stored == 1)
+        })
+    }
+
     fn put(&self, blob_ref: &str, blob: &[u8]) -> Result<()> {
         let parsed = common::parse_blob_ref(blob_ref)?;
         self.write(|conn, _| {
