@@ -81,7 +81,8 @@ pub use script::{Diagnostic, LintContext, Severity};
 pub use store::{Claim, PostgresOptions, PostgresStore, RunQueue};
 pub use store::{
     Durability, JournalStore, JsonlStore, LeasableStore, Lease, MemoryStore, OpenedStore, RawEntry,
-    RunCursor, RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, TranscriptStore,
+    RunCursor, RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, StoreCounters, Tally,
+    TranscriptStore,
 };
 pub use usage::{AttemptEnd, AttemptRecord, Usage};
 

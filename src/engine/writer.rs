@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use crate::clock::SharedClock;
 use crate::error::{Error, ErrorCode};
 use crate::journal::{self, Entry, Seq};
-use crate::store::{JournalStore, Lease, RawEntry, RunId};
+use crate::store::{JournalStore, Lease, RawEntry, RunId, Tally};
 
 /// The journal's write side for one segment of a run.
 #[derive(Debug)]
@@ -60,6 +60,8 @@ struct Group {
 #[derive(Debug)]
 struct Queued {
     raw: Vec<RawEntry>,
+    /// What the batch adds to the store's counters (its model calls and their spend).
+    tally: Tally,
     /// Whoever awaits this batch; `None` for a deferred one.
     waiter: Option<oneshot::Sender<Result<(), Error>>>,
     /// A deferred batch that may wait for the delayed flush.
@@ -226,10 +228,12 @@ impl JournalWriter {
         // always in seq order.
         let mut journal = self.lock_log();
         let mut raw = Vec::with_capacity(entries.len());
+        let mut tally = Tally::default();
         for (offset, entry) in entries.iter_mut().enumerate() {
             entry.seq = Seq(journal.next_seq + offset as u64);
             entry.ts = Some(ts);
             raw.push(journal::encode(entry)?);
+            tally = tally.plus(journal::tally(entry));
         }
         let shared: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
         let mut group = self.lock_group();
@@ -246,7 +250,7 @@ impl JournalWriter {
             Durability::Deferred | Durability::Lazy => (None, None),
         };
         let lazy = durability == Durability::Lazy;
-        group.queue.push(Queued { raw, waiter, lazy });
+        group.queue.push(Queued { raw, tally, waiter, lazy });
         if written.is_none() {
             self.schedule_flush(&mut group, lazy);
         }
@@ -357,13 +361,14 @@ impl JournalWriter {
             Some(lost) => Err(lost),
             None => {
                 let raw: Vec<RawEntry> = batch.iter_mut().flat_map(|q| std::mem::take(&mut q.raw)).collect();
+                let tally = batch.iter().fold(Tally::default(), |sum, q| sum.plus(q.tally));
                 if raw.is_empty() {
                     Ok(())
                 } else {
                     // A store is the embedder's code: one that panics fails this write (and,
                     // latched, the run) instead of leaving `flushing` set and its waiters
                     // blocked for good.
-                    let append = || self.store.append(&self.run_id, &raw, self.lease.as_ref());
+                    let append = || self.store.append_tallied(&self.run_id, &raw, self.lease.as_ref(), tally);
                     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(append)) {
                         Ok(result) => result.map_err(Error::from),
                         Err(_) => Err(Error::internal("the journal store panicked during an append")),

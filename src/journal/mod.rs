@@ -91,6 +91,15 @@ pub fn encode(entry: &Entry) -> Result<RawEntry, Error> {
     RawEntry::new(entry.seq.0, json).map_err(|e| failed(e.to_string()))
 }
 
+/// What an entry adds to a store's counters: one model call with its spend when it carries
+/// cost or usage (as the cost report counts calls), nothing otherwise.
+pub fn tally(entry: &Entry) -> crate::store::Tally {
+    if entry.cost.is_none() && entry.usage.is_none() {
+        return crate::store::Tally::default();
+    }
+    crate::store::Tally { calls: 1, spend: entry.cost.unwrap_or(crate::money::Money::ZERO) }
+}
+
 /// About what an entry takes besides its payload: key, scope, kind, status, usage, names.
 const ENVELOPE_BYTES: usize = 384;
 

@@ -25,19 +25,30 @@ const STATUSES: [RunStatus; 7] = [
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let text = blocking(&state, |engine| {
         let store = engine.journal_store();
-        let runs = store.list_runs(&RunFilter::default())?;
+        // The store's own counters when it keeps them (one short read, however many runs it
+        // holds); a fold over every journal otherwise.
+        let (runs_by_status, calls, spend) = match store.counters()? {
+            Some(counters) => {
+                let runs = STATUSES.map(|status| counters.runs_in(status));
+                (runs, counters.appended.calls, counters.appended.spend.as_usd())
+            }
+            None => {
+                let runs = store.list_runs(&RunFilter::default())?;
+                let by_status = STATUSES.map(|status| runs.iter().filter(|m| m.status == status).count() as u64);
+                let (mut calls, mut spend) = (0u64, 0f64);
+                for meta in &runs {
+                    let entries = super::runs::entries_of(engine, &meta.run_id)?;
+                    let cost = crate::engine::CostReport::fold(entries.iter());
+                    calls += cost.total.entries;
+                    spend += cost.total.cost.as_usd();
+                }
+                (by_status, calls, spend)
+            }
+        };
         let mut out = String::new();
         let _ = writeln!(out, "# HELP cairn_runs Runs in the store, by status.\n# TYPE cairn_runs gauge");
-        for status in STATUSES {
-            let n = runs.iter().filter(|m| m.status == status).count();
+        for (status, n) in STATUSES.iter().zip(runs_by_status) {
             let _ = writeln!(out, "cairn_runs{{status=\"{}\"}} {n}", status.as_str());
-        }
-        let (mut calls, mut spend) = (0u64, 0f64);
-        for meta in &runs {
-            let entries = super::runs::entries_of(engine, &meta.run_id)?;
-            let cost = crate::engine::CostReport::fold(entries.iter());
-            calls += cost.total.entries;
-            spend += cost.total.cost.as_usd();
         }
         let _ = writeln!(out, "# HELP cairn_calls_total Model calls journaled.\n# TYPE cairn_calls_total counter");
         let _ = writeln!(out, "cairn_calls_total {calls}");

@@ -33,6 +33,8 @@ struct State {
     leases: HashMap<RunId, HeldLease>,
     /// The highest epoch ever granted per run; survives release, expiry and delete.
     epochs: HashMap<RunId, u64>,
+    /// The tallies of every batch appended.
+    appended: super::Tally,
     /// Blobs by ref; ordered so a run's refs are one sorted range.
     blobs: BTreeMap<String, Vec<u8>>,
 }
@@ -83,6 +85,16 @@ impl State {
 
 impl JournalStore for MemoryStore {
     fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
+        self.append_tallied(run, entries, lease, super::Tally::default())
+    }
+
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: super::Tally,
+    ) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -92,7 +104,20 @@ impl JournalStore for MemoryStore {
         let tail = state.journals.get(run).and_then(|journal| journal.last()).map(RawEntry::seq);
         common::check_tail(run, tail, entries)?;
         state.journals.entry(run.clone()).or_default().extend_from_slice(entries);
+        state.appended = state.appended.plus(tally);
         Ok(())
+    }
+
+    fn counters(&self) -> Result<Option<super::StoreCounters>> {
+        let state = self.state();
+        let mut runs: Vec<(super::RunStatus, u64)> = Vec::new();
+        for meta in state.metas.values() {
+            match runs.iter_mut().find(|(status, _)| *status == meta.status) {
+                Some((_, n)) => *n += 1,
+                None => runs.push((meta.status, 1)),
+            }
+        }
+        Ok(Some(super::StoreCounters { runs, appended: state.appended }))
     }
 
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {

@@ -319,6 +319,42 @@ impl RunFilter {
     }
 }
 
+/// What one appended batch adds to the store's counters. A store never parses a payload, so
+/// the journal's writer says what the batch holds: its model calls (entries that carry cost
+/// or usage) and their spend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Model calls settled in the batch.
+    pub calls: u64,
+    /// Their spend.
+    pub spend: Money,
+}
+
+impl Tally {
+    /// Both tallies together.
+    pub fn plus(self, other: Tally) -> Tally {
+        Tally { calls: self.calls.saturating_add(other.calls), spend: self.spend.saturating_add(other.spend) }
+    }
+}
+
+/// The counters a store maintains as it is written, read by `/metrics` in one short query
+/// instead of a fold over every journal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreCounters {
+    /// Runs by status, every status with at least one run.
+    pub runs: Vec<(RunStatus, u64)>,
+    /// The tallies of every batch appended through [`JournalStore::append_tallied`] (deleting
+    /// a run does not take its calls back: these are totals).
+    pub appended: Tally,
+}
+
+impl StoreCounters {
+    /// How many runs are in `status`.
+    pub fn runs_in(&self, status: RunStatus) -> u64 {
+        self.runs.iter().filter(|(s, _)| *s == status).map(|(_, n)| n).sum()
+    }
+}
+
 /// Proof of ownership of a run, handed out by [`LeasableStore::acquire`].
 ///
 /// `epoch` is a fencing token: strictly increasing per run across releases, expiries and
@@ -470,6 +506,25 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
     /// [`Error::LeaseHeld`]. Returns once the batch is durable (to the store's durability
     /// setting). An empty batch is a no-op.
     fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()>;
+
+    /// [`JournalStore::append`], adding `tally` to the store's counters in the same atomic
+    /// unit. The default (a store that keeps no counters) ignores the tally.
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: Tally,
+    ) -> Result<()> {
+        let _ = tally;
+        self.append(run, entries, lease)
+    }
+
+    /// The store's counters, `None` when it keeps none or they do not cover all it holds
+    /// (a database written before it counted): the caller folds the journals then.
+    fn counters(&self) -> Result<Option<StoreCounters>> {
+        Ok(None)
+    }
 
     /// Every entry of the run in append order (empty for an unknown run).
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>>;

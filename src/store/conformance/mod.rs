@@ -84,6 +84,7 @@ pub fn journal_store_conformance(make: &dyn Fn() -> Box<dyn JournalStore>) {
         ("watch-wakes-on-writes", watch_wakes_on_writes),
         ("load-page-reads-bounded-pages", paging::load_page_reads_bounded_pages),
         ("list-runs-pages", paging::list_runs_pages),
+        ("counters-follow-writes", paging::counters_follow_writes),
     ];
     for (name, check) in checks {
         let store = make();

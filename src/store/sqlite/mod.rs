@@ -173,6 +173,7 @@ struct Pending {
     run: RunId,
     entries: Vec<RawEntry>,
     lease: Option<Lease>,
+    tally: super::Tally,
 }
 
 const SCHEMA: &str = "
@@ -367,7 +368,13 @@ impl SqliteStore {
         value
     }
 
-    fn append_grouped(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
+    fn append_grouped(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: super::Tally,
+    ) -> Result<()> {
         let mut group = lock(&self.group);
         let ticket = group.next_ticket;
         group.next_ticket += 1;
@@ -376,6 +383,7 @@ impl SqliteStore {
             run: run.clone(),
             entries: entries.to_vec(),
             lease: lease.cloned(),
+            tally,
         });
         loop {
             if let Some(outcome) = group.done.remove(&ticket) {
@@ -545,6 +553,14 @@ fn append_in(conn: &Connection, numbers: &RunNumbers, pending: &Pending, now_ms:
     for entry in &pending.entries {
         insert.execute(params![row_key(run, number, entry.seq())?, entry.json()])?;
     }
+    let tally = pending.tally;
+    if tally != super::Tally::default() {
+        let mut add = conn.prepare_cached(
+            "INSERT INTO counters (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+        )?;
+        add.execute(params!["calls", i64::try_from(tally.calls).unwrap_or(i64::MAX)])?;
+        add.execute(params!["spend_nano_usd", tally.spend.nano_usd()])?;
+    }
     Ok(number)
 }
 
@@ -688,6 +704,12 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection> {
     // them, so older stores gain a queue without a version change (and older cairns ignore it).
     tx.execute_batch(queue::SCHEMA)?;
     queue::upgrade(&tx)?;
+    // The append counters cover the journal only when they started with it: a database
+    // that already held journal rows is marked uncounted, and `/metrics` folds it.
+    tx.execute(
+        "INSERT OR IGNORE INTO counters (name, value) VALUES ('counted', (SELECT NOT EXISTS (SELECT 1 FROM journal)))",
+        [],
+    )?;
     // Stores made before cairn stamped its id get it on their first write open.
     let id: i32 = tx.query_row("PRAGMA application_id", [], |row| row.get(0))?;
     if id != APPLICATION_ID {
@@ -871,6 +893,16 @@ impl fmt::Debug for SqliteStore {
 
 impl JournalStore for SqliteStore {
     fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
+        self.append_tallied(run, entries, lease, super::Tally::default())
+    }
+
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: super::Tally,
+    ) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -880,10 +912,10 @@ impl JournalStore for SqliteStore {
             row_key(run, 0, last.seq())?;
         }
         if self.options.group_commit {
-            return self.append_grouped(run, entries, lease).inspect(|()| self.watch.notify(run));
+            return self.append_grouped(run, entries, lease, tally).inspect(|()| self.watch.notify(run));
         }
         let pending =
-            Pending { ticket: 0, run: run.clone(), entries: entries.to_vec(), lease: lease.cloned() };
+            Pending { ticket: 0, run: run.clone(), entries: entries.to_vec(), lease: lease.cloned(), tally };
         let number = self.write(|conn, now_ms| append_in(conn, &self.numbers, &pending, now_ms))?;
         self.numbers.remember(run, number);
         self.watch.notify(run);
@@ -955,6 +987,32 @@ impl JournalStore for SqliteStore {
             Ok(())
         })
         .inspect(|()| self.watch.notify(run))
+    }
+
+    fn counters(&self) -> Result<Option<super::StoreCounters>> {
+        self.read(|conn| {
+            let mut value = conn.prepare_cached("SELECT value FROM counters WHERE name = ?1")?;
+            let mut get = |name: &str| -> Result<Option<i64>> {
+                Ok(value.query_row([name], |row| row.get(0)).optional()?)
+            };
+            // A database that held journal rows before it counted has no `counted` mark.
+            if get("counted")? != Some(1) {
+                return Ok(None);
+            }
+            let calls = u64::try_from(get("calls")?.unwrap_or(0)).unwrap_or(0);
+            let spend = crate::money::Money::from_nano_usd(get("spend_nano_usd")?.unwrap_or(0));
+            let mut by_status = conn.prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
+            let mut rows = by_status.query([])?;
+            let mut runs = Vec::new();
+            while let Some(row) = rows.next()? {
+                let status = row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?;
+                let status = serde_json::from_value(serde_json::Value::from(status)).map_err(|err| {
+                    Error::Corrupt { what: "sqlite store runs".into(), detail: err.to_string() }
+                })?;
+                runs.push((status, u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0)));
+            }
+            Ok(Some(super::StoreCounters { runs, appended: super::Tally { calls, spend } }))
+        })
     }
 
     fn get_meta(&self, run: &RunId) -> Result<Option<RunMeta>> {
@@ -1184,7 +1242,13 @@ mod tests {
     fn pending(ticket: u64, run: &str, seqs: &[u64], lease: Option<Lease>) -> Pending {
         let entries =
             seqs.iter().map(|seq| RawEntry::new(*seq, format!(r#"{{"seq":{seq}}}"#)).unwrap()).collect();
-        Pending { ticket, run: RunId::parse(run).unwrap(), entries, lease }
+        Pending {
+            ticket,
+            run: RunId::parse(run).unwrap(),
+            entries,
+            lease,
+            tally: crate::store::Tally::default(),
+        }
     }
 
     fn application_id(path: &Path) -> i32 {
