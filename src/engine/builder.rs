@@ -76,6 +76,7 @@ impl Engine {
                 backoff: crate::agent::Backoff::default(),
                 host_docs: HashMap::new(),
                 workflow_docs: HashMap::new(),
+                live: Arc::default(),
             },
         }
     }

@@ -40,6 +40,7 @@ mod identity;
 mod inputs;
 mod lease;
 mod lifecycle;
+mod live;
 mod liveness;
 mod options;
 mod outcome;
@@ -78,6 +79,7 @@ pub use fanout::{Branch, Stage, branch, stage};
 pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
+pub(crate) use live::LiveToken;
 pub use options::{
     AgentOptions, CallOptions, ErrorPolicy, ExternalOptions, OnError, OnItemError, ParallelOptions,
     PipelineOptions, RetryPolicy, StepOptions, WorkflowOptions,

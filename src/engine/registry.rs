@@ -118,6 +118,8 @@ pub(crate) struct EngineInner {
     pub(crate) host_docs: HashMap<String, Described>,
     /// Descriptions of child workflows, for the planner's profile card.
     pub(crate) workflow_docs: HashMap<String, Described>,
+    /// The streamed text of the runs this process drives, for its listeners.
+    pub(crate) live: Arc<super::live::LiveRelay>,
 }
 
 impl fmt::Debug for EngineInner {
