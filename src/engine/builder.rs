@@ -77,6 +77,7 @@ impl Engine {
                 host_docs: HashMap::new(),
                 workflow_docs: HashMap::new(),
                 observers: Vec::new(),
+                live: Arc::default(),
             },
         }
     }

@@ -41,6 +41,7 @@ mod identity;
 mod inputs;
 mod lease;
 mod lifecycle;
+mod live;
 mod liveness;
 mod observer;
 mod options;
@@ -81,6 +82,7 @@ pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
 pub use observer::RunObserver;
+pub(crate) use live::LiveToken;
 pub use options::{
     AgentOptions, CallOptions, ErrorPolicy, ExternalOptions, OnError, OnItemError, ParallelOptions,
     PipelineOptions, RetryPolicy, StepOptions, WorkflowOptions,

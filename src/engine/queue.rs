@@ -572,9 +572,17 @@ async fn drive(
     handle.release_events();
     let renew_every = (options.claim_ttl / 3).max(Duration::from_millis(10));
     let mut cancel_sent = false;
+    // The run's agent deltas reach this process's listeners once one asks (none are built
+    // before); a relay that lost its listeners ends, and the next listener starts another.
+    let live = engine.inner.live.clone();
+    let mut relaying: Option<tokio::task::JoinHandle<()>> = None;
     let outcome = loop {
+        let relay_idle = relaying.as_ref().is_none_or(tokio::task::JoinHandle::is_finished);
         tokio::select! {
             outcome = handle.wait() => break outcome,
+            () = live.wanted(&claim.run_id), if relay_idle => {
+                relaying = Some(tokio::spawn(super::live::relay(live.clone(), claim.run_id.clone(), handle.events())));
+            }
             _ = cancelled.cancelled(), if !cancel_sent => {
                 tracing::info!(run = %claim.run_id, "cancelling a run at another process's request");
                 handle.cancel();

@@ -120,6 +120,8 @@ pub(crate) struct EngineInner {
     pub(crate) workflow_docs: HashMap<String, Described>,
     /// Who watches every run segment (telemetry).
     pub(crate) observers: Vec<Arc<dyn super::observer::RunObserver>>,
+    /// The streamed text of the runs this process drives, for its listeners.
+    pub(crate) live: Arc<super::live::LiveRelay>,
 }
 
 impl fmt::Debug for EngineInner {

@@ -7,11 +7,17 @@
 //! `shutdown` event (no id, `{run_id, status, last_event_id, reason}`) ends it instead. A tool call's entries are each
 //! followed by a `tool` event (no id): `{phase: start|end, tool, call_id, status, scope, seq,
 //! error}`.
+//!
+//! With `?tokens=1`, the stream also carries `token` events (no id, never journaled): each
+//! text delta of an agent call, `{run_id, scope, label, model, call, text}`, relayed from the
+//! worker of this process that drives the run (`engine::live`). Lossy: a
+//! client that falls behind skips deltas, and a run driven by a separate `cairn worker`
+//! process streams its entries but no tokens; the journaled answer is whole either way.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::channel::mpsc;
@@ -22,12 +28,28 @@ use super::runs::{blocking, meta_of, parse_run_id};
 use super::{ApiError, AppState};
 use crate::store::{RunChanges, RunId, RunStatus};
 
+/// The query of `GET /v1/runs/{id}/events`.
+#[derive(Debug, serde::Deserialize)]
+pub struct EventsQuery {
+    /// `1` (or `true`) adds the `token` events.
+    pub tokens: Option<String>,
+}
+
+type Tokens = tokio::sync::broadcast::Receiver<crate::engine::LiveToken>;
+
 /// `GET /v1/runs/{id}/events`.
 pub async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let tokens = match query.tokens.as_deref().map(str::trim) {
+        None | Some("" | "0" | "false") => false,
+        Some("1" | "true") => true,
+        Some(_) => return Err(ApiError::bad_request("tokens must be 1 or 0")),
+    };
     let run = parse_run_id(&id)?;
     // An empty `Last-Event-ID` is a stream from the start, as the SSE standard has it.
     let after = match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
@@ -40,6 +62,8 @@ pub async fn events(
     // Following starts before the first read, so a write between the read and the first
     // wait still wakes the stream.
     let changes = state.engine.journal_store().watch().map(|watch| watch.subscribe(&run));
+    // Listening starts before the first read too, so no delta after it is missed.
+    let live = tokens.then(|| state.engine.inner().live.subscribe(&run));
     let (meta, raw) = {
         let run = run.clone();
         blocking(&state, move |engine| {
@@ -50,7 +74,7 @@ pub async fn events(
         .await?
     };
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(follow(state, run, after, meta.status, raw, changes, tx));
+    tokio::spawn(follow(state, run, after, meta.status, raw, (changes, live), tx));
     Ok(Sse::new(rx).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
@@ -64,7 +88,7 @@ async fn follow(
     mut after: u64,
     status: RunStatus,
     raw: Vec<crate::store::RawEntry>,
-    mut changes: Option<RunChanges>,
+    (mut changes, mut live): (Option<RunChanges>, Option<Tokens>),
     mut tx: Tx,
 ) {
     let replayed_up_to = raw.last().map_or(after, |e| e.seq());
@@ -119,23 +143,35 @@ async fn follow(
             return;
         }
         let poll = tokio::time::sleep(state.options.poll_interval);
+        tokio::pin!(poll);
         let shutdown = state.options.shutdown.clone();
-        let stopping = match &mut changes {
-            Some(changes) => {
-                let stopping = tokio::select! {
-                    () = changes.changed() => false,
-                    () = poll => false,
-                    () = shutdown.cancelled() => true,
-                };
-                // Seen before the read below: a write after this point wakes the next wait.
-                changes.mark_seen();
-                stopping
+        // Waits for a change, the poll or the shutdown; the deltas that arrive meanwhile are
+        // sent as they come.
+        let stopping = loop {
+            let woke = tokio::select! {
+                () = changed(&mut changes) => Woke::Changed,
+                () = &mut poll => Woke::Changed,
+                () = shutdown.cancelled() => Woke::Stopping,
+                token = next_token(&mut live) => Woke::Token(token),
+            };
+            match woke {
+                Woke::Changed => break false,
+                Woke::Stopping => break true,
+                Woke::Token(Some(token)) => {
+                    let mut data = serde_json::to_value(&token).unwrap_or(Value::Null);
+                    data["run_id"] = json!(run);
+                    if tx.send(Ok(Event::default().event("token").data(data.to_string()))).await.is_err() {
+                        return;
+                    }
+                }
+                // The relay is gone (it never closes while the server lives): no more deltas.
+                Woke::Token(None) => live = None,
             }
-            None => tokio::select! {
-                () = poll => false,
-                () = shutdown.cancelled() => true,
-            },
         };
+        if let Some(changes) = &mut changes {
+            // Seen before the read below: a write after this point wakes the next wait.
+            changes.mark_seen();
+        }
         if stopping {
             // The server is stopping: say so, and end the stream (the client reconnects to
             // another server, or this one restarted, with `Last-Event-ID`).
@@ -167,6 +203,33 @@ async fn follow(
             }
         }
         batch = raw;
+    }
+}
+
+enum Woke {
+    Changed,
+    Stopping,
+    Token(Option<crate::engine::LiveToken>),
+}
+
+/// Resolves when the store notifies a change (never, without notifications).
+async fn changed(changes: &mut Option<RunChanges>) {
+    match changes {
+        Some(changes) => changes.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next delta (skipping any the stream fell behind on); `None` once the relay closed;
+/// never resolves without `?tokens=1`.
+async fn next_token(live: &mut Option<Tokens>) -> Option<crate::engine::LiveToken> {
+    let Some(rx) = live else { return std::future::pending().await };
+    loop {
+        match rx.recv().await {
+            Ok(token) => return Some(token),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+        }
     }
 }
 

@@ -22,6 +22,7 @@ mod finish_reason;
 mod hostile;
 mod hostile_cli;
 mod hostile_host;
+mod inspector;
 mod jcs;
 mod lease;
 mod lint;

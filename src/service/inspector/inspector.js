@@ -215,22 +215,29 @@
   }
 
   // ---- the journal as a tree of scopes ----
-  function segmentLabel(segment) {
-    const parts = segment.split(":");
-    const [kind, a, b] = parts;
+  // A scope segment as tree levels: a fan-out's branches (and a pipeline stage's items) sit
+  // under one node for the fan-out, so a 500-branch run shows one collapsed row.
+  function segmentLevels(segment) {
+    const [kind, a, b] = segment.split(":");
     switch (kind) {
       case "par":
-        return { kind: "branch", label: "parallel " + a + " · branch " + b };
+        return [
+          { key: "par:" + a, kind: "parallel", label: "parallel #" + a },
+          { key: segment, kind: "branch", label: "branch " + b },
+        ];
       case "pipe":
-        return { kind: "stage", label: "pipeline stage " + a + " · item " + b };
+        return [
+          { key: "pipe:" + a, kind: "pipeline", label: "pipeline stage " + a },
+          { key: segment, kind: "stage", label: "item " + b },
+        ];
       case "wf":
-        return { kind: "child", label: "child workflow " + a + " #" + b };
+        return [{ key: segment, kind: "child", label: "child workflow " + a + " #" + b }];
       case "step":
-        return { kind: "step", label: "step " + a.slice(0, 8) + " #" + b };
+        return [{ key: segment, kind: "step", label: "step " + (a || "").slice(0, 8) + " #" + b }];
       case "at":
-        return { kind: "site", label: a + " #" + b };
+        return [{ key: segment, kind: "site", label: a + " #" + b }];
       default:
-        return { kind: "scope", label: segment };
+        return [{ key: segment, kind: "scope", label: segment }];
     }
   }
 
@@ -275,9 +282,11 @@
       if (entry.scope) {
         let path = node.key;
         for (const segment of entry.scope.split("/")) {
+          for (const level of segmentLevels(segment)) {
+            const key = path + "/" + level.key;
+            node = node.child(key, level.kind, level.label);
+          }
           path += "/" + segment;
-          const { kind, label } = segmentLabel(segment);
-          node = node.child(path, kind, label);
         }
       }
       return node;

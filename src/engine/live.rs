@@ -1,0 +1,165 @@
+//! The live relay: an agent call's streamed text, handed from the worker that drives a run to
+//! the event streams of the same process (`GET /v1/runs/{id}/events?tokens=1`). Tokens are
+//! never journaled: they exist only in the process driving the run, and only while someone
+//! listens. The relay is lossy by design: a listener that falls more than [`RELAY_CAPACITY`]
+//! deltas behind skips the ones it missed (the journaled answer is whole either way).
+//!
+//! A worker asks the relay whether its run has listeners ([`LiveRelay::wanted`]) and only then
+//! reads the run's events, so a run nobody watches builds no events for it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::Serialize;
+use tokio::sync::{Notify, broadcast};
+
+use super::events::{EventKind, EventStream};
+use crate::store::RunId;
+
+/// How many deltas a slow listener may fall behind before it skips some.
+pub(crate) const RELAY_CAPACITY: usize = 1024;
+
+/// A text delta of one agent call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct LiveToken {
+    /// The call's scope path (`""` for the root).
+    pub(crate) scope: String,
+    /// The call's label, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) label: Option<String>,
+    /// The requested model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<String>,
+    /// Which call of the run segment it is (its event span id): deltas of one call share it.
+    pub(crate) call: u64,
+    /// The text.
+    pub(crate) text: String,
+}
+
+/// The live deltas of the runs this process drives, for the listeners of this process.
+#[derive(Debug, Default)]
+pub(crate) struct LiveRelay {
+    runs: Mutex<HashMap<RunId, broadcast::Sender<LiveToken>>>,
+    /// Fired when a run gains a listener, so its worker starts relaying.
+    asked: Notify,
+}
+
+impl LiveRelay {
+    fn lock(&self) -> MutexGuard<'_, HashMap<RunId, broadcast::Sender<LiveToken>>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Listens to `run`'s deltas from now on.
+    pub(crate) fn subscribe(&self, run: &RunId) -> broadcast::Receiver<LiveToken> {
+        let receiver = {
+            let mut runs = self.lock();
+            // Runs whose listeners all left are forgotten here: the map holds only the runs
+            // someone listens to.
+            runs.retain(|_, tx| tx.receiver_count() > 0);
+            runs.entry(run.clone()).or_insert_with(|| broadcast::channel(RELAY_CAPACITY).0).subscribe()
+        };
+        self.asked.notify_waiters();
+        receiver
+    }
+
+    /// Whether anyone listens to `run` now.
+    pub(crate) fn listened(&self, run: &RunId) -> bool {
+        self.lock().get(run).is_some_and(|tx| tx.receiver_count() > 0)
+    }
+
+    /// Resolves once `run` has a listener.
+    pub(crate) async fn wanted(&self, run: &RunId) {
+        loop {
+            let asked = self.asked.notified();
+            tokio::pin!(asked);
+            asked.as_mut().enable();
+            if self.listened(run) {
+                return;
+            }
+            asked.await;
+        }
+    }
+
+    fn publish(&self, run: &RunId, token: LiveToken) -> bool {
+        match self.lock().get(run) {
+            // No listener left: the sender stays for the next subscribe to reuse or forget.
+            Some(tx) => tx.send(token).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// Relays the agent deltas of `events` (a run segment's stream) to `relay` until the stream
+/// ends or nobody listens any more.
+pub(crate) async fn relay(relay: Arc<LiveRelay>, run: RunId, mut events: EventStream) {
+    // Which call each span is, from its `agent:start`.
+    let mut calls: HashMap<u64, (String, Option<String>, String)> = HashMap::new();
+    while let Some(event) = events.next().await {
+        match &event.kind {
+            EventKind::AgentStart { label, model, scope, .. } => {
+                calls.insert(event.span_id, (scope.clone(), label.clone(), model.clone()));
+            }
+            EventKind::AgentDelta { text } => {
+                let (scope, label, model) = calls.get(&event.span_id).cloned().unwrap_or_default();
+                let token = LiveToken {
+                    scope,
+                    label,
+                    model: (!model.is_empty()).then_some(model),
+                    call: event.span_id,
+                    text: text.clone(),
+                };
+                if !relay.publish(&run, token) {
+                    // Everyone left: stop reading, so the run builds no more events for us.
+                    return;
+                }
+            }
+            EventKind::AgentEnd { .. } => {
+                calls.remove(&event.span_id);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(text: &str) -> LiveToken {
+        LiveToken { scope: String::new(), label: None, model: None, call: 1, text: text.into() }
+    }
+
+    #[tokio::test]
+    async fn a_listener_gets_the_deltas_and_a_run_without_one_is_forgotten() {
+        let relay = Arc::new(LiveRelay::default());
+        let run = RunId::parse("r1").unwrap();
+        assert!(!relay.publish(&run, token("lost")), "nobody listens yet");
+        let waiting = {
+            let (relay, run) = (relay.clone(), run.clone());
+            tokio::spawn(async move { relay.wanted(&run).await })
+        };
+        let mut rx = relay.subscribe(&run);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
+        assert!(relay.publish(&run, token("hel")));
+        assert!(relay.publish(&run, token("lo")));
+        assert_eq!(rx.recv().await.unwrap().text, "hel");
+        assert_eq!(rx.recv().await.unwrap().text, "lo");
+        drop(rx);
+        assert!(!relay.listened(&run));
+        assert!(!relay.publish(&run, token("after")), "the listener left");
+        let _other = relay.subscribe(&RunId::parse("r2").unwrap());
+        assert!(!relay.lock().contains_key(&run), "a run nobody listens to is forgotten");
+    }
+
+    #[tokio::test]
+    async fn a_slow_listener_skips_what_it_missed_and_reads_on() {
+        let relay = LiveRelay::default();
+        let run = RunId::parse("r1").unwrap();
+        let mut rx = relay.subscribe(&run);
+        for i in 0..RELAY_CAPACITY + 10 {
+            relay.publish(&run, token(&i.to_string()));
+        }
+        assert!(matches!(rx.recv().await, Err(broadcast::error::RecvError::Lagged(10))));
+        assert_eq!(rx.recv().await.unwrap().text, "10");
+    }
+}
