@@ -81,8 +81,8 @@ pub use fanout::{Branch, Stage, branch, stage};
 pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
-pub use observer::RunObserver;
 pub(crate) use live::LiveToken;
+pub use observer::RunObserver;
 pub use options::{
     AgentOptions, CallOptions, ErrorPolicy, ExternalOptions, OnError, OnItemError, ParallelOptions,
     PipelineOptions, RetryPolicy, StepOptions, WorkflowOptions,

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
-use super::serve::{Server, TOKEN, free_port, start, start_on};
+use super::serve::TOKEN;
+use super::support::serve::{Server, free_port, start, start_on};
 
 const WAIT: Duration = Duration::from_secs(40);
 
@@ -328,7 +329,7 @@ async fn events_of(server: &Server, run: &str, query: &str) -> Vec<(String, Valu
         .unwrap();
     assert_eq!(response.status(), 200);
     let text = response.text().await.unwrap();
-    super::serve::parse_events(&text).into_iter().map(|(event, _, data)| (event, data)).collect()
+    super::support::serve::parse_events(&text).into_iter().map(|(event, _, data)| (event, data)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::serve::{Server, start_on};
+use crate::support::serve::{Server, start_on};
 
 /// Sixteen resolutions of one wait, alternating between `a` and `b`.
 async fn race(a: &Server, b: &Server) {

@@ -367,9 +367,9 @@ async fn serve_and_a_separate_worker_export_the_runs_they_drive() {
         let receiver = Receiver::start();
         let dir = tempfile::tempdir().unwrap();
         let store = format!("sqlite:{}", dir.path().join("c.db").display());
-        let port = crate::serve::free_port();
+        let port = crate::support::serve::free_port();
         let workers = if separate_worker { "0" } else { "2" };
-        let mut serve = crate::serve::serve_command_on(
+        let mut serve = crate::support::serve::serve_command_on(
             dir.path(),
             &store,
             &format!("127.0.0.1:{port}"),
