@@ -164,7 +164,7 @@ fn resume_leased(
     let mut meta = meta;
     // Segments that ran before this one (a dry run counts as the next, and writes nothing).
     let index = meta.segments;
-    let before = super::settle::Before::of(&meta);
+    let before = super::before::Before::of(&meta);
     if let Some(raised) = &raised {
         meta.budget_ceiling = Some(raised.applied);
     }

@@ -20,6 +20,7 @@ mod abandon;
 mod admission;
 mod admit;
 mod agent_call;
+mod before;
 mod budget;
 mod budget_override;
 mod budget_reads;

@@ -61,7 +61,7 @@ pub(crate) struct RunState {
     /// With `dry_run`: a journaled failure, limit or cancellation is served as it was.
     pub(crate) reproduce: bool,
     /// The run as it stood before this segment began (a refused re-key leaves it so).
-    pub(super) before: Option<super::settle::Before>,
+    pub(super) before: Option<super::before::Before>,
     /// How many journal entries the segment began with (those of earlier segments).
     pub(super) inherited: usize,
     /// Set once admission, a guard or a cut stops work for lack of budget.
@@ -109,7 +109,7 @@ pub(super) struct SegmentStart {
     pub(super) spawns: u32,
     pub(super) dry_run: bool,
     pub(super) reproduce: bool,
-    pub(super) before: Option<super::settle::Before>,
+    pub(super) before: Option<super::before::Before>,
     pub(super) policy: ErrorPolicy,
     pub(super) deadline_ms: Option<i64>,
     pub(super) resumed: bool,

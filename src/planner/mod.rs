@@ -633,6 +633,9 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
                         max_turns: Some(1),
                         on_error: Some(OnError::Throw),
                         full: true,
+                        // A draft cut off at the output limit ends `limit`: re-planning serves
+                        // that verdict from the journal instead of paying for the draft again.
+                        memoize_outcome: true,
                         ..AgentOptions::default()
                     },
                 )
@@ -640,7 +643,10 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
             }
             Err(overflow) => json!({ "status": "error", "error": overflow }),
         };
-        if reply["status"] != "ok" {
+        // A draft cut off at the output limit ends the call `limit` with its partial text: a
+        // draft like any other, judged truncated below.
+        let cut = reply["status"] == "limit" && reply["finish_reason"] == "length";
+        if reply["status"] != "ok" && !cut {
             let overflow = reply["error"]["code"] == json!(ErrorCode::ContextOverflow);
             // A server that cannot say "too long" in a stream ends it early instead (llama.cpp
             // answers an over-long streamed request with an empty event stream): a `transport`
@@ -678,7 +684,7 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
             // settles as the draft call did (exhausted, failed, cancelled).
             return Err(failure_of(&reply, number));
         }
-        let text = reply["value"].as_str().unwrap_or_default();
+        let text = reply["value"].as_str().or_else(|| reply["partial"].as_str()).unwrap_or_default();
         let output_tokens = reply["usage"]["output_tokens"].as_u64().unwrap_or(0);
         let max_output_tokens = draft_cap(inputs, system, &prompt).unwrap_or(inputs.max_output_tokens);
         let source = extract_script(text).to_owned();

@@ -23,14 +23,14 @@
 //! because such a closure is reported unbounded wherever it would turn unknown. Calling an
 //! unknown value therefore counts nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::rc::Rc;
 
-use ::rhai::{AST, ASTNode, Dynamic, Expr, FnPtr, ImmutableString, Position, Stmt, StmtBlock};
+use ::rhai::{AST, Expr, ImmutableString, Position, Stmt, StmtBlock};
 use serde_json::Value;
 
 use super::line_column;
-use super::sandbox::{MUTATING_METHODS, SandboxLimits, compile_scope, parser_engine};
+use super::sandbox::{SandboxLimits, compile_scope, parser_engine};
 use crate::script::bound::count::SiteCounts as Count;
 use crate::script::bound::reason::{Construct, Place, Reason};
 use crate::script::bound::sites::{self, Options, Sites};

@@ -1,7 +1,11 @@
 //! The Rhai call bound's pre-scan: the script's functions and closures by name, and the
 //! variables written anywhere (whose values the walk treats as unknown).
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+
+use ::rhai::{AST, ASTNode, Dynamic, Expr, FnPtr, ImmutableString, Stmt, StmtBlock};
+
+use crate::script::rhai::sandbox::MUTATING_METHODS;
 
 // ----- functions -----
 
