@@ -52,7 +52,10 @@ fn streaming(tokens: u64, honour_cap: bool) -> FakeScript {
             left -= chunk;
         }
         let usage = Usage { input_tokens: 10, output_tokens: tokens, ..Usage::default() };
-        events.push(ChatEvent::Finish { reason: FinishReason::Length, usage });
+        // Cut at the cap when it reached it (a cut answer ends `limit`); ended by the model
+        // otherwise.
+        let reason = if tokens >= cap { FinishReason::Length } else { FinishReason::Stop };
+        events.push(ChatEvent::Finish { reason, usage });
         FakeTurn::new(FakeReply::Events(events))
     })
 }
