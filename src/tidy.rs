@@ -54,27 +54,7 @@ const ALLOWED_EDGES: &[(&str, &str, &str)] = &[
     ("src/service/plan.rs", "src/service/runs.rs", "runs.rs holds blocking, and names plan's GoalRun"),
     ("src/store/queue.rs", "src/store/mod.rs", "the store's interface types live in its entry"),
     ("src/store/watch.rs", "src/store/mod.rs", "the store's interface types live in its entry"),
-    (
-        "src/store/postgres/schema.rs",
-        "src/store/postgres/mod.rs",
-        "pg_err lives in the PostgreSQL store's entry",
-    ),
-    (
-        "src/store/sqlite/checkpoint.rs",
-        "src/store/sqlite/mod.rs",
-        "SqliteOptions lives in the SQLite store's entry",
-    ),
-    (
-        "src/store/sqlite/follow.rs",
-        "src/store/sqlite/mod.rs",
-        "SqliteOptions lives in the SQLite store's entry",
-    ),
     ("src/store/sqlite/queue.rs", "src/store/sqlite/mod.rs", "SqliteStore lives in the SQLite store's entry"),
-    (
-        "src/store/conformance/paging.rs",
-        "src/store/conformance/mod.rs",
-        "the suite's Outcome and fixtures live in its entry",
-    ),
 ];
 
 #[test]

@@ -7,7 +7,7 @@
 use std::cmp::Ordering;
 use std::time::Duration;
 
-use super::{Error, Lease, RawEntry, Result, RunFilter, RunId, RunMeta};
+use super::{Error, Lease, RawEntry, Result, RunFilter, RunId, RunMeta, RunStatus, StoreCounters, Tally};
 
 /// Refuses a batch whose own seqs are not strictly increasing.
 ///
@@ -141,6 +141,36 @@ pub(crate) fn select_runs(mut metas: Vec<RunMeta>, filter: &RunFilter) -> Vec<Ru
     metas
 }
 
+/// The one fold of a store's counters: runs counted by status (from per-run statuses, or from
+/// a database's grouped counts; repeated statuses are summed, zero counts dropped) beside the
+/// appended tallies. Every store that counts builds its [`StoreCounters`] here, so they agree
+/// on the shape `/metrics` reads.
+pub(crate) fn fold_counters(
+    statuses: impl IntoIterator<Item = (RunStatus, u64)>,
+    appended: Tally,
+) -> StoreCounters {
+    let mut runs: Vec<(RunStatus, u64)> = Vec::new();
+    for (status, n) in statuses {
+        if n == 0 {
+            continue;
+        }
+        match runs.iter_mut().find(|(seen, _)| *seen == status) {
+            Some((_, total)) => *total = total.saturating_add(n),
+            None => runs.push((status, n)),
+        }
+    }
+    StoreCounters { runs, appended }
+}
+
+/// A status as a database column holds it (its snake_case name).
+///
+/// # Errors
+/// [`Error::Corrupt`] for any other text.
+pub(crate) fn parse_status(store: &str, text: &str) -> Result<RunStatus> {
+    serde_json::from_value(serde_json::Value::from(text))
+        .map_err(|err| Error::Corrupt { what: format!("{store} runs"), detail: err.to_string() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +204,18 @@ mod tests {
         ] {
             assert!(matches!(parse_blob_ref(bad), Err(Error::Config(_))), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn counters_fold_statuses_into_one_row_each() {
+        let folded = fold_counters(
+            [(RunStatus::Ok, 1), (RunStatus::Error, 2), (RunStatus::Ok, 3), (RunStatus::Queued, 0)],
+            Tally::default(),
+        );
+        assert_eq!(folded.runs, [(RunStatus::Ok, 4), (RunStatus::Error, 2)]);
+        assert_eq!(folded.runs_in(RunStatus::Queued), 0);
+        assert_eq!(parse_status("x", "suspended").unwrap(), RunStatus::Suspended);
+        assert!(matches!(parse_status("x", "Done"), Err(Error::Corrupt { .. })));
     }
 
     #[test]

@@ -110,14 +110,8 @@ impl JournalStore for MemoryStore {
 
     fn counters(&self) -> Result<Option<super::StoreCounters>> {
         let state = self.state();
-        let mut runs: Vec<(super::RunStatus, u64)> = Vec::new();
-        for meta in state.metas.values() {
-            match runs.iter_mut().find(|(status, _)| *status == meta.status) {
-                Some((_, n)) => *n += 1,
-                None => runs.push((meta.status, 1)),
-            }
-        }
-        Ok(Some(super::StoreCounters { runs, appended: state.appended }))
+        let statuses = state.metas.values().map(|meta| (meta.status, 1));
+        Ok(Some(common::fold_counters(statuses, state.appended)))
     }
 
     fn load(&self, run: &RunId) -> Result<Vec<RawEntry>> {

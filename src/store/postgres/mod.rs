@@ -28,14 +28,16 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 
+mod blobs;
+mod counters;
+mod errors;
 mod notify;
 mod queue;
 mod schema;
 
+use self::errors::{pg_err, pool_err, to_i64, to_u64};
 use super::common::{self, HeldLease};
-use super::{
-    Error, JournalStore, LeasableStore, Lease, RawEntry, Result, RunFilter, RunId, RunMeta, TranscriptStore,
-};
+use super::{Error, JournalStore, LeasableStore, Lease, RawEntry, Result, RunFilter, RunId, RunMeta};
 use crate::clock::{SharedClock, SystemClock};
 
 /// The PostgreSQL schema a store URL names when it names none.
@@ -100,6 +102,9 @@ struct AppendJob {
     seqs: Vec<i64>,
     jsons: Vec<String>,
     lease: Option<Lease>,
+    /// The batch's tally: model calls and their spend in nano-USD.
+    calls: i64,
+    spend: i64,
     done: std::sync::mpsc::SyncSender<Result<()>>,
 }
 
@@ -347,35 +352,6 @@ fn parse_url(text: &str, options: &mut PostgresOptions) -> Result<(tokio_postgre
     Ok((config, place))
 }
 
-/// A driver failure as a store error: the server's own message and SQLSTATE when it sent one.
-pub(super) fn pg_err(err: tokio_postgres::Error) -> Error {
-    match err.as_db_error() {
-        Some(db) => Error::Postgres(format!("{} ({})", db.message(), db.code().code())),
-        None => {
-            let source = std::error::Error::source(&err).map(|s| format!(": {s}")).unwrap_or_default();
-            Error::Postgres(format!("{err}{source}"))
-        }
-    }
-}
-
-fn pool_err(err: deadpool_postgres::PoolError) -> Error {
-    match err {
-        deadpool_postgres::PoolError::Backend(err) => pg_err(err),
-        other => Error::Postgres(format!("no connection to the store: {other}")),
-    }
-}
-
-fn to_i64(value: u64) -> Result<i64> {
-    i64::try_from(value).map_err(|_| Error::Config(format!("{value} exceeds the postgres store's range")))
-}
-
-fn to_u64(value: i64) -> Result<u64> {
-    u64::try_from(value).map_err(|_| Error::Corrupt {
-        what: "postgres store".into(),
-        detail: format!("negative epoch or seq {value}"),
-    })
-}
-
 /// The fence columns a function returned, as the lease on record (`None`: no lease).
 fn held_of(owner: Option<String>, epoch: Option<i64>, expires: Option<i64>) -> Result<Option<HeldLease>> {
     match (owner, epoch, expires) {
@@ -403,8 +379,7 @@ fn lease_params(lease: Option<&Lease>) -> Result<(Option<String>, Option<i64>)> 
     }
 }
 
-const APPEND_SQL: &str =
-    "SELECT code, h_owner, h_epoch, h_expires, tail FROM cairn_append($1, $2, $3, $4, $5, $6)";
+const APPEND_SQL: &str = "SELECT code, h_owner, h_epoch, h_expires, tail FROM cairn_append_counted($1, $2, $3, $4, $5, $6, $7, $8)";
 
 /// The group-commit writer: takes every append queued meanwhile and commits them together.
 async fn write_loop(pool: Pool, clock: SharedClock, mut jobs: mpsc::UnboundedReceiver<AppendJob>) {
@@ -441,11 +416,12 @@ async fn commit_group(
         .map(|job| lease_params(job.lease.as_ref()).map(|(owner, epoch)| (job, owner, epoch)))
         .collect::<Result<_>>()?;
     let runs: Vec<&str> = group.iter().map(|job| job.run.as_str()).collect();
-    let args: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 6]> = params
+    let args: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 8]> = params
         .iter()
         .zip(&runs)
         .map(|((job, owner, epoch), run)| {
-            [run as &(dyn tokio_postgres::types::ToSql + Sync), &job.seqs, &job.jsons, owner, epoch, &now]
+            let run = run as &(dyn tokio_postgres::types::ToSql + Sync);
+            [run, &job.seqs, &job.jsons, owner, epoch, &now, &job.calls, &job.spend]
         })
         .collect();
     let calls = args.iter().map(|args| client.query_one(&append, args));
@@ -497,6 +473,16 @@ fn parse_meta(run: &str, json: &str) -> Result<RunMeta> {
 
 impl JournalStore for PostgresStore {
     fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
+        self.append_tallied(run, entries, lease, super::Tally::default())
+    }
+
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: super::Tally,
+    ) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -506,7 +492,9 @@ impl JournalStore for PostgresStore {
         let seqs = entries.iter().map(|e| to_i64(e.seq())).collect::<Result<Vec<_>>>()?;
         let jsons = entries.iter().map(|e| e.json().to_owned()).collect();
         let (done, outcome) = std::sync::mpsc::sync_channel(1);
-        let job = AppendJob { run: run.clone(), seqs, jsons, lease: lease.cloned(), done };
+        let calls = i64::try_from(tally.calls).unwrap_or(i64::MAX);
+        let spend = tally.spend.nano_usd();
+        let job = AppendJob { run: run.clone(), seqs, jsons, lease: lease.cloned(), calls, spend, done };
         if !self.options.group_commit {
             let clock = self.options.clock.clone();
             return self
@@ -523,6 +511,10 @@ impl JournalStore for PostgresStore {
             .recv()
             .unwrap_or_else(|_| Err(Error::Postgres("the store's writer stopped".into())))
             .inspect(|()| self.changed(run))
+    }
+
+    fn counters(&self) -> Result<Option<super::StoreCounters>> {
+        self.block(|pool, _| async move { counters::read(&pool).await })
     }
 
     fn load_since(&self, run: &RunId, after: u64) -> Result<Vec<RawEntry>> {
@@ -741,72 +733,6 @@ impl PostgresStore {
                 .transpose()?
                 .flatten();
             Err(fenced(run, &lease, held, now))
-        })
-    }
-}
-
-impl TranscriptStore for PostgresStore {
-    fn put_new(&self, blob_ref: &str, blob: &[u8]) -> Result<bool> {
-        self.refuse_write()?;
-        let run = common::parse_blob_ref(blob_ref)?.run;
-        let (blob_ref, blob) = (blob_ref.to_owned(), blob.to_vec());
-        self.block(move |pool, _| async move {
-            let (client, stmt) = prepared(
-                &pool,
-                "INSERT INTO blobs (ref, run_id, data) VALUES ($1, $2, $3) ON CONFLICT (ref) DO NOTHING",
-            )
-            .await?;
-            let stored = client.execute(&stmt, &[&blob_ref, &run.as_str(), &blob]).await.map_err(pg_err)?;
-            Ok(stored == 1)
-        })
-    }
-
-    fn put(&self, blob_ref: &str, blob: &[u8]) -> Result<()> {
-        self.refuse_write()?;
-        let run = common::parse_blob_ref(blob_ref)?.run;
-        let (blob_ref, blob) = (blob_ref.to_owned(), blob.to_vec());
-        self.block(move |pool, _| async move {
-            let (client, stmt) = prepared(
-                &pool,
-                "INSERT INTO blobs (ref, run_id, data) VALUES ($1, $2, $3)
-                     ON CONFLICT (ref) DO UPDATE SET data = excluded.data",
-            )
-            .await?;
-            client.execute(&stmt, &[&blob_ref, &run.as_str(), &blob]).await.map_err(pg_err)?;
-            Ok(())
-        })
-    }
-
-    fn get(&self, blob_ref: &str) -> Result<Option<Vec<u8>>> {
-        common::parse_blob_ref(blob_ref)?;
-        let blob_ref = blob_ref.to_owned();
-        self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let stmt =
-                client.prepare_cached("SELECT data FROM blobs WHERE ref = $1").await.map_err(pg_err)?;
-            let row = client.query_opt(&stmt, &[&blob_ref]).await.map_err(pg_err)?;
-            Ok(row.map(|row| row.get(0)))
-        })
-    }
-
-    fn list(&self, run: &RunId) -> Result<Vec<String>> {
-        let run = run.clone();
-        self.block(move |pool, _| async move {
-            let (client, stmt) =
-                prepared(&pool, "SELECT ref FROM blobs WHERE run_id = $1 ORDER BY ref").await?;
-            let rows = client.query(&stmt, &[&run.as_str()]).await.map_err(pg_err)?;
-            Ok(rows.iter().map(|row| row.get(0)).collect())
-        })
-    }
-
-    fn delete(&self, blob_ref: &str) -> Result<()> {
-        self.refuse_write()?;
-        common::parse_blob_ref(blob_ref)?;
-        let blob_ref = blob_ref.to_owned();
-        self.block(move |pool, _| async move {
-            let (client, stmt) = prepared(&pool, "DELETE FROM blobs WHERE ref = $1").await?;
-            client.execute(&stmt, &[&blob_ref]).await.map_err(pg_err)?;
-            Ok(())
         })
     }
 }

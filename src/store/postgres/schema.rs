@@ -9,11 +9,11 @@
 
 use tokio_postgres::GenericClient;
 
-use super::pg_err;
+use super::errors::pg_err;
 use crate::store::{Error, Result};
 
 /// The schema version this build writes. A store stamped higher was made by a newer cairn.
-pub(super) const VERSION: i32 = 2;
+pub(super) const VERSION: i32 = 3;
 
 /// What `cairn_store.application` holds in a cairn store.
 const APPLICATION: &str = "cairn";
@@ -191,6 +191,26 @@ END $$;
     // 2: a durable request to cancel a queued run, for the worker that drives it.
     r#"
 ALTER TABLE queue ADD COLUMN cancel_requested_at_ms bigint;
+"#,
+    // 3: the append counters, added in the append's own statement. They cover the journal
+    // only when they start with it: a store that already holds journal rows is marked
+    // uncounted, and `/metrics` folds its journals.
+    r#"
+INSERT INTO counters (name, value)
+    SELECT 'counted', CASE WHEN EXISTS (SELECT 1 FROM journal) THEN 0 ELSE 1 END
+    ON CONFLICT (name) DO NOTHING;
+CREATE FUNCTION cairn_append_counted(p_run text, p_seqs bigint[], p_jsons text[], p_owner text,
+    p_epoch bigint, p_now bigint, p_calls bigint, p_spend bigint,
+    OUT code integer, OUT h_owner text, OUT h_epoch bigint, OUT h_expires bigint, OUT tail bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT a.code, a.h_owner, a.h_epoch, a.h_expires, a.tail INTO code, h_owner, h_epoch, h_expires, tail
+        FROM cairn_append(p_run, p_seqs, p_jsons, p_owner, p_epoch, p_now) AS a;
+    IF code = 0 AND (p_calls <> 0 OR p_spend <> 0) THEN
+        INSERT INTO counters AS c (name, value) VALUES ('calls', p_calls), ('spend_nano_usd', p_spend)
+            ON CONFLICT (name) DO UPDATE SET value = c.value + excluded.value;
+    END IF;
+END $$;
 "#,
 ];
 

@@ -25,7 +25,8 @@ use rusqlite::Connection;
 use rusqlite::hooks::Wal;
 use rusqlite::wal::CheckpointMode;
 
-use super::{SqliteOptions, open_flags};
+use super::open::open_flags;
+use super::options::SqliteOptions;
 
 /// How many times the threshold the log may grow to before the writer checkpoints inline.
 const INLINE_FACTOR: u32 = 4;
@@ -190,10 +191,10 @@ fn run(shared: &Shared, path: &Path, options: &SqliteOptions) {
     }
 }
 
-fn open(path: &Path, options: &SqliteOptions) -> super::Result<Connection> {
+fn open(path: &Path, options: &SqliteOptions) -> crate::store::Result<Connection> {
     let conn = Connection::open_with_flags(path, open_flags())?;
     // Its synchronous setting is the store's: a checkpoint's fsyncs are what make the copied
     // pages durable in the database file.
-    super::configure(&conn, options)?;
+    super::open::configure(&conn, options)?;
     Ok(conn)
 }

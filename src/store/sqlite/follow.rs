@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{SqliteOptions, open_connection};
+use super::open::open_connection;
+use super::options::SqliteOptions;
 use crate::store::RunWatch;
 
 /// How often a followed store looks for other processes' commits.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{SqliteStore, stored_epoch};
+use super::SqliteStore;
+use super::append::stored_epoch;
 use crate::store::common;
 use crate::store::{Claim, Error, Result, RunId, RunQueue};
 

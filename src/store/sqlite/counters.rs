@@ -1,0 +1,43 @@
+//! The append counters: calls and spend added in each append's transaction, runs by status
+//! counted from the indexed `runs` table, read by `/metrics` in one short query.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::money::Money;
+use crate::store::common;
+use crate::store::{Result, StoreCounters, Tally};
+
+/// Adds a batch's tally to the counters, inside the append's transaction.
+pub(super) fn add(conn: &Connection, tally: Tally) -> Result<()> {
+    if tally == Tally::default() {
+        return Ok(());
+    }
+    let mut add = conn.prepare_cached(
+        "INSERT INTO counters (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+    )?;
+    add.execute(params!["calls", i64::try_from(tally.calls).unwrap_or(i64::MAX)])?;
+    add.execute(params!["spend_nano_usd", tally.spend.nano_usd()])?;
+    Ok(())
+}
+
+/// The counters, `None` for a database that held journal rows before it counted (it has no
+/// `counted` mark).
+pub(super) fn read(conn: &Connection) -> Result<Option<StoreCounters>> {
+    let mut value = conn.prepare_cached("SELECT value FROM counters WHERE name = ?1")?;
+    let mut get =
+        |name: &str| -> Result<Option<i64>> { Ok(value.query_row([name], |row| row.get(0)).optional()?) };
+    if get("counted")? != Some(1) {
+        return Ok(None);
+    }
+    let calls = u64::try_from(get("calls")?.unwrap_or(0)).unwrap_or(0);
+    let spend = Money::from_nano_usd(get("spend_nano_usd")?.unwrap_or(0));
+    let mut by_status = conn.prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
+    let mut rows = by_status.query([])?;
+    let mut runs = Vec::new();
+    while let Some(row) = rows.next()? {
+        let status = row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?;
+        let status = common::parse_status("sqlite store", status)?;
+        runs.push((status, u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0)));
+    }
+    Ok(Some(common::fold_counters(runs, Tally { calls, spend })))
+}
