@@ -165,6 +165,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     let tools = super::tool_report::tool_report(&entries);
     let failure = journal::last_settlement_error(&entries);
     let segments = crate::engine::segment_ceilings(&entries, meta.segments, meta.budget_ceiling);
+    let actions = journal::actions(&entries);
     if args.json {
         let listed: Vec<Value> = segments
             .iter()
@@ -188,6 +189,9 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         }
         if !tools.is_empty() {
             out["tools"] = json!(tools);
+        }
+        if !actions.is_empty() {
+            out["actions"] = json!(actions);
         }
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Exit::Ok;
@@ -229,6 +233,18 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     }
     super::orchestrate::print_report(&orchestrations);
     super::tool_report::print_tool_report(&tools);
+    for action in &actions {
+        let key = action["key"].as_str().map_or(String::new(), |k| format!(" {k:?}"));
+        println!(
+            "{}",
+            escaped(&format!(
+                "by        {}{key} by {} (seq {})",
+                action["action"].as_str().unwrap_or("?"),
+                action["by"].as_str().unwrap_or("?"),
+                action["seq"]
+            ))
+        );
+    }
     for p in &pending {
         let prompt = p["prompt"].as_str().map_or(String::new(), |p| format!(" — {p}"));
         println!(

@@ -35,6 +35,9 @@ pub struct RunOptions {
     /// for the run to stay live and wake itself when every branch waits; a later one suspends
     /// the run (a worker claims it again at its deadline). Default zero: it suspends.
     pub hold_timers: std::time::Duration,
+    /// Who asked for a queued run ([`Engine::enqueue_script`](crate::Engine::enqueue_script)):
+    /// the service token's name, journaled as the `by` of the run's `start` action.
+    pub by: Option<String>,
 }
 
 /// Options of a resume.

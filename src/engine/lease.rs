@@ -46,6 +46,9 @@ pub enum Resolution {
 pub(super) struct InboxItem {
     pub(super) key: String,
     pub(super) value: Value,
+    /// The service token that resolved it, journaled with the resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) by: Option<String>,
 }
 
 /// Who this process is, as a lease's owner: `pid N on HOST`.
@@ -168,7 +171,7 @@ pub(super) fn inbox(engine: &EngineInner, run: &RunId) -> Result<Vec<(String, In
 /// journal is loaded.
 pub(crate) fn drain_stored(engine: &EngineInner, run: &RunId, lease: Option<&Lease>) -> Result<(), Error> {
     for (blob_ref, item) in inbox(engine, run)? {
-        match resolve_stored(engine, run, &item.key, item.value, lease) {
+        match resolve_stored(engine, run, &item.key, item.value, item.by.as_deref(), lease) {
             Ok(_) => {}
             Err(e) if e.code == ErrorCode::Validation => {}
             Err(e) => return Err(e),
@@ -179,12 +182,14 @@ pub(crate) fn drain_stored(engine: &EngineInner, run: &RunId, lease: Option<&Lea
 }
 
 /// Resolves a wait of a run that is not live in this process: appended under the run's lease
-/// when nobody drives it, queued in its inbox when someone does.
+/// when nobody drives it, queued in its inbox when someone does. `by` names the service token
+/// that asked, journaled with the resolution.
 pub(crate) fn resolve(
     engine: &EngineInner,
     run: &RunId,
     key: &str,
     value: Value,
+    by: Option<&str>,
 ) -> Result<Resolution, Error> {
     let of = |applied: bool| if applied { Resolution::Applied } else { Resolution::AlreadyResolved };
     // First wins across processes: the store decides which resolver claims the wait.
@@ -193,7 +198,7 @@ pub(crate) fn resolve(
         return Ok(Resolution::AlreadyResolved);
     }
     let Some(leases) = engine.journal.leases() else {
-        return resolve_stored(engine, run, key, value, None).map(of);
+        return resolve_stored(engine, run, key, value, by, None).map(of);
     };
     // An unknown run is refused before any lease is taken: a lease on a run about to start
     // would keep its driver out.
@@ -202,13 +207,13 @@ pub(crate) fn resolve(
     }
     match leases.acquire(run, &owner(), engine.lease_ttl) {
         Ok(lease) => {
-            let outcome = resolve_stored(engine, run, key, value, Some(&lease));
+            let outcome = resolve_stored(engine, run, key, value, by, Some(&lease));
             let _ = leases.release(&lease);
             outcome.map(of)
         }
         Err(store::Error::LeaseHeld { .. }) => {
             check_stored_resolution(engine, run, key, &value)?;
-            let item = InboxItem { key: key.to_owned(), value };
+            let item = InboxItem { key: key.to_owned(), value, by: by.map(str::to_owned) };
             let bytes = serde_json::to_vec(&item).map_err(|e| Error::validation(e.to_string()))?;
             let name = format!("{}{}", inbox_prefix(run), ulid::Ulid::generate());
             engine.transcripts.put(&name, &bytes)?;

@@ -17,6 +17,7 @@
 //! Nothing here is global: two engines in one process share nothing.
 
 mod abandon;
+mod actions;
 mod admission;
 mod admit;
 mod agent_call;
@@ -175,7 +176,22 @@ impl Engine {
     /// `config` for an unknown run; `validation` when the run never waited on `key` or the
     /// value does not satisfy the wait's schema; `internal` for a store failure.
     pub fn resolve(&self, run_id: &RunId, key: &str, value: Value) -> Result<Resolution, Error> {
-        let resolution = lease::resolve(&self.inner, run_id, key, value)?;
+        self.resolve_by(run_id, key, value, None)
+    }
+
+    /// [`Engine::resolve`] on behalf of a named requester (the service's token): its name is
+    /// journaled as the resolution's `by`.
+    ///
+    /// # Errors
+    /// As [`Engine::resolve`].
+    pub fn resolve_by(
+        &self,
+        run_id: &RunId,
+        key: &str,
+        value: Value,
+        by: Option<&str>,
+    ) -> Result<Resolution, Error> {
+        let resolution = lease::resolve(&self.inner, run_id, key, value, by)?;
         if resolution != Resolution::AlreadyResolved {
             // A parked queued run goes back to the queue for a worker to continue.
             queue::requeue_resolved(&self.inner, run_id)?;

@@ -113,6 +113,16 @@ impl Engine {
     /// `config` for an unknown run; `run_busy` when a process outside the run queue drives it
     /// (a `cairn run`: stop it there); the store's failure.
     pub fn cancel_run(&self, run: &RunId) -> Result<CancelOutcome, Error> {
+        self.cancel_run_by(run, None)
+    }
+
+    /// [`Engine::cancel_run`] on behalf of a named requester (the service's token): its name
+    /// is journaled as the `by` of the cancellation's settlement, by this process or by the
+    /// worker that cancels the run.
+    ///
+    /// # Errors
+    /// As [`Engine::cancel_run`].
+    pub fn cancel_run_by(&self, run: &RunId, by: Option<&str>) -> Result<CancelOutcome, Error> {
         let engine = &self.inner;
         let Some(meta) = engine.journal.get_meta(run)? else {
             return Err(Error::config(format!("unknown run {run}")));
@@ -125,13 +135,13 @@ impl Engine {
         loop {
             match super::lease::acquire(engine, run) {
                 Ok(lease) => {
-                    let outcome = cancel_undriven(engine, queue, run, lease.as_ref());
+                    let outcome = cancel_undriven(engine, queue, run, by, lease.as_ref());
                     super::lease::release(engine, lease.as_ref());
                     return outcome;
                 }
                 Err(e) if e.code == ErrorCode::RunBusy => {
                     if let Some(queue) = queue
-                        && queue.request_cancel(run)?
+                        && request_cancel(engine, queue, run, by)?
                     {
                         return Ok(CancelOutcome::Requested);
                     }
@@ -155,6 +165,7 @@ fn cancel_undriven(
     engine: &EngineInner,
     queue: Option<&dyn RunQueue>,
     run: &RunId,
+    by: Option<&str>,
     lease: Option<&Lease>,
 ) -> Result<CancelOutcome, Error> {
     let Some(mut meta) = engine.journal.get_meta(run)? else {
@@ -166,12 +177,28 @@ fn cancel_undriven(
     // A worker claimed it and is about to take its lease: it will see the request.
     if let Some(queue) = queue
         && !queue.withdraw(run)?
-        && queue.request_cancel(run)?
+        && request_cancel(engine, queue, run, by)?
     {
         return Ok(CancelOutcome::Requested);
     }
-    settle_stored(engine, &mut meta, RunStatus::Cancelled, None, lease)?;
+    // A request left for a driver that parked the run before it saw it names its requester.
+    let by = match by {
+        Some(name) => Some(journal::intern(name)),
+        None => super::actions::take_cancel_requester(engine, run),
+    };
+    settle_stored(engine, &mut meta, RunStatus::Cancelled, None, by, lease)?;
     Ok(CancelOutcome::Cancelled)
+}
+
+/// Asks the worker driving `run` to cancel it, leaving the requester's name for it first.
+fn request_cancel(
+    engine: &EngineInner,
+    queue: &dyn RunQueue,
+    run: &RunId,
+    by: Option<&str>,
+) -> Result<bool, Error> {
+    super::actions::leave_cancel_requester(engine, run, by)?;
+    Ok(queue.request_cancel(run)?)
 }
 
 /// Settles a run nobody drives (this process holds its lease): the settlement decision
@@ -181,6 +208,7 @@ fn settle_stored(
     meta: &mut RunMeta,
     status: RunStatus,
     error: Option<&Error>,
+    by: Option<journal::Name>,
     lease: Option<&Lease>,
 ) -> Result<(), Error> {
     let run = &meta.run_id;
@@ -196,6 +224,7 @@ fn settle_stored(
         );
     }
     entry.set_value(Some(&value));
+    entry.by = by;
     entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
     entry.ts = Some(engine.clock.now_ms());
     engine.journal.append(run, &[journal::encode(&entry)?], lease)?;
@@ -219,7 +248,7 @@ impl Engine {
             if is_settled(meta.status) {
                 return Ok(());
             }
-            settle_stored(engine, &mut meta, RunStatus::Error, Some(error), lease.as_ref())
+            settle_stored(engine, &mut meta, RunStatus::Error, Some(error), None, lease.as_ref())
         })();
         super::lease::release(engine, lease.as_ref());
         outcome
@@ -269,6 +298,14 @@ fn store_queued(
         extra,
     };
     super::started::Routing::of(engine).store(&mut meta);
+    if let Some(by) = &options.by {
+        // Journaled before the meta makes the run claimable.
+        let mut entry = super::actions::action_entry(super::actions::RunAction::Start, 0, by);
+        let last = engine.journal.load(run_id)?.last().map(|e| e.seq());
+        entry.seq = Seq(last.map_or(1, |seq| seq + 1));
+        entry.ts = Some(now);
+        engine.journal.append(run_id, &[journal::encode(&entry)?], lease)?;
+    }
     engine.journal.put_meta(&meta, lease)?;
     Ok(())
 }

@@ -41,14 +41,16 @@ pub(super) fn check_resolution(suspended: Option<&Entry>, key: &str, value: &Val
     }
 }
 
-/// The `resolution` ref-entry of an attempt to close the wait journaled at `target`.
-pub(super) fn resolution_entry(target: Seq, key: &str, value: Value) -> Entry {
+/// The `resolution` ref-entry of an attempt to close the wait journaled at `target`, by the
+/// service token named `by` when one asked.
+pub(super) fn resolution_entry(target: Seq, key: &str, value: Value, by: Option<&str>) -> Entry {
     let identity = serde_json::json!({ "kind": "resolution", "key": key });
     let content = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
     let mut entry = Entry::new(Seq(0), Kind::Resolution, Status::Ok, ScopePath::root(), content, 0);
     entry.target = Some(target);
     entry.set_value(Some(&value));
     entry.name = Some(key.to_owned());
+    entry.by = by.map(journal::intern);
     entry
 }
 
@@ -58,11 +60,12 @@ pub(super) fn resolve_stored(
     run_id: &RunId,
     key: &str,
     value: Value,
+    by: Option<&str>,
     lease: Option<&Lease>,
 ) -> Result<bool, Error> {
     let (entries, target) = stored_wait(engine, run_id, key, &value)?;
     let applied = !Resolutions::fold(entries.iter()).is_closed(target);
-    let mut entry = resolution_entry(target, key, value);
+    let mut entry = resolution_entry(target, key, value, by);
     entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
     entry.ts = Some(engine.clock.now_ms());
     engine.journal.append(run_id, &[journal::encode(&entry)?], lease)?;

@@ -451,6 +451,16 @@ impl RunState {
 
     /// Resolves a wait of this live run; appends the attempt whatever its fate.
     pub(crate) fn resolve_external(&self, key: &str, value: Value) -> Result<bool, Error> {
+        self.resolve_external_by(key, value, None)
+    }
+
+    /// [`Self::resolve_external`], journaling the service token named `by` as the resolver.
+    pub(crate) fn resolve_external_by(
+        &self,
+        key: &str,
+        value: Value,
+        by: Option<&str>,
+    ) -> Result<bool, Error> {
         let target = match self.liveness.seq_of(key) {
             Some(seq) => seq,
             None => {
@@ -463,7 +473,7 @@ impl RunState {
             let suspended = all.iter().find(|e| e.seq == target);
             check_resolution(suspended.map(|e| &**e), key, &value)
         })?;
-        let attempt = resolution_entry(target, key, value.clone());
+        let attempt = resolution_entry(target, key, value.clone(), by);
         let written = self.append_one(attempt, Durability::Awaited)?;
         let applied = self.lock_replay().resolve(target, written.seq, value.clone());
         if applied {
@@ -485,7 +495,8 @@ impl RunState {
             return Ok(value);
         }
         let value = serde_json::json!({ "timed_out": true, "key": key, "deadline_ms": deadline_ms });
-        let written = self.append_one(resolution_entry(seq, key, value.clone()), Durability::Awaited)?;
+        let written =
+            self.append_one(resolution_entry(seq, key, value.clone(), None), Durability::Awaited)?;
         let mut replay = self.lock_replay();
         let applied = replay.resolve(seq, written.seq, value.clone());
         let delivered =
@@ -558,7 +569,7 @@ impl RunState {
     fn drain_inbox(&self) {
         let Ok(items) = lease::inbox(&self.engine, &self.run_id) else { return };
         for (blob_ref, item) in items {
-            match self.resolve_external(&item.key, item.value) {
+            match self.resolve_external_by(&item.key, item.value, item.by.as_deref()) {
                 // Durable (applied or recorded as not applied), or refused for good: done with it.
                 Ok(_) => {}
                 Err(e) if e.code == ErrorCode::Validation => {}

@@ -78,6 +78,10 @@ impl RunState {
                 );
             }
             entry.set_value(Some(&settled));
+            // A cancel the service asked for names its token (left for this driver).
+            if status == RunStatus::Cancelled && stop == Some(Stop::Cancelled) {
+                entry.by = super::actions::take_cancel_requester(&self.engine, &self.run_id);
+            }
             let written = self.append_one(entry, Durability::Awaited);
             meta.status = status;
             meta.updated_at_ms = self.now_ms();

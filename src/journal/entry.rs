@@ -581,6 +581,12 @@ pub struct Entry {
     /// resume can say which field of a re-keyed call changed. Never part of a key.
     #[serde(default, rename = "ident", skip_serializing_if = "Option::is_none")]
     pub identity: Option<Box<IdentitySummary>>,
+    /// Who asked for what the entry records: the name of the service token that started or
+    /// resumed the run (its `run_action` decision), resolved a wait (its `resolution`) or
+    /// cancelled the run (the cancellation's settlement). Absent for the CLI, the embedding
+    /// API and a service without tokens. Never part of a key.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "interned")]
+    pub by: Option<Name>,
 }
 
 /// What an agent call was keyed on, compactly (the model and agent type are on the entry).
@@ -676,6 +682,7 @@ impl Entry {
             model: None,
             name: None,
             identity: None,
+            by: None,
         }
     }
 }

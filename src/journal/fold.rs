@@ -169,6 +169,45 @@ pub fn rekey_value(supersedes: super::Seq) -> Value {
     serde_json::json!({ "type": REKEY_DECISION, "supersedes": supersedes.0 })
 }
 
+/// The `type` of the decision entry that records who asked a run to start or resume, when a
+/// service token did: `{"type": "run_action", "action": "start"|"resume", "segment": N}` with
+/// the token's name in the entry's `by`. Written by the service before a worker drives the
+/// segment; like a ceiling override, no call ever matches it.
+pub const ACTION_DECISION: &str = "run_action";
+
+/// The value of an action decision entry.
+pub fn action_value(action: &str, segment: u32) -> Value {
+    serde_json::json!({ "type": ACTION_DECISION, "action": action, "segment": segment })
+}
+
+/// Who asked for what, in journal order: every entry that names its requester (`by`), as
+/// `{seq, action, by}` with `action` one of `start`, `resume`, `resolve` (with its `key`) and
+/// `cancel`; what `cairn inspect` and `GET /v1/runs/{id}` show as `actions`.
+pub fn actions(entries: &[Entry]) -> Vec<Value> {
+    entries
+        .iter()
+        .filter_map(|e| {
+            let by = e.by.as_deref()?;
+            let mut action = match e.kind {
+                Kind::Resolution => serde_json::json!({ "action": "resolve", "key": e.name }),
+                Kind::Decision => {
+                    let value = e.value()?;
+                    match value.get("type")?.as_str()? {
+                        ACTION_DECISION => serde_json::json!({ "action": value.get("action")? }),
+                        SETTLE_DECISION => serde_json::json!({ "action": "cancel" }),
+                        _ => return None,
+                    }
+                }
+                _ => return None,
+            };
+            let map = action.as_object_mut()?;
+            map.insert("seq".into(), Value::from(e.seq.0));
+            map.insert("by".into(), Value::from(by));
+            Some(action)
+        })
+        .collect()
+}
+
 /// The `type` of the decision entry that records a run's settlement.
 pub const SETTLE_DECISION: &str = "run_settled";
 

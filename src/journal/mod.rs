@@ -23,9 +23,9 @@ pub use entry::{
     Status, intern, raw_json,
 };
 pub use fold::{
-    Abandons, BUDGET_OVERRIDE_DECISION, Ledger, REKEY_DECISION, ResolutionClass, Resolutions,
-    SETTLE_DECISION, last_settlement, last_settlement_error, last_settlement_outcome, pending_waits,
-    rekey_value, settle_value, settled_ok,
+    ACTION_DECISION, Abandons, BUDGET_OVERRIDE_DECISION, Ledger, REKEY_DECISION, ResolutionClass,
+    Resolutions, SETTLE_DECISION, action_value, actions, last_settlement, last_settlement_error,
+    last_settlement_outcome, pending_waits, rekey_value, settle_value, settled_ok,
 };
 pub use replay::{Match, Orphan, Outcome, Preview, Replay, ReplayOptions};
 

@@ -524,11 +524,14 @@ fn approval_prefix(name: &str) -> Option<&str> {
     rest.get(..12).filter(|_| rest.as_bytes().get(12) == Some(&b':'))
 }
 
-/// Facts about a segment (a ceiling raised at its start) that no call ever matches.
+/// Facts about a segment (a ceiling raised at its start, who asked for it) that no call ever
+/// matches.
 fn is_segment_fact(entry: &Entry) -> bool {
     entry.kind == super::Kind::Decision
-        && entry.value().as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str())
-            == Some(super::fold::BUDGET_OVERRIDE_DECISION)
+        && matches!(
+            entry.value().as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str()),
+            Some(super::fold::BUDGET_OVERRIDE_DECISION | super::fold::ACTION_DECISION)
+        )
 }
 
 /// The call an accepted re-key decision names as superseded.

@@ -94,9 +94,10 @@ pub async fn submit(
     caller: Option<axum::Extension<super::Caller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    // Which token submitted the run, as a tag in its meta (`token:NAME`).
-    let tags: Vec<String> =
-        caller.and_then(|axum::Extension(c)| c.0).map(|name| format!("token:{name}")).into_iter().collect();
+    // Which token submitted the run: a tag in its meta (`token:NAME`) and the `by` of its
+    // journaled `start` action.
+    let by = caller.and_then(|axum::Extension(c)| c.0);
+    let tags: Vec<String> = by.iter().map(|name| format!("token:{name}")).collect();
     let submit: SubmitRun = json_body(body)?;
     let budget = budget_of("budget_usd", submit.budget_usd, state.options.max_budget)?;
     let run_id = submit.run_id.as_deref().map(RunId::parse).transpose().map_err(|_| {
@@ -144,7 +145,7 @@ pub async fn submit(
         }
         let script = Script::new(&dialect, &name, &source);
         let asked = run_id.as_ref().map_or_else(String::new, |id| id.as_str().to_owned());
-        let options = RunOptions { budget_usd: budget, run_id, tags, ..RunOptions::default() };
+        let options = RunOptions { budget_usd: budget, run_id, tags, by, ..RunOptions::default() };
         match engine.enqueue_script(&script, args, options) {
             Ok(run_id) => Ok(run_id),
             // Lost a race for the run id to another submission.
@@ -348,6 +349,8 @@ pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Resu
             "planning": super::plan::planning_of(engine, &meta)?,
             "pending": pending,
             "cost": cost,
+            // Who (which service token) started, resumed, resolved and cancelled it.
+            "actions": journal::actions(&entries),
             "entries": entries.len(),
         })))
     })
@@ -408,9 +411,11 @@ pub async fn journal(
 /// the run never waited on; 409 `no_open_wait` when its wait is no longer open.
 pub async fn resolve(
     State(state): State<AppState>,
+    caller: Option<axum::Extension<super::Caller>>,
     Path((id, key)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let by = caller.and_then(|axum::Extension(c)| c.0);
     let run = parse_run_id(&id)?;
     let value: Value = json_body(body)?;
     let serial = state.resolving.clone();
@@ -437,7 +442,7 @@ pub async fn resolve(
         if let Some(winner) = engine.queued_resolution(&run, &key)? {
             return Err(ApiError::already_resolved(&key, Some(winner)));
         }
-        let resolution = engine.resolve(&run, &key, value).map_err(|e| {
+        let resolution = engine.resolve_by(&run, &key, value, by.as_deref()).map_err(|e| {
             if e.code == crate::error::ErrorCode::Config {
                 ApiError::conflict(e.message)
             } else if e.code == crate::error::ErrorCode::Validation
@@ -487,11 +492,16 @@ fn closed_with(entries: &[journal::Entry], key: &str) -> Option<Option<Value>> {
 /// another, is asked to cancel through the store and its worker cancels it within a poll (202,
 /// `cancel: requested`; follow the run to see it settle); 409 once it settled, or while a
 /// process outside the run queue drives it.
-pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Option<axum::Extension<super::Caller>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let by = caller.and_then(|axum::Extension(c)| c.0);
     let run = parse_run_id(&id)?;
     blocking(&state, move |engine| {
         meta_of(engine, &run)?;
-        match engine.cancel_run(&run)? {
+        match engine.cancel_run_by(&run, by.as_deref())? {
             crate::CancelOutcome::Cancelled => {
                 Ok(Json(json!({ "run_id": run, "status": RunStatus::Cancelled })).into_response())
             }
@@ -537,9 +547,11 @@ pub struct ResumeBody {
 /// settled spend, with nothing written).
 pub async fn resume(
     State(state): State<AppState>,
+    caller: Option<axum::Extension<super::Caller>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let by = caller.and_then(|axum::Extension(c)| c.0);
     let run = parse_run_id(&id)?;
     let body: ResumeBody = if body.iter().all(u8::is_ascii_whitespace) {
         ResumeBody::default()
@@ -572,6 +584,10 @@ pub async fn resume(
         };
         if let Some(usd) = raise {
             engine.raise_ceiling_on_resume(&run, usd)?;
+        }
+        // Journaled before the run is back in the queue, so before any worker drives it.
+        if let Some(by) = &by {
+            engine.record_resume(&run, by)?;
         }
         queue.enqueue(&run)?;
         Ok((StatusCode::ACCEPTED, Json(json!({ "run_id": run }))).into_response())

@@ -47,6 +47,7 @@ mod scale;
 mod script;
 mod scripted_server;
 mod serve;
+mod serve_by;
 mod serve_edges;
 mod serve_first_wins;
 mod serve_outages;
