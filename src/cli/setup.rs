@@ -175,6 +175,7 @@ pub(super) fn lint_context(setup: &Setup) -> LintContext {
         toolsets: toolsets.into_iter().collect(),
         host_functions: registered.host_functions.into_iter().collect(),
         child_workflows: registered.workflows.into_iter().collect(),
+        workflow_args: registered.workflow_args,
         models: None,
     }
 }

@@ -1,6 +1,7 @@
 //! `[workflows]` in `cairn.toml` and the `workflows/` folder beside it: script child
 //! workflows, registered on the engine under their names (a table key, or a file's stem),
-//! each described for the planner's card by its leading comment and the arguments it reads.
+//! each described for the planner's card by its leading comment and the arguments it declares
+//! (its `@args` line) or reads.
 //! A table entry replaces a folder file of the same name.
 
 use std::collections::BTreeMap;
@@ -81,7 +82,8 @@ fn children(
 /// Registers every child script on `builder`, with its description for the planner's card.
 ///
 /// # Errors
-/// `config` for a file that cannot be read or a name two folder files share.
+/// `config` for a file that cannot be read, a malformed `@args` declaration, or a name two
+/// folder files share.
 pub(crate) fn register(
     table: &BTreeMap<String, PathBuf>,
     dir: Option<&Path>,
@@ -92,7 +94,8 @@ pub(crate) fn register(
         let source = std::fs::read_to_string(&path)
             .map_err(|e| Error::config(format!("workflows.{name}: cannot read {}: {e}", path.display())))?;
         let summary = crate::script::child_args::summary(&source);
-        let accepts = crate::script::child_args::accepts_schema(&source);
+        let accepts = crate::script::child_args::accepts_schema(&source)
+            .map_err(|e| Error::config(format!("workflows.{name} ({}): {e}", path.display())))?;
         builder = builder.script_workflow(Script::new(dialect, &name, &source)).describe_workflow(
             &name,
             &summary,

@@ -117,6 +117,7 @@ impl From<Registered> for LintContext {
             toolsets: registered.toolsets.into_iter().collect(),
             host_functions: registered.host_functions.into_iter().collect(),
             child_workflows: registered.workflows.into_iter().collect(),
+            workflow_args: registered.workflow_args,
             models: None,
         }
     }

@@ -40,6 +40,8 @@ pub struct Registered {
     pub host_functions: Vec<String>,
     /// Workflows callable as children.
     pub workflows: Vec<String>,
+    /// The JSON Schema of each child's arguments, for the children described with one.
+    pub workflow_args: std::collections::BTreeMap<String, Value>,
 }
 
 /// What a host function or child workflow is for and what it accepts: shown to planner models
@@ -175,6 +177,13 @@ impl Engine {
             toolsets: sorted(self.inner.toolsets.keys().cloned().collect()),
             host_functions: sorted(self.inner.host_functions.keys().cloned().collect()),
             workflows: sorted(self.inner.workflows.keys().cloned().collect()),
+            workflow_args: self
+                .inner
+                .workflow_docs
+                .iter()
+                .filter(|(name, _)| self.inner.workflows.contains_key(*name))
+                .filter_map(|(name, doc)| Some((name.clone(), doc.accepts.clone()?)))
+                .collect(),
         }
     }
 

@@ -7,6 +7,7 @@
 //! [`Diagnostic`]s of one shape, so one repair prompt renders lint findings and compile errors
 //! alike.
 
+pub(crate) mod args_check;
 pub mod bound;
 pub(crate) mod captured;
 pub(crate) mod child_args;
@@ -20,7 +21,7 @@ mod suggest;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
@@ -91,6 +92,11 @@ pub const RULES: &[(&str, &str)] = &[
     ("unknown-toolset", "a literal toolset name that is not registered"),
     ("unknown-host-function", "a literal host function name that is not registered"),
     ("unknown-workflow", "a literal child workflow name that is not registered"),
+    (
+        "workflow-args",
+        "a literal args map of workflow() that lacks an arg the child requires, names one it does not take, or \
+         gives a literal of the wrong type (a child declares its args on an @args line)",
+    ),
     ("unknown-model", "a literal model ref outside the known models"),
     (
         "parallel-capture-assign",
@@ -147,6 +153,9 @@ pub struct LintContext {
     pub host_functions: BTreeSet<String>,
     /// Registered child workflows (the name given to `workflow`).
     pub child_workflows: BTreeSet<String>,
+    /// The JSON Schema of a child's arguments, for the children that have one: a literal args
+    /// map of `workflow(NAME, args)` is checked against it (`workflow-args`).
+    pub workflow_args: BTreeMap<String, serde_json::Value>,
     /// Model refs to accept in the `model` option; `None` accepts any well-formed ref, since a
     /// provider may serve models nobody listed.
     pub models: Option<BTreeSet<String>>,
@@ -160,6 +169,7 @@ impl LintContext {
             toolsets: BTreeSet::new(),
             host_functions: BTreeSet::new(),
             child_workflows: BTreeSet::new(),
+            workflow_args: BTreeMap::new(),
             models: None,
         }
     }

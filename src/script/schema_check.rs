@@ -164,7 +164,7 @@ fn validators() -> &'static [(&'static str, Option<jsonschema::Validator>)] {
 }
 
 /// The JSON types a property schema admits, from `type` or from its `enum` values.
-fn schema_types(property: &Value) -> Vec<&'static str> {
+pub(crate) fn schema_types(property: &Value) -> Vec<&'static str> {
     let names: Vec<&str> = match property.get("type") {
         Some(Value::String(name)) => vec![name.as_str()],
         Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).collect(),
@@ -192,7 +192,7 @@ fn schema_types(property: &Value) -> Vec<&'static str> {
 
 /// Whether a value of JSON type `found` fits a property admitting `expected` (nothing listed
 /// admits anything; an integer is a number).
-fn type_matches(expected: &[&str], found: &str) -> bool {
+pub(crate) fn type_matches(expected: &[&str], found: &str) -> bool {
     expected.is_empty() || expected.contains(&found) || (found == "integer" && expected.contains(&"number"))
 }
 

@@ -227,6 +227,7 @@ fn diagnostics_of(engine: &crate::Engine, dialect: &str, source: &str) -> Value 
         toolsets: Default::default(),
         host_functions: registered.host_functions.into_iter().collect(),
         child_workflows: registered.workflows.into_iter().collect(),
+        workflow_args: registered.workflow_args,
         models: None,
     };
     let diagnostics: Vec<_> = dialect

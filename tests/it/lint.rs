@@ -31,6 +31,9 @@ fn context() -> LintContext {
     ctx.host_functions = names("host_functions");
     ctx.child_workflows = names("child_workflows");
     ctx.models = Some(names("models"));
+    if let Some(schemas) = value["workflow_args"].as_object() {
+        ctx.workflow_args = schemas.iter().map(|(name, schema)| (name.clone(), schema.clone())).collect();
+    }
     ctx
 }
 

@@ -9,6 +9,7 @@ mod agent_contract;
 mod agent_endings;
 mod bound;
 mod children;
+mod children_args;
 mod cli;
 mod concurrency;
 mod crash;

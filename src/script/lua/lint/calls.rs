@@ -13,6 +13,7 @@ use super::values::{
     Pos, Static, ident, lua_article, peek_literal, peek_table, string_literal, token_pos, type_phrase,
 };
 use super::walk::{BindingKind, Linter, Resolved, pos_of};
+use crate::script::args_check::{ArgKey, ArgsProblem, Form, workflow_args_problems};
 use crate::script::schema_check::{self, Registry, Shape, registered_problem};
 use crate::script::{Global, LOG_LEVELS, PARALLEL_MAP_FORM, Param, ParamKind, Severity, global, suggest};
 
@@ -318,6 +319,65 @@ impl Linter<'_, '_> {
             Arg::Table(table) => {
                 self.walk_table(table);
                 peek_table(table)
+            }
+        }
+    }
+
+    /// Checks the args of `workflow(name, args)` against the child's schema, when they are a
+    /// table constructor: its `name = value` and `["name"] = value` fields (any other field
+    /// hides which keys it has, so nothing is reported missing).
+    fn check_workflow_args(&mut self, name: &str, arg: &Arg<'_>) {
+        let Some(table) = arg.table() else { return };
+        let mut complete = true;
+        let mut fields: Vec<(String, Pos, Pos, Static)> = Vec::new();
+        for field in table.fields() {
+            let (key, key_pos, value) = match field {
+                Field::NameKey { key, value, .. } => (ident(key).to_owned(), token_pos(key), &**value),
+                Field::ExpressionKey { key, value, .. } => match &**key {
+                    Expression::String(token) => match string_literal(token) {
+                        Some(text) => (text, token_pos(token), &**value),
+                        None => {
+                            complete = false;
+                            continue;
+                        }
+                    },
+                    _ => {
+                        complete = false;
+                        continue;
+                    }
+                },
+                _ => {
+                    complete = false;
+                    continue;
+                }
+            };
+            let shape = self.peek_arg(&Arg::Expr(value));
+            fields.push((key, key_pos, pos_of(value), shape));
+        }
+        let keys: Vec<ArgKey<'_>> = fields
+            .iter()
+            .map(|(key, _, _, shape)| ArgKey {
+                name: key,
+                value: match shape {
+                    Static::Known(known) => Shape::Known(known),
+                    Static::Type(found) => Shape::Type(found),
+                    Static::EmptyTable | Static::Function(_) | Static::Unknown => Shape::Opaque,
+                },
+            })
+            .collect();
+        let form = Form { assign: " = ", map: "table", article: lua_article };
+        let problems = workflow_args_problems(self.ctx, name, &keys, complete, form);
+        for problem in problems {
+            match problem {
+                ArgsProblem::Map(message) => self.error_at("workflow-args", arg.pos(), None, message),
+                ArgsProblem::Key(index, message) => {
+                    let (key, pos, _, _) = &fields[index];
+                    self.error_at("workflow-args", *pos, Some(key.chars().count()), message);
+                }
+                ArgsProblem::Value(index, message) => {
+                    let pos = fields[index].2;
+                    self.error_at("workflow-args", pos, None, message);
+                }
             }
         }
     }

@@ -209,6 +209,9 @@ impl Linter<'_, '_> {
             "workflow" => {
                 if let Some((name, pos)) = first_literal {
                     self.check_registered(Registry::Workflow, name, pos);
+                    if let Some(expr) = args.get(1).and_then(|arg| arg.expr) {
+                        self.check_workflow_args(name, expr);
+                    }
                 }
             }
             "log" => {

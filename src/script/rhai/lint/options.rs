@@ -7,7 +7,11 @@ use serde_json::Value;
 use super::calls::Registry;
 use super::{Linter, Static};
 use crate::script::Global;
+use crate::script::args_check::{ArgKey, ArgsProblem, Form, workflow_args_problems};
 use crate::script::schema_check::{self, Shape, article, json_type};
+
+/// How `workflow-args` findings are phrased for a Rhai caller.
+const RHAI_FORM: Form = Form { assign: ": ", map: "map", article };
 
 impl Linter<'_, '_> {
     /// Checks one `key: value` of an options map against the global's schema.
@@ -51,6 +55,54 @@ impl Linter<'_, '_> {
         }
     }
 
+    /// Checks the args of `workflow(name, args)` against the child's schema, when the map is a
+    /// literal (or a value known statically).
+    pub(super) fn check_workflow_args(&mut self, name: &str, expr: &Expr) {
+        let shapes: Vec<Static>;
+        let known: Value;
+        let (keys, places): (Vec<ArgKey<'_>>, Vec<(Position, Position, usize)>) = match expr {
+            Expr::Map(map, _) => {
+                shapes = map.0.iter().map(|(_, value)| self.peek(value)).collect();
+                map.0
+                    .iter()
+                    .zip(&shapes)
+                    .map(|((key, value), shape)| {
+                        let key_len = key.name.chars().count();
+                        (
+                            ArgKey { name: key.name.as_str(), value: shape_of(shape) },
+                            (key.pos, value.position(), key_len),
+                        )
+                    })
+                    .unzip()
+            }
+            _ => match self.peek(expr) {
+                Static::Known(value @ Value::Object(_)) => {
+                    known = value;
+                    let Value::Object(object) = &known else { return };
+                    let pos = expr.position();
+                    object
+                        .iter()
+                        .map(|(key, value)| (ArgKey { name: key, value: Shape::Known(value) }, (pos, pos, 0)))
+                        .unzip()
+                }
+                _ => return,
+            },
+        };
+        for problem in workflow_args_problems(self.ctx, name, &keys, true, RHAI_FORM) {
+            match problem {
+                ArgsProblem::Map(message) => self.error_at("workflow-args", expr.position(), None, message),
+                ArgsProblem::Key(index, message) => {
+                    let (pos, _, len) = places[index];
+                    self.error_at("workflow-args", pos, (len > 0).then_some(len), message);
+                }
+                ArgsProblem::Value(index, message) => {
+                    let (_, pos, _) = places[index];
+                    self.error_at("workflow-args", pos, None, message);
+                }
+            }
+        }
+    }
+
     /// Why a statically known option value breaks its property schema, phrased to follow
     /// "option 'key' of global"; only what is statically known is checked.
     fn option_value_problem(
@@ -61,12 +113,16 @@ impl Linter<'_, '_> {
         value: &Expr,
     ) -> Option<String> {
         let shape = self.peek(value);
-        let shape = match &shape {
-            Static::Known(known) => Shape::Known(known),
-            Static::Type(found) => Shape::Type(found),
-            Static::Closure(_) | Static::Unknown => Shape::Opaque,
-        };
-        schema_check::option_value_problem(schema_name, key, property, shape, article)
+        schema_check::option_value_problem(schema_name, key, property, shape_of(&shape), article)
+    }
+}
+
+/// What a static value tells the schema checks.
+fn shape_of(value: &Static) -> Shape<'_> {
+    match value {
+        Static::Known(known) => Shape::Known(known),
+        Static::Type(found) => Shape::Type(found),
+        Static::Closure(_) | Static::Unknown => Shape::Opaque,
     }
 }
 

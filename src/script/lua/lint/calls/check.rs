@@ -49,6 +49,9 @@ impl Linter<'_, '_> {
             "workflow" => {
                 if let Some((name, pos)) = first_literal {
                     self.check_registered(Registry::Workflow, &name, pos);
+                    if let Some(arg) = args.get(1) {
+                        self.check_workflow_args(&name, arg);
+                    }
                 }
             }
             "log" => {

@@ -1,0 +1,1 @@
+return workflow("summarize", { text = args.text, txt = args.text, ["max_words"] = "200" })
