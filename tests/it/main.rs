@@ -31,6 +31,7 @@ mod live_model;
 mod lua;
 mod money;
 mod money_sim;
+mod money_sim_binary;
 mod money_wire;
 mod newcomer;
 mod newcomer_resume;

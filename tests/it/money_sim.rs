@@ -33,10 +33,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 /// The one in-flight slack cairn's books may show over the ceiling.
-const SLACK: Money = Money::ZERO;
+pub(crate) const SLACK: Money = Money::ZERO;
 
 /// The three models: (model ref, wire model name, $/M input, $/M output).
-const MODELS: [(&str, &str, f64, f64); 3] = [
+pub(crate) const MODELS: [(&str, &str, f64, f64); 3] = [
     ("anth:claude-sim", "claude-sim", 300.0, 1500.0),
     ("chat:gpt-sim", "gpt-sim", 200.0, 800.0),
     ("resp:o-sim", "o-sim", 100.0, 400.0),
@@ -46,44 +46,44 @@ fn usd(x: f64) -> Money {
     Money::from_usd(x).unwrap()
 }
 
-fn price(i: usize) -> Price {
+pub(crate) fn price(i: usize) -> Price {
     Price::flat(usd(MODELS[i].2), usd(MODELS[i].3))
 }
 
 /// One agent call of a drawn workflow.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct CallSpec {
-    tag: String,
-    model: usize,
-    tools: u32,
-    json: bool,
-    repair: bool,
-    out: u32,
-    max_output: u32,
-    phase: Option<String>,
+pub(crate) struct CallSpec {
+    pub(crate) tag: String,
+    pub(crate) model: usize,
+    pub(crate) tools: u32,
+    pub(crate) json: bool,
+    pub(crate) repair: bool,
+    pub(crate) out: u32,
+    pub(crate) max_output: u32,
+    pub(crate) phase: Option<String>,
 }
 
 /// A step of a drawn workflow.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-enum StepSpec {
+pub(crate) enum StepSpec {
     Call(CallSpec),
     FanOut(Vec<CallSpec>),
 }
 
 /// Everything a seed draws.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Scenario {
-    seed: u64,
-    steps: Vec<StepSpec>,
-    ceiling: f64,
+pub(crate) struct Scenario {
+    pub(crate) seed: u64,
+    pub(crate) steps: Vec<StepSpec>,
+    pub(crate) ceiling: f64,
     /// Kill the driver once this many attempts of the segment have arrived (one per kill).
-    kills: Vec<usize>,
-    failover: bool,
-    max_faulty_attempts: u32,
+    pub(crate) kills: Vec<usize>,
+    pub(crate) failover: bool,
+    pub(crate) max_faulty_attempts: u32,
 }
 
 impl Scenario {
-    fn draw(seed: u64, allow_kills: bool) -> Scenario {
+    pub(crate) fn draw(seed: u64, allow_kills: bool) -> Scenario {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut below = |n: u32| rng.next_u32() % n;
         let mut tags = 0;
@@ -126,7 +126,7 @@ impl Scenario {
         }
     }
 
-    fn calls(&self) -> Vec<&CallSpec> {
+    pub(crate) fn calls(&self) -> Vec<&CallSpec> {
         self.steps
             .iter()
             .flat_map(|s| match s {
@@ -137,7 +137,7 @@ impl Scenario {
     }
 }
 
-fn prompt(call: &CallSpec) -> String {
+pub(crate) fn prompt(call: &CallSpec) -> String {
     let directive = Directive {
         tag: call.tag.clone(),
         tools: call.tools,
@@ -148,7 +148,7 @@ fn prompt(call: &CallSpec) -> String {
     format!("Answer the question of call {}. {}", call.tag, directive.render())
 }
 
-fn schema() -> Value {
+pub(crate) fn schema() -> Value {
     json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]})
 }
 
@@ -202,21 +202,27 @@ struct Harness {
     dir: tempfile::TempDir,
 }
 
+/// The simulator a scenario runs against: its seed's faults, the three models' prices.
+pub(crate) fn simulator(scenario: &Scenario) -> Simulator {
+    let mut config = SimConfig::new(scenario.seed)
+        .faults(FaultMix {
+            max_faulty_attempts: scenario.max_faulty_attempts,
+            weights: [30, 20, 1, 8, 8, 12, 3, 5],
+            ..FaultMix::default()
+        })
+        .idle_timeout(Duration::from_millis(800));
+    for (i, model) in MODELS.iter().enumerate() {
+        config = config.price(model.1, price(i));
+    }
+    Simulator::start(config).unwrap()
+}
+
 impl Harness {
     fn new(scenario: Scenario) -> Harness {
-        let mut config = SimConfig::new(scenario.seed)
-            .faults(FaultMix {
-                max_faulty_attempts: scenario.max_faulty_attempts,
-                weights: [30, 20, 1, 8, 8, 12, 3, 5],
-                ..FaultMix::default()
-            })
-            .idle_timeout(Duration::from_millis(800));
-        for (i, model) in MODELS.iter().enumerate() {
-            config = config.price(model.1, price(i));
-        }
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("notes.txt"), "simulated notes").unwrap();
-        Harness { scenario, sim: Simulator::start(config).unwrap(), store: Arc::new(MemoryStore::new()), dir }
+        let sim = simulator(&scenario);
+        Harness { scenario, sim, store: Arc::new(MemoryStore::new()), dir }
     }
 
     /// A fresh engine over the same store: a new process.
@@ -307,18 +313,36 @@ impl Harness {
     }
 }
 
-/// The checks after one seed; `Err` names every broken property.
-fn check(
-    h: &Harness,
-    outcome: &cairn::RunOutcome,
+/// How a seed's run settled, as its driver saw it.
+pub(crate) struct Settled {
+    pub(crate) status: RunStatus,
+    pub(crate) error: Option<String>,
+    pub(crate) cost: cairn::CostReport,
+}
+
+impl Settled {
+    fn of(outcome: &cairn::RunOutcome) -> Settled {
+        Settled {
+            status: outcome.status,
+            error: outcome.error.as_ref().map(ToString::to_string),
+            cost: outcome.cost.clone(),
+        }
+    }
+}
+
+/// The checks after one seed; `Err` names every broken property. `ends` is the journal's
+/// length at the end of each segment, `killed` the segments that were killed.
+pub(crate) fn check(
+    scenario: &Scenario,
+    sim: &Simulator,
+    entries: &[Entry],
+    outcome: &Settled,
     ends: &[usize],
     killed: &BTreeSet<u32>,
 ) -> Result<(), String> {
-    let run = RunId::parse(&format!("sim-{}", h.scenario.seed)).unwrap();
-    let entries = h.entries(&run);
-    let attempts = h.sim.attempts();
+    let attempts = sim.attempts();
     let mut broken = Vec::new();
-    let ceiling = usd(h.scenario.ceiling);
+    let ceiling = usd(scenario.ceiling);
 
     // Every run settles, and no call is left running.
     if !matches!(outcome.status, RunStatus::Ok | RunStatus::Exhausted) {
@@ -341,7 +365,7 @@ fn check(
         }
     }
     let mut lost = Money::ZERO;
-    for call in h.scenario.calls() {
+    for call in scenario.calls() {
         let mine: Vec<&Attempt> = attempts.iter().filter(|a| a.tag.as_deref() == Some(&call.tag)).collect();
         let bill = Bill::of(mine.iter().copied());
         let charge = charged.get(&call.tag).copied().unwrap_or_default();
@@ -376,6 +400,12 @@ fn check(
                 )
             })
             .collect();
+        if std::env::var_os("SIM_VERBOSE").is_some() {
+            eprintln!(
+                "  call {}: charged {charge}, billed {}\n    billed: {mine_short:?}\n    journal: {journaled:?}",
+                call.tag, bill.total
+            );
+        }
         if in_killed.is_empty() {
             if exact && charge != bill.total {
                 broken.push(format!("call {}: charged {charge}, billed {}\n  billed: {mine_short:?}\n  journal: {journaled:?}", call.tag, bill.total));
@@ -413,7 +443,7 @@ fn check(
     if spent > ceiling + SLACK {
         broken.push(format!("spent {spent} under a ceiling of {ceiling}"));
     }
-    let billed = h.sim.bill().total;
+    let billed = sim.bill().total;
     if billed > ceiling + SLACK + lost {
         broken.push(format!(
             "the provider billed {billed} under a ceiling of {ceiling} (lost to kills {lost})"
@@ -434,7 +464,7 @@ fn check(
         }
     }
     if killed.is_empty() && attempts.iter().all(Attempt::is_exact) {
-        let bill = h.sim.bill();
+        let bill = sim.bill();
         for (model_ref, wire, ..) in MODELS {
             let reported = report.by_model.get(model_ref).map(|l| l.cost).unwrap_or_default();
             let billed = bill.by_model.get(wire).copied().unwrap_or_default();
@@ -462,14 +492,22 @@ pub(crate) fn run_seed(seed: u64, allow_kills: bool) -> Result<(), String> {
             outcome.error
         );
     }
-    check(&harness, &outcome, &ends, &killed).map_err(|broken| {
-        format!("seed {seed}: {broken}\nscenario: {:?}\noutcome: {:?}", harness.scenario, outcome.status)
-    })
+    let run = RunId::parse(&format!("sim-{seed}")).unwrap();
+    let entries = harness.entries(&run);
+    check(&harness.scenario, &harness.sim, &entries, &Settled::of(&outcome), &ends, &killed).map_err(
+        |broken| {
+            format!("seed {seed}: {broken}\nscenario: {:?}\noutcome: {:?}", harness.scenario, outcome.status)
+        },
+    )
 }
 
 /// The seeds that ever failed, replayed on every run.
 fn regression_seeds() -> Vec<u64> {
-    let text = include_str!("../money-regressions/seeds.txt");
+    regression_seeds_in(include_str!("../money-regressions/seeds.txt"))
+}
+
+/// The seeds of a regression list: one a line, `# why` after a seed is a note.
+pub(crate) fn regression_seeds_in(text: &str) -> Vec<u64> {
     text.lines()
         .map(|line| line.split('#').next().unwrap_or_default().trim())
         .filter(|line| !line.is_empty())
