@@ -46,7 +46,7 @@ impl Ctx {
         Fut: Future<Output = Result<Value, Error>>,
     {
         let live = match self.begin_two_phase(kind, kind_name, label, key, on_error)? {
-            Begun::Done(result) => return result,
+            Begun::Done(result, _) => return result,
             Begun::Live(live) => live,
         };
         // A host call acts outside the run: everything queued before it (its own dispatch

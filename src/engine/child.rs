@@ -60,9 +60,11 @@ impl Ctx {
             account,
         );
         child_ctx.depth = self.depth + 1;
+        // A child's script counts its operations against its own budget, not a step's.
+        child_ctx.step_ops = None;
         let child_scope = child_ctx.scope.clone();
         let live = match self.begin_two_phase(Kind::Child, "child", name, key, opts.on_error)? {
-            Begun::Done(result) => {
+            Begun::Done(result, _) => {
                 // A child that replays whole never runs its body.
                 self.run.cover(&child_scope);
                 return result;

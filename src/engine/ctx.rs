@@ -51,6 +51,9 @@ pub struct Ctx {
     /// A hold taken for this context's first agent call when it was admitted (an orchestrator
     /// child), exchanged for the call's own reservation at its admission. Never inherited.
     pub(crate) prepaid: Option<Arc<Mutex<Option<super::budget::Reservation>>>>,
+    /// The operation tally of the live step this context runs inside (`None` outside steps,
+    /// and in a child workflow, whose script has a budget of its own).
+    pub(crate) step_ops: Option<Arc<super::step::StepOps>>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -79,6 +82,7 @@ impl Ctx {
             depth: 0,
             admission: None,
             prepaid: None,
+            step_ops: None,
         }
     }
 
@@ -96,6 +100,7 @@ impl Ctx {
             depth: self.depth,
             admission: self.admission.clone(),
             prepaid: None,
+            step_ops: self.step_ops.clone(),
         }
     }
 

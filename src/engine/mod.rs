@@ -94,6 +94,7 @@ pub use queue::{CancelOutcome, Worker, WorkerOptions, WorkerReport};
 pub(crate) use queue::{RESERVED_FIELD, is_reserved};
 pub(crate) use registry::EngineInner;
 pub use registry::{AgentProfile, Described, Engine, HostFn, Registered};
+pub(crate) use step::StepOps;
 pub(crate) use two_phase::Begun;
 pub use workflow::{Workflow, WorkflowFn};
 pub(crate) use writer::Durability;

@@ -13,13 +13,16 @@ use super::ctx::Ctx;
 use super::events::EventKind;
 use super::options::OnError;
 use super::run::Durability;
+use super::step::StepOps;
 use crate::error::{Error, ErrorCode};
 use crate::journal::{ContentKey, Entry, Kind, Outcome, Segment, Status};
 
 /// How [`Ctx::begin_two_phase`] left a call.
 pub(crate) enum Begun {
-    /// Served from the journal (or skipped, or failed before dispatch).
-    Done(Result<Value, Error>),
+    /// Served from the journal (or skipped, or failed before dispatch), with the operations
+    /// a served step's body ran live (0 for anything else): the script runner charges them
+    /// to the operation budget, as if the body had run.
+    Done(Result<Value, Error>, u64),
     /// Dispatched: run the body, then [`Ctx::end_two_phase`].
     Live(LiveCall),
 }
@@ -30,6 +33,8 @@ pub(crate) struct LiveCall {
     span: u64,
     kind_name: String,
     on_error: Option<OnError>,
+    /// A step's operation tally, which its body's context counts into.
+    pub(super) ops: Option<Arc<StepOps>>,
 }
 
 impl Ctx {
@@ -66,11 +71,12 @@ impl Ctx {
             Outcome::Replay(entry) => {
                 self.run.emit(self.span_pair(span), true, start);
                 self.run.emit(self.span_pair(span), true, || end(entry.status.as_str()));
-                return Ok(Begun::Done(self.replayed(&entry, on_error, kind_name, Some(label.to_owned()))));
+                let result = self.replayed(&entry, on_error, kind_name, Some(label.to_owned()));
+                return Ok(Begun::Done(result, entry.ops));
             }
             Outcome::Skip => {
                 self.run.emit(self.span_pair(span), true, || end("skipped"));
-                return Ok(Begun::Done(Ok(Value::Null)));
+                return Ok(Begun::Done(Ok(Value::Null), 0));
             }
             Outcome::Wait(_) => return Err(Error::internal("a step entry is journaled as suspended")),
             Outcome::Live => {
@@ -87,12 +93,8 @@ impl Ctx {
                 }
                 self.run.emit(self.span_pair(span), true, start);
                 self.run.emit(self.span_pair(span), true, || end(terminal.status.as_str()));
-                return Ok(Begun::Done(self.replayed(
-                    &terminal,
-                    on_error,
-                    kind_name,
-                    Some(label.to_owned()),
-                )));
+                let result = self.replayed(&terminal, on_error, kind_name, Some(label.to_owned()));
+                return Ok(Begun::Done(result, terminal.ops));
             }
             Outcome::Rerun { supersedes, .. } => Some(supersedes),
         };
@@ -104,7 +106,8 @@ impl Ctx {
         }
         let running = self.run.append_one(running, Durability::Lazy)?;
         self.run.emit(self.span_pair(span), false, start);
-        Ok(Begun::Live(LiveCall { running, span, kind_name: kind_name.to_owned(), on_error }))
+        let ops = (kind == Kind::Step).then(|| StepOps::inside(self.step_ops.clone()));
+        Ok(Begun::Live(LiveCall { running, span, kind_name: kind_name.to_owned(), on_error, ops }))
     }
 
     /// The second half of a two-phase call: journal the body's result and apply the policy.
@@ -118,6 +121,7 @@ impl Ctx {
         let mut terminal = Ctx::terminal_for(&live.running, status);
         terminal.set_value(value.as_ref());
         terminal.error = error.clone();
+        terminal.ops = live.ops.as_ref().map_or(0, |ops| ops.total());
         // Deferred: nothing paid hangs on it (a child's paid calls were awaited inside it);
         // a crash before the write reruns the body, the at-least-once every step has.
         self.run.append_one(terminal, Durability::Deferred)?;

@@ -556,6 +556,12 @@ pub struct Entry {
     /// Whether a task-class failure of this call replays instead of rerunning.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub memoize_outcome: bool,
+    /// A step's terminal entry: the sandbox operations its body ran live (its own, and those of
+    /// the steps and branches inside it), charged again when a replay serves the step instead
+    /// of running it, so the operation budget counts a step the same either way. Zero in
+    /// journals written before it was recorded.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub ops: u64,
     /// When the entry was written, in ms since the epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ts: Option<i64>,
@@ -674,6 +680,7 @@ impl Entry {
             attempts: Vec::new(),
             refused_attempts: 0,
             memoize_outcome: false,
+            ops: 0,
             ts: None,
             label: None,
             phase: None,
@@ -688,5 +695,9 @@ impl Entry {
 }
 
 fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }

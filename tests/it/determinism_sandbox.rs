@@ -3,7 +3,7 @@
 //!
 //! Scripts run through the `cairn` binary twice, each in its own process with a JSONL store,
 //! and the journals are compared on what identifies and answers each entry (kind, status,
-//! scope, content key, ordinal, value, error), never on timestamps.
+//! scope, content key, ordinal, value, error, a step's operations), never on timestamps.
 
 use std::path::Path;
 
@@ -29,7 +29,7 @@ pub(crate) fn journal_projection(path: &Path) -> Vec<String> {
         .map(|line| {
             let mut entry: Value = serde_json::from_str(line).unwrap();
             without_timing_choices(&mut entry);
-            let keep = ["kind", "status", "scope", "key", "ordinal", "value", "error"];
+            let keep = ["kind", "status", "scope", "key", "ordinal", "value", "error", "ops"];
             let projected: serde_json::Map<String, Value> = keep
                 .iter()
                 .filter_map(|field| entry.get(*field).map(|v| ((*field).to_owned(), v.clone())))
@@ -65,7 +65,7 @@ pub(crate) fn run_once(source: &str, args: &[&str]) -> (Vec<String>, String, Opt
 
 /// [`run_once`], keeping the directory (its `j/` store holds run `r1`).
 fn run_kept(source: &str, args: &[&str]) -> (Vec<String>, String, Option<i32>, tempfile::TempDir) {
-    run_kept_as("rhai", source, args)
+    run_kept_as("rhai", source, args, None)
 }
 
 /// [`run_kept`] of a script in the dialect of the extension `ext` (`rhai` or `lua`).
@@ -73,10 +73,14 @@ fn run_kept_as(
     ext: &str,
     source: &str,
     args: &[&str],
+    config: Option<&str>,
 ) -> (Vec<String>, String, Option<i32>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("w.{ext}");
     std::fs::write(dir.path().join(&name), source).unwrap();
+    if let Some(config) = config {
+        std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+    }
     let out = cairn_in(dir.path())
         .args(["--store", "jsonl:j", "run", &name, "--run-id", "r1", "-q"])
         .args(args)
@@ -112,8 +116,10 @@ fn the_determinism_corpus_gives_identical_journals_and_replays_with_nothing_live
             continue;
         }
         assert_eq!(lint.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&lint.stderr));
-        let (first, out1, code1, kept) = run_kept_as(&ext, &source, &[]);
-        let (second, out2, code2, _) = run_kept_as(&ext, &source, &[]);
+        // A script's `NAME.toml` beside it, if any, is the `cairn.toml` it runs under.
+        let config = std::fs::read_to_string(path.with_extension("toml")).ok();
+        let (first, out1, code1, kept) = run_kept_as(&ext, &source, &[], config.as_deref());
+        let (second, out2, code2, _) = run_kept_as(&ext, &source, &[], config.as_deref());
         assert!(!first.is_empty(), "{name}: empty journal");
         assert_eq!((&first, &out1, code1), (&second, &out2, code2), "{name}");
         let replay = cairn_in(kept.path()).args(["--store", "jsonl:j", "replay", "r1"]).output().unwrap();

@@ -275,3 +275,58 @@ fn a_budget_refusal_replays_as_it_read_live_in_both_dialects() {
         assert!(replay.text().contains(" 0 live, 0 orphaned"), "{ext}: {}", replay.text());
     }
 }
+
+/// Item 2: a step's operations count the same on replay. The step's terminal entry journals
+/// the operations its body ran (`ops`), and a replay that serves the step charges them: a run
+/// that spent its operation budget across a step and the code after it ends the same way on
+/// replay (it used to skip the body, stay under the budget and reach the agent call live), and
+/// a run that fitted still fits.
+#[test]
+fn a_steps_operations_count_the_same_on_replay_in_both_dialects() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/determinism");
+    let config = std::fs::read_to_string(corpus.join("step_operations_budget.toml")).unwrap();
+    for ext in ["rhai", "lua"] {
+        let source = std::fs::read_to_string(corpus.join(format!("step_operations_budget.{ext}"))).unwrap();
+        // Over the budget (two spins of about 60% each), and within it (two spins of 30%).
+        for (spin, fits) in [("60", false), ("30", true)] {
+            let (dir, name) = script_dir(ext, &source);
+            let path = dir.path();
+            std::fs::write(path.join("cairn.toml"), &config).unwrap();
+            let live = cairn(
+                path,
+                &["run", &name, "--run-id", "r1", "-q", "--json", "--args", &format!("{{\"spin\": {spin}}}")],
+            );
+            let journal = std::fs::read_to_string(path.join("j/r1.jsonl")).unwrap();
+            if fits {
+                assert_eq!(live.code, Some(0), "{ext} {spin}: {}", live.text());
+            } else {
+                assert_ne!(live.code, Some(0), "{ext} {spin}: {}", live.text());
+                assert!(
+                    live.text().contains("budget of 1000000 operations"),
+                    "{ext} {spin}: {}",
+                    live.text()
+                );
+                assert!(
+                    !journal.contains("\"kind\":\"agent\""),
+                    "{ext} {spin}: the agent call ran: {journal}"
+                );
+            }
+            // The step's terminal entry says how many operations its body ran.
+            let step: serde_json::Value = journal
+                .lines()
+                .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+                .find(|entry| entry["kind"] == "step" && entry["status"] == "ok")
+                .unwrap_or_else(|| panic!("{ext} {spin}: no step result: {journal}"));
+            let ops = step["ops"].as_u64().unwrap_or_default();
+            let share = spin.parse::<u64>().unwrap() * 10_000;
+            assert!(
+                ops > share / 2 && ops < share * 2,
+                "{ext} {spin}: the step ran {ops} operations: {step}"
+            );
+
+            let replay = cairn(path, &["replay", "r1"]);
+            assert_eq!(replay.code, Some(0), "{ext} {spin}: {}", replay.text());
+            assert!(replay.text().contains(" 0 live, 0 orphaned"), "{ext} {spin}: {}", replay.text());
+        }
+    }
+}

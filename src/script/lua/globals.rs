@@ -117,7 +117,13 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
             };
             let key = Ctx::step_key(&label, &step_opts)?;
             let live = match ctx.begin_two_phase(Kind::Step, "step", &label, key, None)? {
-                crate::engine::Begun::Done(result) => return Ok(one(shared.to_lua(&lua, &result?)?)),
+                crate::engine::Begun::Done(result, ops) => {
+                    // The body's operations count as if it had run (they were journaled with it).
+                    if let Some(error) = shared.guard.charge(ops) {
+                        return Err(error);
+                    }
+                    return Ok(one(shared.to_lua(&lua, &result?)?));
+                }
                 crate::engine::Begun::Live(live) => live,
             };
             // The body runs between the two journal entries, in the step's own scope, on a

@@ -91,6 +91,7 @@ impl Guard {
     pub(super) fn charge(&self, n: u64) -> Option<Error> {
         let total = self.operations.get().saturating_add(n);
         self.operations.set(total);
+        super::frame::count_to_step(n);
         let built = crate::script::host::operations_for(self.memory.allocated());
         if total.saturating_add(built) > self.max_operations {
             return Some(self.trip(Error::new(

@@ -106,9 +106,12 @@ thread_local! {
 }
 
 pub(super) fn with_ctx<R>(ctx: Ctx, body: impl FnOnce() -> R) -> R {
+    // Operations count to the step the scope runs inside (if any), as the scope's effects do.
+    let previous = super::guard::set_step_ops(ctx.step_ops.clone());
     CURRENT.with(|stack| stack.borrow_mut().push(ctx));
     let result = body();
     CURRENT.with(|stack| stack.borrow_mut().pop());
+    super::guard::set_step_ops(previous);
     result
 }
 

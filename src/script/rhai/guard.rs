@@ -4,13 +4,14 @@
 //! errors are dropped still ends the run).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use super::sandbox::SandboxLimits;
 use crate::alloc::{CountingAlloc, MemoryAccount};
+use crate::engine::StepOps;
 use crate::error::{Error, ErrorCode};
 
 /// How many operations pass between reads of the clock and the cancellation token.
@@ -19,6 +20,26 @@ const SLOW_CHECK_EVERY: u64 = 64;
 thread_local! {
     /// The guard of the run this thread executes a script for, or null.
     static CURRENT: std::cell::Cell<*const RunGuard> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+thread_local! {
+    /// The operation tally of the live step the scope this thread runs in belongs to (see
+    /// [`crate::engine::Ctx`]'s `step_ops`), set with the scope by the bridge's `with_ctx`.
+    static STEP_OPS: std::cell::RefCell<Option<Arc<StepOps>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Makes `ops` the tally this thread's operations count into; returns the previous one.
+pub(crate) fn set_step_ops(ops: Option<Arc<StepOps>>) -> Option<Arc<StepOps>> {
+    STEP_OPS.with(|slot| slot.replace(ops))
+}
+
+/// Counts `n` operations to the step this thread runs inside, if any.
+fn count_to_step(n: u64) {
+    STEP_OPS.with(|slot| {
+        if let Some(ops) = &*slot.borrow() {
+            ops.add(n);
+        }
+    });
 }
 
 thread_local! {
@@ -196,6 +217,7 @@ impl RunGuard {
     /// crossed.
     pub(crate) fn operation(&self) -> Option<Error> {
         let n = self.operations.fetch_add(1, Ordering::Relaxed) + 1;
+        count_to_step(1);
         // The memory bounds first: a copying loop is told about its allocations, the clearer
         // message, when it crosses both.
         if let Some(error) = self.memory_check() {
@@ -205,14 +227,7 @@ impl RunGuard {
         // operation (`replace`, `to_upper`, a copy-on-write) is charged by what it built.
         let built = crate::script::host::operations_for(self.memory.allocated());
         if n.saturating_add(built) > self.max_operations {
-            return Some(self.trip(Error::new(
-                ErrorCode::SandboxLimit,
-                format!(
-                    "the script exceeded its budget of {} operations (the bytes its allocations, copies and \
-                     engine calls handle count too, 4 to an operation)",
-                    self.max_operations
-                ),
-            )));
+            return Some(self.trip(self.over_budget()));
         }
         if let Some(error) = self.tripped.get() {
             return Some(error.clone());
@@ -230,6 +245,7 @@ impl RunGuard {
     pub(crate) fn host_work(&self, bytes: u64, kept: u64, entries: u64) -> Option<Error> {
         let operations = crate::script::host::operations_for(bytes);
         let n = self.operations.fetch_add(operations, Ordering::Relaxed).saturating_add(operations);
+        count_to_step(operations);
         if n > self.max_operations {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
@@ -246,6 +262,31 @@ impl RunGuard {
             return Some(self.trip(crate::script::host::too_many_entries(self.max_entries)));
         }
         self.memory_check().or_else(|| self.tripped.get().cloned())
+    }
+
+    /// The operations of a step body a replay served instead of running it, as its journal
+    /// entry counted them live: charged as if the body had run, so the budget ends a run at
+    /// the same point whether the step ran or replayed.
+    pub(crate) fn served_step(&self, ops: u64) -> Option<Error> {
+        let n = self.operations.fetch_add(ops, Ordering::Relaxed).saturating_add(ops);
+        count_to_step(ops);
+        if n > self.max_operations {
+            // As the body's own operation would have said, had it run.
+            return Some(self.trip(self.over_budget()));
+        }
+        self.tripped.get().cloned()
+    }
+
+    /// The error of a run past its operation budget.
+    fn over_budget(&self) -> Error {
+        Error::new(
+            ErrorCode::SandboxLimit,
+            format!(
+                "the script exceeded its budget of {} operations (the bytes its allocations, copies and \
+                 engine calls handle count too, 4 to an operation)",
+                self.max_operations
+            ),
+        )
     }
 
     /// The memory bounds alone, held and allocated (also checked at the JSON boundary).

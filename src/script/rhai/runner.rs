@@ -226,7 +226,13 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             StepOptions { key: str_opt(&opts, "key"), deps, on_error: None, body: shared.bodies.get(&body) };
         let key = Ctx::step_key(label, &step_opts).map_err(to_rhai)?;
         let live = match ctx.begin_two_phase(Kind::Step, "step", label, key, None).map_err(to_rhai)? {
-            crate::engine::Begun::Done(result) => return result.map(|v| to_dynamic(&v)).map_err(to_rhai),
+            crate::engine::Begun::Done(result, ops) => {
+                // The body's operations count as if it had run (they were journaled with it).
+                if let Some(error) = shared.guard.served_step(ops) {
+                    return Err(to_rhai(error));
+                }
+                return result.map(|v| to_dynamic(&v)).map_err(to_rhai);
+            }
             crate::engine::Begun::Live(live) => live,
         };
         // The body runs here, on the script thread, between the two journal entries, in the
