@@ -1,9 +1,9 @@
 //! The JSONL store's counters, in sidecar files beside the journals (names start with `.`,
 //! which no run id does):
 //!
-//! - `.counters.log`: one line `<calls> <spend nano-USD>` per tallied append, written after the
-//!   batch's journal lines in one `O_APPEND` write, so appenders in several processes never
-//!   interleave. It is the record; a crash between the journal write and this one loses that
+//! - `.counters.log`, started at the store's first append: one line `<calls> <spend nano-USD>`
+//!   per tallied append, written after the batch's journal lines in one `O_APPEND` write, so
+//!   appenders in several processes never interleave. It is the record; a crash between the journal write and this one loses that
 //!   one batch's tally, as a crash of `Durability::Normal` can lose an unsynced append.
 //! - `.counters.json`: the log's fold up to a byte offset, a cache. Read, the fold is brought
 //!   up to the log's end (only the new lines are read) and written back; missing, unreadable
@@ -37,27 +37,31 @@ struct Fold {
     spend_nano_usd: i64,
 }
 
-/// Starts the log of a directory that has none: counting from now when it holds no journal
-/// yet, else marked uncounted first. Safe against another process starting it at once.
+/// Starts the log of a directory that has none, before the store's first append: counting
+/// from now when it holds no journal yet, else marked uncounted first. Safe against another
+/// process starting it at once.
 pub(super) fn start(dir: &Path) -> Result<()> {
     let log = dir.join(LOG);
     if log.exists() {
         return Ok(());
     }
-    let mut journals = false;
-    for item in fs::read_dir(dir)? {
-        if item?.file_name().to_str().is_some_and(|name| name.ends_with(".jsonl")) {
-            journals = true;
-            break;
-        }
-    }
-    if journals {
+    if has_journals(dir)? {
         File::create(dir.join(UNCOUNTED))?;
     }
     match OpenOptions::new().append(true).create_new(true).open(&log) {
         Err(err) if err.kind() != io::ErrorKind::AlreadyExists => Err(err.into()),
         _ => Ok(()),
     }
+}
+
+/// Whether the directory holds a journal file.
+fn has_journals(dir: &Path) -> Result<bool> {
+    for item in fs::read_dir(dir)? {
+        if item?.file_name().to_str().is_some_and(|name| name.ends_with(".jsonl")) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Opens the log for appending.
@@ -85,7 +89,10 @@ pub(super) fn read(dir: &Path, replace: impl FnOnce(&Path, &[u8]) -> Result<()>)
     }
     let mut log = match File::open(dir.join(LOG)) {
         Ok(log) => log,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // Not started: nothing was appended here yet, unless an older cairn did.
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            return Ok(if has_journals(dir)? { None } else { Some(Tally::default()) });
+        }
         Err(err) => return Err(err.into()),
     };
     let len = log.metadata()?.len();
@@ -160,8 +167,13 @@ mod tests {
         fs::write(dir.path().join("old.jsonl"), b"{\"seq\":1}\n").unwrap();
         start(dir.path()).unwrap();
         assert_eq!(read(dir.path(), replace).unwrap(), None);
+        // Not started yet: counted (empty) without journals, uncounted with older ones.
         let fresh = tempfile::tempdir().unwrap();
-        start(fresh.path()).unwrap();
         assert_eq!(read(fresh.path(), replace).unwrap(), Some(Tally::default()));
+        fs::write(fresh.path().join("old.jsonl"), b"{\"seq\":1}\n").unwrap();
+        assert_eq!(read(fresh.path(), replace).unwrap(), None);
+        let started = tempfile::tempdir().unwrap();
+        start(started.path()).unwrap();
+        assert_eq!(read(started.path(), replace).unwrap(), Some(Tally::default()));
     }
 }

@@ -68,8 +68,8 @@ pub struct JsonlStore {
     temp_counter: AtomicU64,
     /// The leases this store holds: per run, the locked file and the lease it backs.
     locks: Mutex<HashMap<RunId, HeldLock>>,
-    /// The counters' tally log, opened for appending (see `counters`).
-    counter_log: Mutex<File>,
+    /// The counters' tally log, opened for appending at the first append (see `counters`).
+    counter_log: Mutex<Option<File>>,
 }
 
 /// A run's lease as this store holds it: the open, exclusively locked `<run>.lock` file.
@@ -117,10 +117,8 @@ impl JsonlStore {
     /// [`Error::Io`] when the directory cannot be created.
     pub fn open(dir: &Path, durability: Durability) -> Result<JsonlStore> {
         fs::create_dir_all(dir)?;
-        counters::start(dir)?;
-        let counter_log = Mutex::new(counters::open_log(dir)?);
         Ok(JsonlStore {
-            counter_log,
+            counter_log: Mutex::new(None),
             dir: dir.to_path_buf(),
             durability,
             slots: Mutex::new(HashMap::new()),
@@ -369,6 +367,13 @@ impl JournalStore for JsonlStore {
                 });
             }
         }
+        // Before any journal of this store exists: a directory whose journals predate its
+        // tally log is marked uncounted when the log starts.
+        if lock(&self.counter_log).is_none() {
+            counters::start(&self.dir)?;
+            let log = counters::open_log(&self.dir)?;
+            lock(&self.counter_log).get_or_insert(log);
+        }
         let slot = self.slot(run);
         let mut slot = lock(&slot);
         if slot.journal.is_none() {
@@ -378,7 +383,10 @@ impl JournalStore for JsonlStore {
         common::check_tail(run, tail, entries)?;
         self.write_batch(&mut slot, entries)?;
         // Still under the run's slot: the run's tallies are logged in its append order.
-        counters::record(&mut lock(&self.counter_log), tally, self.durability == Durability::Full)
+        match lock(&self.counter_log).as_mut() {
+            Some(log) => counters::record(log, tally, self.durability == Durability::Full),
+            None => Err(Error::Io(io::Error::other("the counters log is not open"))),
+        }
     }
 
     fn counters(&self) -> Result<Option<super::StoreCounters>> {
