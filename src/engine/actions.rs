@@ -67,16 +67,16 @@ fn cancel_ref(run: &RunId) -> String {
     format!("{run}/cancel_by")
 }
 
-/// Leaves the name of who asked a driven run to cancel for its driver (`None` clears an
-/// earlier one: the request is the CLI's).
+/// Leaves the name of who asked a driven run to cancel for its driver. A request naming nobody
+/// (the CLI, or a worker cancelling a run it parked as it was asked to) leaves an earlier
+/// name in place: that request is still the one being carried out.
 pub(super) fn leave_cancel_requester(
     engine: &EngineInner,
     run: &RunId,
     by: Option<&str>,
 ) -> Result<(), Error> {
-    match by {
-        Some(name) => engine.transcripts.put(&cancel_ref(run), name.as_bytes())?,
-        None => engine.transcripts.delete(&cancel_ref(run))?,
+    if let Some(name) = by {
+        engine.transcripts.put(&cancel_ref(run), name.as_bytes())?;
     }
     Ok(())
 }

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast};
 
 use super::events::{EventKind, EventStream};
@@ -20,15 +20,15 @@ use crate::store::RunId;
 pub(crate) const RELAY_CAPACITY: usize = 1024;
 
 /// A text delta of one agent call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct LiveToken {
     /// The call's scope path (`""` for the root).
     pub(crate) scope: String,
     /// The call's label, if it has one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) label: Option<String>,
     /// The requested model.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) model: Option<String>,
     /// Which call of the run segment it is (its event span id): deltas of one call share it.
     pub(crate) call: u64,
@@ -89,34 +89,48 @@ impl LiveRelay {
     }
 }
 
-/// Relays the agent deltas of `events` (a run segment's stream) to `relay` until the stream
-/// ends or nobody listens any more.
-pub(crate) async fn relay(relay: Arc<LiveRelay>, run: RunId, mut events: EventStream) {
-    // Which call each span is, from its `agent:start`.
-    let mut calls: HashMap<u64, (String, Option<String>, String)> = HashMap::new();
-    while let Some(event) = events.next().await {
+/// Which agent call each span of a run's event stream is (from its `agent:start`), so its
+/// deltas become [`LiveToken`]s.
+#[derive(Debug, Default)]
+pub(crate) struct Calls(HashMap<u64, (String, Option<String>, String)>);
+
+impl Calls {
+    /// The delta `event` carries, as a token; `None` for any other event.
+    pub(crate) fn token(&mut self, event: &super::events::Event) -> Option<LiveToken> {
         match &event.kind {
             EventKind::AgentStart { label, model, scope, .. } => {
-                calls.insert(event.span_id, (scope.clone(), label.clone(), model.clone()));
+                self.0.insert(event.span_id, (scope.clone(), label.clone(), model.clone()));
+                None
             }
             EventKind::AgentDelta { text } => {
-                let (scope, label, model) = calls.get(&event.span_id).cloned().unwrap_or_default();
-                let token = LiveToken {
+                let (scope, label, model) = self.0.get(&event.span_id).cloned().unwrap_or_default();
+                Some(LiveToken {
                     scope,
                     label,
                     model: (!model.is_empty()).then_some(model),
                     call: event.span_id,
                     text: text.clone(),
-                };
-                if !relay.publish(&run, token) {
-                    // Everyone left: stop reading, so the run builds no more events for us.
-                    return;
-                }
+                })
             }
             EventKind::AgentEnd { .. } => {
-                calls.remove(&event.span_id);
+                self.0.remove(&event.span_id);
+                None
             }
-            _ => {}
+            _ => None,
+        }
+    }
+}
+
+/// Relays the agent deltas of `events` (a run segment's stream) to `relay` until the stream
+/// ends or nobody listens any more.
+pub(crate) async fn relay(relay: Arc<LiveRelay>, run: RunId, mut events: EventStream) {
+    let mut calls = Calls::default();
+    while let Some(event) = events.next().await {
+        if let Some(token) = calls.token(&event)
+            && !relay.publish(&run, token)
+        {
+            // Everyone left: stop reading, so the run builds no more events for us.
+            return;
         }
     }
 }

@@ -44,6 +44,7 @@ mod inputs;
 mod lease;
 mod lifecycle;
 mod live;
+mod live_store;
 mod liveness;
 mod observer;
 mod options;
@@ -84,6 +85,7 @@ pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
 pub(crate) use live::LiveToken;
+pub(crate) use live_store::{RemoteLive, read_remote_live, unwant_live};
 pub use observer::RunObserver;
 pub use options::{
     AgentOptions, CallOptions, ErrorPolicy, ExternalOptions, OnError, OnItemError, ParallelOptions,

@@ -613,19 +613,44 @@ async fn drive(
     // before); a relay that lost its listeners ends, and the next listener starts another.
     let live = engine.inner.live.clone();
     let mut relaying: Option<tokio::task::JoinHandle<()>> = None;
+    // Listeners in other processes (a `cairn serve` over the same store) get the deltas through
+    // the store while one wants them and none listens here (`live_store`).
+    let mut storing: Option<tokio::task::JoinHandle<()>> = None;
+    let mut look = tokio::time::interval(super::live_store::WANTED_POLL);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome = loop {
         let relay_idle = relaying.as_ref().is_none_or(tokio::task::JoinHandle::is_finished);
+        let store_idle = storing.as_ref().is_none_or(tokio::task::JoinHandle::is_finished);
         tokio::select! {
             outcome = handle.wait() => break outcome,
             () = live.wanted(&claim.run_id), if relay_idle => {
                 relaying = Some(tokio::spawn(super::live::relay(live.clone(), claim.run_id.clone(), handle.events())));
+            }
+            _ = look.tick(), if store_idle => {
+                if live.listened(&claim.run_id) {
+                    continue;
+                }
+                let (store, run, now) =
+                    (engine.inner.transcripts.clone(), claim.run_id.clone(), engine.inner.clock.now_ms());
+                let wanted =
+                    tokio::task::spawn_blocking(move || super::live_store::wanted(store.as_ref(), &run, now)).await;
+                if matches!(wanted, Ok(true)) {
+                    storing = Some(tokio::spawn(super::live_store::relay_to_store(
+                        engine.inner.transcripts.clone(),
+                        engine.inner.clock.clone(),
+                        claim.run_id.clone(),
+                        handle.events(),
+                    )));
+                }
             }
             _ = cancelled.cancelled(), if !cancel_sent => {
                 tracing::info!(run = %claim.run_id, "cancelling a run at another process's request");
                 handle.cancel();
                 cancel_sent = true;
             }
-            _ = tokio::time::sleep(renew_every) => {
+            _ = renew.tick() => {
                 let (held, ttl) = (claim.clone(), options.claim_ttl);
                 if let Err(e) = on_queue(engine, move |queue| queue.renew(&held, ttl)).await {
                     tracing::warn!(run = %claim.run_id, error = %e, "could not renew a claim");

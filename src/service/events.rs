@@ -10,9 +10,11 @@
 //!
 //! With `?tokens=1`, the stream also carries `token` events (no id, never journaled): each
 //! text delta of an agent call, `{run_id, scope, label, model, call, text}`, relayed from the
-//! worker of this process that drives the run (`engine::live`). Lossy: a
-//! client that falls behind skips deltas, and a run driven by a separate `cairn worker`
-//! process streams its entries but no tokens; the journaled answer is whole either way.
+//! worker of this process that drives the run (`engine::live`), or, for a run a separate
+//! `cairn worker` process drives, through the store (`engine::live_store`: the stream keeps a
+//! `RUN/live/wanted` blob fresh, the worker writes chunks of deltas that the stream reads every
+//! 250 ms). Lossy: a client that falls behind skips deltas, and a chunk past its bound or
+//! deleted before it was read is lost; the journaled answer is whole either way.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -74,7 +76,18 @@ pub async fn events(
         .await?
     };
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(follow(state, run, after, meta.status, raw, (changes, live), tx));
+    tokio::spawn(async move {
+        let remote = live.is_some();
+        follow(state.clone(), run.clone(), after, meta.status, raw, (changes, live), tx).await;
+        if remote {
+            // Nobody here wants the run's deltas any more (another listener renews its wish).
+            let _ = blocking(&state, move |engine| {
+                crate::engine::unwant_live(engine, &run);
+                Ok(())
+            })
+            .await;
+        }
+    });
     Ok(Sse::new(rx).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
@@ -97,6 +110,11 @@ async fn follow(
         return;
     }
     let mut batch = raw;
+    // Deltas relayed through the store by a worker in another process: looked for every
+    // `REMOTE_READ` while the client asked for tokens.
+    let mut remote = live.is_some().then(RemoteTokens::default);
+    let mut remote_tick = tokio::time::interval(REMOTE_READ);
+    remote_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         for entry in &batch {
             if entry.seq() <= after {
@@ -153,10 +171,31 @@ async fn follow(
                 () = &mut poll => Woke::Changed,
                 () = shutdown.cancelled() => Woke::Stopping,
                 token = next_token(&mut live) => Woke::Token(token),
+                _ = remote_tick.tick(), if remote.is_some() => Woke::Remote,
             };
             match woke {
                 Woke::Changed => break false,
                 Woke::Stopping => break true,
+                Woke::Remote => {
+                    let Some(seen) = remote.take() else { continue };
+                    let read = {
+                        let run = run.clone();
+                        blocking(&state, move |engine| {
+                            Ok(crate::engine::read_remote_live(engine, &run, seen))
+                        })
+                        .await
+                    };
+                    let Ok((tokens, seen)) = read else { continue };
+                    remote = Some(seen);
+                    for token in tokens {
+                        let mut data = serde_json::to_value(&token).unwrap_or(Value::Null);
+                        data["run_id"] = json!(run);
+                        if tx.send(Ok(Event::default().event("token").data(data.to_string()))).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
                 Woke::Token(Some(token)) => {
                     let mut data = serde_json::to_value(&token).unwrap_or(Value::Null);
                     data["run_id"] = json!(run);
@@ -210,7 +249,14 @@ enum Woke {
     Changed,
     Stopping,
     Token(Option<crate::engine::LiveToken>),
+    Remote,
 }
+
+/// How often a stream with `?tokens=1` reads the deltas relayed through the store.
+const REMOTE_READ: Duration = Duration::from_millis(250);
+
+/// What a stream has read of the deltas relayed through the store.
+pub(crate) type RemoteTokens = crate::engine::RemoteLive;
 
 /// Resolves when the store notifies a change (never, without notifications).
 async fn changed(changes: &mut Option<RunChanges>) {

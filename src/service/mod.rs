@@ -6,7 +6,7 @@
 //! One concept per file: [`error`] the `{code, message}` body (every error is JSON),
 //! [`auth`] the bearer tokens and their scopes, [`guard`] the refusal of drive-by requests
 //! (`Host`, cross-site, non-JSON bodies), [`limits`] the accept loop's bounds and the body
-//! read timeout, [`runs`] the run routes, [`plan`] a planner goal's run, [`events`] the SSE stream, [`metrics`] the Prometheus text,
+//! read timeout, [`runs`] the run routes, [`turns`] an agent call's turns, [`plan`] a planner goal's run, [`events`] the SSE stream, [`metrics`] the Prometheus text,
 //! [`openapi`] the OpenAPI document, [`inspector`] the browser inspector at `/`.
 
 pub mod auth;
@@ -19,6 +19,9 @@ pub mod metrics;
 pub mod openapi;
 pub mod plan;
 pub mod runs;
+#[cfg(test)]
+mod tests;
+pub mod turns;
 
 use std::sync::Arc;
 
@@ -101,6 +104,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/runs/{id}/resolve/{key}"),
     ("post", "/v1/runs/{id}/cancel"),
     ("post", "/v1/runs/{id}/resume"),
+    ("get", "/v1/runs/{id}/calls/{seq}/turns"),
 ];
 
 /// Every response says its type is what it declares.
@@ -138,6 +142,7 @@ pub fn router(engine: Engine, options: ServiceOptions) -> Router {
         .route("/v1/runs/{id}/resolve/{key}", post(runs::resolve))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))
+        .route("/v1/runs/{id}/calls/{seq}/turns", get(turns::turns))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     // Outermost first: errors become JSON, drive-by requests are refused before anything
     // else, then the body is read within its time limit.

@@ -393,7 +393,9 @@ pub async fn journal(
     }
     blocking(&state, move |engine| {
         meta_of(engine, &run)?;
-        let mut raw = engine.journal_store().load_since(&run, after)?;
+        // One page (and one entry past it, to tell whether more follow): memory grows with
+        // the page, never with the journal.
+        let mut raw = engine.journal_store().load_page(&run, after, limit + 1)?;
         let more = raw.len() > limit;
         raw.truncate(limit);
         let entries = journal::decode_all(&raw).map_err(|e| ApiError::from(Error::from(e)))?;

@@ -122,8 +122,10 @@ async fn the_journal_records_which_token_started_resolved_resumed_and_cancelled_
         b["status"] == "suspended" && b["meta"]["segments"] == 2
     })
     .await;
+    // 200 when the worker has let the parked run go, 202 while it still holds it (it cancels
+    // the run as it parks): either way the journal names Alice.
     let (code, body) = call(&server, Method::POST, &format!("/v1/runs/{resumed}/cancel"), ALICE, None).await;
-    assert_eq!(code, 200, "{body}");
+    assert!(code == 200 || code == 202, "{code} {body}");
     let shown = wait_until(&server, &resumed, "cancelled", |b| b["status"] == "cancelled").await;
     assert_eq!(
         actions(&shown),

@@ -97,7 +97,9 @@
   }
 
   // The run's events over fetch streaming (the token goes in a header, never the URL).
-  function stream(path, lastEventId, onEvent) {
+  // `onEnd(error)` is called once when the stream ends by itself (closed or failed), not when
+  // it is stopped.
+  function stream(path, lastEventId, onEvent, onEnd) {
     const controller = new AbortController();
     const h = headers({ Accept: "text/event-stream" });
     if (lastEventId) h["Last-Event-ID"] = String(lastEventId);
@@ -137,9 +139,16 @@
           onEvent(event, id, parsed);
         }
       }
-    })().catch((e) => {
-      if (e.name !== "AbortError") showError(e.message);
-    });
+    })().then(
+      () => {
+        if (!controller.signal.aborted && onEnd) onEnd(null);
+      },
+      (e) => {
+        if (e.name === "AbortError" || controller.signal.aborted) return;
+        if (onEnd) onEnd(e);
+        else showError(e.message);
+      }
+    );
     return () => controller.abort();
   }
 
@@ -267,8 +276,9 @@
   }
 
   class Tree {
-    constructor(container) {
+    constructor(container, runPath) {
       this.container = container;
+      this.runPath = runPath;
       this.root = new Node("", "run", "run", null);
       this.root.expanded = true;
       this.calls = new Map(); // running seq -> item
@@ -430,6 +440,7 @@
         field("usage", e.usage);
         field("transcript", e.transcript_ref);
         field("attempts", e.attempts && e.attempts.length ? e.attempts : null);
+        dom.detail.append(this.turnsBox(item));
       } else {
         field("name", s.name);
         field("value", e.value);
@@ -438,6 +449,50 @@
       field("scope", s.scope || "(root)");
     }
   }
+
+  // An agent call's turns, read on demand from the server (bounded there), as text only.
+  Tree.prototype.turnsBox = function (item) {
+    const box = el("div", { class: "turns" });
+    const seq = (item.end || item.start).seq;
+    const show = (answer) => {
+      clear(box);
+      const head = [answer.messages.length + " messages"];
+      if (answer.turns !== null && answer.turns !== undefined) head.push(answer.turns + " turns");
+      if (answer.tool_calls) head.push(answer.tool_calls + " tool calls");
+      if (answer.cost_nano_usd !== undefined && answer.cost_nano_usd !== null) head.push(usd(answer.cost_nano_usd));
+      if (answer.omitted) head.push(answer.omitted + " earlier messages not shown");
+      box.append(el("div", { class: "muted", text: head.join(" · ") }));
+      for (const message of answer.messages) {
+        const turn = el("div", { class: "turn turn-" + message.role }, el("span", { class: "kind", text: message.role }));
+        for (const part of message.parts) {
+          let label = part.type;
+          if (part.name) label += " " + part.name;
+          if (part.is_error) label += " (error)";
+          if (part.truncated) label += " (cut)";
+          turn.append(el("div", { class: "muted", text: label }), el("pre", { class: "part part-" + part.type, text: part.text }));
+        }
+        box.append(turn);
+      }
+    };
+    if (item.turns) {
+      show(item.turns);
+      return box;
+    }
+    const button = el("button", { type: "button", class: "load-turns", text: "Show turns" });
+    button.addEventListener("click", async (event) => {
+      event.stopPropagation();
+      button.disabled = true;
+      try {
+        item.turns = await api(this.runPath + "/calls/" + encodeURIComponent(seq) + "/turns");
+        show(item.turns);
+      } catch (e) {
+        showError(e.message);
+        button.disabled = false;
+      }
+    });
+    box.append(button);
+    return box;
+  };
 
   // ---- cost chart (own SVG) ----
   function costChart(title, lines) {
@@ -485,9 +540,9 @@
     journal.append(treeBox, el("div", { class: "toolbar" }, more, loaded));
     main.append(el("div", { class: "toolbar" }, title, status, cancel, resume), facts, waits, live, costs, journal);
 
-    const tree = new Tree(treeBox);
-    const state = { after: 0, next: null, count: 0, status: null, stopStream: null, stopped: false, streams: new Map() };
     const path = "/v1/runs/" + encodeURIComponent(id);
+    const tree = new Tree(treeBox, path);
+    const state = { after: 0, next: null, count: 0, status: null, stopStream: null, stopped: false, streams: new Map(), waitKeys: null, watchdog: null };
 
     function setStatus(s) {
       state.status = s;
@@ -508,9 +563,16 @@
       if (shown.cost) {
         charts.append(costChart("phase", shown.cost.by_phase), costChart("model", shown.cost.by_model), costChart("role", shown.cost.by_role));
       }
-      clear(waitList);
-      waits.hidden = !(shown.pending && shown.pending.length);
-      for (const wait of shown.pending || []) waitList.append(waitForm(wait));
+      // The wait forms are rebuilt only when the set of open waits changes: a status event
+      // while someone types into a form must not replace it under them.
+      const pending = shown.pending || [];
+      const waitKeys = pending.map((w) => w.seq + ":" + w.key).sort().join("\n");
+      if (waitKeys !== state.waitKeys) {
+        state.waitKeys = waitKeys;
+        clear(waitList);
+        for (const wait of pending) waitList.append(waitForm(wait));
+      }
+      waits.hidden = !pending.length;
       if (shown.error) facts.append(el("pre", { class: "run-error", text: text(shown.error) }));
       return shown;
     }
@@ -577,22 +639,52 @@
       // Finished calls keep their text on the page until the run settles.
     }
 
+    // Follows the run over SSE from the last entry shown. A stream that ends before the run's
+    // outcome (a dropped connection, a server restart) is opened again from there; and while
+    // the run is unsettled a slow poll of the run keeps its status true even if no stream
+    // gets through.
     function follow() {
       if (state.stopped || state.stopStream || state.next) return;
-      state.stopStream = stream(path + "/events?tokens=1", state.after, (event, _id, data) => {
-        if (event === "entry") addEntry(data);
-        else if (event === "status") {
-          setStatus(data.status);
-          loadShow().catch((e) => showError(e.message));
-        } else if (event === "token") {
-          const box = streamBox(data);
-          box.pre.textContent += data.text || "";
-        } else if (event === "outcome") {
-          setStatus(data.status);
+      let ended = false;
+      state.stopStream = stream(
+        path + "/events?tokens=1",
+        state.after,
+        (event, _id, data) => {
+          if (event === "entry") addEntry(data);
+          else if (event === "status") {
+            setStatus(data.status);
+            loadShow().catch((e) => showError(e.message));
+          } else if (event === "token") {
+            const box = streamBox(data);
+            box.pre.textContent += data.text || "";
+          } else if (event === "outcome") {
+            ended = true;
+            setStatus(data.status);
+            state.stopStream = null;
+            loadShow().catch((e) => showError(e.message));
+          }
+        },
+        (error) => {
+          if (ended || state.stopped) return;
           state.stopStream = null;
-          loadShow().catch((e) => showError(e.message));
+          if (error) showError(error.message + " (reconnecting)");
+          setTimeout(() => {
+            if (!state.stopped && !SETTLED.includes(state.status)) follow();
+          }, 1000);
         }
-      });
+      );
+      watch();
+    }
+    function watch() {
+      if (state.watchdog || state.stopped) return;
+      state.watchdog = setInterval(() => {
+        if (state.stopped || SETTLED.includes(state.status)) {
+          clearInterval(state.watchdog);
+          state.watchdog = null;
+          return;
+        }
+        loadShow().catch((e) => showError(e.message));
+      }, 3000);
     }
 
     cancel.addEventListener("click", async () => {
@@ -629,6 +721,7 @@
       stop() {
         state.stopped = true;
         if (state.stopStream) state.stopStream();
+        if (state.watchdog) clearInterval(state.watchdog);
       },
     };
   }

@@ -1,0 +1,99 @@
+//! The service's routes over a store that refuses to load a whole journal: what a route reads
+//! per request is bounded by its page, never by the journal.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::journal::{self, Entry, Kind, ScopePath, Seq, Status};
+use crate::store::{
+    self, JournalStore, Lease, MemoryStore, RawEntry, RunFilter, RunId, RunMeta, RunStatus, TranscriptStore,
+};
+
+/// A memory store whose `load` and `load_since` fail: only `load_page` reads a journal.
+#[derive(Debug)]
+struct PagesOnly(MemoryStore);
+
+impl JournalStore for PagesOnly {
+    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> store::Result<()> {
+        self.0.append(run, entries, lease)
+    }
+    fn load(&self, _run: &RunId) -> store::Result<Vec<RawEntry>> {
+        Err(store::Error::Config("a whole journal was loaded".into()))
+    }
+    fn load_since(&self, _run: &RunId, _after: u64) -> store::Result<Vec<RawEntry>> {
+        Err(store::Error::Config("the rest of a journal was loaded".into()))
+    }
+    fn load_page(&self, run: &RunId, after: u64, limit: usize) -> store::Result<Vec<RawEntry>> {
+        self.0.load_page(run, after, limit)
+    }
+    fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> store::Result<()> {
+        self.0.put_meta(meta, lease)
+    }
+    fn get_meta(&self, run: &RunId) -> store::Result<Option<RunMeta>> {
+        self.0.get_meta(run)
+    }
+    fn list_runs(&self, filter: &RunFilter) -> store::Result<Vec<RunMeta>> {
+        self.0.list_runs(filter)
+    }
+    fn delete(&self, run: &RunId, lease: Option<&Lease>) -> store::Result<()> {
+        JournalStore::delete(&self.0, run, lease)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_route_reads_one_page_from_the_store() {
+    let inner = MemoryStore::new();
+    let run = RunId::parse("paged").unwrap();
+    let key = journal::content_key(&serde_json::json!("x")).unwrap();
+    let raw: Vec<RawEntry> = (1..=25)
+        .map(|seq| {
+            let mut entry = Entry::new(Seq(seq), Kind::Rand, Status::Ok, ScopePath::root(), key, seq as u32);
+            entry.set_value(Some(&Value::from(seq)));
+            journal::encode(&entry).unwrap()
+        })
+        .collect();
+    inner.append(&run, &raw, None).unwrap();
+    let meta = RunMeta {
+        run_id: run.clone(),
+        status: RunStatus::Ok,
+        name: None,
+        tags: Vec::new(),
+        created_at_ms: 1,
+        updated_at_ms: 1,
+        hash_version: 1,
+        budget_ceiling: None,
+        dialect: None,
+        source_ref: None,
+        source_hash: None,
+        args_hash: None,
+        segments: 1,
+        extra: serde_json::Map::new(),
+    };
+    inner.put_meta(&meta, None).unwrap();
+    let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryStore::new());
+    let engine = crate::Engine::builder(Arc::new(PagesOnly(inner)), transcripts).build().unwrap();
+    let app = super::router(engine, super::ServiceOptions::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut seqs = Vec::new();
+    let mut after = 0;
+    loop {
+        let page: Value = reqwest::get(format!("{base}/v1/runs/paged/journal?after={after}&limit=10"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let entries = page["entries"].as_array().unwrap_or_else(|| panic!("{page}"));
+        assert!(entries.len() <= 10, "{page}");
+        seqs.extend(entries.iter().map(|e| e["seq"].as_u64().unwrap()));
+        match page["next_after"].as_u64() {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(seqs, (1..=25).collect::<Vec<u64>>());
+}
