@@ -132,3 +132,37 @@ fn card_profiles_needs_no_api_key() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("ANTHROPIC_API_KEY"), "{stderr}");
 }
+
+/// A wrong argument type names the global, the argument and the type it expected, with the
+/// typed code `validation`, in both dialects: not the interpreter's missing overload
+/// (`Function not found: parallel (&str | ...)`).
+#[test]
+fn a_wrong_argument_type_names_the_global_and_what_it_expected() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("digest.rhai", "parallel: argument 1 (items) is a string; expected an array of items"),
+        ("digest.lua", "parallel: items must be a list (a sequence table {...}), got a string"),
+    ];
+    for (file, expected) in cases {
+        let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(file);
+        std::fs::copy(sample, dir.path().join(file)).unwrap();
+        let (code, stdout, stderr) = output(cairn_in(dir.path()).args([
+            "run",
+            file,
+            "--args",
+            r#"{"topics":"rust"}"#,
+            "--json",
+            "-q",
+        ]));
+        assert_eq!(code, 1, "{file}: {stderr}");
+        let outcome: serde_json::Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("{file}: not JSON: {stdout} {stderr}"));
+        assert_eq!(outcome["error"]["code"], "validation", "{file}: {stdout}");
+        let message = outcome["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(expected), "{file}: {message}");
+        assert!(
+            !message.contains("Function not found") && !stderr.contains("Function not found"),
+            "{file}: {stderr}"
+        );
+    }
+}

@@ -1,4 +1,5 @@
 -- Researches a subject from three angles in parallel and returns the notes.
+-- @args subject?: string
 local subject = args.subject or "content-addressed journals"
 local angles = { "history", "how it works", "trade-offs" }
 return parallel(angles, function(angle)

@@ -130,8 +130,23 @@ fn items_of(shared: &Shared, value: &Lv, what: &str) -> Result<Vec<Value>, Error
     match shared.to_json(value, super::json::MAX_JSON) {
         Ok(Value::Array(items)) => Ok(items),
         Ok(Value::Object(map)) if map.is_empty() => Ok(Vec::new()),
-        Ok(_) => Err(Error::validation(format!("{what} must be a sequence table {{...}}"))),
+        Ok(other) => Err(Error::validation(format!(
+            "{what} must be a list (a sequence table {{...}}), got {}",
+            lua_kind(&other)
+        ))),
         Err(e) => Err(Error::new(e.code, format!("{what}: {}", e.message))),
+    }
+}
+
+/// What a JSON value is, in the words of Lua.
+fn lua_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nil",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a table of key = value pairs",
     }
 }
 
@@ -179,7 +194,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
             let first = arg(&args, 0);
             let (functions, inputs, options_at) = match arg(&args, 1) {
                 Lv::Function(f) => {
-                    let items = items_of(&shared, &first, "parallel items")?;
+                    let items = items_of(&shared, &first, "parallel: items")?;
                     (vec![f], items.into_iter().map(Some).collect::<Vec<_>>(), 2)
                 }
                 _ => {
@@ -216,7 +231,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
         "pipeline",
         async_global(lua, shared, false, |lua, shared, ctx, _, args| async move {
             super::shared::nesting()?;
-            let items = items_of(&shared, &arg(&args, 0), "pipeline items")?;
+            let items = items_of(&shared, &arg(&args, 0), "pipeline: items")?;
             let stages = functions_of(&table_arg(&arg(&args, 1), "pipeline", "stages")?, "pipeline stages")?;
             branch_work(&lua, &shared, items.len(), "pipeline")?;
             let value = opts(&shared, "pipeline", arg(&args, 2))?;

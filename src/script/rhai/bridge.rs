@@ -209,6 +209,14 @@ pub(super) fn from_rhai(err: EvalAltResult) -> Error {
             }
             error
         }
+        // A global given an argument of the wrong type: the global, the argument and what it
+        // expected, instead of the interpreter's missing overload.
+        EvalAltResult::ErrorFunctionNotFound(signature, pos)
+            if super::arg_error::explain(&signature).is_some() =>
+        {
+            let message = super::arg_error::explain(&signature).unwrap_or_default();
+            Error::validation(format!("{}{}", super::text::scrub(&message), at(pos)))
+        }
         err @ (EvalAltResult::ErrorTooManyOperations(..)
         | EvalAltResult::ErrorTooManyVariables(..)
         | EvalAltResult::ErrorTooManyModules(..)

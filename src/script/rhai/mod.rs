@@ -7,6 +7,7 @@
 //! a malformed, hostile or empty script yields diagnostics, never a panic or an `Err` of another
 //! kind.
 
+mod arg_error;
 mod body;
 mod bound;
 mod bridge;
