@@ -139,11 +139,10 @@ impl Scenario {
 
 pub(crate) fn prompt(call: &CallSpec) -> String {
     let directive = Directive {
-        tag: call.tag.clone(),
         tools: call.tools,
         json: call.json,
         repair: call.repair,
-        out: call.out,
+        ..Directive::text(call.tag.clone(), call.out)
     };
     format!("Answer the question of call {}. {}", call.tag, directive.render())
 }
@@ -318,6 +317,9 @@ pub(crate) struct Settled {
     pub(crate) status: RunStatus,
     pub(crate) error: Option<String>,
     pub(crate) cost: cairn::CostReport,
+    /// The run ended `error` in a way its workflow lets through (an orchestrator the model
+    /// refused: nothing catches its own refusal); it still settled.
+    pub(crate) error_let_through: bool,
 }
 
 impl Settled {
@@ -326,8 +328,15 @@ impl Settled {
             status: outcome.status,
             error: outcome.error.as_ref().map(ToString::to_string),
             cost: outcome.cost.clone(),
+            error_let_through: false,
         }
     }
+}
+
+/// The call a journal label belongs to: an orchestrator's finalization turn (its goal, so its
+/// directive, is the orchestrator's) is billed under the orchestrator's tag.
+fn call_of(label: &str) -> &str {
+    label.strip_suffix("-finalize").unwrap_or(label)
 }
 
 /// The checks after one seed; `Err` names every broken property. `ends` is the journal's
@@ -345,7 +354,8 @@ pub(crate) fn check(
     let ceiling = usd(scenario.ceiling);
 
     // Every run settles, and no call is left running.
-    if !matches!(outcome.status, RunStatus::Ok | RunStatus::Exhausted) {
+    let let_through = outcome.error_let_through && outcome.status == RunStatus::Error;
+    if !matches!(outcome.status, RunStatus::Ok | RunStatus::Exhausted) && !let_through {
         broken.push(format!("the run settled {:?}: {:?}", outcome.status, outcome.error));
     }
     // Every `running` entry of every segment ends: a later entry (a rerun's `running` entry
@@ -361,7 +371,7 @@ pub(crate) fn check(
     let mut charged: BTreeMap<String, Money> = BTreeMap::new();
     for entry in entries.iter().filter(|e| e.kind == Kind::Agent) {
         if let (Some(label), Some(cost)) = (&entry.label, entry.cost) {
-            *charged.entry(label.clone()).or_default() += cost;
+            *charged.entry(call_of(label).to_owned()).or_default() += cost;
         }
     }
     let mut lost = Money::ZERO;
@@ -373,7 +383,7 @@ pub(crate) fn check(
         let exact = mine.iter().all(|a| a.is_exact());
         let journaled: Vec<String> = entries
             .iter()
-            .filter(|e| e.kind == Kind::Agent && e.label.as_deref() == Some(&call.tag))
+            .filter(|e| e.kind == Kind::Agent && e.label.as_deref().map(call_of) == Some(&call.tag))
             .map(|e| {
                 format!(
                     "#{} {:?} cost {:?} usage {:?}",
@@ -428,7 +438,9 @@ pub(crate) fn check(
         }
         // No completed call paid twice: once its ok entry is durable, nothing more is asked of it.
         if let Some(ok) = entries.iter().find(|e| {
-            e.kind == Kind::Agent && e.status == Status::Ok && e.label.as_deref() == Some(&call.tag)
+            e.kind == Kind::Agent
+                && e.status == Status::Ok
+                && e.label.as_deref().map(call_of) == Some(&call.tag)
         }) {
             let segment = ends.iter().position(|end| ok.seq.0 as usize <= *end).unwrap_or(ends.len()) as u32;
             let later: Vec<&&Attempt> = mine.iter().filter(|a| a.segment > segment).collect();

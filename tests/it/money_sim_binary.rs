@@ -1,9 +1,11 @@
 //! #23: the fault simulator through the real `cairn` binary. A seed draws the same workflow as
 //! [`crate::money_sim`] (sequential calls, fan-outs, tool loops, schema repairs, phases, on the
 //! Anthropic, OpenAI Chat and OpenAI Responses wires, sometimes with a failover), writes it as a
-//! script (Rhai or Lua, some calls inside a `step`), serves every request from the simulator
+//! script (Rhai or Lua, some calls inside a `step`) or as a `cairn orchestrate` goal whose
+//! orchestrator spawns children (a fifth of the seeds), serves every request from the simulator
 //! over HTTP, SIGKILLs the `cairn` process at drawn points (once a number of requests has
-//! arrived, or after a drawn delay), then `cairn resume`s it (killed again, for some seeds)
+//! arrived, or after a drawn delay), releases the dead driver's lease (its death would free it
+//! after the ttl), then `cairn resume`s it (killed again, for some seeds)
 //! until the run settles, and holds the SQLite journal and the `--json` outcome against the
 //! simulator's bill with the same checks as the in-process property ([`money_sim::check`]):
 //! spent ≤ ceiling + the documented slack, cairn's charge = the bill per call, no completed call
@@ -20,8 +22,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cairn::journal::Entry;
-use cairn::testing::sim::Simulator;
-use cairn::{CostReport, JournalStore, Money, RunId, RunStatus, SqliteOptions, SqliteStore};
+use cairn::testing::sim::{Directive, Simulator};
+use cairn::{CostReport, JournalStore, LeasableStore, Money, RunId, RunStatus, SqliteOptions, SqliteStore};
 use proptest::prelude::*;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -39,6 +41,9 @@ const DEFAULT_SEEDS: u32 = 12;
 enum Dialect {
     Rhai,
     Lua,
+    /// `cairn orchestrate`: the orchestrator (journal label `orchestrator`) spawns children
+    /// `c0..` of profile `worker` in one `parallel_agents` call, awaits them, finishes.
+    Orchestrator,
 }
 
 /// When a segment's process is killed.
@@ -63,10 +68,43 @@ struct BinaryScenario {
 
 impl BinaryScenario {
     fn draw(seed: u64) -> BinaryScenario {
-        let scenario = Scenario::draw(seed, false);
+        let mut scenario = Scenario::draw(seed, false);
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xB1_0A_27);
         let mut below = |n: u32| rng.next_u32() % n;
-        let dialect = if below(2) == 0 { Dialect::Rhai } else { Dialect::Lua };
+        let dialect = match below(5) {
+            0 | 1 => Dialect::Rhai,
+            2 | 3 => Dialect::Lua,
+            _ => Dialect::Orchestrator,
+        };
+        if dialect == Dialect::Orchestrator {
+            // The drawn calls' first is the orchestrator's model and answer length, the
+            // first fan-out's (or two) the children's.
+            let calls = scenario.calls().into_iter().cloned().collect::<Vec<_>>();
+            let first = &calls[0];
+            let orchestrator = CallSpec {
+                tag: "orchestrator".into(),
+                tools: 0,
+                json: false,
+                repair: false,
+                phase: None,
+                ..first.clone()
+            };
+            let model = calls.get(1).map_or(first.model, |c| c.model);
+            let children = (0..2 + below(4))
+                .map(|i| CallSpec {
+                    tag: format!("c{i}"),
+                    model,
+                    tools: 0,
+                    json: false,
+                    repair: false,
+                    phase: None,
+                    ..first.clone()
+                })
+                .collect();
+            scenario.steps = vec![StepSpec::Call(orchestrator), StepSpec::FanOut(children)];
+            // The orchestrator's own turns draw on a fifth of the ceiling.
+            scenario.ceiling *= 5.0;
+        }
         let stepped = scenario
             .steps
             .iter()
@@ -95,6 +133,7 @@ impl BinaryScenario {
         match self.dialect {
             Dialect::Rhai => "s.rhai",
             Dialect::Lua => "s.lua",
+            Dialect::Orchestrator => "goal.txt",
         }
     }
 
@@ -102,7 +141,28 @@ impl BinaryScenario {
         match self.dialect {
             Dialect::Rhai => self.rhai(),
             Dialect::Lua => self.lua(),
+            Dialect::Orchestrator => self.goal(),
         }
+    }
+
+    /// The orchestrator and its children (an orchestration's scenario).
+    fn orchestration(&self) -> Option<(&CallSpec, &[CallSpec])> {
+        match self.scenario.steps.as_slice() {
+            [StepSpec::Call(orchestrator), StepSpec::FanOut(children)]
+                if self.dialect == Dialect::Orchestrator =>
+            {
+                Some((orchestrator, children))
+            }
+            _ => None,
+        }
+    }
+
+    /// The goal of an orchestration: its directive names the children.
+    fn goal(&self) -> String {
+        let Some((orchestrator, children)) = self.orchestration() else { return String::new() };
+        let n = u32::try_from(children.len()).unwrap_or(0);
+        let directive = Directive::orchestration("orchestrator", n, "worker", orchestrator.out);
+        format!("Split the work into {n} tasks. {}", directive.render())
     }
 
     fn rhai(&self) -> String {
@@ -205,7 +265,8 @@ fn lua_value(value: &Value) -> String {
 
 /// `cairn.toml` for one segment: the three providers at the simulator, each request counted
 /// in `segment`; retries and their bounds as the in-process engine has them; the failover.
-fn config(sim: &Simulator, scenario: &Scenario, segment: u32) -> String {
+fn config(sim: &Simulator, b: &BinaryScenario, segment: u32) -> String {
+    let scenario = &b.scenario;
     let base = format!("{}/segment/{segment}", sim.base_url());
     let mut out = String::new();
     for (name, kind, url) in [
@@ -214,8 +275,14 @@ fn config(sim: &Simulator, scenario: &Scenario, segment: u32) -> String {
         ("resp", "openai-responses", format!("{base}/v1")),
     ] {
         let (_, wire, input, output) = MODELS.iter().find(|m| m.0.starts_with(&format!("{name}:"))).unwrap();
+        // An orchestrator's turns carry no output cap of their own: the model's is 160 tokens
+        // (a `parallel_agents` call of five children is about 120).
+        let price = match b.orchestration() {
+            Some(_) => format!("{{ input = {input:.1}, output = {output:.1}, max_output = 160 }}"),
+            None => format!("[{input:.1}, {output:.1}]"),
+        };
         out.push_str(&format!(
-            "[providers.{name}]\nkind = \"{kind}\"\napi_key_env = \"CAIRN_SIM_KEY\"\nbase_url = \"{url}\"\nidle_timeout_ms = 800\nprices = {{ \"{wire}\" = [{input:.1}, {output:.1}] }}\n\n"
+            "[providers.{name}]\nkind = \"{kind}\"\napi_key_env = \"CAIRN_SIM_KEY\"\nbase_url = \"{url}\"\nidle_timeout_ms = 800\nprices = {{ \"{wire}\" = {price} }}\n\n"
         ));
     }
     out.push_str(&format!("[routing]\ndefault = \"{}\"\n\n", MODELS[0].0));
@@ -223,6 +290,14 @@ fn config(sim: &Simulator, scenario: &Scenario, segment: u32) -> String {
         "[retry]\nmax_attempts = 4\ninitial_backoff_ms = 1\nmax_backoff_ms = 5\nmax_retry_after_ms = 20\n\n",
     );
     out.push_str("[toolsets.files]\nkind = \"fs-read\"\nroot = \"notes\"\n\n");
+    if let Some((_, children)) = b.orchestration()
+        && let Some(child) = children.first()
+    {
+        out.push_str(&format!(
+            "[profiles.worker]\ndescription = \"does one task\"\nmodel = \"{}\"\nmax_output_tokens = {}\n\n",
+            MODELS[child.model].0, child.max_output
+        ));
+    }
     if scenario.failover {
         out.push_str(&format!("[fallbacks]\n\"{}\" = [\"{}\"]\n", MODELS[0].0, MODELS[1].0));
     }
@@ -255,6 +330,17 @@ fn run_exists(dir: &Path, seed: u64) -> bool {
         .is_some_and(|store| store.get_meta(&run_id(seed)).ok().flatten().is_some())
 }
 
+/// The lease a killed process held goes with it (the next driver would wait out its ttl).
+fn release_the_lease(dir: &Path, seed: u64) {
+    if !run_exists(dir, seed) {
+        return;
+    }
+    let store = SqliteStore::open(&dir.join(".cairn/cairn.db"), SqliteOptions::new()).unwrap();
+    if let Some(lease) = store.holder(&run_id(seed)).unwrap() {
+        store.release(&lease).unwrap();
+    }
+}
+
 /// What driving a seed to settlement left: the last segment's `--json` outcome, the
 /// journal's length after each segment, the killed segments.
 struct Driven {
@@ -272,7 +358,7 @@ fn drive(b: &BinaryScenario, sim: &Simulator, dir: &Path) -> Result<Driven, Stri
     let mut ends = Vec::new();
     let mut killed = BTreeSet::new();
     for segment in 0u32..8 {
-        std::fs::write(dir.join("cairn.toml"), config(sim, &b.scenario, segment)).unwrap();
+        std::fs::write(dir.join("cairn.toml"), config(sim, b, segment)).unwrap();
         // A process killed before it wrote anything left no run: start it again.
         let fresh = !run_exists(dir, seed);
         let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
@@ -282,12 +368,17 @@ fn drive(b: &BinaryScenario, sim: &Simulator, dir: &Path) -> Result<Driven, Stri
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
             .env("CAIRN_SIM_KEY", "sim-key")
-            // A killed driver's lease frees quickly; the resume waits for it.
-            .env("CAIRN_LEASE_TTL_MS", "300");
-        if fresh {
+            // The default lease ttl (30 s): a short one can expire under a loaded machine's
+            // stalls, which cancels the live driver; a killed driver's lease is released below.
+            .env_remove("CAIRN_LEASE_TTL_MS");
+        if fresh && let Some((orchestrator, _)) = b.orchestration() {
+            let model = MODELS[orchestrator.model].0;
+            command.args(["orchestrate", &b.goal(), "--profiles", "worker", "--model", model]);
+            command.args(["-q", "--json", "--budget", &budget, "--run-id", &id]);
+        } else if fresh {
             command.args(["run", b.script_name(), "-q", "--json", "--budget", &budget, "--run-id", &id]);
         } else {
-            command.args(["resume", &id, "-q", "--json", "--wait"]);
+            command.args(["resume", &id, "-q", "--json"]);
         }
         let out_path = dir.join(format!("out-{segment}.json"));
         let err_path = dir.join(format!("err-{segment}.txt"));
@@ -330,6 +421,7 @@ fn drive(b: &BinaryScenario, sim: &Simulator, dir: &Path) -> Result<Driven, Stri
             return Ok(Driven { outcome, ends, killed });
         }
         killed.insert(segment);
+        release_the_lease(dir, seed);
     }
     Err("the run did not settle in eight segments".into())
 }
@@ -373,10 +465,14 @@ fn run_seed(seed: u64) -> Result<(), String> {
     let status: RunStatus = serde_json::from_value(driven.outcome["status"].clone())
         .map_err(|e| explain(format!("status: {e}: {}", driven.outcome)))?;
     let error = driven.outcome.get("error").filter(|e| !e.is_null()).map(ToString::to_string);
-    let settled = Settled { status, error, cost: CostReport::fold(&entries) };
+    // What the orchestrator's own turn meets ends its orchestration (a child's is caught): a
+    // refusal, or a tool call cut at its output cap (`turn_limit`).
+    let code = driven.outcome["error"]["code"].as_str().unwrap_or_default();
+    let error_let_through = b.orchestration().is_some() && ["refused", "turn_limit"].contains(&code);
+    let settled = Settled { status, error, cost: CostReport::fold(&entries), error_let_through };
     if std::env::var_os("SIM_VERBOSE").is_some() {
         eprintln!(
-            "seed {seed} (binary, {:?}, kills {:?}): {status:?} after {} segments ({} killed), spent {} of {}, {} attempts billed {}",
+            "seed {seed} (binary, {:?}, kills {:?}): {status:?} after {} segments ({} killed), spent {} of {}, {} attempts billed {}; {:?}",
             b.dialect,
             b.kills,
             driven.ends.len(),
@@ -384,7 +480,8 @@ fn run_seed(seed: u64) -> Result<(), String> {
             settled.cost.total.cost,
             b.scenario.ceiling,
             sim.attempts().len(),
-            sim.bill().total
+            sim.bill().total,
+            settled.error
         );
     }
     printed_matches_the_journal(&driven.outcome, &settled.cost).map_err(explain)?;

@@ -33,13 +33,26 @@ pub struct Directive {
     pub repair: bool,
     /// Output tokens of the answer's text.
     pub out: u32,
+    /// An orchestration (a request that offers `parallel_agents`): the model spawns this many
+    /// children in one `parallel_agents` call, awaits the admitted ones, then calls `finish`.
+    /// Child `i` is tagged `c{i}` (the orchestrator's handle, its journal label), with `out`.
+    pub children: u32,
+    /// The profile the children are spawned with (`worker` when unset).
+    pub profile: Option<String>,
 }
 
 impl Directive {
     /// The directive text to put in a prompt.
     pub fn render(&self) -> String {
+        let mut orchestration = String::new();
+        if self.children > 0 {
+            orchestration = format!(" children={}", self.children);
+            if let Some(profile) = &self.profile {
+                orchestration.push_str(&format!(" profile={profile}"));
+            }
+        }
         format!(
-            "<<sim tag={} tools={} json={} repair={} out={}>>",
+            "<<sim tag={} tools={} json={} repair={} out={}{orchestration}>>",
             self.tag,
             self.tools,
             u8::from(self.json),
@@ -50,7 +63,13 @@ impl Directive {
 
     /// A plain text call of `out` tokens.
     pub fn text(tag: impl Into<String>, out: u32) -> Directive {
-        Directive { tag: tag.into(), tools: 0, json: false, repair: false, out }
+        Directive { tag: tag.into(), tools: 0, json: false, repair: false, out, children: 0, profile: None }
+    }
+
+    /// An orchestration that spawns `children` children of `profile`, each answering `out`
+    /// tokens (see [`Directive::children`]).
+    pub fn orchestration(tag: impl Into<String>, children: u32, profile: &str, out: u32) -> Directive {
+        Directive { children, profile: Some(profile.to_owned()), ..Directive::text(tag, out) }
     }
 
     fn parse(text: &str) -> Option<Directive> {
@@ -65,6 +84,8 @@ impl Directive {
                 "json" => directive.json = value == "1",
                 "repair" => directive.repair = value == "1",
                 "out" => directive.out = value.parse().ok()?,
+                "children" => directive.children = value.parse().ok()?,
+                "profile" => directive.profile = Some(value.to_owned()),
                 _ => {}
             }
         }
@@ -84,6 +105,10 @@ pub(crate) struct SimRequest {
     pub(crate) max_tokens: Option<u64>,
     /// The first tool offered, if any.
     pub(crate) tool: Option<String>,
+    /// The names of every tool offered.
+    pub(crate) offered: Vec<String>,
+    /// The handles an orchestrator's `parallel_agents` admitted, read from its tool result.
+    pub(crate) handles: Option<Vec<String>>,
     /// The prompt in the simulator's tokens (see [`prompt_tokens`]).
     pub(crate) input_tokens: u64,
     /// The body's length in characters (bounds any client-side estimate of the prompt).
@@ -103,14 +128,16 @@ impl SimRequest {
         let max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
             .iter()
             .find_map(|k| value.get(*k).and_then(Value::as_u64));
-        let tool = value.get("tools").and_then(Value::as_array).and_then(|tools| {
-            tools.iter().find_map(|t| {
-                t.get("name")
-                    .or_else(|| t.pointer("/function/name"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            })
-        });
+        let offered: Vec<String> = value
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.get("name").or_else(|| t.pointer("/function/name")).and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect();
+        let tool = offered.first().cloned();
+        let handles = items.iter().find_map(admitted_handles);
         let mut chars = 0usize;
         for key in ["system", "instructions"] {
             if let Some(system) = value.get(key) {
@@ -131,9 +158,26 @@ impl SimRequest {
             turn: model_turns(items),
             max_tokens,
             tool,
+            offered,
+            handles,
             input_tokens: prompt_tokens(chars),
             body_chars: text.chars().count() as u64,
         })
+    }
+}
+
+/// The handles of a `parallel_agents` result anywhere in a conversation item: a string (a
+/// tool result, in any dialect's shape) that is a JSON object with a `handles` array.
+fn admitted_handles(item: &Value) -> Option<Vec<String>> {
+    match item {
+        Value::String(text) if text.contains("\"handles\"") => {
+            let value: Value = serde_json::from_str(text).ok()?;
+            let handles = value.get("handles")?.as_array()?;
+            Some(handles.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        }
+        Value::Array(items) => items.iter().find_map(admitted_handles),
+        Value::Object(map) => map.values().find_map(admitted_handles),
+        _ => None,
     }
 }
 
@@ -215,9 +259,15 @@ mod tests {
 
     #[test]
     fn a_directive_round_trips_through_a_prompt() {
-        let directive = Directive { tag: "c7".into(), tools: 2, json: true, repair: true, out: 33 };
+        let directive = Directive { tools: 2, json: true, repair: true, ..Directive::text("c7", 33) };
         let prompt = format!("do the thing {} please", directive.render());
         assert_eq!(Directive::parse(&prompt), Some(directive));
+        let orchestration = Directive::orchestration("orchestrator", 3, "worker", 9);
+        assert_eq!(
+            orchestration.render(),
+            "<<sim tag=orchestrator tools=0 json=0 repair=0 out=9 children=3 profile=worker>>"
+        );
+        assert_eq!(Directive::parse(&orchestration.render()), Some(orchestration));
         assert_eq!(Directive::parse("no directive here"), None);
     }
 

@@ -194,6 +194,34 @@ struct Plan {
     answered: bool,
 }
 
+/// An orchestrator's turn of an orchestration directive ([`Directive::children`]): spawn
+/// every child in one `parallel_agents` call, then await the admitted ones, then `finish`; a
+/// turn that offers only `finish` (the finalization at the budget cap) finishes.
+fn orchestration_turn(request: &SimRequest, directive: &super::request::Directive) -> Option<Output> {
+    let offers = |name: &str| request.offered.iter().any(|t| t == name);
+    if directive.children == 0 || !offers("finish") {
+        return None;
+    }
+    let call = |name: &str, arguments: serde_json::Value| {
+        Some(Output::ToolCall { name: name.to_owned(), arguments: arguments.to_string() })
+    };
+    let handles = request.handles.clone().unwrap_or_default();
+    if request.turn == 0 && offers("parallel_agents") {
+        let profile = directive.profile.as_deref().unwrap_or("worker");
+        let children: Vec<serde_json::Value> = (0..directive.children)
+            .map(|i| {
+                let child = super::request::Directive::text(format!("c{i}"), directive.out);
+                json!({"profile": profile, "prompt": format!("Do task {i}. {}", child.render())})
+            })
+            .collect();
+        call("parallel_agents", json!({ "children": children }))
+    } else if request.turn == 1 && !handles.is_empty() && offers("await_all") {
+        call("await_all", json!({ "handles": handles }))
+    } else {
+        call("finish", json!({ "result": words(directive.out).trim_end() }))
+    }
+}
+
 /// The text of `tokens` simulator tokens: four characters each.
 fn words(tokens: u32) -> String {
     (0..tokens).map(|i| format!("t{:02} ", i % 100)).collect()
@@ -202,8 +230,11 @@ fn words(tokens: u32) -> String {
 fn plan(request: &SimRequest, fault: Fault) -> Plan {
     let directive = request.directive.clone().unwrap_or_else(|| super::request::Directive::text("", 5));
     let cap = request.max_tokens.unwrap_or(4096);
-    let tool_turn = request.turn < directive.tools;
-    let mut output = if tool_turn {
+    let orchestration = orchestration_turn(request, &directive);
+    let tool_turn = orchestration.is_some() || request.turn < directive.tools;
+    let mut output = if let Some(output) = orchestration {
+        output
+    } else if tool_turn {
         let name = request.tool.clone().unwrap_or_else(|| "list_dir".to_owned());
         Output::ToolCall { name, arguments: json!({"path": "."}).to_string() }
     } else if directive.json {
