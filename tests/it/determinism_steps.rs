@@ -382,12 +382,7 @@ fn a_paid_call_whose_scope_moved_is_explained_not_paid_again_in_both_dialects() 
         assert_eq!(agents(&journal()), 3, "{ext}: {}", journal());
         assert!(!journal().contains("\"scope\":\"par:1:"), "{ext}: a moved call ran: {}", journal());
 
-        // Accepted: the moved calls are paid anew (explicitly), and the run completes. Not yet
-        // in Lua, where the accepting resume ends `script_error` (the refusal's error table
-        // resurfaces): open in issue 24.
-        if ext == "lua" {
-            continue;
-        }
+        // Accepted: the moved calls are paid anew (explicitly), and the run completes.
         let accepted = cairn(path, &["resume", "r1", "--script", &script, "--accept-rekey", "-q"]);
         assert_eq!(accepted.code, Some(0), "{ext}: {}", accepted.text());
         assert_eq!(agents(&journal()), 5, "{ext}: {}", journal());
