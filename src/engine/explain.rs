@@ -50,7 +50,11 @@ pub(crate) fn check(
         let Some((first, terminal)) = candidates.iter().find(|(first, _)| {
             first.kind == Kind::Agent && !claimed.contains(&first.seq) && same_call(first, live)
         }) else {
-            return Ok(None);
+            // No call of this scope it replaces: the same call, paid at a scope this one
+            // shifted from, would otherwise be paid again in silence.
+            let Some(line) = moved(state, scope, live, &mut claimed) else { return Ok(None) };
+            drop(claimed);
+            return refuse(state, line);
         };
         let Some(terminal) = terminal.as_ref().filter(|t| t.status == Status::Ok) else {
             // Not completed (failed, cancelled or cut off): it would run again anyway.
@@ -59,12 +63,41 @@ pub(crate) fn check(
         claimed.insert(first.seq);
         describe(first, terminal, live)
     };
+    refuse(state, line)
+}
+
+/// Refuses a re-keyed call described by `line` (in a dry run, returns the line to report).
+fn refuse(state: &RunState, line: String) -> Result<Option<String>, Error> {
     if state.dry_run {
         return Ok(Some(line));
     }
-    rekeys.refused.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+    state.rekeys.refused.lock().unwrap_or_else(|p| p.into_inner()).push(line);
     state.refuse_rekey();
     Err(Error::new(ErrorCode::RekeyRefused, "the call's identity changed since it was paid"))
+}
+
+/// A completed call with the live call's very identity, journaled at the scope this one was
+/// shifted from (an unlabelled `parallel` or `workflow` call inserted or removed before its
+/// site renumbered the site): described, and claimed so no other live call names it.
+fn moved(
+    state: &RunState,
+    scope: &ScopePath,
+    live: &LiveAgent<'_>,
+    claimed: &mut std::collections::HashSet<Seq>,
+) -> Option<String> {
+    let (first, terminal) = state.lock_replay().moved(scope, live.model, live.agent_type, live.summary)?;
+    if !claimed.insert(first.seq) {
+        return None;
+    }
+    let label = first.label.as_deref().map(|l| format!(" '{l}'")).unwrap_or_default();
+    let cost = terminal.cost.map(|c| format!(", paid {c}")).unwrap_or_default();
+    let prompt = live.summary.prompt_head.as_deref().map(|p| format!(" ({p:?})")).unwrap_or_default();
+    Some(format!(
+        "agent call{label}{prompt} (seq {}{cost}): unchanged, but its scope moved from '{}' to '{scope}' (an \
+         unlabelled parallel or workflow call was inserted or removed before it); label the sites \
+         (#{{label: \"...\"}} in Rhai, {{label = \"...\"}} in Lua) so they keep their scopes",
+        first.seq.0, first.scope
+    ))
 }
 
 /// An accepted re-key: the completed call the live one replaces (as [`check`] would have

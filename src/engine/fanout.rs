@@ -94,8 +94,10 @@ impl FailFast {
     /// Branch `index` finished: the first failure journals the decision, then cancels.
     fn finished(&self, index: usize, result: &Result<Value, Error>, group: &CancellationToken) {
         let Err(error) = result else { return };
-        // A branch stopped with the run, or a dry run's miss, decides nothing.
-        if matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss) {
+        // A branch stopped with the run, a dry run's miss, or a resume's refusal to pay a
+        // re-keyed call again (the run stops; a resume that accepts it must run the call, not
+        // replay the refusal) decides nothing.
+        if matches!(error.code, ErrorCode::Cancelled | ErrorCode::JournalMiss | ErrorCode::RekeyRefused) {
             group.cancel();
             return;
         }

@@ -639,6 +639,24 @@ impl IdentitySummary {
             toolset_hash: toolset_hash.map(str::to_owned),
         }
     }
+
+    /// What identifies the call besides its scope and options: the caller's key, else the
+    /// prompt's hash.
+    pub fn call_id(&self) -> Option<&str> {
+        self.key.as_deref().or(self.prompt_hash.as_deref())
+    }
+}
+
+/// Whether two scope paths are one site shifted: the same segments, except that `parallel`
+/// site numbers (the branch kept) or workflow call numbers (the name kept) may differ, as when
+/// an unlabelled `parallel` or `workflow` call is inserted or removed before the site.
+pub(crate) fn shifted(a: &[Segment], b: &[Segment]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|pair| match pair {
+            (Segment::Par { branch: x, .. }, Segment::Par { branch: y, .. }) => x == y,
+            (Segment::Wf { name: x, .. }, Segment::Wf { name: y, .. }) => x == y,
+            (x, y) => x == y,
+        })
 }
 
 impl Entry {

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::disposition::{Disposition, DispositionInput, Effective, disposition};
 use super::fold::{Abandons, Resolutions, settled_ok};
-use super::{ContentKey, Entry, ScopePath, Seq, Status};
+use super::{ContentKey, Entry, IdentitySummary, ScopePath, Seq, Status};
 use crate::error::ErrorClass;
 
 /// The resume preview: how the calls of a resumed run were (or would be) served.
@@ -178,6 +178,9 @@ pub struct Replay {
     run_settled_ok: bool,
     tail: Seq,
     preview: Preview,
+    /// Agent calls' records by what identifies their call besides scope (the caller's key,
+    /// else the prompt's hash), in journal order: where [`Replay::moved`] looks.
+    agents: HashMap<Box<str>, Vec<usize>>,
 }
 
 impl Replay {
@@ -204,6 +207,7 @@ impl Replay {
             run_settled_ok,
             tail,
             preview: Preview::default(),
+            agents: HashMap::new(),
         };
         let mut by_seq: HashMap<Seq, usize> = HashMap::new();
         for entry in entries {
@@ -255,6 +259,11 @@ impl Replay {
                 && let Some(prefix) = entry.name.as_deref().and_then(approval_prefix)
             {
                 replay.approvals.entry((entry.scope.clone(), Box::from(prefix))).or_default().push(index);
+            }
+            if entry.kind == super::Kind::Agent
+                && let Some(ident) = entry.identity.as_deref().and_then(IdentitySummary::call_id)
+            {
+                replay.agents.entry(Box::from(ident)).or_default().push(index);
             }
             replay.records.push(Record {
                 first: entry.clone(),
@@ -505,6 +514,34 @@ impl Replay {
             .filter(|record| !record.consumed)
             .map(|record| (record.first.clone(), record.terminal.clone()))
             .collect()
+    }
+
+    /// A completed agent call no live call consumed whose identity is `live`'s (the same model,
+    /// agent type and identity summary) but which was journaled at another scope of the same
+    /// shape, differing only in `parallel` site or workflow call numbers: an unlabelled
+    /// `parallel` or `workflow` call inserted or removed before it moved it. As its first
+    /// dispatch entry and its terminal.
+    pub fn moved(
+        &self,
+        scope: &ScopePath,
+        model: &str,
+        agent_type: Option<&str>,
+        live: &IdentitySummary,
+    ) -> Option<(Arc<Entry>, Arc<Entry>)> {
+        let indices = self.agents.get(live.call_id()?)?;
+        let segments = scope.segments();
+        indices.iter().map(|&index| &self.records[index]).find_map(|record| {
+            let first = &record.first;
+            let terminal = record.terminal.as_ref().filter(|t| t.status == Status::Ok)?;
+            let same = !record.consumed
+                && !record.superseded
+                && first.scope != *scope
+                && first.model.as_deref() == Some(model)
+                && first.agent_type.as_deref() == agent_type
+                && first.identity.as_deref() == Some(live)
+                && super::entry::shifted(&first.scope.segments(), &segments);
+            same.then(|| (first.clone(), terminal.clone()))
+        })
     }
 
     /// The first entries of the records no live call consumed, in journal order.

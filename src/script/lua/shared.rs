@@ -230,6 +230,7 @@ pub(super) fn is_fatal(error: &Error) -> bool {
             | ErrorCode::SandboxLimit
             | ErrorCode::SandboxViolation
             | ErrorCode::JournalMiss
+            | ErrorCode::RekeyRefused
             | ErrorCode::Internal
     )
 }

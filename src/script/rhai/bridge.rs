@@ -166,6 +166,7 @@ pub(super) fn to_rhai(error: Error) -> Box<EvalAltResult> {
             | ErrorCode::SandboxLimit
             | ErrorCode::SandboxViolation
             | ErrorCode::JournalMiss
+            | ErrorCode::RekeyRefused
             | ErrorCode::Internal
     );
     Box::new(if fatal {

@@ -58,7 +58,7 @@ impl<'a> Arg<'a> {
     }
 
     /// A root local or global name it is (`x` or `x.y[1]`), for writes through calls.
-    fn root_name(&self) -> Option<&'a TokenReference> {
+    pub(super) fn root_name(&self) -> Option<&'a TokenReference> {
         match self {
             Arg::Expr(Expression::Var(full_moon::ast::Var::Name(token))) => Some(token),
             Arg::Expr(Expression::Var(full_moon::ast::Var::Expression(var))) => match var.prefix() {
@@ -404,7 +404,10 @@ impl Linter<'_, '_> {
     fn visit_call(&mut self, callee: &Callee, args: &[Arg<'_>], open: bool, pos: Pos) -> Static {
         match callee {
             Callee::Global(global) => return self.check_global(global, args, open, pos),
-            Callee::Local(binding) => self.closure_call_writes(*binding, pos),
+            Callee::Local(binding) => {
+                self.closure_call_writes(*binding, pos);
+                self.argument_writes(*binding, args);
+            }
             Callee::Base(name) if name == "tostring" => {
                 if let Some(first) = args.first()
                     && matches!(self.peek_arg(first), Static::Function(_))
@@ -444,17 +447,20 @@ impl Linter<'_, '_> {
             }
             Callee::Base(_) | Callee::Budget | Callee::Unknown => {}
         }
+        self.callback_writes(args, pos);
         self.walk_args(args);
         Static::Unknown
     }
 
     /// A call of the function a local holds: each write it makes to a local from outside it
     /// happens here too.
-    fn closure_call_writes(&mut self, binding: usize, pos: Pos) {
+    pub(super) fn closure_call_writes(&mut self, binding: usize, pos: Pos) {
         let Some(facts) = self.bindings[binding].function.and_then(|id| self.functions.get(id)) else {
             return;
         };
-        let callee_frame = self.bindings[binding].frame;
+        // Called through a local declared deeper than the function was made (`local r = note`
+        // inside a branch), its writes still escape every body in between.
+        let callee_frame = self.bindings[binding].frame.min(facts.frame);
         let name = self.binding_name(binding);
         let mutations: Vec<_> = facts.escaping.clone();
         for mutation in mutations {

@@ -27,6 +27,7 @@
 //! - `closure-text` is an error in Lua: `tostring` of a function is its address, which differs
 //!   in every process, so a prompt made from it could never be replayed.
 
+mod aliases;
 pub mod bound;
 mod calls;
 mod escapes;

@@ -42,6 +42,18 @@ pub(super) struct Binding {
     pub(super) frame: usize,
     /// The function it holds, when it was declared with one.
     pub(super) function: Option<usize>,
+    /// The local whose table it may hold (`local c = counts`, `local t = tasks[1]`, the
+    /// value variable of `for _, t in ipairs(tasks)`): a write through it is a write to that
+    /// local's table (see `aliases`).
+    pub(super) alias: Option<usize>,
+    /// Its position among its function's parameters, when it is one.
+    pub(super) param: Option<usize>,
+}
+
+impl Binding {
+    fn new(kind: BindingKind, frame: usize) -> Binding {
+        Binding { kind, frame, function: None, alias: None, param: None }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +87,9 @@ pub(super) struct Capture {
 pub(super) struct Frame {
     /// Writes in this body (or bodies nested in it) to locals declared outside it.
     pub(super) escaping: Vec<Mutation>,
+    /// Writes in this body (or bodies nested in it) to the tables its parameters hold, by
+    /// parameter position.
+    pub(super) param_writes: Vec<(usize, Mutation)>,
     /// Outer locals this body uses, first use each.
     captures: Vec<Capture>,
     /// Agent calls with all-literal arguments in this body, by canonical text, with the line
@@ -86,6 +101,11 @@ pub(super) struct Frame {
 #[derive(Debug, Default)]
 pub(super) struct FunctionFacts {
     pub(super) escaping: Vec<Mutation>,
+    /// Writes to the tables its parameters hold, by parameter position: a call writes the
+    /// tables it passes there.
+    pub(super) param_writes: Vec<(usize, Mutation)>,
+    /// The frame the function was made in.
+    pub(super) frame: usize,
 }
 
 /// A loop being walked.
@@ -140,7 +160,7 @@ impl<'c, 's> Linter<'c, 's> {
             assigned_globals: HashSet::new(),
         };
         for name in SCRIPT_VARIABLES {
-            linter.bindings.push(Binding { kind: BindingKind::ScriptVariable, frame: 0, function: None });
+            linter.bindings.push(Binding::new(BindingKind::ScriptVariable, 0));
             linter.scope.push(ScopeEntry { name: name.to_owned(), binding: linter.bindings.len() - 1 });
         }
         linter
@@ -182,7 +202,7 @@ impl<'c, 's> Linter<'c, 's> {
             self.error_at("forbidden", pos, Some(name.chars().count()), message);
         }
         let frame = self.frames.len().saturating_sub(1);
-        self.bindings.push(Binding { kind: BindingKind::Local, frame, function: None });
+        self.bindings.push(Binding::new(BindingKind::Local, frame));
         let binding = self.bindings.len() - 1;
         self.scope.push(ScopeEntry { name: name.to_owned(), binding });
         binding
@@ -209,6 +229,11 @@ impl<'c, 's> Linter<'c, 's> {
         let mutation = Mutation { what, binding, name: name.to_owned(), pos, len };
         for frame in self.frames.iter_mut().skip(declared.frame + 1) {
             frame.escaping.push(mutation.clone());
+        }
+        if !reassign {
+            // A write into the table the local holds: also one into the table it aliases, or
+            // into the argument its function was called with.
+            self.table_write_through(&mutation);
         }
         if reassign {
             let current = self.frames.len().saturating_sub(1);
@@ -244,11 +269,14 @@ impl<'c, 's> Linter<'c, 's> {
             Stmt::LocalAssignment(local) => {
                 let shapes: Vec<Static> =
                     local.expressions().iter().map(|expr| self.walk_expr(expr)).collect();
+                let aliases: Vec<Option<usize>> =
+                    local.expressions().iter().map(|expr| self.table_of(expr)).collect();
                 for (index, name) in local.names().iter().enumerate() {
                     let binding = self.declare(ident(name), token_pos(name));
                     if let Some(Static::Function(Some(id))) = shapes.get(index) {
                         self.bindings[binding].function = Some(*id);
                     }
+                    self.bindings[binding].alias = aliases.get(index).copied().flatten();
                 }
             }
             Stmt::Assignment(assignment) => {
@@ -311,8 +339,11 @@ impl<'c, 's> Linter<'c, 's> {
                 }
                 self.enter_loop();
                 let mark = self.scope.len();
+                // `for _, t in ipairs(tasks)`: each value the loop binds is an element of tasks.
+                let traversed = self.traversed_table(generic);
                 for name in generic.names() {
-                    self.declare(ident(name), token_pos(name));
+                    let binding = self.declare(ident(name), token_pos(name));
+                    self.bindings[binding].alias = traversed;
                 }
                 self.walk_block(generic.block());
                 self.scope.truncate(mark);
@@ -637,12 +668,13 @@ impl<'c, 's> Linter<'c, 's> {
         self.frames.push(Frame::default());
         if method {
             let frame = self.frames.len() - 1;
-            self.bindings.push(Binding { kind: BindingKind::Local, frame, function: None });
+            self.bindings.push(Binding::new(BindingKind::Local, frame));
             self.scope.push(ScopeEntry { name: "self".to_owned(), binding: self.bindings.len() - 1 });
         }
-        for parameter in body.parameters() {
+        for (index, parameter) in body.parameters().iter().enumerate() {
             if let Parameter::Name(name) = parameter {
-                self.declare(ident(name), token_pos(name));
+                let binding = self.declare(ident(name), token_pos(name));
+                self.bindings[binding].param = Some(index);
             }
         }
         self.walk_block(body.block());
@@ -661,7 +693,12 @@ impl<'c, 's> Linter<'c, 's> {
                 }
             }
         }
-        self.functions.push(FunctionFacts { escaping: frame.escaping });
+        let made_in = self.frames.len().saturating_sub(1);
+        self.functions.push(FunctionFacts {
+            escaping: frame.escaping,
+            param_writes: frame.param_writes,
+            frame: made_in,
+        });
         self.functions.len() - 1
     }
 

@@ -99,6 +99,13 @@ impl Linter<'_, '_> {
         };
         for arg in &args {
             self.walk_arg_as(arg, used);
+            // A stored closure handed to a builtin (`map`, `filter`, `for_each`, `reduce`,
+            // `sort`, ...) or a function is called there: its writes happen here.
+            if !arg.walked
+                && let Some(Expr::Variable(variable, _, arg_pos)) = arg.expr
+            {
+                self.closure_call_writes(&variable.1, *arg_pos, variable.1.chars().count());
+            }
         }
         Static::Unknown
     }

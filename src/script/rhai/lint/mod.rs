@@ -174,6 +174,9 @@ struct Mutation {
 struct ClosureFacts {
     /// Writes inside it to variables captured from outside it.
     escaping: Vec<Mutation>,
+    /// The frame the closure was made in: its writes escape every body inside that one
+    /// where it is called, whatever variable (an alias) it is called through.
+    frame: usize,
 }
 
 /// Where a closure value goes, which decides whether its writes to captured variables can race.
@@ -631,7 +634,8 @@ impl<'c, 'f> Linter<'c, 'f> {
         });
         let frame = self.frames.pop().map(|frame| frame.escaping).unwrap_or_default();
         self.scope.truncate(scope_base);
-        self.closures.push(ClosureFacts { escaping: frame });
+        let made_in = self.frames.len().saturating_sub(1);
+        self.closures.push(ClosureFacts { escaping: frame, frame: made_in });
         self.closures.len() - 1
     }
 

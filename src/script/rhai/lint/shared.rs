@@ -2,7 +2,8 @@
 //!
 //! `parallel-capture-assign` sees writes lexically inside a branch; these checks follow the
 //! routes a write takes out of sight: a closure stored in a variable and called in the branch
-//! (its writes escape where it is called), a user-defined method that changes `this` called on
+//! (its writes escape where it is called), through an alias (`let r = note; r.call(x)`) or
+//! handed to a builtin or function that calls it (`xs.map(add)`), a user-defined method that changes `this` called on
 //! a captured variable, and `for_each` whose closure assigns `this`. The runtime refuses every
 //! such write anyway (captured values are read-only in a branch); lint says so before the run.
 //!
@@ -84,6 +85,9 @@ impl Linter<'_, '_> {
         let Some(entry) = self.resolve(variable) else { return };
         let binding = self.bindings[entry.binding];
         let Some(facts) = binding.closure.and_then(|id| self.closures.get(id)) else { return };
+        // Called through an alias declared deeper (`let r = note;` inside a branch), the
+        // closure's writes still escape every body between where it was made and here.
+        let outermost = binding.frame.min(facts.frame);
         let mutations: Vec<Mutation> = facts
             .escaping
             .iter()
@@ -94,7 +98,7 @@ impl Linter<'_, '_> {
                 len,
             })
             .collect();
-        for frame in self.frames.iter_mut().skip(binding.frame + 1) {
+        for frame in self.frames.iter_mut().skip(outermost + 1) {
             frame.escaping.extend(mutations.iter().cloned());
         }
     }
