@@ -112,7 +112,8 @@ fn hostile_scripts_end_in_bounded_time_and_memory_through_the_binary() {
         }
         let command = cairn_run(work.path(), &dir.join(format!("{name}.rhai")));
         let started = Instant::now();
-        let (peak, code, stderr) = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        let ended = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        let (peak, code, stderr) = (ended.peak, ended.code, ended.stderr);
         assert_eq!(code, Some(1), "{name}: {stderr}");
         assert!(stderr.contains("sandbox_limit"), "{name}: {stderr}");
         assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
@@ -226,7 +227,8 @@ fn hostile_lua_scripts_end_in_bounded_time_and_memory_through_the_binary() {
     for (name, path) in lua_corpus() {
         let command = cairn_run(work.path(), &path);
         let started = Instant::now();
-        let (peak, code, stderr) = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        let ended = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        let (peak, code, stderr) = (ended.peak, ended.code, ended.stderr);
         let stopped = code == Some(1) && stderr.contains("sandbox_limit");
         let rejected = stderr.contains("rejected by lint");
         assert!(stopped || rejected, "{name}: exit {code:?}: {stderr}");

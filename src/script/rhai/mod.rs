@@ -19,6 +19,7 @@ mod json;
 mod lint;
 mod runner;
 pub mod sandbox;
+mod split;
 mod teardown;
 mod text;
 mod threads;
