@@ -65,3 +65,18 @@ pub(crate) fn out_of_memory(max: u64) -> Error {
         ),
     )
 }
+
+/// Whether an engine call's error is beyond the script's reach, in both dialects: budget
+/// exhaustion, cancellation, sandbox limits and violations, replay-strict misses and internal
+/// faults end the frame (sandbox errors the run) instead of being caught by `try`/`pcall`.
+pub(crate) fn uncatchable(error: &Error) -> bool {
+    matches!(
+        error.code,
+        ErrorCode::BudgetExhausted
+            | ErrorCode::Cancelled
+            | ErrorCode::SandboxLimit
+            | ErrorCode::SandboxViolation
+            | ErrorCode::JournalMiss
+            | ErrorCode::Internal
+    )
+}
