@@ -59,11 +59,14 @@ impl ScriptedServer {
     }
 }
 
+/// The state a test server's connections share, and the condition variable they notify.
+pub type Shared<S> = Arc<(Mutex<S>, Condvar)>;
+
 /// A listener on a free local port whose every connection `serve` answers on a thread of its
 /// own, with the state they share (the scripted model's and the OTLP receiver's); its address.
 pub fn listen<S: Send + 'static>(
-    state: &Arc<(Mutex<S>, Condvar)>,
-    serve: fn(TcpStream, &Arc<(Mutex<S>, Condvar)>),
+    state: &Shared<S>,
+    serve: fn(TcpStream, &Shared<S>),
 ) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();

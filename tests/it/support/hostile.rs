@@ -45,6 +45,10 @@ pub(crate) struct Ended {
 /// code, once it passes `time` (wall clock) or `memory`.
 pub(crate) fn run_bounded(mut command: Command, time: Duration, memory: u64) -> Ended {
     use std::io::Read;
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaped by the wait4 below, which also gives its processor time"
+    )]
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
