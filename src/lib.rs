@@ -77,6 +77,11 @@ pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
 pub use provider::{ChatEvent, ChatRequest, Provider};
 pub use script::bound::{AgentSite, CallBound, CostBound, cost_bound};
+/// The host-charging switch of the overhead bench (`benches/host_charge.rs`); only in a build
+/// with the `bench-seams` feature.
+#[cfg(feature = "bench-seams")]
+#[doc(hidden)]
+pub use script::host::set_charging as set_host_charging;
 pub use script::{Diagnostic, LintContext, Severity};
 pub use store::{Claim, PostgresOptions, PostgresStore, RunQueue};
 pub use store::{

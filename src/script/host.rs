@@ -20,6 +20,29 @@
 
 use crate::error::{Error, ErrorCode};
 
+/// Whether host work is charged: always, except in a build with the `bench-seams` feature,
+/// where `benches/host_charge.rs` switches it off between runs to measure what charging costs.
+#[cfg(not(feature = "bench-seams"))]
+pub(crate) const fn charging() -> bool {
+    true
+}
+
+#[cfg(feature = "bench-seams")]
+static CHARGING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether host work is charged (the `bench-seams` build: as last set by [`set_charging`]).
+#[cfg(feature = "bench-seams")]
+pub(crate) fn charging() -> bool {
+    CHARGING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Switches host-work charging on or off for runs started afterwards (the overhead bench's
+/// seam; only in a build with the `bench-seams` feature, never in the binary).
+#[cfg(feature = "bench-seams")]
+pub fn set_charging(on: bool) {
+    CHARGING.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Bytes of host work (hashing, copying, converting, scanning) that cost one operation.
 pub(crate) const BYTES_PER_OPERATION: u64 = 4;
 
@@ -63,5 +86,21 @@ pub(crate) fn out_of_memory(max: u64) -> Error {
              (process large data in child workflows or host functions)",
             max >> 20
         ),
+    )
+}
+
+/// Whether an engine call's error is beyond the script's reach, in both dialects: budget
+/// exhaustion, cancellation, sandbox limits and violations, replay-strict misses and internal
+/// faults end the frame (sandbox errors the run) instead of being caught by `try`/`pcall`.
+pub(crate) fn uncatchable(error: &Error) -> bool {
+    matches!(
+        error.code,
+        ErrorCode::BudgetExhausted
+            | ErrorCode::Cancelled
+            | ErrorCode::SandboxLimit
+            | ErrorCode::SandboxViolation
+            | ErrorCode::JournalMiss
+            | ErrorCode::RekeyRefused
+            | ErrorCode::Internal
     )
 }

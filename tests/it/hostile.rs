@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use cairn::script::rhai::RhaiDialect;
 use cairn::script::rhai::sandbox::SandboxLimits;
-use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunStatus, Script};
+use cairn::{Engine, ErrorCode, MemoryStore, RunHandle, RunOptions, RunStatus, Script};
 use serde_json::json;
 
 use super::support::hostile::{cairn_run, run_bounded};
@@ -78,20 +78,22 @@ fn every_hostile_script_is_rejected_or_stopped_in_bounded_time() {
             }
             Expect::SandboxLimit => {
                 let handle = result.unwrap_or_else(|e| panic!("{name} was rejected: {e}"));
-                let outcome = runtime
-                    .block_on(async { tokio::time::timeout(Duration::from_secs(60), handle.result()).await })
-                    .unwrap_or_else(|_| panic!("{name} hung"))
-                    .unwrap();
-                assert_eq!(outcome.status, RunStatus::Error, "{name}: {outcome:?}");
-                assert_eq!(
-                    outcome.error.as_ref().unwrap().code,
-                    ErrorCode::SandboxLimit,
-                    "{name}: {outcome:?}"
-                );
+                ends_with_sandbox_limit(&runtime, handle, name);
             }
         }
         assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
     }
+}
+
+/// Waits (at most a minute) for the in-process run of the corpus script `name` and checks that
+/// the sandbox ended it.
+fn ends_with_sandbox_limit(runtime: &tokio::runtime::Runtime, handle: RunHandle, name: &str) {
+    let outcome = runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(60), handle.result()).await })
+        .unwrap_or_else(|_| panic!("{name} hung"))
+        .unwrap();
+    assert_eq!(outcome.status, RunStatus::Error, "{name}: {outcome:?}");
+    assert_eq!(outcome.error.as_ref().unwrap().code, ErrorCode::SandboxLimit, "{name}: {outcome:?}");
 }
 
 /// Every corpus script the sandbox must stop, through the `cairn` binary: it ends with
@@ -112,7 +114,8 @@ fn hostile_scripts_end_in_bounded_time_and_memory_through_the_binary() {
         }
         let command = cairn_run(work.path(), &dir.join(format!("{name}.rhai")));
         let started = Instant::now();
-        let (peak, code, stderr) = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        let ended = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        let (peak, code, stderr) = (ended.peak, ended.code, ended.stderr);
         assert_eq!(code, Some(1), "{name}: {stderr}");
         assert!(stderr.contains("sandbox_limit"), "{name}: {stderr}");
         assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
@@ -198,18 +201,7 @@ fn every_hostile_lua_script_is_rejected_or_stopped_in_bounded_time() {
                 assert_eq!(err.code, ErrorCode::Validation, "{name}: {err}");
                 assert!(err.message.contains("script rejected"), "{name}: {}", err.message);
             }
-            Ok(handle) => {
-                let outcome = runtime
-                    .block_on(async { tokio::time::timeout(Duration::from_secs(60), handle.result()).await })
-                    .unwrap_or_else(|_| panic!("{name} hung"))
-                    .unwrap();
-                assert_eq!(outcome.status, RunStatus::Error, "{name}: {outcome:?}");
-                assert_eq!(
-                    outcome.error.as_ref().unwrap().code,
-                    ErrorCode::SandboxLimit,
-                    "{name}: {outcome:?}"
-                );
-            }
+            Ok(handle) => ends_with_sandbox_limit(&runtime, handle, &name),
         }
         assert!(started.elapsed() < Duration::from_secs(60), "{name} took {:?}", started.elapsed());
     }
@@ -226,7 +218,8 @@ fn hostile_lua_scripts_end_in_bounded_time_and_memory_through_the_binary() {
     for (name, path) in lua_corpus() {
         let command = cairn_run(work.path(), &path);
         let started = Instant::now();
-        let (peak, code, stderr) = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        let ended = run_bounded(command, Duration::from_secs(60), u64::MAX);
+        let (peak, code, stderr) = (ended.peak, ended.code, ended.stderr);
         let stopped = code == Some(1) && stderr.contains("sandbox_limit");
         let rejected = stderr.contains("rejected by lint");
         assert!(stopped || rejected, "{name}: exit {code:?}: {stderr}");

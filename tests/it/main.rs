@@ -22,6 +22,7 @@ mod fanout_defer;
 mod finish_reason;
 mod hostile;
 mod hostile_cli;
+mod hostile_compose;
 mod hostile_host;
 mod inspector;
 mod jcs;

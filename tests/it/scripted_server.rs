@@ -38,17 +38,8 @@ pub struct ScriptedServer {
 impl ScriptedServer {
     /// Serves `replies` in order; past the end, every request gets a non-retryable 400.
     pub fn start(replies: Vec<Reply>) -> ScriptedServer {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let state = Arc::new((Mutex::new(State { replies, requests: Vec::new() }), Condvar::new()));
-        let shared = state.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let shared = shared.clone();
-                std::thread::spawn(move || serve(stream, &shared));
-            }
-        });
+        let url = format!("http://{}/v1", listen(&state, serve));
         ScriptedServer { url, state }
     }
 
@@ -59,15 +50,54 @@ impl ScriptedServer {
 
     /// Waits until `n` requests have arrived (or panics after `within`).
     pub fn wait_for_requests(&self, n: usize, within: Duration) {
-        let (lock, cvar) = &*self.state;
-        let deadline = Instant::now() + within;
-        let mut state = lock.lock().unwrap();
-        while state.requests.len() < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "only {} of {n} requests arrived", state.requests.len());
-            state = cvar.wait_timeout(state, left).unwrap().0;
-        }
+        drop(wait_until(
+            &self.state,
+            within,
+            |state| state.requests.len() >= n,
+            |state| format!("only {} of {n} requests arrived", state.requests.len()),
+        ));
     }
+}
+
+/// The state a test server's connections share, and the condition variable they notify.
+pub type Shared<S> = Arc<(Mutex<S>, Condvar)>;
+
+/// A listener on a free local port whose every connection `serve` answers on a thread of its
+/// own, with the state they share (the scripted model's and the OTLP receiver's); its address.
+pub fn listen<S: Send + 'static>(
+    state: &Shared<S>,
+    serve: fn(TcpStream, &Shared<S>),
+) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let shared = state.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let shared = shared.clone();
+            std::thread::spawn(move || serve(stream, &shared));
+        }
+    });
+    address
+}
+
+/// Waits until `ready` holds of the shared state (each `serve` notifies on a change), and
+/// returns it locked; after `within`, fails the test with `missing`'s description.
+pub fn wait_until<'a, S>(
+    state: &'a (Mutex<S>, Condvar),
+    within: Duration,
+    ready: impl Fn(&S) -> bool,
+    missing: impl Fn(&S) -> String,
+) -> std::sync::MutexGuard<'a, S> {
+    let (lock, cvar) = state;
+    let deadline = Instant::now() + within;
+    let mut guard = lock.lock().unwrap();
+    while !ready(&*guard) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "{}", missing(&*guard));
+        guard = cvar.wait_timeout(guard, left).unwrap().0;
+    }
+    guard
 }
 
 /// Reads one HTTP request's body (headers up to the blank line, then `Content-Length` bytes);

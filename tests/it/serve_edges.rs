@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::serve::TOKEN;
-use super::support::serve::{Server, free_port, parse_events, serve_command_on, start, start_on};
+use super::support::serve::{
+    Server, free_port, parse_events, race_resolutions, serve_command_on, start, start_on,
+};
 
 /// One raw HTTP/1.1 exchange (`Connection: close`): the status and the body as JSON (`Null`
 /// when it is not JSON).
@@ -154,27 +156,8 @@ async fn every_error_is_json_and_races_and_waits_get_their_codes() {
     assert_eq!((code, body["code"].as_str()), (404, Some("unknown_wait")), "{body}");
     // Sixteen clients resolve the one wait with different values: one wins, every other is
     // told so with the winning value, and the run finishes with it.
-    let path = format!("/v1/runs/{run_id}/resolve/approve");
-    let resolutions = (0..16).map(|i| server.post(&path, json!(i)));
-    let answers = futures::future::join_all(resolutions).await;
-    let won: Vec<&(u16, Value)> = answers.iter().filter(|(c, _)| *c == 200).collect();
-    assert_eq!(won.len(), 1, "{answers:?}");
-    assert_eq!(won[0].1["resolution"], "applied", "{answers:?}");
-    let done = server.wait_for(run_id, "ok").await;
-    let journal = server.get(&format!("/v1/runs/{run_id}/journal")).await.1;
-    let resolved: Vec<&Value> = journal["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "resolution")
-        .map(|e| &e["value"])
-        .collect();
-    assert_eq!(resolved.len(), 1, "only the winner is journaled: {resolved:?}");
-    for (code, body) in answers.iter().filter(|(c, _)| *c != 200) {
-        assert_eq!((*code, body["code"].as_str()), (409, Some("already_resolved")), "{body}");
-        assert_eq!(&body["details"]["value"], resolved[0], "{body}");
-    }
-    assert_eq!(done["status"], "ok");
+    let (code, won) = race_resolutions(&[&server], run_id, "approve").await;
+    assert_eq!((code, &won["resolution"]), (200, &json!("applied")), "{won}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,11 +3,11 @@
 //! racing resolutions of the same wait; the store decides, exactly one is applied, and every
 //! other is answered 409 `already_resolved` with the winning value.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::support::serve::{Server, start_on};
+use crate::support::serve::{Server, race_resolutions, start_on};
 
-/// Sixteen resolutions of one wait, alternating between `a` and `b`.
+/// Sixteen resolutions of one wait, alternating between `a` and `b` (read back through `b`).
 async fn race(a: &Server, b: &Server) {
     let run_id = "raced-wait";
     let (code, body) =
@@ -15,29 +15,7 @@ async fn race(a: &Server, b: &Server) {
     assert_eq!(code, 202, "{body}");
     a.wait_for(run_id, "suspended").await;
     b.wait_for(run_id, "suspended").await;
-    let path = format!("/v1/runs/{run_id}/resolve/approve");
-    let resolutions = (0..16).map(|i| {
-        let server = if i % 2 == 0 { a } else { b };
-        server.post(&path, json!(i))
-    });
-    let answers = futures::future::join_all(resolutions).await;
-    let won: Vec<&(u16, Value)> = answers.iter().filter(|(c, _)| *c == 200 || *c == 202).collect();
-    assert_eq!(won.len(), 1, "one resolution wins across both servers: {answers:?}");
-    let done = a.wait_for(run_id, "ok").await;
-    let journal = b.get(&format!("/v1/runs/{run_id}/journal")).await.1;
-    let resolved: Vec<&Value> = journal["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "resolution")
-        .map(|e| &e["value"])
-        .collect();
-    assert_eq!(resolved.len(), 1, "only the winner is journaled: {resolved:?}");
-    for (code, body) in answers.iter().filter(|(c, _)| *c != 200 && *c != 202) {
-        assert_eq!((*code, body["code"].as_str()), (409, Some("already_resolved")), "{body}");
-        assert_eq!(&body["details"]["value"], resolved[0], "{body}");
-    }
-    assert_eq!(done["status"], "ok");
+    race_resolutions(&[a, b], run_id, "approve").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,9 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
-use crate::scripted_server::{ScriptedServer, cairn_in, project, read_request, text, tool_call};
+use crate::scripted_server::{
+    ScriptedServer, cairn_in, listen, project, read_request, text, tool_call, wait_until,
+};
 
 const FILES: &str = "[toolsets.files]\nkind = \"fs-read\"\nroot = \".\"\n";
 
@@ -41,31 +43,16 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let state = Arc::new((Mutex::new(Received::default()), Condvar::new()));
-        let shared = state.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let shared = shared.clone();
-                std::thread::spawn(move || serve(stream, &shared));
-            }
-        });
+        let endpoint = format!("http://{}", listen(&state, serve));
         Receiver { endpoint, state }
     }
 
     /// Waits until a span named `name` has arrived, then returns all spans so far.
     fn wait_for(&self, name: &str, within: Duration) -> Vec<Span> {
-        let (lock, cvar) = &*self.state;
-        let deadline = Instant::now() + within;
-        let mut state = lock.lock().unwrap();
-        while !state.spans.iter().any(|s| s.name == name) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "no span {name:?} among {:?}", names(&state.spans));
-            state = cvar.wait_timeout(state, left).unwrap().0;
-        }
-        state.spans.clone()
+        let arrived = |state: &Received| state.spans.iter().any(|s| s.name == name);
+        let missing = |state: &Received| format!("no span {name:?} among {:?}", names(&state.spans));
+        wait_until(&self.state, within, arrived, missing).spans.clone()
     }
 
     fn spans(&self) -> Vec<Span> {

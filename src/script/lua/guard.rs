@@ -92,7 +92,11 @@ impl Guard {
         let total = self.operations.get().saturating_add(n);
         self.operations.set(total);
         super::frame::count_to_step(n);
-        let built = crate::script::host::operations_for(self.memory.allocated());
+        let built = if crate::script::host::charging() {
+            crate::script::host::operations_for(self.memory.allocated())
+        } else {
+            0
+        };
         if total.saturating_add(built) > self.max_operations {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
@@ -111,6 +115,9 @@ impl Guard {
     /// `entries` journal entries written (capped). The error ends the run; the caller lowers
     /// the state's byte limit to [`Guard::memory_room`].
     pub(super) fn host_work(&self, bytes: u64, kept: u64, entries: u64) -> Option<Error> {
+        if !crate::script::host::charging() {
+            return None;
+        }
         let host = self.host_bytes.get().saturating_add(crate::script::host::resident(kept, entries));
         self.host_bytes.set(host);
         let entries = self.entries.get().saturating_add(entries);

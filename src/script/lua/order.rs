@@ -160,19 +160,17 @@ pub(super) fn next(
     table: &Table,
     key: Lv,
 ) -> mlua::Result<MultiValue> {
-    // A read-only view iterates its backing table's keys and reads values through itself.
-    let (source, _) = internals.resolve(table);
-    let view = source != *table;
-    let read =
-        |k: &Lv| -> mlua::Result<Lv> { if view { table.get(k.clone()) } else { source.raw_get(k.clone()) } };
     let thread = lua.current_thread();
-    let (keys, at) = if key.is_nil() {
-        (snapshot(guard, &source)?, 0)
-    } else {
-        resume_at(snapshots.find(&thread, table), || snapshot(guard, &source), &key)?
-    };
-    snapshots.keep(&thread, table, &keys);
-    walk_from(&keys, at, read)
+    traverse(
+        internals,
+        guard,
+        table,
+        key,
+        || snapshots.find(&thread, table),
+        |keys| {
+            snapshots.keep(&thread, table, keys);
+        },
+    )
 }
 
 /// One `pairs` traversal's step: like [`next`], with a snapshot of its own that no other
@@ -184,17 +182,39 @@ fn pairs_step(
     table: &Table,
     key: Lv,
 ) -> mlua::Result<MultiValue> {
+    let recent = own.borrow().as_ref().filter(|(t, _)| t == table).map(|(_, keys)| keys.clone());
+    traverse(
+        internals,
+        guard,
+        table,
+        key,
+        || recent,
+        |keys| *own.borrow_mut() = Some((table.clone(), keys.clone())),
+    )
+}
+
+/// The step after `key` of a traversal of `table` (`next` and `pairs` alike): from the snapshot
+/// `recent` gives when it holds `key`, else a fresh one; `keep` is handed the snapshot walked,
+/// for the traversal's next step.
+fn traverse(
+    internals: &Internals,
+    guard: &Guard,
+    table: &Table,
+    key: Lv,
+    recent: impl FnOnce() -> Option<Rc<Vec<Lv>>>,
+    keep: impl FnOnce(&Rc<Vec<Lv>>),
+) -> mlua::Result<MultiValue> {
+    // A read-only view iterates its backing table's keys and reads values through itself.
     let (source, _) = internals.resolve(table);
     let view = source != *table;
     let read =
         |k: &Lv| -> mlua::Result<Lv> { if view { table.get(k.clone()) } else { source.raw_get(k.clone()) } };
-    let recent = own.borrow().as_ref().filter(|(t, _)| t == table).map(|(_, keys)| keys.clone());
     let (keys, at) = if key.is_nil() {
         (snapshot(guard, &source)?, 0)
     } else {
-        resume_at(recent, || snapshot(guard, &source), &key)?
+        resume_at(recent(), || snapshot(guard, &source), &key)?
     };
-    *own.borrow_mut() = Some((table.clone(), keys.clone()));
+    keep(&keys);
     walk_from(&keys, at, read)
 }
 

@@ -184,7 +184,8 @@ end
 
 -- The table library's loops written in Lua, so the instruction budget counts them (a huge
 -- length from __len cannot spin in C), and a stable merge sort, so equal elements keep their
--- order on every run (Lua's own sort randomizes its pivot).
+-- order on every run (Lua's own sort randomizes its pivot); a comparator the result shows is
+-- not a total order is an error, as in Rhai.
 local tbl = table
 local function check_table(t, i, what)
   if raw_type(t) ~= "table" then
@@ -269,6 +270,13 @@ tbl.sort = function(t, comp)
     width = width * 2
   end
   for i = 1, n do t[i] = a[i] end
+  -- A total order leaves no adjacent pair out of order; a comparator that contradicts itself
+  -- usually does, and is an error rather than an order that depends on the algorithm.
+  for i = 2, n do
+    if comp(a[i], a[i - 1]) then
+      raw_error("the sort comparator is not a total order (it put an element both before and after another); compare consistently, e.g. function(x, y) return x < y end", 2)
+    end
+  end
 end
 
 -- Read-only views (the libraries, `args`, `budget`).

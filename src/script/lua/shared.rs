@@ -155,7 +155,7 @@ impl Shared {
                 values.push_front(Lv::Boolean(true));
                 Ok(values)
             }
-            Err(error) if is_fatal(&error) => {
+            Err(error) if crate::script::host::uncatchable(&error) => {
                 let error = if matches!(error.code, ErrorCode::SandboxLimit | ErrorCode::SandboxViolation) {
                     self.guard.trip(error)
                 } else {
@@ -219,20 +219,6 @@ pub(super) fn nesting() -> Result<(), Error> {
         ));
     }
     Ok(())
-}
-
-/// Errors a script cannot catch: they end the frame (and, for sandbox errors, the run).
-pub(super) fn is_fatal(error: &Error) -> bool {
-    matches!(
-        error.code,
-        ErrorCode::BudgetExhausted
-            | ErrorCode::Cancelled
-            | ErrorCode::SandboxLimit
-            | ErrorCode::SandboxViolation
-            | ErrorCode::JournalMiss
-            | ErrorCode::RekeyRefused
-            | ErrorCode::Internal
-    )
 }
 
 /// Registers a global that waits on the engine: `body` gets the calling scope and frame and

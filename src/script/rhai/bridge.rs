@@ -159,17 +159,7 @@ pub(super) fn error_token(error: &Error) -> Dynamic {
 /// `#{code, message, retryable}` maps.
 pub(super) fn to_rhai(error: Error) -> Box<EvalAltResult> {
     let token = error_token(&error);
-    let fatal = matches!(
-        error.code,
-        ErrorCode::BudgetExhausted
-            | ErrorCode::Cancelled
-            | ErrorCode::SandboxLimit
-            | ErrorCode::SandboxViolation
-            | ErrorCode::JournalMiss
-            | ErrorCode::RekeyRefused
-            | ErrorCode::Internal
-    );
-    Box::new(if fatal {
+    Box::new(if crate::script::host::uncatchable(&error) {
         EvalAltResult::ErrorTerminated(token, Position::NONE)
     } else {
         EvalAltResult::ErrorRuntime(token, Position::NONE)

@@ -13,6 +13,9 @@
 //!   comparator, when an out-of-order pair shows it, is a typed `script_error`, and a
 //!   comparator's own error (a limit included) ends the sort instead of being ignored.
 //!
+//! - `split`, `split_rev` and `to_chars` count their pieces before building them
+//!   (`split.rs`).
+//!
 //! Functions registered on the engine take precedence over its packages, so scripts call these.
 
 use std::cmp::Ordering;
@@ -26,8 +29,9 @@ use super::guard;
 type Result<T> = std::result::Result<T, Box<EvalAltResult>>;
 
 /// Registers the bounded builtins on `engine`, with `max_string` the longest string a script
-/// may build.
-pub(crate) fn register(engine: &mut Engine, max_string: usize) {
+/// may build and `max_array` the longest array.
+pub(crate) fn register(engine: &mut Engine, max_string: usize, max_array: usize) {
+    super::split::register(engine, max_array);
     engine.register_fn("replace", move |s: &mut ImmutableString, find: &str, with: &str| {
         replace(s, find, with, max_string)
     });
@@ -70,7 +74,7 @@ pub(crate) fn register(engine: &mut Engine, max_string: usize) {
 }
 
 /// Charges scanning `bytes` to the run.
-fn scanned(bytes: usize) -> Result<()> {
+pub(super) fn scanned(bytes: usize) -> Result<()> {
     // Only the operation budget (or a bound another thread latched) can end it here; the
     // runner reports the latched error with its full message.
     match guard::host_work_current(bytes as u64, 0, 0) {

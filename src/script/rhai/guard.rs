@@ -225,7 +225,11 @@ impl RunGuard {
         }
         // Bytes allocated are work too: a builtin that copies or builds megabytes in one
         // operation (`replace`, `to_upper`, a copy-on-write) is charged by what it built.
-        let built = crate::script::host::operations_for(self.memory.allocated());
+        let built = if crate::script::host::charging() {
+            crate::script::host::operations_for(self.memory.allocated())
+        } else {
+            0
+        };
         if n.saturating_add(built) > self.max_operations {
             return Some(self.trip(self.over_budget()));
         }
@@ -243,6 +247,9 @@ impl RunGuard {
     /// written. Charges the operation budget by the bytes, the memory account by what is kept,
     /// and the entry cap; the error ends the run.
     pub(crate) fn host_work(&self, bytes: u64, kept: u64, entries: u64) -> Option<Error> {
+        if !crate::script::host::charging() {
+            return None;
+        }
         let operations = crate::script::host::operations_for(bytes);
         let n = self.operations.fetch_add(operations, Ordering::Relaxed).saturating_add(operations);
         count_to_step(operations);

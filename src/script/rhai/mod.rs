@@ -20,6 +20,7 @@ mod json;
 mod lint;
 mod runner;
 pub mod sandbox;
+mod split;
 mod teardown;
 mod text;
 mod threads;

@@ -28,11 +28,27 @@ pub(crate) fn cairn_run(work: &Path, script: &Path) -> Command {
     command
 }
 
+/// How a bounded run of the binary ended.
+pub(crate) struct Ended {
+    /// The child's peak resident memory (VmHWM), in bytes.
+    pub(crate) peak: u64,
+    /// Its exit code; `None` when it was killed at a bound (or died of a signal: -1).
+    pub(crate) code: Option<i32>,
+    pub(crate) stderr: String,
+    /// The processor time it used (user and system), from `wait4`: on a loaded machine the
+    /// script's work, unlike the wall-clock time, does not stretch with the other processes.
+    pub(crate) cpu: Duration,
+}
+
 /// Runs `command`, polling the child's VmHWM every few milliseconds (rusage's ru_maxrss would
 /// include this test process's memory at the fork); kills it, and returns `None` for the exit
-/// code, once it passes `time` or `memory`. Returns the peak, the exit code and stderr.
-pub(crate) fn run_bounded(mut command: Command, time: Duration, memory: u64) -> (u64, Option<i32>, String) {
+/// code, once it passes `time` (wall clock) or `memory`.
+pub(crate) fn run_bounded(mut command: Command, time: Duration, memory: u64) -> Ended {
     use std::io::Read;
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaped by the wait4 below, which also gives its processor time"
+    )]
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -40,20 +56,38 @@ pub(crate) fn run_bounded(mut command: Command, time: Duration, memory: u64) -> 
         let _ = stderr.read_to_string(&mut text);
         text
     });
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
     let started = Instant::now();
     let mut peak = 0;
     loop {
         if let Some(bytes) = high_water(child.id()) {
             peak = peak.max(bytes);
         }
-        if let Some(status) = child.try_wait().unwrap() {
-            return (peak, Some(status.code().unwrap_or(-1)), reader.join().unwrap());
-        }
-        if started.elapsed() > time || peak > memory {
+        let killed = started.elapsed() > time || peak > memory;
+        if killed {
             let _ = child.kill();
-            let _ = child.wait();
-            return (peak, None, reader.join().unwrap());
         }
+        let flags = if killed { 0 } else { libc::WNOHANG };
+        let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+        // SAFETY: `pid` is our child, not yet reaped (std's `Child` is never waited on here);
+        // `status` and `usage` are valid for writes.
+        let reaped = unsafe { libc::wait4(pid, &mut status, flags, &mut usage) };
+        if reaped == pid {
+            let code = if killed {
+                None
+            } else if libc::WIFEXITED(status) {
+                Some(libc::WEXITSTATUS(status))
+            } else {
+                Some(-1)
+            };
+            let seconds = |t: libc::timeval| {
+                Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+                    + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+            };
+            let cpu = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+            return Ended { peak, code, stderr: reader.join().unwrap(), cpu };
+        }
+        assert!(reaped == 0, "wait4 failed for the child {pid}");
         std::thread::sleep(Duration::from_millis(2));
     }
 }

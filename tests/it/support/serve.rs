@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A running `cairn serve` (and any `cairn worker`s beside it), killed on drop.
 pub(crate) struct Server {
@@ -133,16 +133,13 @@ impl Server {
 
     /// Waits until the run reaches `status`.
     pub(crate) async fn wait_for(&self, run: &str, status: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let (code, body) = self.get(&format!("/v1/runs/{run}")).await;
+        let path = &format!("/v1/runs/{run}");
+        let fetch = move || async move {
+            let (code, body) = self.get(path).await;
             assert_eq!(code, 200, "{body}");
-            if body["status"] == status {
-                return body;
-            }
-            assert!(Instant::now() < deadline, "run {run} never reached {status}: {body}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            body
+        };
+        poll_run(run, status, Duration::from_secs(20), Duration::from_millis(20), fetch).await
     }
 
     /// Follows the run's event stream (from `last_event_id`) until it closes or `stop_after`
@@ -170,20 +167,9 @@ impl Server {
             buffer.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
             while let Some(end) = buffer.find("\n\n") {
                 let block: String = buffer.drain(..end + 2).collect();
-                let (mut event, mut id, mut data) = (String::from("message"), None, String::new());
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
-                        event = v.trim().to_owned();
-                    } else if let Some(v) = line.strip_prefix("id:") {
-                        id = v.trim().parse().ok();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.trim_start());
-                    }
-                }
-                if data.is_empty() {
-                    continue; // a keep-alive comment
-                }
-                events.push((event, id, serde_json::from_str(&data).unwrap()));
+                // A block without data is a keep-alive comment.
+                let Some(parsed) = parse_event(&block) else { continue };
+                events.push(parsed);
                 if stop_after.is_some_and(|n| events.iter().filter(|e| e.0 == "entry").count() >= n) {
                     return events;
                 }
@@ -192,25 +178,53 @@ impl Server {
     }
 }
 
+/// Sixteen clients resolve the wait `key` of the suspended run `run` with different values,
+/// alternating over `servers`: exactly one is accepted, the run finishes `ok`, only the winner
+/// is journaled (read through the last server), and every other client is answered 409
+/// `already_resolved` with the winning value. Returns the winner's answer.
+pub(crate) async fn race_resolutions(servers: &[&Server], run: &str, key: &str) -> (u16, Value) {
+    let path = format!("/v1/runs/{run}/resolve/{key}");
+    let resolutions = (0..16).map(|i| servers[i % servers.len()].post(&path, json!(i)));
+    let answers = futures::future::join_all(resolutions).await;
+    let accepted = |code: u16| code == 200 || code == 202;
+    let won: Vec<&(u16, Value)> = answers.iter().filter(|(c, _)| accepted(*c)).collect();
+    assert_eq!(won.len(), 1, "one resolution wins: {answers:?}");
+    let done = servers[0].wait_for(run, "ok").await;
+    let journal = servers[servers.len() - 1].get(&format!("/v1/runs/{run}/journal")).await.1;
+    let resolved: Vec<&Value> = journal["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "resolution")
+        .map(|e| &e["value"])
+        .collect();
+    assert_eq!(resolved.len(), 1, "only the winner is journaled: {resolved:?}");
+    for (code, body) in answers.iter().filter(|(c, _)| !accepted(*c)) {
+        assert_eq!((*code, body["code"].as_str()), (409, Some("already_resolved")), "{body}");
+        assert_eq!(&body["details"]["value"], resolved[0], "{body}");
+    }
+    assert_eq!(done["status"], "ok");
+    won[0].clone()
+}
+
 /// The events of a whole SSE body.
 pub(crate) fn parse_events(text: &str) -> Vec<(String, Option<u64>, Value)> {
-    let mut events = Vec::new();
-    for block in text.split("\n\n") {
-        let (mut event, mut id, mut data) = (String::from("message"), None, String::new());
-        for line in block.lines() {
-            if let Some(v) = line.strip_prefix("event:") {
-                event = v.trim().to_owned();
-            } else if let Some(v) = line.strip_prefix("id:") {
-                id = v.trim().parse().ok();
-            } else if let Some(v) = line.strip_prefix("data:") {
-                data.push_str(v.trim_start());
-            }
-        }
-        if !data.is_empty() {
-            events.push((event, id, serde_json::from_str(&data).unwrap()));
+    text.split("\n\n").filter_map(parse_event).collect()
+}
+
+/// One SSE block's event name, id and JSON data; `None` for a block without data (a comment).
+fn parse_event(block: &str) -> Option<(String, Option<u64>, Value)> {
+    let (mut event, mut id, mut data) = (String::from("message"), None, String::new());
+    for line in block.lines() {
+        if let Some(v) = line.strip_prefix("event:") {
+            event = v.trim().to_owned();
+        } else if let Some(v) = line.strip_prefix("id:") {
+            id = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push_str(v.trim_start());
         }
     }
-    events
+    (!data.is_empty()).then(|| (event, id, serde_json::from_str(&data).unwrap()))
 }
 
 /// Waits until `{base}/healthz` answers 200, failing the test after `limit`.
@@ -278,14 +292,26 @@ pub(crate) async fn serve_in(dir: &Path, store: &str, extra: &[&str]) -> Serve {
 
 /// Polls `GET {base}/v1/runs/{run}` until the run reaches `status`.
 pub(crate) async fn wait_status(base: &str, run: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let url = &format!("{base}/v1/runs/{run}");
+    let fetch =
+        move || async move { reqwest::get(url.as_str()).await.unwrap().json().await.unwrap_or(Value::Null) };
+    poll_run(run, status, Duration::from_secs(60), Duration::from_millis(50), fetch).await
+}
+
+/// The one poll behind both waits: `fetch`es the run's body every `every` until its status is
+/// `status`, failing the test after `limit`.
+async fn poll_run<F, Fut>(run: &str, status: &str, limit: Duration, every: Duration, fetch: F) -> Value
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Value>,
+{
+    let deadline = Instant::now() + limit;
     loop {
-        let body: Value =
-            reqwest::get(format!("{base}/v1/runs/{run}")).await.unwrap().json().await.unwrap_or(Value::Null);
+        let body = fetch().await;
         if body["status"] == status {
             return body;
         }
         assert!(Instant::now() < deadline, "run {run} never reached {status}: {body}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
 }

@@ -1,0 +1,110 @@
+//! What charging host work to the sandbox costs an agent call (issue 25: "an agent call stays
+//! within 5 % of today").
+//!
+//! Every engine call charges its run for the bytes it hashes, copies and keeps, and every
+//! operation for the bytes its builtins built (`src/script/host.rs`). Built with the
+//! `bench-seams` feature, this bench switches that charging off and on between runs
+//! (`cairn::set_host_charging`; off, the guards skip it, so the figure is charging's own cost)
+//! and runs the same scripts in both modes, alternating round by round, in process on the
+//! SQLite store with the echo provider, as `benches/alloc_cost.rs` does for the counting
+//! allocator.
+//!
+//! ```sh
+//! cargo bench --features bench-seams --bench host_charge
+//! CAIRN_BENCH_ROUNDS=15 cargo bench --features bench-seams --bench host_charge agent_seq
+//! ```
+//!
+//! Workloads (echo latency 0, per call):
+//! - `agent_seq`: a Rhai script making 2,000 sequential agent calls;
+//! - `lua_agent_seq`: the same in Lua.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn::provider::echo::EchoProvider;
+use cairn::store::{SqliteOptions, SqliteStore};
+use cairn::{CountingAlloc, Engine, RunOptions, Script};
+use serde_json::json;
+
+/// Counted allocations, as in the `cairn` binary, so runs have their memory account.
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
+
+struct Workload {
+    name: &'static str,
+    dialect: &'static str,
+    source: &'static str,
+    calls: u32,
+}
+
+const WORKLOADS: &[Workload] = &[
+    Workload {
+        name: "agent_seq",
+        dialect: "rhai",
+        source: "let n = 0; for i in 0..2000 { agent(`summarize item ${i}`); n += 1; } n",
+        calls: 2_000,
+    },
+    Workload {
+        name: "lua_agent_seq",
+        dialect: "lua",
+        source: "local n = 0 for i = 0, 1999 do agent(\"summarize item \" .. i) n = n + 1 end return n",
+        calls: 2_000,
+    },
+];
+
+fn run_once(runtime: &tokio::runtime::Runtime, workload: &Workload, charging: bool) -> Duration {
+    cairn::set_host_charging(charging);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store =
+        Arc::new(SqliteStore::open(&dir.path().join("bench.db"), SqliteOptions::new()).expect("sqlite"));
+    let engine = Engine::builder(store.clone(), store)
+        .provider(Arc::new(EchoProvider::new()))
+        .build()
+        .expect("engine");
+    let script = Script::new(workload.dialect, workload.name, workload.source);
+    let start = Instant::now();
+    let outcome = runtime.block_on(async {
+        let handle = engine.run_script(&script, json!({}), RunOptions::default()).expect("run");
+        handle.result().await.expect("settle")
+    });
+    let elapsed = start.elapsed();
+    assert_eq!(outcome.status, cairn::RunStatus::Ok, "{:?}", outcome.error);
+    drop(engine);
+    cairn::set_host_charging(true);
+    elapsed
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let rounds: usize = std::env::var("CAIRN_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(9);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    for workload in WORKLOADS {
+        if !filter.is_empty() && !filter.iter().any(|f| workload.name == f.as_str()) {
+            continue;
+        }
+        // A warm-up run in each mode.
+        run_once(&runtime, workload, true);
+        run_once(&runtime, workload, false);
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            // Alternate which mode goes first, so drift favours neither.
+            let order = if round % 2 == 0 { [true, false] } else { [false, true] };
+            for charging in order {
+                let figure =
+                    run_once(&runtime, workload, charging).as_secs_f64() * 1e6 / f64::from(workload.calls);
+                if charging { on.push(figure) } else { off.push(figure) }
+            }
+        }
+        let (on, off) = (median(&mut on), median(&mut off));
+        println!(
+            "{:<14} charging on {on:>8.2} µs per call, off {off:>8.2} µs per call: {:+.1} % ({rounds} rounds)",
+            workload.name,
+            (on / off - 1.0) * 100.0
+        );
+    }
+}
