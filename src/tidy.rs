@@ -51,6 +51,7 @@ const ALLOWED_EDGES: &[(&str, &str, &str)] = &[
     ("src/service/metrics.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
     ("src/service/plan.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
     ("src/service/runs.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
+    ("src/service/turns.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
     ("src/service/plan.rs", "src/service/runs.rs", "runs.rs holds blocking, and names plan's GoalRun"),
     ("src/store/queue.rs", "src/store/mod.rs", "the store's interface types live in its entry"),
     ("src/store/watch.rs", "src/store/mod.rs", "the store's interface types live in its entry"),

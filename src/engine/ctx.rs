@@ -53,7 +53,7 @@ pub struct Ctx {
     pub(crate) prepaid: Option<Arc<Mutex<Option<super::budget::Reservation>>>>,
     /// The operation tally of the live step this context runs inside (`None` outside steps,
     /// and in a child workflow, whose script has a budget of its own).
-    pub(crate) step_ops: Option<Arc<super::step::StepOps>>,
+    pub(crate) step_ops: Option<Arc<super::step_ops::StepOps>>,
 }
 
 impl std::fmt::Debug for Ctx {

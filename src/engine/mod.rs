@@ -59,6 +59,7 @@ mod run;
 mod settle;
 mod started;
 mod step;
+mod step_ops;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -96,7 +97,7 @@ pub use queue::{CancelOutcome, Worker, WorkerOptions, WorkerReport};
 pub(crate) use queue::{RESERVED_FIELD, is_reserved};
 pub(crate) use registry::EngineInner;
 pub use registry::{AgentProfile, Described, Engine, HostFn, Registered};
-pub(crate) use step::StepOps;
+pub(crate) use step_ops::StepOps;
 pub(crate) use two_phase::Begun;
 pub use workflow::{Workflow, WorkflowFn};
 pub(crate) use writer::Durability;

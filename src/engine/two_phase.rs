@@ -13,7 +13,7 @@ use super::ctx::Ctx;
 use super::events::EventKind;
 use super::options::OnError;
 use super::run::Durability;
-use super::step::StepOps;
+use super::step_ops::StepOps;
 use crate::error::{Error, ErrorCode};
 use crate::journal::{ContentKey, Entry, Kind, Outcome, Segment, Status};
 

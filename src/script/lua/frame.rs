@@ -63,18 +63,6 @@ pub(super) fn depth() -> usize {
     STACK.with(|stack| stack.borrow().len())
 }
 
-/// Counts `n` operations to the live step the Lua code running now is inside, if any (the
-/// scope on top of the stack: a step body's, or a branch's or step's inside it).
-pub(super) fn count_to_step(n: u64) {
-    STACK.with(|stack| {
-        if let Some((ctx, _)) = stack.borrow().last()
-            && let Some(ops) = &ctx.step_ops
-        {
-            ops.add(n);
-        }
-    });
-}
-
 /// The frame of the Lua code running now.
 pub(super) fn current_frame() -> Option<Rc<Frame>> {
     STACK.with(|stack| stack.borrow().last().map(|(_, frame)| frame.clone()))
@@ -106,6 +94,7 @@ impl<F: Future> Future for Scoped<F> {
             }
         }
         let _pop = Pop;
+        let _tally = super::step_tally::enter(self.ctx.step_ops.clone());
         self.inner.as_mut().poll(cx)
     }
 }

@@ -91,7 +91,7 @@ impl Guard {
     pub(super) fn charge(&self, n: u64) -> Option<Error> {
         let total = self.operations.get().saturating_add(n);
         self.operations.set(total);
-        super::frame::count_to_step(n);
+        super::step_tally::count(n);
         let built = if crate::script::host::charging() {
             crate::script::host::operations_for(self.memory.allocated())
         } else {

@@ -20,6 +20,7 @@ mod pattern;
 mod runner;
 mod sandbox;
 mod shared;
+mod step_tally;
 
 pub use runner::LuaDialect;
 

@@ -29,9 +29,8 @@ use super::guard;
 type Result<T> = std::result::Result<T, Box<EvalAltResult>>;
 
 /// Registers the bounded builtins on `engine`, with `max_string` the longest string a script
-/// may build and `max_array` the longest array.
-pub(crate) fn register(engine: &mut Engine, max_string: usize, max_array: usize) {
-    super::split::register(engine, max_array);
+/// may build (`split.rs` registers the splitting forms beside them).
+pub(crate) fn register(engine: &mut Engine, max_string: usize) {
     engine.register_fn("replace", move |s: &mut ImmutableString, find: &str, with: &str| {
         replace(s, find, with, max_string)
     });

@@ -176,7 +176,8 @@ struct BudgetView;
 
 fn build_engine(shared: &Arc<Shared>) -> Rhai {
     let mut engine = sandbox_engine(&shared.limits);
-    super::builtins::register(&mut engine, shared.limits.max_string_size, shared.limits.max_array_size);
+    super::builtins::register(&mut engine, shared.limits.max_string_size);
+    super::split::register(&mut engine, shared.limits.max_array_size);
     // The per-evaluation limit is a backstop; the shared counter is the run's budget.
     engine.set_max_operations(0);
     let progress = shared.clone();
