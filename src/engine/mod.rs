@@ -66,6 +66,7 @@ mod tests;
 mod tests_journal;
 mod tool_call;
 mod two_phase;
+mod worker;
 mod workflow;
 mod writer;
 
@@ -93,12 +94,13 @@ pub use options::{
     PipelineOptions, RetryPolicy, StepOptions, WorkflowOptions,
 };
 pub use outcome::{Dropped, Pending, RunOutcome};
-pub use queue::{CancelOutcome, Worker, WorkerOptions, WorkerReport};
+pub use queue::CancelOutcome;
 pub(crate) use queue::{RESERVED_FIELD, is_reserved};
 pub(crate) use registry::EngineInner;
 pub use registry::{AgentProfile, Described, Engine, HostFn, Registered};
 pub(crate) use step_ops::StepOps;
 pub(crate) use two_phase::Begun;
+pub use worker::{Worker, WorkerOptions, WorkerReport};
 pub use workflow::{Workflow, WorkflowFn};
 pub(crate) use writer::Durability;
 
