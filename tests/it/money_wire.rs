@@ -169,26 +169,33 @@ fn an_openai_stream_that_fails_after_its_role_chunk_is_charged_its_prompt() {
 /// at about four characters a token and admitted.
 #[test]
 fn a_japanese_prompt_is_never_reserved_below_its_bill() {
-    let wire = WireServer::start(vec![openai_text("はい", 4000, 10)]);
-    let japanese = "日本語の文章です。".repeat(445);
-    assert!(japanese.chars().count() >= 4000);
-    let dir = project(
-        &openai(wire.url(), 100.0, 100.0),
-        &format!(r#"agent("{japanese}", #{{max_output_tokens: 100}})"#),
-    );
-    let outcome = run(dir.path(), &["--budget", "0.20"]);
-    assert!(spent(&outcome) <= 0.20, "spent {} under $0.20: {outcome}", spent(&outcome));
-    assert_eq!(outcome["error"]["code"], "budget_exhausted", "{outcome}");
-    assert!(wire.requests().is_empty(), "the call was dispatched");
-    // English prose of 4,000 characters: about 1,000 tokens, $0.10 + $0.01 of output.
-    let wire = WireServer::start(vec![openai_text("yes", 1000, 10)]);
-    let dir = project(
-        &openai(wire.url(), 100.0, 100.0),
-        &format!(r#"agent("{}", #{{max_output_tokens: 100}})"#, "word ".repeat(800)),
-    );
-    let english = run(dir.path(), &["--budget", "0.20"]);
-    assert_eq!(english["status"], "ok", "{english}");
-    assert_eq!(wire.requests().len(), 1);
+    for dialect in ["openai", "anthropic"] {
+        let (reply, providers): (fn(&str, u64, u64) -> Served, fn(&WireServer) -> String) =
+            if dialect == "openai" {
+                (openai_text, |w| openai(w.url(), 100.0, 100.0))
+            } else {
+                (anthropic_text, |w| {
+                    format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&w.root_url(), 100.0, 100.0))
+                })
+            };
+        let wire = WireServer::start(vec![reply("はい", 4000, 10)]);
+        let japanese = "日本語の文章です。".repeat(445);
+        assert!(japanese.chars().count() >= 4000);
+        let dir = project(&providers(&wire), &format!(r#"agent("{japanese}", #{{max_output_tokens: 100}})"#));
+        let outcome = run(dir.path(), &["--budget", "0.20"]);
+        assert!(spent(&outcome) <= 0.20, "{dialect}: spent {} under $0.20: {outcome}", spent(&outcome));
+        assert_eq!(outcome["error"]["code"], "budget_exhausted", "{dialect}: {outcome}");
+        assert!(wire.requests().is_empty(), "{dialect}: the call was dispatched");
+        // English prose of 4,000 characters: about 1,000 tokens, $0.10 + $0.01 of output.
+        let wire = WireServer::start(vec![reply("yes", 1000, 10)]);
+        let dir = project(
+            &providers(&wire),
+            &format!(r#"agent("{}", #{{max_output_tokens: 100}})"#, "word ".repeat(800)),
+        );
+        let english = run(dir.path(), &["--budget", "0.20"]);
+        assert_eq!(english["status"], "ok", "{dialect}: {english}");
+        assert_eq!(wire.requests().len(), 1, "{dialect}");
+    }
 }
 
 /// #23.6: with `max_context_tokens = 3000` a model passes a 20 KB path on each of six tool
@@ -346,66 +353,107 @@ fn a_crash_in_an_agent_loop_then_a_resume_stays_under_the_ceiling() {
     }
 }
 
-/// The orchestrator spawns six children at once, then finishes; children answer at once.
-fn orchestration(body: &Value) -> String {
+/// The orchestrator's next move after `turns` answered turns: spawn six children at once, wait
+/// for them, finish.
+fn orchestrator_move(turns: usize) -> (&'static str, Value) {
+    match turns {
+        0 => {
+            let children: Vec<Value> = (0..6)
+                .map(|i| serde_json::json!({"profile": "researcher", "prompt": format!("fact {i}")}))
+                .collect();
+            ("parallel_agents", serde_json::json!({ "children": children }))
+        }
+        1 => ("await_all", serde_json::json!({"handles": ["c0", "c1", "c2", "c3", "c4", "c5"]})),
+        _ => ("finish", serde_json::json!({"result": "done"})),
+    }
+}
+
+fn assistant_turns(body: &Value) -> usize {
+    body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count())
+}
+
+/// An orchestration on the OpenAI wire; children answer at once.
+fn openai_orchestration(body: &Value) -> String {
     let is_orchestrator = body["tools"]
         .as_array()
         .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "spawn_agent"));
     if !is_orchestrator {
         return openai_text_sse("a fact");
     }
-    let turns =
-        body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
-    match turns {
-        0 => {
-            let children: Vec<Value> = (0..6)
-                .map(|i| serde_json::json!({"profile": "researcher", "prompt": format!("fact {i}")}))
-                .collect();
-            openai_tool_sse("parallel_agents", &serde_json::json!({ "children": children }))
-        }
-        1 => openai_tool_sse(
-            "await_all",
-            &serde_json::json!({"handles": ["c0", "c1", "c2", "c3", "c4", "c5"]}),
-        ),
-        _ => openai_tool_sse("finish", &serde_json::json!({"result": "done"})),
+    let (tool, arguments) = orchestrator_move(assistant_turns(body));
+    openai_tool_sse(tool, &arguments)
+}
+
+/// The same orchestration on the Anthropic wire (tools are `{name, input_schema}`).
+fn anthropic_orchestration(body: &Value) -> String {
+    let is_orchestrator =
+        body["tools"].as_array().is_some_and(|tools| tools.iter().any(|t| t["name"] == "spawn_agent"));
+    if !is_orchestrator {
+        return anthropic_text_sse("a fact");
     }
+    let (tool, arguments) = orchestrator_move(assistant_turns(body));
+    anthropic_tool_sse(tool, &arguments)
 }
 
 /// #23.5: `parallel_agents` asks for six children estimated at $0.30 each under a $0.94
 /// ceiling. An admission holds what it admits, so at most three are admitted (six were, each
 /// judged against the same free money); after the run settles `cairn inspect` lists no child
 /// `running` (children refused at dispatch stayed `running`), and the run spends at most its
-/// ceiling.
+/// ceiling. On both wires.
 #[test]
 fn orchestrator_admissions_hold_what_they_admit_and_every_child_ends() {
-    let server = DynamicServer::start(orchestration);
-    let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[providers.o]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\nprices = {{ small = [0.0, 10.0] }}\n\n[routing]\ndefault = \"o:small\"\n\n[profiles.researcher]\ndescription = \"finds facts\"\nest_cost_usd = 0.3\n",
-        server.url
-    );
-    std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
-    let out = cairn_in(dir.path())
-        .env("CAIRN_LEASE_TTL_MS", "30000")
-        .args(["orchestrate", "find facts", "--profiles", "researcher", "--budget", "0.94"])
-        .args(["--run-id", "orch", "--json", "-q"])
-        .output()
-        .unwrap();
-    let outcome: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-        panic!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-    });
-    assert!(spent(&outcome) <= 0.94, "spent {}: {outcome}", spent(&outcome));
-    let inspect = cairn_in(dir.path()).args(["inspect", "orch", "--json"]).output().unwrap();
-    let report: Value = serde_json::from_slice(&inspect.stdout)
-        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&inspect.stderr)));
-    let children = report["orchestrations"][0]["children"].as_array().cloned().unwrap_or_default();
-    assert!(!children.is_empty(), "{report}");
-    assert!(
-        children.len() <= 3,
-        "{} children admitted at $0.30 each under $0.94: {children:?}",
-        children.len()
-    );
-    for child in &children {
-        assert_ne!(child["status"], "running", "{children:?}");
+    for dialect in ["openai", "anthropic"] {
+        let (provider, model) = if dialect == "openai" {
+            let server = DynamicServer::start(openai_orchestration);
+            (
+                format!(
+                    "[providers.o]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\nprices = {{ small = [0.0, 10.0] }}\n",
+                    server.url
+                ),
+                "o:small",
+            )
+        } else {
+            let server = DynamicServer::start(anthropic_orchestration);
+            (
+                format!(
+                    "[providers.a]\nkind = \"anthropic\"\napi_key_env = \"CAIRN_WIRE_KEY\"\nbase_url = \"{}\"\nprices = {{ big = [0.0, 10.0] }}\n",
+                    server.url.trim_end_matches("/v1")
+                ),
+                "a:big",
+            )
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "{provider}\n[routing]\ndefault = \"{model}\"\n\n[profiles.researcher]\ndescription = \"finds facts\"\nest_cost_usd = 0.3\n"
+        );
+        std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
+        let out = cairn_in(dir.path())
+            .env("CAIRN_LEASE_TTL_MS", "30000")
+            .env("CAIRN_WIRE_KEY", "test-key")
+            .args(["orchestrate", "find facts", "--profiles", "researcher", "--budget", "0.94"])
+            .args(["--run-id", "orch", "--json", "-q"])
+            .output()
+            .unwrap();
+        let outcome: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+            panic!(
+                "{dialect}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert!(spent(&outcome) <= 0.94, "{dialect}: spent {}: {outcome}", spent(&outcome));
+        let inspect = cairn_in(dir.path()).args(["inspect", "orch", "--json"]).output().unwrap();
+        let report: Value = serde_json::from_slice(&inspect.stdout)
+            .unwrap_or_else(|_| panic!("{dialect}: {}", String::from_utf8_lossy(&inspect.stderr)));
+        let children = report["orchestrations"][0]["children"].as_array().cloned().unwrap_or_default();
+        assert!(!children.is_empty(), "{dialect}: {report}");
+        assert!(
+            children.len() <= 3,
+            "{dialect}: {} children admitted at $0.30 each under $0.94: {children:?}",
+            children.len()
+        );
+        for child in &children {
+            assert_ne!(child["status"], "running", "{dialect}: {children:?}");
+        }
     }
 }

@@ -84,6 +84,10 @@ fn anthropic_end(stop: &str, output: u64) -> Vec<(&'static str, Value)> {
 
 /// An Anthropic text answer: `text`, then `end_turn` with the given usage.
 pub fn anthropic_text(text: &str, input: u64, output: u64) -> Served {
+    Served { reply: Reply::Sse(anthropic_text_body(text, input, output)), bill: (input, output) }
+}
+
+fn anthropic_text_body(text: &str, input: u64, output: u64) -> String {
     let mut events = vec![
         anthropic_start(input),
         (
@@ -97,7 +101,7 @@ pub fn anthropic_text(text: &str, input: u64, output: u64) -> Served {
         ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
     ];
     events.extend(anthropic_end("end_turn", output));
-    Served { reply: Reply::Sse(sse(&events)), bill: (input, output) }
+    sse(&events)
 }
 
 /// An Anthropic tool call with `arguments` (JSON text), then `tool_use` with the given usage.
@@ -223,6 +227,29 @@ impl DynamicServer {
         });
         DynamicServer { url }
     }
+}
+
+/// An Anthropic tool-call stream body (one `tool_use` block) with 50 input and 10 output tokens.
+pub fn anthropic_tool_sse(name: &str, arguments: &Value) -> String {
+    let mut events = vec![
+        anthropic_start(50),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": name, "input": {}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": arguments.to_string()}}),
+        ),
+        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+    ];
+    events.extend(anthropic_end("tool_use", 10));
+    sse(&events)
+}
+
+/// An Anthropic text stream body with 50 input and 10 output tokens.
+pub fn anthropic_text_sse(text: &str) -> String {
+    anthropic_text_body(text, 50, 10)
 }
 
 /// An OpenAI tool-call stream body (one call) with 50 input and 10 output tokens.
