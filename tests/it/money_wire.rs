@@ -167,17 +167,20 @@ fn an_openai_stream_that_fails_after_its_role_chunk_is_charged_its_prompt() {
 /// non-ASCII text by its UTF-8 bytes, an upper bound for every supported tokenizer, so the
 /// call is refused before dispatch; an English prompt of the same length is still estimated
 /// at about four characters a token and admitted.
+/// A text answer on one wire, and the provider table that points at its server.
+type Answer = fn(&str, u64, u64) -> Served;
+type Providers = fn(&WireServer) -> String;
+
 #[test]
 fn a_japanese_prompt_is_never_reserved_below_its_bill() {
     for dialect in ["openai", "anthropic"] {
-        let (reply, providers): (fn(&str, u64, u64) -> Served, fn(&WireServer) -> String) =
-            if dialect == "openai" {
-                (openai_text, |w| openai(w.url(), 100.0, 100.0))
-            } else {
-                (anthropic_text, |w| {
-                    format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&w.root_url(), 100.0, 100.0))
-                })
-            };
+        let (reply, providers): (Answer, Providers) = if dialect == "openai" {
+            (openai_text, |w| openai(w.url(), 100.0, 100.0))
+        } else {
+            (anthropic_text, |w| {
+                format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&w.root_url(), 100.0, 100.0))
+            })
+        };
         let wire = WireServer::start(vec![reply("はい", 4000, 10)]);
         let japanese = "日本語の文章です。".repeat(445);
         assert!(japanese.chars().count() >= 4000);
