@@ -162,15 +162,15 @@ fn an_openai_stream_that_fails_after_its_role_chunk_is_charged_its_prompt() {
     assert_eq!(outcome["cost"]["refused_attempts"].as_u64().unwrap_or(0), 0, "{outcome}");
 }
 
+/// A text answer on one wire, and the provider table that points at its server.
+type Answer = fn(&str, u64, u64) -> Served;
+type Providers = fn(&WireServer) -> String;
+
 /// #23.4: a 4,000-character Japanese prompt, billed 4,000 tokens ($0.40 at $100/M), was
 /// reserved at four characters a token ($0.10) and admitted under $0.20. The estimate counts
 /// non-ASCII text by its UTF-8 bytes, an upper bound for every supported tokenizer, so the
 /// call is refused before dispatch; an English prompt of the same length is still estimated
 /// at about four characters a token and admitted.
-/// A text answer on one wire, and the provider table that points at its server.
-type Answer = fn(&str, u64, u64) -> Served;
-type Providers = fn(&WireServer) -> String;
-
 #[test]
 fn a_japanese_prompt_is_never_reserved_below_its_bill() {
     for dialect in ["openai", "anthropic"] {
@@ -406,33 +406,20 @@ fn anthropic_orchestration(body: &Value) -> String {
 #[test]
 fn orchestrator_admissions_hold_what_they_admit_and_every_child_ends() {
     for dialect in ["openai", "anthropic"] {
-        let (provider, model) = if dialect == "openai" {
-            let server = DynamicServer::start(openai_orchestration);
-            (
-                format!(
-                    "[providers.o]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\nprices = {{ small = [0.0, 10.0] }}\n",
-                    server.url
-                ),
-                "o:small",
-            )
+        let providers = if dialect == "openai" {
+            openai(&DynamicServer::start(openai_orchestration).url, 0.0, 10.0)
         } else {
-            let server = DynamicServer::start(anthropic_orchestration);
-            (
-                format!(
-                    "[providers.a]\nkind = \"anthropic\"\napi_key_env = \"CAIRN_WIRE_KEY\"\nbase_url = \"{}\"\nprices = {{ big = [0.0, 10.0] }}\n",
-                    server.url.trim_end_matches("/v1")
-                ),
-                "a:big",
-            )
+            let root = DynamicServer::start(anthropic_orchestration).root_url();
+            format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&root, 0.0, 10.0))
         };
         let dir = tempfile::tempdir().unwrap();
         let config = format!(
-            "{provider}\n[routing]\ndefault = \"{model}\"\n\n[profiles.researcher]\ndescription = \"finds facts\"\nest_cost_usd = 0.3\n"
+            "{providers}\n[profiles.researcher]\ndescription = \"finds facts\"\nest_cost_usd = 0.3\n"
         );
         std::fs::write(dir.path().join("cairn.toml"), config).unwrap();
         let out = cairn_in(dir.path())
             .env("CAIRN_LEASE_TTL_MS", "30000")
-            .env("CAIRN_WIRE_KEY", "test-key")
+            .env("CAIRN_WIRE_KEY", "k")
             .args(["orchestrate", "find facts", "--profiles", "researcher", "--budget", "0.94"])
             .args(["--run-id", "orch", "--json", "-q"])
             .output()

@@ -106,6 +106,13 @@ fn anthropic_text_body(text: &str, input: u64, output: u64) -> String {
 
 /// An Anthropic tool call with `arguments` (JSON text), then `tool_use` with the given usage.
 pub fn anthropic_tool_call(id: &str, name: &str, arguments: &str, input: u64, output: u64) -> Served {
+    Served {
+        reply: Reply::Sse(anthropic_tool_body(id, name, arguments, input, output)),
+        bill: (input, output),
+    }
+}
+
+fn anthropic_tool_body(id: &str, name: &str, arguments: &str, input: u64, output: u64) -> String {
     let mut events = vec![
         anthropic_start(input),
         (
@@ -119,7 +126,7 @@ pub fn anthropic_tool_call(id: &str, name: &str, arguments: &str, input: u64, ou
         ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
     ];
     events.extend(anthropic_end("tool_use", output));
-    Served { reply: Reply::Sse(sse(&events)), bill: (input, output) }
+    sse(&events)
 }
 
 /// An Anthropic stream that reports `input` tokens, streams `tokens` output tokens of text in
@@ -227,24 +234,16 @@ impl DynamicServer {
         });
         DynamicServer { url }
     }
+
+    /// The base URL without the `/v1` suffix (for an Anthropic provider table).
+    pub fn root_url(&self) -> String {
+        self.url.trim_end_matches("/v1").to_owned()
+    }
 }
 
 /// An Anthropic tool-call stream body (one `tool_use` block) with 50 input and 10 output tokens.
 pub fn anthropic_tool_sse(name: &str, arguments: &Value) -> String {
-    let mut events = vec![
-        anthropic_start(50),
-        (
-            "content_block_start",
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": name, "input": {}}}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": arguments.to_string()}}),
-        ),
-        ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-    ];
-    events.extend(anthropic_end("tool_use", 10));
-    sse(&events)
+    anthropic_tool_body("t1", name, &arguments.to_string(), 50, 10)
 }
 
 /// An Anthropic text stream body with 50 input and 10 output tokens.
