@@ -248,12 +248,17 @@ async fn a_500_branch_fan_out_loads_collapsed_and_expands_on_demand() {
 /// A model that streams `pieces` deltas (`tok0 `, `tok1 `, ...) `gap` apart, for every request,
 /// the first once `gate` is open.
 fn slow_model(pieces: usize, gap: Duration, gate: Arc<AtomicBool>) -> String {
+    held_model(pieces, gap, gate, Arc::new(AtomicBool::new(false)))
+}
+
+/// [`slow_model`] that also ends an answer early, after the delta during which `stop` is set.
+fn held_model(pieces: usize, gap: Duration, gate: Arc<AtomicBool>, stop: Arc<AtomicBool>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let gate = gate.clone();
+            let (gate, stop) = (gate.clone(), stop.clone());
             std::thread::spawn(move || {
                 if super::scripted_server::read_request(&stream).is_none() {
                     return;
@@ -271,15 +276,17 @@ fn slow_model(pieces: usize, gap: Duration, gate: Arc<AtomicBool>) -> String {
                 while !gate.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                for i in 0..pieces {
+                let mut sent = 0;
+                while sent < pieces && !stop.load(Ordering::SeqCst) {
                     std::thread::sleep(gap);
-                    if !send(&chunk(json!({"content": format!("tok{i} ")}), Value::Null)) {
+                    if !send(&chunk(json!({"content": format!("tok{sent} ")}), Value::Null)) {
                         return;
                     }
+                    sent += 1;
                 }
                 send(&chunk(json!({}), json!("stop")));
                 send(
-                    &json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": pieces}}),
+                    &json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": sent}}),
                 );
                 let _ = stream.write_all(b"data: [DONE]\n\n");
                 let _ = stream.flush();
@@ -294,7 +301,11 @@ async fn slow_server(pieces: usize, gap: Duration) -> Server {
 }
 
 async fn slow_server_with(pieces: usize, gap: Duration, gate: Arc<AtomicBool>, extra: &[&str]) -> Server {
-    let url = slow_model(pieces, gap, gate);
+    model_server(slow_model(pieces, gap, gate), extra).await
+}
+
+/// `cairn serve` (SQLite, [`TOKEN`]) whose default model is the fake at `url`, priced.
+async fn model_server(url: String, extra: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "[providers.m]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nprices = {{ tiny = [1.0, 2.0] }}\n\n[routing]\ndefault = \"m:tiny\"\n"
@@ -513,6 +524,117 @@ async fn a_run_driven_by_a_separate_worker_streams_its_tokens_through_the_store(
     );
     // The worker deletes its chunks a little after the call, and the stream its wish.
     let store = cairn::store::open(&server.store).unwrap();
+    let id = cairn::RunId::parse(&run).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<String> =
+            store.transcripts.list(&id).unwrap().into_iter().filter(|r| r.contains("/live/")).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the relay left {left:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The events of `GET {base}/v1/runs/{run}/events?tokens=1`, followed in a task until the
+/// stream ends; what arrived so far is readable meanwhile.
+type Followed = Arc<std::sync::Mutex<Vec<(String, Value)>>>;
+
+fn follow_tokens(base: &str, token: Option<&str>, run: &str) -> (Followed, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt as _;
+    let seen: Followed = Arc::default();
+    let url = format!("{base}/v1/runs/{run}/events?tokens=1");
+    let token = token.map(str::to_owned);
+    let into = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut request = reqwest::Client::new().get(url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = response.bytes_stream();
+        let mut buffer = String::new();
+        while let Some(chunk) = body.next().await {
+            buffer.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let events = super::support::serve::parse_events(&block);
+                into.lock().unwrap().extend(events.into_iter().map(|(event, _, data)| (event, data)));
+            }
+        }
+    });
+    (seen, task)
+}
+
+fn tokens_in(events: &[(String, Value)]) -> Vec<String> {
+    events.iter().filter(|e| e.0 == "token").filter_map(|e| e.1["text"].as_str().map(str::to_owned)).collect()
+}
+
+/// A run one `cairn serve` drives streams its tokens to a second `cairn serve` on the same
+/// SQLite file (through the store), while the first streams them to its own listener (in
+/// process, each delta once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_store_streams_the_tokens_of_a_run_the_first_drives() {
+    // The answer streams until both listeners have seen some of it: no race with the relay.
+    let stop = Arc::new(AtomicBool::new(false));
+    let url = held_model(2000, Duration::from_millis(50), Arc::new(AtomicBool::new(true)), stop.clone());
+    let first = model_server(url, &[]).await;
+    let port = super::support::serve::free_port();
+    let second_base = format!("http://127.0.0.1:{port}");
+    let _second = super::support::serve::Killed(
+        super::support::serve::serve_command_on(
+            first.dir.path(),
+            &first.store,
+            &format!("127.0.0.1:{port}"),
+            None,
+            &["--workers", "0"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap(),
+    );
+    super::support::serve::wait_healthy(&second_base, Duration::from_secs(20)).await;
+    let run = submitted(&first, "agent(\"count\")").await;
+    first.wait_for(&run, "running").await;
+    let (here, here_done) = follow_tokens(&first.base, Some(TOKEN), &run);
+    let (there, there_done) = follow_tokens(&second_base, None, &run);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokens_in(&here.lock().unwrap()).len() < 3 || tokens_in(&there.lock().unwrap()).len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "tokens did not reach both servers: here {:?}, there {:?}",
+            here.lock().unwrap(),
+            there.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(60), here_done).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(60), there_done).await.unwrap().unwrap();
+    for (name, events) in [("the driving server", &here), ("the other server", &there)] {
+        let events = events.lock().unwrap().clone();
+        assert_eq!(
+            events.last().map(|e| (e.0.as_str(), e.1["status"].clone())),
+            Some(("outcome", json!("ok"))),
+            "{name}: {events:?}"
+        );
+        let first_token = events.iter().position(|e| e.0 == "token").unwrap();
+        let answer = events
+            .iter()
+            .position(|e| e.0 == "entry" && e.1["status"] == "ok" && e.1["kind"] == "agent")
+            .unwrap();
+        assert!(first_token < answer, "{name}: the deltas come before the journaled answer: {events:?}");
+        // In order, and none twice (the driver's listener skips the chunks its own process wrote).
+        let numbers: Vec<u64> =
+            tokens_in(&events).iter().map(|t| t.trim().trim_start_matches("tok").parse().unwrap()).collect();
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{name}: {numbers:?}");
+        assert!(events.iter().filter(|e| e.0 == "token").all(|e| e.1["run_id"] == run.as_str()));
+    }
+    // Each stream withdrew its process's wish, and the driver deleted its chunks.
+    let store = cairn::store::open(&first.store).unwrap();
     let id = cairn::RunId::parse(&run).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
