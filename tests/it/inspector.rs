@@ -451,6 +451,34 @@ async fn an_agent_calls_turns_are_shown_as_text() {
     assert_eq!(kinds, ["text", "tool_call", "tool_result", "answer"], "{turns}");
     assert!(parts[1].1.contains("notes.txt") && parts[2].1.contains("the secret is 42"), "{turns}");
     assert_eq!(parts[3].1, "the answer is 42");
+    // Each turn's record: its model, tokens and cost (at `prices = [1.0, 2.0]` per million
+    // tokens), and its time; together they are the call's cost. The assistant messages say
+    // which turn spoke.
+    let log = turns["turn_log"].as_array().unwrap_or_else(|| panic!("{turns}"));
+    let shown: Vec<(u64, &str, u64, u64, u64)> = log
+        .iter()
+        .map(|t| {
+            (
+                t["turn"].as_u64().unwrap(),
+                t["served_by"].as_str().unwrap(),
+                t["usage"]["input_tokens"].as_u64().unwrap(),
+                t["usage"]["output_tokens"].as_u64().unwrap(),
+                t["cost_nano_usd"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shown, [(1, "m:tiny", 10, 5, 20_000), (2, "m:tiny", 20, 3, 26_000)], "{turns}");
+    assert_eq!(turns["cost_nano_usd"], 46_000, "{turns}");
+    assert!(log.iter().all(|t| t["ended_ms"].as_i64() >= t["started_ms"].as_i64() && t["status"] == "ok"));
+    assert_eq!(turns["recorded"], true, "{turns}");
+    let spoke: Vec<Value> = turns["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["turn"].clone())
+        .collect();
+    assert_eq!(spoke, [json!(1), json!(2)], "{turns}");
     // The running entry names the same call; anything else is no agent call.
     let running = answer["ref"].as_u64().unwrap();
     assert_eq!(server.get(&format!("/v1/runs/{run}/calls/{running}/turns")).await.0, 200);
@@ -470,7 +498,73 @@ async fn an_agent_calls_turns_are_shown_as_text() {
         "user, assistant (the tool call), user (its result) and the answer"
     );
     assert_eq!(browser.count("#main img").await, 0, "a tool result became an element");
+    let rows = browser.client.find_all(Locator::Css(".turns table.turn-log tbody tr")).await.unwrap();
+    assert_eq!(rows.len(), 2, "one row per turn");
+    let first = rows[0].text().await.unwrap();
+    assert!(
+        first.contains("m:tiny") && first.contains("10 in / 5 out") && first.contains("$0.000020"),
+        "{first}"
+    );
+    browser
+        .client
+        .execute("document.querySelector('.turns table.turn-log').scrollIntoView();", vec![])
+        .await
+        .unwrap();
     browser.screenshot("turns.png").await;
+}
+
+/// A call that took one turn (no checkpoint) shows its prompt and its answer as that turn,
+/// with the turn's model, tokens, cost and time; a long prompt is cut and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_turn_call_shows_its_prompt_and_answer_as_a_turn() {
+    let server = slow_server(2, Duration::from_millis(1)).await;
+    let prompt = format!("<b>count</b> {}", "p".repeat(4100));
+    let run = submitted(&server, &format!("agent(\"{prompt}\")")).await;
+    server.wait_for(&run, "ok").await;
+    let (_, page) = server.get(&format!("/v1/runs/{run}/journal")).await;
+    let answer = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "agent" && e["status"] == "ok")
+        .unwrap_or_else(|| panic!("{page}"))
+        .clone();
+    let seq = answer["seq"].as_u64().unwrap();
+    let (code, turns) = server.get(&format!("/v1/runs/{run}/calls/{seq}/turns")).await;
+    assert_eq!(code, 200, "{turns}");
+    assert_eq!(
+        (turns["checkpointed"].clone(), turns["recorded"].clone()),
+        (json!(false), json!(true)),
+        "{turns}"
+    );
+    let messages = turns["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{turns}");
+    assert_eq!(messages[0]["role"], "user");
+    let asked = &messages[0]["parts"][0];
+    assert_eq!(asked["truncated"], true, "{turns}");
+    assert_eq!(asked["text"].as_str().unwrap().chars().count(), 4000);
+    assert!(asked["text"].as_str().unwrap().starts_with("<b>count</b> ppp"), "{turns}");
+    assert_eq!((messages[1]["role"].as_str(), messages[1]["turn"].as_u64()), (Some("assistant"), Some(1)));
+    assert_eq!(messages[1]["parts"][0]["text"], "tok0 tok1 ");
+    let log = turns["turn_log"].as_array().unwrap();
+    assert_eq!(log.len(), 1, "{turns}");
+    // The turn is the call: its usage and cost are the entry's.
+    assert_eq!(log[0]["usage"], answer["usage"], "{turns}");
+    assert_eq!(log[0]["cost_nano_usd"], answer["cost_nano_usd"], "{turns}");
+    assert_eq!(log[0]["cost_nano_usd"], 3 * 1000 + 2 * 2000, "{turns}");
+    assert_eq!(log[0]["call_seq"], answer["ref"], "{turns}");
+
+    let Some(browser) = browser().await else { return };
+    browser.open(&server, &format!("#/runs/{run}")).await;
+    browser.wait_for("#run-status[data-status=\"ok\"]").await;
+    browser.wait_for(".item-agent > .row").await.click().await.unwrap();
+    browser.wait_for(".item-agent button.load-turns").await.click().await.unwrap();
+    let asked = browser.wait_for(".turns .turn-user pre.part-text").await.text().await.unwrap();
+    assert!(asked.starts_with("<b>count</b> ppp"), "{asked}");
+    assert_eq!(browser.count(".turns .turn").await, 2, "the prompt and the answer");
+    assert_eq!(browser.count("#main .turns b").await, 0, "the prompt became an element");
+    let row = browser.wait_for(".turns table.turn-log tbody tr").await.text().await.unwrap();
+    assert!(row.contains("3 in / 2 out") && row.contains("$0.000007"), "{row}");
 }
 
 /// A run a separate `cairn worker` process drives streams its tokens to a `cairn serve` on the

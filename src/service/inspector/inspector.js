@@ -450,6 +450,38 @@
     }
   }
 
+  // A turn record's cost in nano-USD: the one place the page reads it.
+  function turnCostNano(record) {
+    return record.cost_nano_usd;
+  }
+
+  // Each turn of a call: its model, status, tokens, cost and time, as a table (text only).
+  function turnTable(records, callSeq) {
+    const body = el("tbody");
+    for (const r of records) {
+      const usage = r.usage || {};
+      const earlier = r.call_seq !== undefined && r.call_seq !== callSeq;
+      body.append(
+        el(
+          "tr",
+          { class: "turn-record turn-record-" + r.status, "data-turn": r.turn },
+          el("td", { text: "#" + r.turn + (earlier ? " (earlier attempt)" : "") }),
+          el("td", { text: r.served_by }),
+          el("td", {}, statusBadge(r.status)),
+          el("td", { class: "tokens", text: (usage.input_tokens || 0) + " in / " + (usage.output_tokens || 0) + " out" }),
+          el("td", { class: "cost", text: turnCostNano(r) === undefined ? "unpriced" : usd(turnCostNano(r)) }),
+          el("td", { class: "time", text: duration(r.ended_ms - r.started_ms) })
+        )
+      );
+    }
+    return el(
+      "table",
+      { class: "turn-log" },
+      el("thead", {}, el("tr", {}, ...["Turn", "Model", "Status", "Tokens", "Cost", "Time"].map((h) => el("th", { text: h })))),
+      body
+    );
+  }
+
   // An agent call's turns, read on demand from the server (bounded there), as text only.
   Tree.prototype.turnsBox = function (item) {
     const box = el("div", { class: "turns" });
@@ -457,13 +489,17 @@
     const show = (answer) => {
       clear(box);
       const head = [answer.messages.length + " messages"];
-      if (answer.turns !== null && answer.turns !== undefined) head.push(answer.turns + " turns");
+      const log = answer.turn_log || [];
+      const turns = log.length ? new Set(log.map((r) => r.turn)).size : answer.turns;
+      if (turns !== null && turns !== undefined) head.push(turns + " turns");
       if (answer.tool_calls) head.push(answer.tool_calls + " tool calls");
       if (answer.cost_nano_usd !== undefined && answer.cost_nano_usd !== null) head.push(usd(answer.cost_nano_usd));
       if (answer.omitted) head.push(answer.omitted + " earlier messages not shown");
       box.append(el("div", { class: "muted", text: head.join(" · ") }));
+      if (log.length) box.append(turnTable(log, item.start.seq));
       for (const message of answer.messages) {
-        const turn = el("div", { class: "turn turn-" + message.role }, el("span", { class: "kind", text: message.role }));
+        const role = message.role + (message.turn ? " · turn " + message.turn : "");
+        const turn = el("div", { class: "turn turn-" + message.role }, el("span", { class: "kind", text: role }));
         for (const part of message.parts) {
           let label = part.type;
           if (part.name) label += " " + part.name;
@@ -498,7 +534,8 @@
   function costChart(title, lines) {
     const rows = Object.entries(lines || {}).map(([k, v]) => [k, v.cost || 0, v.usage || {}]);
     rows.sort((a, b) => b[1] - a[1]);
-    const width = 360;
+    // Room for the longest bar and its label after it ("$0.000046 · 38 tok").
+    const width = 380;
     const barH = 18;
     const height = Math.max(1, rows.length) * (barH + 6) + 22;
     const chart = svg("svg", { class: "chart", width, height, viewBox: "0 0 " + width + " " + height, role: "img", "aria-label": "cost by " + title });
@@ -506,7 +543,7 @@
     const max = Math.max(1, ...rows.map((r) => r[1]));
     rows.forEach(([name, cost, usage], i) => {
       const y = 20 + i * (barH + 6);
-      const w = Math.max(2, Math.round((cost / max) * 160));
+      const w = Math.max(2, Math.round((cost / max) * 96));
       chart.append(svg("text", { x: 0, y: y + 13, text: name.length > 22 ? name.slice(0, 21) + "…" : name }));
       chart.append(svg("rect", { x: 140, y, width: w, height: barH, rx: 2 }));
       const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
