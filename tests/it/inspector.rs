@@ -139,6 +139,21 @@ impl Browser {
         std::fs::write(dir.join(name), png).unwrap();
     }
 
+    /// [`Browser::screenshot`] of a picture the docs show as `docs/img/{name}`: kept as an
+    /// artifact under that name, and written over the docs' copy with
+    /// `CAIRN_UPDATE_SCREENSHOTS=1`.
+    async fn docs_screenshot(&self, name: &str) {
+        self.screenshot(name).await;
+        if std::env::var("CAIRN_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+            std::fs::copy(
+                root.join("target/inspector-screenshots").join(name),
+                root.join("docs/img").join(name),
+            )
+            .unwrap();
+        }
+    }
+
     async fn url_has_no_token(&self, server: &Server) {
         let url = self.client.current_url().await.unwrap();
         if let Some(token) = &server.token {
@@ -166,7 +181,7 @@ async fn the_list_shows_a_finished_and_a_suspended_run_and_resolving_from_the_pa
     browser.open(&server, "").await;
     browser.wait_for(&format!("tr.run[data-run=\"{done}\"][data-status=\"ok\"]")).await;
     browser.wait_for(&format!("tr.run[data-run=\"{waiting}\"][data-status=\"suspended\"]")).await;
-    browser.screenshot("list.png").await;
+    browser.docs_screenshot("inspector.png").await;
     browser.url_has_no_token(&server).await;
     // Filtered by status, from the server: only the suspended run is left.
     browser.client.goto(&format!("{}/#/?status=suspended", server.base)).await.unwrap();
@@ -243,6 +258,83 @@ async fn a_500_branch_fan_out_loads_collapsed_and_expands_on_demand() {
     assert_eq!(browser.count(".node-branch .item").await, 0);
     browser.client.find(Locator::Css(".node-branch > .row")).await.unwrap().click().await.unwrap();
     browser.wait_for(".node-branch .item-agent").await;
+}
+
+/// A person follows a 500-branch run live: the page is open while the fan-out runs, its
+/// branches join the (expanded) fan-out as they are journaled, one expands to its call; the
+/// run's approval is resolved from the page, and the cost reads at every level of the tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_500_branch_run_is_followed_live_resolved_and_its_costs_read_in_the_page() {
+    let Some(browser) = browser().await else { return };
+    // The model holds its answers until the page follows the fan-out.
+    let gate = Arc::new(AtomicBool::new(false));
+    let server = slow_server_with(1, Duration::from_millis(1), gate.clone(), &[]).await;
+    let source = "let fs = [];\nfor i in 0..500 { let j = i; fs.push(|| agent(`b${j}`)); }\n\
+                  let n = parallel(fs).len();\nlet ok = await_external(\"approve\");\n`${n} branches, approved: ${ok}`";
+    let run = submitted(&server, source).await;
+    server.wait_for(&run, "running").await;
+    browser.open(&server, &format!("#/runs/{run}")).await;
+    browser.wait_for("#run-status[data-status=\"running\"]").await;
+    browser.wait_for(".node-parallel > .row").await.click().await.unwrap();
+    browser.wait_for(".node-parallel[data-expanded=\"true\"] .node-branch").await;
+    let before = browser.count(".node-branch").await;
+    assert!(before < 500, "the fan-out was done before the page followed it");
+    gate.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let shown = browser.count(".node-branch").await;
+        if shown == 500 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{shown} of 500 branches shown: {}",
+            server.get(&format!("/v1/runs/{run}")).await.1
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A bounded number of calls stream on the page at once, and none once the run waits.
+    assert!(browser.count("#live .stream").await <= 24, "the page keeps every call's stream");
+    // The run waits for its approval: resolved from the page, it finishes.
+    let value = browser.wait_for("form.wait[data-key=\"approve\"] textarea").await;
+    browser.wait_for("#run-status[data-status=\"suspended\"]").await;
+    value.send_keys("\"yes\"").await.unwrap();
+    browser
+        .client
+        .find(Locator::Css("form.wait[data-key=\"approve\"] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    match browser
+        .client
+        .wait()
+        .at_most(Duration::from_secs(90))
+        .for_element(Locator::Css("#run-status[data-status=\"ok\"]"))
+        .await
+    {
+        Ok(_) => {}
+        Err(e) => panic!(
+            "the page never showed the run settled ({e}): {}",
+            server.get(&format!("/v1/runs/{run}")).await.1
+        ),
+    }
+    let (_, shown) = server.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(shown["status"], "ok", "{shown}");
+    // The cost tree: the fan-out's total, each branch's, each call's.
+    let fan_out = browser.wait_for(".node-parallel > .row .summary").await.text().await.unwrap();
+    assert!(fan_out.contains("500 scopes") && fan_out.contains('$'), "{fan_out}");
+    browser.wait_for(".node-branch > .row").await.click().await.unwrap();
+    let branch =
+        browser.wait_for(".node-branch[data-expanded=\"true\"] > .row .summary").await.text().await.unwrap();
+    assert!(branch.contains('$'), "{branch}");
+    let call = browser.wait_for(".node-branch .item-agent > .row").await.text().await.unwrap();
+    assert!(call.contains("m:tiny") && call.contains('$'), "{call}");
+    browser.wait_for("#costs svg.chart").await;
+    browser.wait_for("#live[hidden]").await;
+    browser.client.execute("window.scrollTo(0, 0);", vec![]).await.unwrap();
+    browser.docs_screenshot("inspector-run.png").await;
 }
 
 /// A model that streams `pieces` deltas (`tok0 `, `tok1 `, ...) `gap` apart, for every request,
@@ -511,6 +603,51 @@ async fn an_agent_calls_turns_are_shown_as_text() {
         .await
         .unwrap();
     browser.screenshot("turns.png").await;
+}
+
+/// A client following a run's events gets a `tool` event after each of a tool call's journal
+/// entries: its start, then its end with its status, before the agent's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_streams_tool_events_beside_the_journal() {
+    use super::scripted_server::{ScriptedServer, project, text, tool_call};
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "read_file", "{\"path\": \"notes.txt\"}", 10, 5),
+        text("the answer is 42", 20, 3),
+    ]);
+    let dir = project(&model.url, "[toolsets.files]\nkind = \"fs-read\"\nroot = \".\"\n", "");
+    std::fs::write(dir.path().join("notes.txt"), "the secret is 42").unwrap();
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let server = start_on(dir, store, Some(TOKEN), &[]).await;
+    let run = submitted(&server, "agent(\"go\", #{tools: [\"files\"]})").await;
+    let events = events_of(&server, &run, "").await;
+    let tools: Vec<(usize, &Value)> =
+        events.iter().enumerate().filter(|(_, e)| e.0 == "tool").map(|(i, e)| (i, &e.1)).collect();
+    let phases: Vec<(&str, &str, &str)> = tools
+        .iter()
+        .map(|(_, t)| {
+            (t["phase"].as_str().unwrap(), t["tool"].as_str().unwrap(), t["status"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(phases, [("start", "read_file", "running"), ("end", "read_file", "ok")], "{events:?}");
+    for (at, tool) in &tools {
+        // Each follows its own entry.
+        let (kind, entry) = &events[at - 1];
+        assert_eq!(
+            (kind.as_str(), &entry["kind"], &entry["seq"]),
+            ("entry", &json!("tool"), &tool["seq"]),
+            "{events:?}"
+        );
+        assert!(
+            tool["call_id"].is_string() && tool["scope"].as_str().is_some_and(|s| s.starts_with("at:agent-")),
+            "{tool}"
+        );
+    }
+    let answer = events
+        .iter()
+        .position(|e| e.0 == "entry" && e.1["status"] == "ok" && e.1["kind"] == "agent")
+        .unwrap();
+    assert!(tools.iter().all(|(at, _)| *at < answer), "{events:?}");
+    assert_eq!(events.last().unwrap().0, "outcome");
 }
 
 /// A call that took one turn (no checkpoint) shows its prompt and its answer as that turn,

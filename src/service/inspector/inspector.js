@@ -6,6 +6,7 @@
   const TOKEN_KEY = "cairn.token";
   const PAGE_RUNS = 50;
   const PAGE_ENTRIES = 2000;
+  const MAX_STREAMS = 24;
   const SETTLED = ["ok", "error", "cancelled", "exhausted"];
   const STATUSES = ["", "queued", "running", "suspended", "ok", "error", "cancelled", "exhausted"];
 
@@ -535,7 +536,7 @@
     const rows = Object.entries(lines || {}).map(([k, v]) => [k, v.cost || 0, v.usage || {}]);
     rows.sort((a, b) => b[1] - a[1]);
     // Room for the longest bar and its label after it ("$0.000046 · 38 tok").
-    const width = 380;
+    const width = 370;
     const barH = 18;
     const height = Math.max(1, rows.length) * (barH + 6) + 22;
     const chart = svg("svg", { class: "chart", width, height, viewBox: "0 0 " + width + " " + height, role: "img", "aria-label": "cost by " + title });
@@ -543,7 +544,7 @@
     const max = Math.max(1, ...rows.map((r) => r[1]));
     rows.forEach(([name, cost, usage], i) => {
       const y = 20 + i * (barH + 6);
-      const w = Math.max(2, Math.round((cost / max) * 96));
+      const w = Math.max(2, Math.round((cost / max) * 90));
       chart.append(svg("text", { x: 0, y: y + 13, text: name.length > 22 ? name.slice(0, 21) + "…" : name }));
       chart.append(svg("rect", { x: 140, y, width: w, height: barH, rx: 2 }));
       const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
@@ -658,22 +659,45 @@
     }
     more.addEventListener("click", () => loadEntries().catch((e) => showError(e.message)));
 
-    // Token streams: one box per agent call in flight.
+    // Token streams: one box per agent call in flight, the newest MAX_STREAMS of them; a
+    // call's box goes when its answer is journaled (the tree shows it), and every box when
+    // the run stops running. A call that began before the page followed it has no scope
+    // in its deltas.
     function streamBox(data) {
       const key = (data.scope || "") + "|" + (data.label || "") + "|" + (data.call || "");
       let box = state.streams.get(key);
       if (!box) {
         const pre = el("pre", { class: "tokens" });
-        const wrap = el("div", { class: "stream", "data-scope": data.scope || "", "data-call": data.call || "" }, el("div", { class: "muted", text: "agent " + (data.label || data.model || "") + " @ " + (data.scope || "(root)") }), pre);
-        box = { pre, wrap };
+        const known = data.scope || data.label || data.model;
+        const name = known ? "agent " + (data.label || data.model || "") + " @ " + (data.scope || "(root)") : "agent call (began before this page followed the run)";
+        const wrap = el("div", { class: "stream", "data-scope": data.scope || "", "data-call": data.call || "" }, el("div", { class: "muted", text: name }), pre);
+        box = { pre, wrap, scope: data.scope || "" };
         state.streams.set(key, box);
         streams.append(wrap);
         live.hidden = false;
+        for (const [old, oldBox] of state.streams) {
+          if (state.streams.size <= MAX_STREAMS) break;
+          oldBox.wrap.remove();
+          state.streams.delete(old);
+        }
       }
       return box;
     }
-    function endStream(_entry) {
-      // Finished calls keep their text on the page until the run settles.
+    function endStream(entry) {
+      if (entry.kind !== "agent" || entry.status === "running") return;
+      for (const [key, box] of state.streams) {
+        if (box.scope === (entry.scope || "")) {
+          box.wrap.remove();
+          state.streams.delete(key);
+          break;
+        }
+      }
+      live.hidden = !state.streams.size;
+    }
+    function endStreams() {
+      clear(streams);
+      state.streams.clear();
+      live.hidden = true;
     }
 
     // Follows the run over SSE from the last entry shown. A stream that ends before the run's
@@ -690,12 +714,14 @@
           if (event === "entry") addEntry(data);
           else if (event === "status") {
             setStatus(data.status);
+            if (data.status !== "running") endStreams();
             loadShow().catch((e) => showError(e.message));
           } else if (event === "token") {
             const box = streamBox(data);
             box.pre.textContent += data.text || "";
           } else if (event === "outcome") {
             ended = true;
+            endStreams();
             setStatus(data.status);
             state.stopStream = null;
             loadShow().catch((e) => showError(e.message));
