@@ -25,9 +25,9 @@ use crate::usage::Usage;
 /// How often buffered records are written at most (they wait no longer unless the process dies).
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(200);
 /// The most records one blob holds.
-pub(crate) const MAX_BATCH: usize = 64;
+pub(crate) const MAX_BATCH: usize = 256;
 /// About the most bytes one blob holds.
-pub(crate) const MAX_BATCH_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_BATCH_BYTES: usize = 512 * 1024;
 /// The most characters of a one-turn call's prompt kept (the inspector shows no more).
 pub(crate) const PROMPT_CHARS: usize = 4000;
 
