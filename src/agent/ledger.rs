@@ -167,6 +167,23 @@ impl Ledger {
         self.attempts.push(AttemptRecord { model: open.model, end, usage, cost });
     }
 
+    /// Where the next attempt will be, to measure a turn by ([`Ledger::since`]).
+    pub(crate) fn mark(&self) -> usize {
+        self.attempts.len()
+    }
+
+    /// What the attempts ended since `mark` were charged: their usage and cost, priced at the
+    /// model that served each (`None` when one was unpriced).
+    pub(crate) fn since(&self, mark: usize) -> (Usage, Option<Money>) {
+        let mut usage = Usage::default();
+        let mut cost = Some(Money::ZERO);
+        for attempt in self.attempts.iter().skip(mark).filter(|a| a.end != AttemptEnd::Refused) {
+            usage += attempt.usage;
+            cost = cost.zip(attempt.cost).map(|(total, one)| total.saturating_add(one));
+        }
+        (usage, cost)
+    }
+
     /// The attempts worth journaling: all of them when more than one model served the call
     /// (so the cost report can split it by model), none otherwise (the entry's `served_by`,
     /// `usage` and `cost` say everything).
@@ -244,6 +261,12 @@ mod tests {
         assert_eq!(ledger.spent(), Money::from_usd(0.41).unwrap());
         let attempts = ledger.journaled_attempts();
         assert_eq!(attempts.len(), 2);
+        // A turn is measured by the attempts it made: here the last two (a refusal, then b).
+        let (usage, cost) = ledger.since(1);
+        assert_eq!((usage.output_tokens, cost), (1000, Some(Money::from_usd(0.01).unwrap())));
+        ledger.open("p:c", None);
+        ledger.settle(Usage { output_tokens: 1, ..Usage::default() });
+        assert_eq!(ledger.since(1).1, None, "an unpriced attempt leaves the turn unpriced");
         assert_eq!(attempts[0].model, "p:a");
         assert_eq!(attempts[1].cost, Some(Money::from_usd(0.01).unwrap()));
     }

@@ -105,8 +105,11 @@ pub(crate) struct TurnReport<'a> {
     pub(crate) ok: bool,
     /// The model that answered (or was last tried), as `provider:model`.
     pub(crate) served_by: &'a str,
-    /// What the turn used.
+    /// What the turn used: every attempt it made, a failed turn's included.
     pub(crate) usage: Usage,
+    /// What the turn cost, each attempt priced at the model that served it; `None` when one
+    /// was unpriced.
+    pub(crate) cost: Option<Money>,
     /// Why the model stopped, when it answered.
     pub(crate) finish_reason: Option<&'a str>,
     /// The answer's text, when it answered.

@@ -85,6 +85,9 @@ pub(crate) struct RunState {
     /// How far ahead a wait's deadline may lie for the run to stay live, holding its timer,
     /// when every branch waits (zero: it suspends).
     hold_timers: Duration,
+    /// What the inspector shows of the segment's settled agent calls (their turns), on its way
+    /// to the store in batches.
+    pub(crate) call_records: Arc<super::call_records::CallRecords>,
 }
 
 /// Why a run stopped before its workflow returned.
@@ -158,6 +161,11 @@ impl RunState {
             observer.segment_started(&run_id, events.subscribe());
         }
         let content_events = engine.observers.iter().any(|o| o.wants_content());
+        let call_records = super::call_records::CallRecords::new(
+            run_id.clone(),
+            engine.transcripts.clone(),
+            engine.clock.clone(),
+        );
         Arc::new(RunState {
             events,
             content_events,
@@ -185,6 +193,7 @@ impl RunState {
             keeper: CancellationToken::new(),
             rekeys: Rekeys::new(segment.accept_rekey),
             hold_timers: segment.hold_timers,
+            call_records,
             engine,
         })
     }

@@ -314,6 +314,44 @@ fn killed_mid_agent_resumes_from_the_last_completed_turn() {
     assert_eq!(calls, ["model turn 1", "model turn 2"], "{calls:?}");
     // Its usage reached the ledger even though the killed attempt never journaled it.
     assert_eq!(outcome["usage"]["input_tokens"], 20);
+    // The inspector's record of the call holds both turns: the killed attempt's, carried in
+    // its checkpoint, and the resumed one's.
+    let store = SqliteStore::open(&dir.path().join("cairn.db"), SqliteOptions::new()).unwrap();
+    let run = RunId::parse("crash-run").unwrap();
+    let running: Vec<u64> = store
+        .load(&run)
+        .unwrap()
+        .iter()
+        .map(|raw| serde_json::from_str::<Value>(raw.json()).unwrap())
+        .filter(|e| e["kind"] == "agent" && e["status"] == "running")
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(running.len(), 2, "{running:?}");
+    let records: Vec<Value> = cairn::TranscriptStore::list(&store, &run)
+        .unwrap()
+        .iter()
+        .filter(|r| r.starts_with("crash-run/calls/"))
+        .flat_map(|r| {
+            let batch: Value =
+                serde_json::from_slice(&cairn::TranscriptStore::get(&store, r).unwrap().unwrap()).unwrap();
+            batch["calls"].as_array().unwrap().clone()
+        })
+        .collect();
+    let record = records.iter().find(|c| c["seq"] == running[1]).unwrap_or_else(|| panic!("{records:?}"));
+    let turns: Vec<(u64, u64, u64)> = record["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["turn"].as_u64().unwrap(),
+                t["call_seq"].as_u64().unwrap(),
+                t["usage"]["input_tokens"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(turns, [(1, running[0], 10), (2, running[1], 10)], "{record}");
+    assert!(record.get("prompt").is_none(), "the conversation is in the checkpoint: {record}");
 }
 
 fn uninterrupted_value() -> Value {
