@@ -1,6 +1,7 @@
 //! The commands that read: runs, inspect, lint.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -105,31 +106,64 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
         },
         Err(exit) => return exit,
     };
-    let filter =
-        RunFilter { statuses, tags: args.tags.clone(), limit: args.limit, after, ..RunFilter::default() };
-    let runs = match opened.journal.list_runs(&filter) {
-        Ok(runs) => runs,
-        Err(e) => return fail(Exit::Error, e),
+    // Read in pages of at most `LIST_PAGE` runs, each printed before the next is read, so a
+    // store of any size lists in bounded memory; each page starts after the previous one's
+    // last run, so runs created meanwhile (newer, so before the cursor) never shift it.
+    let mut filter = RunFilter { statuses, tags: args.tags.clone(), after, ..RunFilter::default() };
+    let mut left = args.limit.unwrap_or(usize::MAX);
+    let mut out = std::io::stdout().lock();
+    let mut listed = 0usize;
+    while left > 0 {
+        filter.limit = Some(left.min(LIST_PAGE));
+        let page = match opened.journal.list_runs(&filter) {
+            Ok(page) => page,
+            Err(e) => return fail(Exit::Error, e),
+        };
+        for meta in &page {
+            let written = if args.json {
+                // The array `serde_json::to_string_pretty` would print, one element at a time.
+                let element = serde_json::to_string_pretty(meta).unwrap_or_default().replace('\n', "\n  ");
+                let lead = if listed == 0 { "[\n  " } else { ",\n  " };
+                write!(out, "{lead}{element}")
+            } else {
+                writeln!(
+                    out,
+                    "{:<28} {:<10} {:<20} {}  segments {}",
+                    meta.run_id.as_str(),
+                    meta.status.as_str(),
+                    crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")),
+                    utc(meta.created_at_ms),
+                    meta.segments
+                )
+            };
+            if written.is_err() {
+                // A closed pipe (`cairn runs | head`): nothing more to show.
+                return Exit::Ok;
+            }
+            listed += 1;
+        }
+        let full = page.len() == filter.limit.unwrap_or(0);
+        left = left.saturating_sub(page.len());
+        match page.last() {
+            Some(last) if full => filter.after = Some(store::RunCursor::of(last)),
+            _ => break,
+        }
+    }
+    let closing = match (args.json, listed) {
+        (true, 0) => writeln!(out, "[]"),
+        (true, _) => writeln!(out, "\n]"),
+        (false, 0) => {
+            eprintln!("no runs");
+            Ok(())
+        }
+        (false, _) => Ok(()),
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&runs).unwrap_or_default());
-        return Exit::Ok;
-    }
-    if runs.is_empty() {
-        eprintln!("no runs");
-    }
-    for meta in runs {
-        println!(
-            "{:<28} {:<10} {:<20} {}  segments {}",
-            meta.run_id.as_str(),
-            meta.status.as_str(),
-            crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")),
-            utc(meta.created_at_ms),
-            meta.segments
-        );
-    }
+    let _ = closing.and_then(|()| out.flush());
     Exit::Ok
 }
+
+/// The most runs `cairn runs` reads from the store at once.
+const LIST_PAGE: usize = 500;
 
 pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     let run_id = match parse_run_id(&args.run) {

@@ -21,6 +21,8 @@ pub mod plan;
 pub mod runs;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_scale;
 pub mod turns;
 
 use std::sync::Arc;

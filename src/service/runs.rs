@@ -15,7 +15,7 @@ use crate::engine::{CostReport, Resolution};
 use crate::error::Error;
 use crate::journal;
 use crate::money::Money;
-use crate::store::{RunFilter, RunId, RunMeta, RunStatus};
+use crate::store::{RunCursor, RunFilter, RunId, RunMeta, RunStatus};
 use crate::{RunOptions, Script};
 
 /// The body of `POST /v1/runs`: a script (`source`) or a planner goal (`goal`), exactly one.
@@ -285,22 +285,21 @@ pub async fn list(
     let with_cost = query.cost.unwrap_or(false);
     blocking(&state, move |engine| {
         let store = engine.journal_store();
-        // The store lists newest first without a cursor: the page is cut from its list.
-        let fetch = if after.is_some() { None } else { Some(limit.saturating_add(1)) };
-        let filter = RunFilter { statuses, tags, limit: fetch, ..RunFilter::default() };
-        let listed = store.list_runs(&filter)?;
-        let start = match &after {
-            Some(cursor) => match listed.iter().position(|m| &m.run_id == cursor) {
-                Some(at) => at + 1,
-                None => {
-                    return Err(ApiError::bad_request(format!("after {cursor} is no run of this listing")));
-                }
+        // The page after the cursor run's place in the newest-first order, `(created_at_ms,
+        // run_id)`: the store reads `limit + 1` runs whatever it holds, and runs created
+        // between two pages come before the cursor, so paging neither repeats nor skips one.
+        let after = match &after {
+            Some(run) => match store.get_meta(run)? {
+                Some(meta) => Some(RunCursor::of(&meta)),
+                None => return Err(ApiError::bad_request(format!("after {run} is no run of this listing"))),
             },
-            None => 0,
+            None => None,
         };
-        let rest = listed.get(start..).unwrap_or_default();
-        let page = rest.get(..limit.min(rest.len())).unwrap_or_default();
-        let next = if rest.len() > limit { page.last().map(|m| m.run_id.clone()) } else { None };
+        let filter =
+            RunFilter { statuses, tags, limit: Some(limit.saturating_add(1)), after, ..RunFilter::default() };
+        let listed = store.list_runs(&filter)?;
+        let page = listed.get(..limit.min(listed.len())).unwrap_or_default();
+        let next = if listed.len() > limit { page.last().map(|m| m.run_id.clone()) } else { None };
         let mut runs = Vec::with_capacity(page.len());
         for meta in page {
             let mut value = serde_json::to_value(meta).map_err(|e| {

@@ -46,6 +46,7 @@ mod provider;
 mod queue;
 mod resume_budget;
 mod resume_explain;
+mod runs_paging;
 mod samples;
 mod scale;
 mod script;
