@@ -9,6 +9,8 @@
 //! answers again finds its verdict by `(call, item)` and takes it as journaled, whatever the
 //! live budget or options now say.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::{Value, json};
 
 use super::orch::Orch;
@@ -138,12 +140,32 @@ pub fn journal_report(entries: &[Entry]) -> Vec<Value> {
         }
         decided.push((scope, entry.seq.0, decision));
     }
+    if scopes.is_empty() {
+        return Vec::new();
+    }
+    // What each scope's entries say of a child there, in one pass over the journal (a child
+    // looked up by a scan of the journal each made a 10,000-child report quadratic).
+    let mut ends: HashMap<String, ChildEnd> = HashMap::new();
+    for entry in entries {
+        let terminal = entry.kind == Kind::Agent && entry.status.is_terminal();
+        let refused = entry.kind == Kind::Decision && entry.status == Status::Error;
+        if !terminal && !refused {
+            continue;
+        }
+        let end = ends.entry(entry.scope.to_string()).or_default();
+        if terminal {
+            // The last terminal entry in journal order is the child's status.
+            end.status = Some(entry.status.as_str());
+            end.cost_nano_usd += entry.cost.map_or(0, crate::money::Money::nano_usd);
+        }
+        end.refused |= refused;
+    }
     scopes
         .into_iter()
         .map(|scope| {
             let mine: Vec<&(String, u64, Decision)> =
                 decided.iter().filter(|(s, _, _)| *s == scope).collect();
-            let cancelled: Vec<u32> = mine
+            let cancelled: HashSet<u32> = mine
                 .iter()
                 .filter_map(
                     |(_, _, d)| if let Verdict::Cancel { child } = d.verdict { Some(child) } else { None },
@@ -157,33 +179,19 @@ pub fn journal_report(entries: &[Entry]) -> Vec<Value> {
                 })
                 .map(|(child, profile)| {
                     let child_scope = format!("{scope}/{}", super::roster::child_segment(child));
-                    let terminal = entries.iter().rfind(|e| {
-                        e.kind == Kind::Agent && e.status.is_terminal() && e.scope.to_string() == child_scope
-                    });
+                    let end = ends.get(&child_scope);
                     // A child whose own call admission refused ends there: the refusal (a
                     // `decision` entry in its scope) is its terminal entry (#23.5).
-                    let refused = || {
-                        entries.iter().any(|e| {
-                            e.kind == Kind::Decision
-                                && e.status == Status::Error
-                                && e.scope.to_string() == child_scope
-                        })
-                    };
                     let status = if cancelled.contains(&child) {
                         "cancelled"
-                    } else if let Some(terminal) = terminal {
-                        terminal.status.as_str()
-                    } else if refused() {
+                    } else if let Some(status) = end.and_then(|e| e.status) {
+                        status
+                    } else if end.is_some_and(|e| e.refused) {
                         "limit"
                     } else {
                         "running"
                     };
-                    let cost: i64 = entries
-                        .iter()
-                        .filter(|e| e.kind == Kind::Agent && e.status.is_terminal())
-                        .filter(|e| e.scope.to_string() == child_scope)
-                        .filter_map(|e| e.cost.map(crate::money::Money::nano_usd))
-                        .sum();
+                    let cost = end.map_or(0, |e| e.cost_nano_usd);
                     json!({
                         "handle": super::roster::handle(child),
                         "profile": profile,
@@ -216,4 +224,13 @@ pub fn journal_report(entries: &[Entry]) -> Vec<Value> {
             json!({ "scope": scope, "children": children, "decisions": decisions })
         })
         .collect()
+}
+
+/// What the journal says of the child in one scope: its last terminal agent entry's status, the
+/// spend of every terminal agent entry, and whether its admission was refused.
+#[derive(Debug, Default)]
+struct ChildEnd {
+    status: Option<&'static str>,
+    cost_nano_usd: i64,
+    refused: bool,
 }
