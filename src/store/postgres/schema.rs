@@ -13,7 +13,7 @@ use super::errors::pg_err;
 use crate::store::{Error, Result};
 
 /// The schema version this build writes. A store stamped higher was made by a newer cairn.
-pub(super) const VERSION: i32 = 3;
+pub(super) const VERSION: i32 = 4;
 
 /// What `cairn_store.application` holds in a cairn store.
 const APPLICATION: &str = "cairn";
@@ -211,6 +211,36 @@ BEGIN
             ON CONFLICT (name) DO UPDATE SET value = c.value + excluded.value;
     END IF;
 END $$;
+"#,
+    // 4: runs by status as counters (`runs:STATUS`), kept by a trigger in the transaction of
+    // every write of a run's row, so `/metrics` reads them instead of counting the runs. The
+    // trigger comes first: it locks `runs` against writers until the backfill commits. Its
+    // two rows are written in name order, so two status changes never wait on each other.
+    r#"
+CREATE FUNCTION cairn_count_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    gone text;
+    came text;
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        gone := 'runs:' || OLD.status;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        came := 'runs:' || NEW.status;
+    END IF;
+    IF gone IS NOT DISTINCT FROM came THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO counters AS c (name, value)
+        SELECT d.name, d.delta FROM (VALUES (gone, -1::bigint), (came, 1::bigint)) AS d(name, delta)
+        WHERE d.name IS NOT NULL ORDER BY d.name
+        ON CONFLICT (name) DO UPDATE SET value = c.value + excluded.value;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER runs_counted AFTER INSERT OR DELETE OR UPDATE OF status ON runs
+    FOR EACH ROW EXECUTE FUNCTION cairn_count_runs();
+DELETE FROM counters WHERE name LIKE 'runs:%';
+INSERT INTO counters (name, value) SELECT 'runs:' || status, count(*) FROM runs GROUP BY status;
 "#,
 ];
 

@@ -126,6 +126,7 @@ pub(super) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connec
         "INSERT OR IGNORE INTO counters (name, value) VALUES ('counted', (SELECT NOT EXISTS (SELECT 1 FROM journal)))",
         [],
     )?;
+    super::counters::count_runs(&tx)?;
     // Stores made before cairn stamped its id get it on their first write open.
     let id: i32 = tx.query_row("PRAGMA application_id", [], |row| row.get(0))?;
     if id != APPLICATION_ID {
