@@ -37,11 +37,12 @@ impl Default for ProbeStore {
 }
 
 impl JournalStore for ProbeStore {
-    fn append(
+    fn append_tallied(
         &self,
         run: &RunId,
         entries: &[crate::store::RawEntry],
         lease: Option<&crate::store::Lease>,
+        tally: crate::store::Tally,
     ) -> crate::store::Result<()> {
         let has_step = entries.iter().any(|e| e.json().contains(r#""kind":"step""#));
         if self.fail_steps && has_step {
@@ -52,7 +53,7 @@ impl JournalStore for ProbeStore {
         }
         self.appends.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.write_delay);
-        self.inner.append(run, entries, lease)
+        self.inner.append_tallied(run, entries, lease, tally)
     }
     fn load(&self, run: &RunId) -> crate::store::Result<Vec<crate::store::RawEntry>> {
         self.inner.load(run)
