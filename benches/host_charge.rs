@@ -18,6 +18,8 @@
 //! - `agent_seq`: a Rhai script making 2,000 sequential agent calls;
 //! - `lua_agent_seq`: the same in Lua.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,33 +76,17 @@ fn run_once(runtime: &tokio::runtime::Runtime, workload: &Workload, charging: bo
     elapsed
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let rounds: usize = std::env::var("CAIRN_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(9);
+    let names = support::names();
+    let rounds = support::rounds(9);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     for workload in WORKLOADS {
-        if !filter.is_empty() && !filter.iter().any(|f| workload.name == f.as_str()) {
+        if !names.is_empty() && !names.iter().any(|name| workload.name == name.as_str()) {
             continue;
         }
-        // A warm-up run in each mode.
-        run_once(&runtime, workload, true);
-        run_once(&runtime, workload, false);
-        let (mut on, mut off) = (Vec::new(), Vec::new());
-        for round in 0..rounds {
-            // Alternate which mode goes first, so drift favours neither.
-            let order = if round % 2 == 0 { [true, false] } else { [false, true] };
-            for charging in order {
-                let figure =
-                    run_once(&runtime, workload, charging).as_secs_f64() * 1e6 / f64::from(workload.calls);
-                if charging { on.push(figure) } else { off.push(figure) }
-            }
-        }
-        let (on, off) = (median(&mut on), median(&mut off));
+        let (on, off) = support::on_and_off(rounds, |charging| {
+            run_once(&runtime, workload, charging).as_secs_f64() * 1e6 / f64::from(workload.calls)
+        });
         println!(
             "{:<14} charging on {on:>8.2} µs per call, off {off:>8.2} µs per call: {:+.1} % ({rounds} rounds)",
             workload.name,

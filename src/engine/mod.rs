@@ -65,6 +65,10 @@ mod step_ops;
 mod tests;
 #[cfg(test)]
 mod tests_journal;
+#[cfg(test)]
+mod tests_tools;
+#[cfg(test)]
+mod tests_writer;
 mod tool_call;
 mod two_phase;
 mod worker;

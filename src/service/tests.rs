@@ -15,8 +15,14 @@ use crate::store::{
 struct PagesOnly(MemoryStore);
 
 impl JournalStore for PagesOnly {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> store::Result<()> {
-        self.0.append(run, entries, lease)
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: store::Tally,
+    ) -> store::Result<()> {
+        self.0.append_tallied(run, entries, lease, tally)
     }
     fn load(&self, _run: &RunId) -> store::Result<Vec<RawEntry>> {
         Err(store::Error::Config("a whole journal was loaded".into()))

@@ -505,20 +505,22 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
     /// current, unexpired holder, checked in the same atomic unit as the write, else
     /// [`Error::LeaseHeld`]. Returns once the batch is durable (to the store's durability
     /// setting). An empty batch is a no-op.
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()>;
+    ///
+    /// The default appends with an empty tally ([`JournalStore::append_tallied`]).
+    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
+        self.append_tallied(run, entries, lease, Tally::default())
+    }
 
     /// [`JournalStore::append`], adding `tally` to the store's counters in the same atomic
-    /// unit. The default (a store that keeps no counters) ignores the tally.
+    /// unit (a store that keeps no counters ignores it). Every store implements this one; a
+    /// store wrapping another hands the tally on, so the counters see every batch.
     fn append_tallied(
         &self,
         run: &RunId,
         entries: &[RawEntry],
         lease: Option<&Lease>,
         tally: Tally,
-    ) -> Result<()> {
-        let _ = tally;
-        self.append(run, entries, lease)
-    }
+    ) -> Result<()>;
 
     /// The store's counters, `None` when it keeps none or they do not cover all it holds
     /// (a database written before it counted): the caller folds the journals then.

@@ -105,8 +105,14 @@ struct KillingStore {
 }
 
 impl JournalStore for KillingStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> cairn::store::Result<()> {
-        self.inner.append(run, entries, lease)?;
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: cairn::Tally,
+    ) -> cairn::store::Result<()> {
+        self.inner.append_tallied(run, entries, lease, tally)?;
         for entry in entries {
             if !self.needles.is_empty() && self.needles.iter().all(|n| entry.json().contains(n)) {
                 let count = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;

@@ -335,10 +335,6 @@ impl fmt::Debug for JsonlStore {
 }
 
 impl JournalStore for JsonlStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
-        self.append_tallied(run, entries, lease, super::Tally::default())
-    }
-
     fn append_tallied(
         &self,
         run: &RunId,

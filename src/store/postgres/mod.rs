@@ -472,10 +472,6 @@ fn parse_meta(run: &str, json: &str) -> Result<RunMeta> {
 }
 
 impl JournalStore for PostgresStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
-        self.append_tallied(run, entries, lease, super::Tally::default())
-    }
-
     fn append_tallied(
         &self,
         run: &RunId,

@@ -251,10 +251,6 @@ impl fmt::Debug for SqliteStore {
 }
 
 impl JournalStore for SqliteStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
-        self.append_tallied(run, entries, lease, super::Tally::default())
-    }
-
     fn append_tallied(
         &self,
         run: &RunId,
