@@ -30,10 +30,21 @@
 //! assert_eq!((again.preview.hits, again.preview.misses), (1, 0));
 //! # });
 //! ```
+//!
+//! # Feature flags
+//! The default build is the whole product (`cli`, `serve`, `postgres`, `lua`, `sim`). With
+//! `default-features = false` the crate is the engine with Rhai scripts, the SQLite, JSONL and
+//! memory stores, the HTTP providers, MCP tools and telemetry; add back what you use:
+//! - `lua`: the Lua 5.4 dialect (`Script::lua`).
+//! - `postgres`: `PostgresStore` and `postgres://` store URLs.
+//! - `serve`: the HTTP service (`cairn::service`).
+//! - `sim`: the fault simulator (`cairn::testing::sim`).
+//! - `cli`: the `cairn` binary's commands (takes `serve`, `postgres` and `lua`).
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod agent;
 pub mod alloc;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod clock;
 mod engine;
@@ -45,6 +56,7 @@ pub mod orchestrator;
 pub mod planner;
 pub mod provider;
 pub mod script;
+#[cfg(feature = "serve")]
 pub mod service;
 pub mod store;
 pub mod telemetry;
@@ -83,12 +95,14 @@ pub use script::bound::{AgentSite, CallBound, CostBound, cost_bound};
 #[doc(hidden)]
 pub use script::host::set_charging as set_host_charging;
 pub use script::{Diagnostic, LintContext, Severity};
-pub use store::{Claim, PostgresOptions, PostgresStore, RunQueue};
+pub use store::{Claim, RunQueue};
 pub use store::{
     Durability, JournalStore, JsonlStore, LeasableStore, Lease, MemoryStore, OpenedStore, RawEntry,
     RunCursor, RunFilter, RunId, RunMeta, RunStatus, SqliteOptions, SqliteStore, StoreCounters, Tally,
     TranscriptStore,
 };
+#[cfg(feature = "postgres")]
+pub use store::{PostgresOptions, PostgresStore};
 pub use usage::{AttemptEnd, AttemptRecord, Usage};
 
 /// The money ledger's workload, for `benches/ledger.rs` only.

@@ -10,8 +10,11 @@
 pub(crate) mod args_check;
 pub mod bound;
 pub(crate) mod captured;
+// Until the config file is read by the library, only the CLI wires these.
+#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 pub(crate) mod child_args;
 pub(crate) mod host;
+#[cfg(feature = "lua")]
 pub mod lua;
 pub(crate) mod options;
 pub mod rhai;
