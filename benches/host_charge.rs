@@ -4,7 +4,7 @@
 //! Every engine call charges its run for the bytes it hashes, copies and keeps, and every
 //! operation for the bytes its builtins built (`src/script/host.rs`). Built with the
 //! `bench-seams` feature, this bench switches that charging off and on between runs
-//! (`cairn::set_host_charging`; off, the guards skip it, so the figure is charging's own cost)
+//! (`cairn::__internal::set_host_charging`; off, the guards skip it, so the figure is charging's own cost)
 //! and runs the same scripts in both modes, alternating round by round, in process on the
 //! SQLite store with the echo provider, as `benches/alloc_cost.rs` does for the counting
 //! allocator.
@@ -55,7 +55,7 @@ const WORKLOADS: &[Workload] = &[
 ];
 
 fn run_once(runtime: &tokio::runtime::Runtime, workload: &Workload, charging: bool) -> Duration {
-    cairn::set_host_charging(charging);
+    cairn::__internal::set_host_charging(charging);
     let dir = tempfile::tempdir().expect("tempdir");
     let store =
         Arc::new(SqliteStore::open(&dir.path().join("bench.db"), SqliteOptions::new()).expect("sqlite"));
@@ -72,7 +72,7 @@ fn run_once(runtime: &tokio::runtime::Runtime, workload: &Workload, charging: bo
     let elapsed = start.elapsed();
     assert_eq!(outcome.status, cairn::RunStatus::Ok, "{:?}", outcome.error);
     drop(engine);
-    cairn::set_host_charging(true);
+    cairn::__internal::set_host_charging(true);
     elapsed
 }
 

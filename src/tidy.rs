@@ -3,6 +3,7 @@
 //! file of `src/` past [`MAX_LINES`] lines unless its `//!` docs say why it reads better whole.
 //! `CAIRN_TIDY_EDGES=1 cargo test --lib tidy -- --nocapture` prints every edge of a circle.
 
+mod api;
 mod graph;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -128,7 +128,7 @@ enum Command {
 }
 
 /// Runs the CLI with the process's arguments.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

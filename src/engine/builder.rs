@@ -302,6 +302,7 @@ impl EngineBuilder {
         if !self.inner.dialects.contains_key("rhai") {
             self = self.dialect(Arc::new(crate::script::rhai::RhaiDialect::new()));
         }
+        #[cfg(feature = "lua")]
         if !self.inner.dialects.contains_key("lua") {
             self = self.dialect(Arc::new(crate::script::lua::LuaDialect::new()));
         }

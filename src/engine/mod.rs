@@ -44,7 +44,10 @@ mod identity;
 mod inputs;
 mod lease;
 mod lifecycle;
+// What the service relays of a live run (its tokens) is read only with the `serve` feature.
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 mod live;
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 mod live_store;
 mod liveness;
 mod observer;
@@ -63,6 +66,8 @@ mod step;
 mod step_ops;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_features;
 #[cfg(test)]
 mod tests_journal;
 #[cfg(test)]
@@ -83,6 +88,8 @@ pub use budget_override::{SegmentCeiling, segment_ceilings};
 pub use builder::EngineBuilder;
 pub(crate) use call_records::call_record;
 pub use child_scripts::MAX_WORKFLOW_DEPTH;
+// Until the config file is read by the library, only the CLI wires these.
+#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 pub(crate) use child_scripts::valid_workflow_name;
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub use ctx::Ctx;
@@ -92,7 +99,9 @@ pub use fanout::{Branch, Stage, branch, stage};
 pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
+#[cfg(feature = "serve")]
 pub(crate) use live::LiveToken;
+#[cfg(feature = "serve")]
 pub(crate) use live_store::{RemoteLive, read_remote_live, unwant_live};
 pub use observer::RunObserver;
 pub use options::{
@@ -101,6 +110,7 @@ pub use options::{
 };
 pub use outcome::{Dropped, Pending, RunOutcome};
 pub use queue::CancelOutcome;
+#[cfg(feature = "serve")]
 pub(crate) use queue::{RESERVED_FIELD, is_reserved};
 pub(crate) use registry::EngineInner;
 pub use registry::{AgentProfile, Described, Engine, HostFn, Registered};

@@ -26,7 +26,7 @@ pub enum OnError {
     Null,
 }
 
-/// Options of [`Ctx::agent`]. Only `profile`, `model`, `effort`, `key` (or the prompt) and
+/// Options of [`Ctx::agent`](crate::Ctx::agent). Only `profile`, `model`, `effort`, `key` (or the prompt) and
 /// `schema` enter the call's identity; everything else can change between runs without
 /// re-keying a paid call.
 #[derive(Debug, Clone, Default)]
@@ -72,7 +72,7 @@ pub struct AgentOptions {
     pub max_context_tokens: Option<u64>,
 }
 
-/// Options of [`Ctx::step`].
+/// Options of [`Ctx::step`](crate::Ctx::step).
 #[derive(Debug, Clone, Default)]
 pub struct StepOptions {
     /// Replaces the label in the step's identity.
@@ -87,7 +87,7 @@ pub struct StepOptions {
     pub body: Option<String>,
 }
 
-/// Options of [`Ctx::call`].
+/// Options of [`Ctx::call`](crate::Ctx::call).
 #[derive(Debug, Clone, Default)]
 pub struct CallOptions {
     /// Replaces the arguments in the call's identity.
@@ -96,7 +96,7 @@ pub struct CallOptions {
     pub on_error: Option<OnError>,
 }
 
-/// Options of [`Ctx::workflow`].
+/// Options of [`Ctx::workflow`](crate::Ctx::workflow).
 #[derive(Debug, Clone, Default)]
 pub struct WorkflowOptions {
     /// Replaces the arguments in the call's identity.
@@ -111,7 +111,7 @@ pub struct WorkflowOptions {
     pub label: Option<String>,
 }
 
-/// Options of [`Ctx::await_external`].
+/// Options of [`Ctx::await_external`](crate::Ctx::await_external).
 #[derive(Debug, Clone, Default)]
 pub struct ExternalOptions {
     /// What whoever resolves the wait is asked.
@@ -137,7 +137,7 @@ pub struct RetryPolicy {
     pub max_backoff: Option<std::time::Duration>,
 }
 
-/// Options of [`Ctx::parallel`].
+/// Options of [`Ctx::parallel`](crate::Ctx::parallel).
 #[derive(Debug, Clone, Default)]
 pub struct ParallelOptions {
     /// Return every branch's outcome (`{status, value}` / `{status, error}`) instead of
@@ -154,7 +154,7 @@ pub struct ParallelOptions {
     pub label: Option<String>,
 }
 
-/// Options of [`Ctx::pipeline`].
+/// Options of [`Ctx::pipeline`](crate::Ctx::pipeline).
 #[derive(Debug, Clone, Default)]
 pub struct PipelineOptions {
     /// What a failed item does.

@@ -436,7 +436,7 @@ thread_local! {
 }
 
 /// The shared copy of `text`.
-pub fn intern(text: &str) -> Name {
+pub(crate) fn intern(text: &str) -> Name {
     NAMES.with(|names| {
         let mut names = names.borrow_mut();
         if let Some(name) = names.get(text) {
@@ -492,7 +492,7 @@ impl Payload {
 }
 
 /// A JSON value as its compact text.
-pub fn raw_json(value: &Value) -> Box<RawValue> {
+pub(super) fn raw_json(value: &Value) -> Box<RawValue> {
     // Serializing a `Value` cannot fail; `null` is the unreachable fallback.
     serde_json::value::to_raw_value(value)
         .unwrap_or_else(|_| RawValue::from_string("null".to_owned()).unwrap_or_default())

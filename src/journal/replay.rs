@@ -94,7 +94,7 @@ impl std::fmt::Display for Orphan {
 
 /// The result of matching one live call.
 #[derive(Debug, Clone)]
-pub struct Match {
+pub(crate) struct Match {
     /// The ordinal the call's entries carry: earlier same-key calls in its scope.
     pub ordinal: u32,
     /// What to do.
@@ -103,7 +103,7 @@ pub struct Match {
 
 /// What the engine does for a matched (or unmatched) call.
 #[derive(Debug, Clone)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// No journaled counterpart: execute live.
     Live,
     /// Serve this journaled result: the terminal (or fact) entry. For a resolved suspension,
@@ -124,7 +124,7 @@ pub enum Outcome {
 
 /// Options fixed at resume.
 #[derive(Debug, Clone, Default)]
-pub struct ReplayOptions {
+pub(crate) struct ReplayOptions {
     /// Entries (by seq) whose calls must rerun regardless of their status.
     pub invalidate: Vec<Seq>,
 }
@@ -160,7 +160,7 @@ struct Scope {
 
 /// A loaded journal indexed for matching, plus the preview counters of this execution.
 #[derive(Debug)]
-pub struct Replay {
+pub(crate) struct Replay {
     records: Vec<Record>,
     scopes: HashMap<ScopePath, Scope>,
     resolutions: Resolutions,
@@ -176,7 +176,6 @@ pub struct Replay {
     /// by scope and call-key prefix: an agent that replays whole accounts for its own.
     approvals: HashMap<(ScopePath, Box<str>), Vec<usize>>,
     run_settled_ok: bool,
-    tail: Seq,
     preview: Preview,
     /// Agent calls' records by what identifies their call besides scope (the caller's key,
     /// else the prompt's hash), in journal order: where [`Replay::moved`] looks.
@@ -185,16 +184,15 @@ pub struct Replay {
 
 impl Replay {
     /// Indexes a decoded journal.
-    pub fn new(entries: Vec<Entry>, options: &ReplayOptions) -> Replay {
+    pub(crate) fn new(entries: Vec<Entry>, options: &ReplayOptions) -> Replay {
         Replay::from_shared(entries.into_iter().map(Arc::new).collect(), options)
     }
 
     /// Indexes a decoded journal whose entries the caller also keeps.
-    pub fn from_shared(entries: Vec<Arc<Entry>>, options: &ReplayOptions) -> Replay {
+    pub(crate) fn from_shared(entries: Vec<Arc<Entry>>, options: &ReplayOptions) -> Replay {
         let resolutions = Resolutions::fold(entries.iter().map(|e| &**e));
         let abandons = Abandons::fold(entries.iter().map(|e| &**e));
         let run_settled_ok = settled_ok(entries.iter().map(|e| &**e));
-        let tail = entries.last().map_or(Seq(0), |e| e.seq);
         let mut replay = Replay {
             records: Vec::new(),
             scopes: HashMap::new(),
@@ -205,7 +203,6 @@ impl Replay {
             settlements: Vec::new(),
             approvals: HashMap::new(),
             run_settled_ok,
-            tail,
             preview: Preview::default(),
             agents: HashMap::new(),
         };
@@ -277,32 +274,28 @@ impl Replay {
     }
 
     /// An index over an empty journal (a fresh run).
-    pub fn empty() -> Replay {
+    pub(crate) fn empty() -> Replay {
         Replay::new(Vec::new(), &ReplayOptions::default())
     }
 
-    /// The seq of the last loaded entry (0 for an empty journal).
-    pub fn tail(&self) -> Seq {
-        self.tail
-    }
-
     /// Whether the loaded journal records the run as settled `ok`.
-    pub fn run_settled_ok(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn run_settled_ok(&self) -> bool {
         self.run_settled_ok
     }
 
     /// The resolution fold of the loaded journal (kept current by [`Replay::resolve`]).
-    pub fn resolutions(&self) -> &Resolutions {
+    pub(crate) fn resolutions(&self) -> &Resolutions {
         &self.resolutions
     }
 
     /// Records a resolution appended during this execution; returns whether it applied.
-    pub fn resolve(&mut self, target: Seq, attempt: Seq, value: serde_json::Value) -> bool {
+    pub(crate) fn resolve(&mut self, target: Seq, attempt: Seq, value: serde_json::Value) -> bool {
         self.resolutions.apply(target, attempt, value) == super::fold::ResolutionClass::Applied
     }
 
     /// Matches one live call at `scope` with content `key`, consuming the record it binds.
-    pub fn lookup(&mut self, scope: &ScopePath, key: ContentKey) -> Match {
+    pub(crate) fn lookup(&mut self, scope: &ScopePath, key: ContentKey) -> Match {
         let state = self.scopes.entry(scope.clone()).or_default();
         let seen = state.seen.entry(key).or_insert(0);
         let ordinal = *seen;
@@ -397,7 +390,7 @@ impl Replay {
     /// as a call. The latest holds unless it was invalidated at resume or a segment after it
     /// settled `error` or `cancelled` (a resume then retries what failed, and a new decision
     /// is journaled if it fails again).
-    pub fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
+    pub(crate) fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
         let Some(state) = self.scopes.get(scope) else { return (0, None) };
         let mut positions: Vec<usize> =
             state.by_key.get(&key).into_iter().chain(state.passed.get(&key)).flatten().copied().collect();
@@ -422,7 +415,7 @@ impl Replay {
     /// Accounts for every record in `scope` and below without matching them: the body of a
     /// call that replayed whole (a step, a child workflow) never runs, so its records are
     /// served by the call's own result, not orphaned.
-    pub fn cover(&mut self, scope: &ScopePath) {
+    pub(crate) fn cover(&mut self, scope: &ScopePath) {
         if !scope.is_root() && !self.covered.contains(scope.as_str()) {
             self.covered.insert(Box::from(scope.as_str()));
         }
@@ -431,7 +424,7 @@ impl Replay {
     /// Accounts for the tool approvals of the agent call keyed `call_key` in `scope` (its
     /// approval waits and the journaled moments they were asked), which an agent that
     /// replays whole never reaches again.
-    pub fn cover_approvals(&mut self, scope: &ScopePath, call_key: ContentKey) {
+    pub(crate) fn cover_approvals(&mut self, scope: &ScopePath, call_key: ContentKey) {
         if self.approvals.is_empty() {
             return;
         }
@@ -475,20 +468,20 @@ impl Replay {
 
     /// Marks the call whose first entry is `first` as replaced by an accepted re-key (a
     /// decision this execution journals): history, not an orphan.
-    pub fn supersede(&mut self, first: Seq) {
+    pub(crate) fn supersede(&mut self, first: Seq) {
         if let Some(record) = self.records.iter_mut().find(|r| r.first.seq == first) {
             record.superseded = true;
         }
     }
 
     /// Takes back the count of a miss that was never dispatched (a refused re-key).
-    pub fn uncount_miss(&mut self) {
+    pub(crate) fn uncount_miss(&mut self) {
         self.preview.misses = self.preview.misses.saturating_sub(1);
     }
 
     /// Counts the last rerun as served from the journal instead (a reproduction of the
     /// settled run serves a journaled failure as it was).
-    pub fn count_rerun_as_replayed(&mut self) {
+    pub(crate) fn count_rerun_as_replayed(&mut self) {
         if self.preview.reruns > 0 {
             self.preview.reruns -= 1;
             self.preview.hits += 1;
@@ -497,7 +490,7 @@ impl Replay {
 
     /// The preview so far, with `orphaned` counting every record not yet consumed (nor
     /// covered by a call that replayed whole).
-    pub fn preview(&self) -> Preview {
+    pub(crate) fn preview(&self) -> Preview {
         let orphaned = self.records.iter().filter(|r| self.is_orphan(r)).count() as u64;
         let superseded = self.records.iter().filter(|r| r.superseded && !r.consumed).count() as u64;
         Preview { orphaned, superseded, ..self.preview }
@@ -506,7 +499,7 @@ impl Replay {
     /// The journaled calls of `scope` at or after its cursor that no live call has consumed,
     /// in journal order, each as its first dispatch entry and its latest attempt's terminal:
     /// what a live call that just missed most likely replaced, when its identity changed.
-    pub fn unconsumed_at_cursor(&self, scope: &ScopePath) -> Vec<(Arc<Entry>, Option<Arc<Entry>>)> {
+    pub(crate) fn unconsumed_at_cursor(&self, scope: &ScopePath) -> Vec<(Arc<Entry>, Option<Arc<Entry>>)> {
         let Some(state) = self.scopes.get(scope) else { return Vec::new() };
         state.records[state.cursor.min(state.records.len())..]
             .iter()
@@ -521,7 +514,7 @@ impl Replay {
     /// shape, differing only in `parallel` site or workflow call numbers: an unlabelled
     /// `parallel` or `workflow` call inserted or removed before it moved it. As its first
     /// dispatch entry and its terminal.
-    pub fn moved(
+    pub(crate) fn moved(
         &self,
         scope: &ScopePath,
         model: &str,
@@ -545,12 +538,13 @@ impl Replay {
     }
 
     /// The first entries of the records no live call consumed, in journal order.
-    pub fn orphans(&self) -> Vec<Arc<Entry>> {
+    #[cfg(test)]
+    pub(crate) fn orphans(&self) -> Vec<Arc<Entry>> {
         self.records.iter().filter(|r| self.is_orphan(r)).map(|r| r.first.clone()).collect()
     }
 
     /// The first `limit` orphans, in journal order, as a report names them.
-    pub fn first_orphans(&self, limit: usize) -> Vec<Orphan> {
+    pub(crate) fn first_orphans(&self, limit: usize) -> Vec<Orphan> {
         self.records.iter().filter(|r| self.is_orphan(r)).take(limit).map(|r| Orphan::of(&r.first)).collect()
     }
 }

@@ -4,6 +4,7 @@
 use proptest::prelude::*;
 use serde_json::json;
 
+use super::fold::last_settlement;
 use super::*;
 use crate::error::{Error as CairnError, ErrorClass, ErrorCode};
 use crate::money::Money;

@@ -272,7 +272,7 @@ impl PriceTable {
 
 /// The family of a dated model id: `claude-opus-4-1-20250805` → `claude-opus-4-1`,
 /// `gpt-4o-2024-08-06` → `gpt-4o`; `None` when the id ends in no date.
-pub fn strip_date(model: &str) -> Option<&str> {
+pub(crate) fn strip_date(model: &str) -> Option<&str> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let bytes = model.as_bytes();
     // -YYYYMMDD

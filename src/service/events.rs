@@ -32,7 +32,7 @@ use crate::store::{RunChanges, RunId, RunStatus};
 
 /// The query of `GET /v1/runs/{id}/events`.
 #[derive(Debug, serde::Deserialize)]
-pub struct EventsQuery {
+pub(super) struct EventsQuery {
     /// `1` (or `true`) adds the `token` events.
     pub tokens: Option<String>,
 }
@@ -40,7 +40,7 @@ pub struct EventsQuery {
 type Tokens = tokio::sync::broadcast::Receiver<crate::engine::LiveToken>;
 
 /// `GET /v1/runs/{id}/events`.
-pub async fn events(
+pub(super) async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,

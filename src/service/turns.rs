@@ -19,13 +19,13 @@ use crate::error::Error;
 use crate::journal::{self, Kind, Status};
 
 /// The most messages one answer holds (the latest ones).
-pub const MAX_MESSAGES: usize = 200;
+pub(super) const MAX_MESSAGES: usize = 200;
 /// The most characters of one part's text.
-pub const MAX_TEXT: usize = 4000;
+pub(super) const MAX_TEXT: usize = 4000;
 
 /// `GET /v1/runs/{id}/calls/{seq}/turns`: `seq` is the agent call's `running` entry or its
 /// terminal entry.
-pub async fn turns(
+pub(super) async fn turns(
     State(state): State<AppState>,
     Path((id, seq)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {

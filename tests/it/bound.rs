@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use assert_cmd::Command;
 use cairn::provider::echo::EchoProvider;
 use cairn::provider::{Capabilities, ChatEvent, ChatRequest, Provider};
-use cairn::script::bound::{CallBound, CostBound, cost_bound};
+use cairn::{CallBound, CostBound, cost_bound};
 use cairn::{Engine, MemoryStore, RunOptions, RunStatus, Script};
 use futures::stream::BoxStream;
 use serde_json::{Value, json};

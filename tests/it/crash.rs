@@ -236,7 +236,7 @@ fn tool_engine(db: &Path, dir: &Path) -> Engine {
         Arc::new(Boom { marker: dir.join("boom.marker"), parameters: json!({"type": "object"}) });
     Engine::builder(store.clone(), store)
         .provider(Arc::new(ToolModel { log: dir.join("calls.log") }))
-        .default_model(cairn::model::ModelRef::parse("tm:m").unwrap())
+        .default_model(cairn::ModelRef::parse("tm:m").unwrap())
         .toolset(cairn::Toolset::new("boom", vec![tool]))
         .workflow(tool_workflow())
         .build()
@@ -250,7 +250,7 @@ fn engine(db: &Path, log: &Path, point: Option<&str>) -> Engine {
     let provider = Arc::new(LoggingProvider { log: log.to_owned() });
     Engine::builder(journal, store)
         .provider(provider)
-        .default_model(cairn::model::ModelRef::parse("log:m").unwrap())
+        .default_model(cairn::ModelRef::parse("log:m").unwrap())
         .workflow(workflow())
         .build()
         .unwrap()

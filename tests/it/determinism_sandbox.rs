@@ -167,7 +167,7 @@ let p = agent(`closure ${f} ${f.to_debug()} ${[f]} ${#{f: f}} caught ${caught} q
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn::script::rhai::RhaiDialect;
+use cairn::RhaiDialect;
 use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunOutcome, RunStatus, Script};
 
 /// An engine on the memory store whose Rhai dialect skips lint when `lint` is false, so the
@@ -193,7 +193,7 @@ pub(crate) fn run_in_process_dialect(dialect: &str, source: &str) -> RunOutcome 
     let store = Arc::new(MemoryStore::new());
     let engine = Engine::builder(store.clone(), store)
         .dialect(Arc::new(RhaiDialect::new().without_lint()))
-        .dialect(Arc::new(cairn::script::lua::LuaDialect::new().without_lint()))
+        .dialect(Arc::new(cairn::LuaDialect::new().without_lint()))
         .build()
         .unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -326,11 +326,11 @@ fn nested_fan_outs_near_the_thread_cap_end_the_same_way_every_run() {
     // memory account: under the standard limits one of those can end a branch first, and which
     // of several failing branches' errors a fail-fast fan-out raises depends on timing (that is
     // journaled, not promised). So the other budgets are set out of the thread cap's way.
-    let limits = cairn::script::rhai::sandbox::SandboxLimits {
+    let limits = cairn::SandboxLimits {
         max_operations: 1 << 40,
         max_memory: 1 << 36,
         max_allocations: 1 << 40,
-        ..cairn::script::rhai::sandbox::SandboxLimits::STANDARD
+        ..cairn::SandboxLimits::STANDARD
     };
     let store = Arc::new(MemoryStore::new());
     let engine = Engine::builder(store.clone(), store)

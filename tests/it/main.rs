@@ -19,6 +19,7 @@ mod determinism_steps;
 mod docs;
 mod edges;
 mod fanout_defer;
+mod features;
 mod finish_reason;
 mod hostile;
 mod hostile_cli;

@@ -60,7 +60,7 @@ const CORRECTION_TOKENS: u64 = 256;
 /// itself does not depend on it.
 ///
 /// ```
-/// use cairn::script::bound::{CostBound, cost_bound};
+/// use cairn::{CostBound, cost_bound};
 /// let store = std::sync::Arc::new(cairn::MemoryStore::new());
 /// let engine = cairn::Engine::builder(store.clone(), store).build().unwrap();
 /// let rhai = engine.dialect("rhai").unwrap();

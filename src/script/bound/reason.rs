@@ -7,6 +7,7 @@ use std::fmt;
 use super::CallBound;
 
 /// Why the count of a script's agent calls has no static bound.
+#[cfg_attr(not(feature = "lua"), allow(dead_code))]
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Reason {
     /// The source does not parse: the parser's message.
@@ -44,6 +45,7 @@ pub(crate) enum Reason {
 }
 
 /// A construct that repeats what it holds.
+#[cfg_attr(not(feature = "lua"), allow(dead_code))]
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Construct {
     /// `while` (both dialects).
@@ -67,6 +69,7 @@ pub(crate) enum Construct {
 }
 
 /// Where a function goes that the walk cannot follow.
+#[cfg_attr(not(feature = "lua"), allow(dead_code))]
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Place {
     /// A name that is assigned or changed somewhere.

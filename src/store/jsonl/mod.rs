@@ -55,7 +55,7 @@ const MAX_OPEN_JOURNALS: usize = 64;
 /// How many runs' slots the store remembers before it forgets the idle ones.
 const MAX_SLOTS: usize = 1_024;
 
-/// A [`JournalStore`] and [`TranscriptStore`] over a directory of JSONL files.
+/// A [`JournalStore`] and [`TranscriptStore`](crate::TranscriptStore) over a directory of JSONL files.
 pub struct JsonlStore {
     dir: PathBuf,
     durability: Durability,

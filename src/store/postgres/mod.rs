@@ -76,7 +76,7 @@ impl PostgresOptions {
     }
 }
 
-/// A [`JournalStore`], [`LeasableStore`], [`TranscriptStore`] and
+/// A [`JournalStore`], [`LeasableStore`], [`TranscriptStore`](crate::TranscriptStore) and
 /// [`RunQueue`](super::RunQueue) over one PostgreSQL schema.
 pub struct PostgresStore {
     /// Where, for messages: host, port, database and schema (never a password).

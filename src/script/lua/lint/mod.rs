@@ -28,7 +28,7 @@
 //!   in every process, so a prompt made from it could never be replayed.
 
 mod aliases;
-pub mod bound;
+pub(crate) mod bound;
 mod calls;
 mod escapes;
 mod names;
