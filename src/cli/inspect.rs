@@ -112,7 +112,8 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
         Err(e) => return fail(Exit::Error, e),
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&runs).unwrap_or_default());
+        let shown: Vec<Value> = runs.iter().map(store::RunMeta::to_output_json).collect();
+        println!("{}", serde_json::to_string_pretty(&shown).unwrap_or_default());
         return Exit::Ok;
     }
     if runs.is_empty() {
@@ -167,19 +168,9 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     let segments = crate::engine::segment_ceilings(&entries, meta.segments, meta.budget_ceiling);
     let actions = journal::actions(&entries);
     if args.json {
-        let listed: Vec<Value> = segments
-            .iter()
-            .map(|s| {
-                json!({
-                    "index": s.index,
-                    "ceiling_usd": s.ceiling.map(|c| c.as_usd()),
-                    "ceiling_nano_usd": s.ceiling.map(|c| c.nano_usd()),
-                    "overridden": s.overridden,
-                })
-            })
-            .collect();
         let mut out = json!({
-            "meta": meta, "entries": entries, "pending": pending, "cost": cost, "segments": listed,
+            "meta": meta.to_output_json(), "entries": entries, "pending": pending, "cost": cost,
+            "segments": segments,
         });
         if let Some(failure) = &failure {
             out["error"] = failure.clone();

@@ -90,6 +90,7 @@ pub async fn turns(
             "tool_calls": checkpoint.as_ref().and_then(|c| c.get("tool_calls")).cloned(),
             "usage": entry.usage,
             "cost_nano_usd": entry.cost.map(crate::money::Money::nano_usd),
+            "cost_usd": entry.cost.map(crate::money::Money::as_usd),
             "omitted": omitted,
             "messages": messages,
         })))

@@ -496,7 +496,7 @@
 
   // ---- cost chart (own SVG) ----
   function costChart(title, lines) {
-    const rows = Object.entries(lines || {}).map(([k, v]) => [k, v.cost || 0, v.usage || {}]);
+    const rows = Object.entries(lines || {}).map(([k, v]) => [k, v.cost_nano_usd || 0, v.usage || {}]);
     rows.sort((a, b) => b[1] - a[1]);
     const width = 360;
     const barH = 18;
@@ -558,7 +558,7 @@
       setStatus(shown.status);
       const meta = shown.meta || {};
       facts.textContent =
-        (meta.name || "") + " · started " + when(meta.created_at_ms) + " · " + shown.entries + " entries · spent " + usd(shown.cost && shown.cost.total && shown.cost.total.cost);
+        (meta.name || "") + " · started " + when(meta.created_at_ms) + " · " + shown.entries + " entries · spent " + usd(shown.cost && shown.cost.total && shown.cost.total.cost_nano_usd);
       clear(charts);
       if (shown.cost) {
         charts.append(costChart("phase", shown.cost.by_phase), costChart("model", shown.cost.by_model), costChart("role", shown.cost.by_role));
