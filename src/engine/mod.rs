@@ -86,6 +86,7 @@ pub use fanout::{Branch, Stage, branch, stage};
 pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
+pub(crate) use lease::is_dead as driver_is_dead;
 pub(crate) use live::LiveToken;
 pub(crate) use live_store::{RemoteLive, read_remote_live, unwant_live};
 pub use observer::RunObserver;

@@ -596,6 +596,20 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Who drives the run, as a reader sees it: `Some(Some(lease))` while a live lease holds
+    /// it, `Some(None)` when none does (a driver that died without settling the run left it
+    /// so), `None` when the store keeps no leases it can read. Writes nothing, so a store
+    /// opened read-only answers too.
+    ///
+    /// # Errors
+    /// The store's read failure.
+    fn lease_holder(&self, run: &RunId) -> Result<Option<Option<Lease>>> {
+        match self.leases() {
+            Some(leases) => leases.holder(run).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The store's run queue, when it keeps one (SQLite and PostgreSQL do): runs enqueued
     /// here are claimed and driven by workers (`cairn worker`).
     fn queue(&self) -> Option<&dyn RunQueue> {
