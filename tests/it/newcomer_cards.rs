@@ -65,3 +65,57 @@ fn the_full_result_record_has_the_fields_the_card_names_in_both_dialects() {
         assert_eq!(rhai["cost_usd"].as_f64(), rhai["cost_nano_usd"].as_i64().map(|n| n as f64 / 1e9));
     }
 }
+
+/// `loop-capture` has no false positive where the closure cannot outlive its iteration (a
+/// `parallel` branch, a `step` body written in place): such a script passes lint and each
+/// iteration's closure sees that iteration's value; a closure kept and run after the loop is
+/// still refused (exit 6). Both dialects.
+#[test]
+fn a_closure_run_within_its_loop_iteration_is_no_loop_capture_in_both_dialects() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let cases = [
+        (
+            "in_place.rhai",
+            "let out = [];\nfor q in args.questions {\n    out.push(parallel([|| agent(`pro ${q}`)]));\n    \
+             out.push(step(`s ${q}`, || q));\n}\nout",
+        ),
+        (
+            "in_place.lua",
+            "local out = {}\nlocal i = 0\nwhile i < #args.questions do\n  i = i + 1\n  \
+             out[#out + 1] = parallel({ function() return agent(\"pro \" .. args.questions[i]) end })\n  \
+             out[#out + 1] = step(\"s \" .. i, function() return args.questions[i] end)\nend\nreturn out",
+        ),
+    ];
+    for (file, source) in cases {
+        std::fs::write(dir.path().join(file), source).unwrap();
+        let out = run(dir.path(), &store, &["lint", file]);
+        assert_eq!(out.status.code(), Some(0), "{file}: {}{}", text(&out.stdout), text(&out.stderr));
+        let out =
+            run(dir.path(), &store, &["run", file, "--args", r#"{"questions": ["a", "b"]}"#, "--json", "-q"]);
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", text(&out.stderr));
+        let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            outcome["value"],
+            serde_json::json!([["echo: pro a"], "a", ["echo: pro b"], "b"]),
+            "{file}: each iteration's own value"
+        );
+    }
+    let kept = [
+        (
+            "kept.rhai",
+            "let fs = [];\nfor q in args.questions {\n    fs.push(|| agent(`pro ${q}`));\n}\nparallel(fs)",
+        ),
+        (
+            "kept.lua",
+            "local fs = {}\nlocal i = 0\nwhile i < #args.questions do\n  i = i + 1\n  \
+             fs[#fs + 1] = function() return agent(\"pro \" .. args.questions[i]) end\nend\nreturn parallel(fs)",
+        ),
+    ];
+    for (file, source) in kept {
+        std::fs::write(dir.path().join(file), source).unwrap();
+        let out = run(dir.path(), &store, &["lint", file, "--json"]);
+        assert_eq!(out.status.code(), Some(6), "{file}: {}", text(&out.stdout));
+        assert!(text(&out.stdout).contains("loop-capture"), "{file}: {}", text(&out.stdout));
+    }
+}
