@@ -71,6 +71,16 @@ mod usage;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The guide's Rust examples, compiled as doctests like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/embedding.md")]
+pub struct GuideEmbeddingDoctests;
+
+/// The fault simulator page's Rust example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/fault-simulator.md")]
+pub struct FaultSimulatorDoctests;
+
 pub use agent::{
     Permission, PermissionHook, Permissions, Tool, ToolJournaling, ToolSource, Toolset, fs_read_toolset,
     toolset_hash,

@@ -18,6 +18,7 @@ macro_rules! errln {
     }};
 }
 
+mod calls;
 mod cancel;
 mod canon;
 mod completions;
@@ -29,6 +30,7 @@ mod host_fn;
 mod init;
 mod inspect;
 mod interrupts;
+mod listing;
 mod logging;
 mod orchestrate;
 mod plan;
@@ -39,6 +41,7 @@ mod runs;
 mod serve;
 mod server_config;
 mod setup;
+mod table;
 mod telemetry;
 mod tool_report;
 mod tools_config;

@@ -110,7 +110,7 @@ pub(crate) fn acquire(engine: &EngineInner, run: &RunId) -> Result<Option<Lease>
 
 /// Whether a lease owner names a process of this machine that no longer exists. `false`
 /// whenever that cannot be told (another host, an owner of another form, no `/proc`).
-fn is_dead(holder: &str) -> bool {
+pub(crate) fn is_dead(holder: &str) -> bool {
     let Some((pid, host)) = holder.strip_prefix("pid ").and_then(|rest| rest.split_once(" on ")) else {
         return false;
     };

@@ -99,6 +99,7 @@ pub use fanout::{Branch, Stage, branch, stage};
 pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
+pub(crate) use lease::is_dead as driver_is_dead;
 #[cfg(feature = "serve")]
 pub(crate) use live::LiveToken;
 #[cfg(feature = "serve")]

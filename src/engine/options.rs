@@ -51,7 +51,8 @@ pub struct AgentOptions {
     pub max_output_tokens: Option<u32>,
     /// What a failure does; the run's error policy decides when `None`.
     pub on_error: Option<OnError>,
-    /// Return `{value, status, usage, cost_nano_usd, served_by, replayed}` instead of the value.
+    /// Return the full record (`{status, value, error, usage, cost_usd, cost_nano_usd, served_by,
+    /// finish_reason, partial?}`) instead of the value.
     pub full: bool,
     /// Journal a task-class failure as final: it replays instead of rerunning.
     pub memoize_outcome: bool,

@@ -258,6 +258,14 @@ pub enum Segment {
 }
 
 impl Segment {
+    /// The body scope segment of the step keyed `key` whose ordinal among same-key steps of
+    /// its scope is `ordinal`: from the step's identity, never from a running counter.
+    pub fn step_body(key: ContentKey, ordinal: u32) -> Segment {
+        let mut hex = key.to_hex();
+        hex.truncate(16);
+        Segment::Step { key: hex, ordinal }
+    }
+
     /// Whether `label` may name a [`Segment::Site`]: non-empty, at most 64 characters, no `/`
     /// or `:`.
     pub fn valid_label(label: &str) -> bool {

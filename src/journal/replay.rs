@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::disposition::{Disposition, DispositionInput, Effective, disposition};
 use super::fold::{Abandons, Resolutions, settled_ok};
-use super::{ContentKey, Entry, IdentitySummary, ScopePath, Seq, Status};
+use super::{ContentKey, Entry, IdentitySummary, ScopePath, Segment, Seq, Status};
 use crate::error::ErrorClass;
 
 /// The resume preview: how the calls of a resumed run were (or would be) served.
@@ -169,6 +169,9 @@ pub(crate) struct Replay {
     /// Scopes whose records are accounted for without being matched one by one: the body
     /// of a step or child workflow that replayed whole (its body never ran).
     covered: HashSet<Box<str>>,
+    /// The body scopes of steps an accepted re-key replaced: what the old body journaled is
+    /// history with its step, not orphaned.
+    superseded_scopes: HashSet<Box<str>>,
     /// Every settlement decision: its seq and whether it ended the segment in failure
     /// (`error` or `cancelled`), after which a resume retries what failed.
     settlements: Vec<(Seq, bool)>,
@@ -200,6 +203,7 @@ impl Replay {
             abandons,
             invalidated: options.invalidate.iter().copied().collect(),
             covered: HashSet::default(),
+            superseded_scopes: HashSet::default(),
             settlements: Vec::new(),
             approvals: HashMap::new(),
             run_settled_ok,
@@ -217,7 +221,7 @@ impl Replay {
             }
             if let Some(target) = rekey_target(&entry) {
                 if let Some(&index) = by_seq.get(&target) {
-                    replay.records[index].superseded = true;
+                    replay.supersede_record(index);
                 }
                 continue;
             }
@@ -452,25 +456,34 @@ impl Replay {
 
     /// Whether a record in `scope` lies in a covered scope.
     fn is_covered(&self, scope: &ScopePath) -> bool {
-        if self.covered.is_empty() {
-            return false;
-        }
-        let text = scope.as_str();
-        text.match_indices('/')
-            .map(|(at, _)| &text[..at])
-            .chain(std::iter::once(text))
-            .any(|prefix| self.covered.contains(prefix))
+        within(&self.covered, scope)
+    }
+
+    /// Whether a record is history: a call an accepted re-key replaced, or one journaled
+    /// inside the body of a step it replaced.
+    fn is_superseded(&self, record: &Record) -> bool {
+        record.superseded || within(&self.superseded_scopes, &record.first.scope)
     }
 
     fn is_orphan(&self, record: &Record) -> bool {
-        !record.consumed && !record.superseded && !self.is_covered(&record.first.scope)
+        !record.consumed && !self.is_superseded(record) && !self.is_covered(&record.first.scope)
     }
 
     /// Marks the call whose first entry is `first` as replaced by an accepted re-key (a
-    /// decision this execution journals): history, not an orphan.
+    /// decision this execution journals): history, not an orphan. A replaced step takes its
+    /// old body with it.
     pub(crate) fn supersede(&mut self, first: Seq) {
-        if let Some(record) = self.records.iter_mut().find(|r| r.first.seq == first) {
-            record.superseded = true;
+        if let Some(index) = self.records.iter().position(|r| r.first.seq == first) {
+            self.supersede_record(index);
+        }
+    }
+
+    fn supersede_record(&mut self, index: usize) {
+        let record = &mut self.records[index];
+        record.superseded = true;
+        if record.first.kind == super::Kind::Step {
+            let body = record.first.scope.child(&Segment::step_body(record.first.key, record.first.ordinal));
+            self.superseded_scopes.insert(Box::from(body.as_str()));
         }
     }
 
@@ -492,7 +505,7 @@ impl Replay {
     /// covered by a call that replayed whole).
     pub(crate) fn preview(&self) -> Preview {
         let orphaned = self.records.iter().filter(|r| self.is_orphan(r)).count() as u64;
-        let superseded = self.records.iter().filter(|r| r.superseded && !r.consumed).count() as u64;
+        let superseded = self.records.iter().filter(|r| self.is_superseded(r) && !r.consumed).count() as u64;
         Preview { orphaned, superseded, ..self.preview }
     }
 
@@ -527,7 +540,7 @@ impl Replay {
             let first = &record.first;
             let terminal = record.terminal.as_ref().filter(|t| t.status == Status::Ok)?;
             let same = !record.consumed
-                && !record.superseded
+                && !self.is_superseded(record)
                 && first.scope != *scope
                 && first.model.as_deref() == Some(model)
                 && first.agent_type.as_deref() == agent_type
@@ -547,6 +560,18 @@ impl Replay {
     pub(crate) fn first_orphans(&self, limit: usize) -> Vec<Orphan> {
         self.records.iter().filter(|r| self.is_orphan(r)).take(limit).map(|r| Orphan::of(&r.first)).collect()
     }
+}
+
+/// Whether `scope` is one of `scopes` or lies beneath one.
+fn within(scopes: &HashSet<Box<str>>, scope: &ScopePath) -> bool {
+    if scopes.is_empty() {
+        return false;
+    }
+    let text = scope.as_str();
+    text.match_indices('/')
+        .map(|(at, _)| &text[..at])
+        .chain(std::iter::once(text))
+        .any(|p| scopes.contains(p))
 }
 
 /// The call-key prefix of a tool approval's wait name (`approve:<12 hex>:<tool call id>`).

@@ -223,8 +223,16 @@ impl std::fmt::Display for CostBound {
 #[derive(Serialize, Deserialize)]
 #[serde(untagged, deny_unknown_fields)]
 enum CostBoundWire {
-    Bounded { max_agent_calls: u64, worst_case_usd: f64 },
-    Unbounded { unbounded: String },
+    Bounded {
+        max_agent_calls: u64,
+        /// The exact amount; absent in bounds written before it was added.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worst_case_nano_usd: Option<i64>,
+        worst_case_usd: f64,
+    },
+    Unbounded {
+        unbounded: String,
+    },
 }
 
 impl Serialize for CostBound {
@@ -232,6 +240,7 @@ impl Serialize for CostBound {
         match self {
             CostBound::Bounded { max_agent_calls, worst_case } => CostBoundWire::Bounded {
                 max_agent_calls: *max_agent_calls,
+                worst_case_nano_usd: Some(worst_case.nano_usd()),
                 worst_case_usd: worst_case.as_usd(),
             },
             CostBound::Unbounded { reason } => CostBoundWire::Unbounded { unbounded: reason.clone() },
@@ -243,10 +252,13 @@ impl Serialize for CostBound {
 impl<'de> Deserialize<'de> for CostBound {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<CostBound, D::Error> {
         Ok(match CostBoundWire::deserialize(deserializer)? {
-            CostBoundWire::Bounded { max_agent_calls, worst_case_usd } => CostBound::Bounded {
-                max_agent_calls,
-                worst_case: Money::from_usd(worst_case_usd).map_err(serde::de::Error::custom)?,
-            },
+            CostBoundWire::Bounded { max_agent_calls, worst_case_nano_usd, worst_case_usd } => {
+                let worst_case = match worst_case_nano_usd {
+                    Some(nanos) => Money::from_nano_usd(nanos),
+                    None => Money::from_usd(worst_case_usd).map_err(serde::de::Error::custom)?,
+                };
+                CostBound::Bounded { max_agent_calls, worst_case }
+            }
             CostBoundWire::Unbounded { unbounded } => CostBound::Unbounded { reason: unbounded },
         })
     }

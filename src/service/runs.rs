@@ -303,13 +303,12 @@ pub(super) async fn list(
         let next = if rest.len() > limit { page.last().map(|m| m.run_id.clone()) } else { None };
         let mut runs = Vec::with_capacity(page.len());
         for meta in page {
-            let mut value = serde_json::to_value(meta).map_err(|e| {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("a run's meta: {e}"))
-            })?;
+            let mut value = meta.to_output_json();
             if with_cost {
                 let entries = entries_of(engine, &meta.run_id)?;
                 let cost = journal::Ledger::fold(entries.iter()).spent;
                 value["cost_nano_usd"] = json!(cost.nano_usd());
+                value["cost_usd"] = json!(cost.as_usd());
             }
             runs.push(value);
         }
@@ -346,7 +345,7 @@ pub(super) async fn show(
         Ok(Json(json!({
             "run_id": meta.run_id,
             "status": meta.status,
-            "meta": meta,
+            "meta": meta.to_output_json(),
             "source": source,
             // A plan's failure (the run never ran), else the one its settlement journaled.
             "error": meta.extra.get(super::plan::ERROR_FIELD).cloned().or_else(|| journal::last_settlement_error(&entries)),

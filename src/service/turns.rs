@@ -94,7 +94,10 @@ pub(super) async fn turns(
             .or_else(|| checkpoint.as_ref().and_then(|c| c.get("turn_log")))
             .and_then(Value::as_array)
             .cloned()
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .map(with_cost_usd)
+            .collect::<Vec<_>>();
         // The k-th assistant message is the k-th turn's output.
         let mut turn = 0u64;
         for message in &mut messages {
@@ -131,6 +134,7 @@ pub(super) async fn turns(
             "usage": entry.usage,
             "cost_nano_usd": entry.cost.map(crate::money::Money::nano_usd),
             "turn_log": turn_log,
+            "cost_usd": entry.cost.map(crate::money::Money::as_usd),
             "omitted": omitted,
             "messages": messages,
         })))
@@ -195,6 +199,15 @@ fn text_part(kind: &str, text: &str) -> Value {
     out
 }
 
+/// A stored turn record as the API shows it: its `cost_nano_usd` with `cost_usd` beside it, as
+/// every amount the API shows.
+fn with_cost_usd(mut turn: Value) -> Value {
+    if let Some(nanos) = turn.get("cost_nano_usd").and_then(Value::as_i64) {
+        turn["cost_usd"] = json!(crate::money::Money::from_nano_usd(nanos).as_usd());
+    }
+    turn
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,3 +229,4 @@ mod tests {
         assert_eq!(parts[1]["text"], "<b>42</b>");
     }
 }
+

@@ -36,6 +36,8 @@ mod money_sim;
 mod money_sim_binary;
 mod money_wire;
 mod newcomer;
+mod newcomer_cards;
+mod newcomer_output;
 mod newcomer_resume;
 mod orchestrate;
 mod orchestrate_cli;

@@ -407,7 +407,7 @@ fn a_timed_out_agent_keeps_the_cost_of_its_completed_turns() {
     // 100k input at $1/M + 1k output at $2/M = $0.102 for the completed turn.
     let cost = full["cost_usd"].as_f64().unwrap_or(0.0);
     assert!(cost >= 0.102, "the paid turn's cost was dropped: {full}");
-    let total = outcome["cost"]["total"]["cost"].as_i64().unwrap_or(0);
+    let total = outcome["cost"]["total"]["cost_nano_usd"].as_i64().unwrap_or(0);
     assert!(total >= 102_000_000, "cost report: {}", outcome["cost"]);
 }
 

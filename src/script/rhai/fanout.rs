@@ -10,8 +10,8 @@ use ::rhai::{Array, Dynamic, Engine as Rhai, FnPtr, Map, NativeCallContext};
 use serde_json::{Value, json};
 
 use super::bridge::{
-    MAX_BRANCH_RESULT, MAX_BRANCH_THREADS, MAX_FANOUT_RESULT, MAX_RUN_THREADS, RhaiResult, Shared,
-    agent_value, bounded, current, from_rhai, host_work, options, to_dynamic, to_json, to_rhai, with_ctx,
+    MAX_BRANCH_RESULT, MAX_BRANCH_THREADS, MAX_FANOUT_RESULT, MAX_RUN_THREADS, RhaiResult, Shared, bounded,
+    current, from_rhai, host_work, options, to_dynamic, to_json, to_rhai, with_ctx,
 };
 use crate::engine::{Branch, Ctx, OnItemError, ParallelOptions, PipelineOptions, Stage};
 use crate::error::{Error, ErrorCode};
@@ -26,7 +26,6 @@ use crate::script::options::{parallel as parallel_options, str_opt};
 /// the account on, as a branch thread makes it, so the account neither misses it nor is
 /// credited for memory it never counted.
 pub(super) async fn deferred_branch(ctx: Ctx, deferred: super::defer::Deferred) -> Result<Value, Error> {
-    let full = deferred.options.full;
     let mut call = pin!(ctx.agent(&deferred.prompt, deferred.options));
     let outcome = std::future::poll_fn(|cx| {
         let _engine_work = crate::alloc::MemoryAccount::suspend();
@@ -35,10 +34,6 @@ pub(super) async fn deferred_branch(ctx: Ctx, deferred: super::defer::Deferred) 
     .await;
     let (branch, engine_made) = match outcome {
         Ok(value) => {
-            let value = {
-                let _engine_work = crate::alloc::MemoryAccount::suspend();
-                agent_value(value, full)
-            };
             let branch =
                 to_json(&to_dynamic(&value)).and_then(|v| bounded(v, MAX_BRANCH_RESULT, "a branch's result"));
             (branch, Ok(value))

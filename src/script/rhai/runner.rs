@@ -26,8 +26,8 @@ use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 use super::bridge::{
-    RhaiResult, Shared, agent_value, block, block_host, current, error_token, from_rhai, host_work,
-    json_size, options, to_dynamic, to_json, to_rhai, with_ctx,
+    RhaiResult, Shared, block, block_host, current, error_token, from_rhai, host_work, json_size, options,
+    to_dynamic, to_json, to_rhai, with_ctx,
 };
 use super::fanout::register_fanout;
 use super::sandbox::{SandboxLimits, sandbox_engine};
@@ -198,9 +198,8 @@ fn register_agent(engine: &mut Rhai, shared: &Arc<Shared>) {
         let ctx = current()?;
         let value = options("agent", opts).map_err(to_rhai)?;
         let options = agent_options(&value).map_err(to_rhai)?;
-        let full = options.full;
         let result = block(shared, pin!(ctx.agent(prompt, options)))?;
-        Ok(to_dynamic(&agent_value(result, full)))
+        Ok(to_dynamic(&result))
     }
     let s = shared.clone();
     engine.register_fn("agent", move |prompt: &str| agent(&s, prompt, &Map::new()));

@@ -635,6 +635,11 @@ impl JournalStore for PostgresStore {
         if self.read_only { None } else { Some(self) }
     }
 
+    /// Read-only opens answer too: reading the lease table writes nothing.
+    fn lease_holder(&self, run: &RunId) -> Result<Option<Option<Lease>>> {
+        LeasableStore::holder(self, run).map(Some)
+    }
+
     fn queue(&self) -> Option<&dyn super::RunQueue> {
         if self.read_only { None } else { Some(self) }
     }

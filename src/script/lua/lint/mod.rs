@@ -41,6 +41,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::script::{Diagnostic, LintContext, sort_diagnostics};
 use syntax::span_diagnostic;
 
+/// The Lua card's list of the names a script may use and the ones lint refuses (see
+/// `names::card_block`).
+#[cfg(test)]
+pub(crate) fn card_libraries_block() -> String {
+    names::card_block()
+}
+
 /// The largest source lint accepts, the limit the Rhai dialect sets.
 pub(super) const MAX_SOURCE_SIZE: usize = 1 << 20;
 

@@ -5,7 +5,7 @@ use ::rhai::{Expr, FnCallExpr, ImmutableString, Position};
 use serde_json::Value;
 
 use super::options::type_phrase;
-use super::{Arg, Linter, Receiver, SEQUENTIAL_CALLERS, Static, Use, line_column};
+use super::{Arg, Linter, Receiver, SEQUENTIAL_CALLERS, Static, Use, is_closure_literal, line_column};
 use crate::script::rhai::sandbox::{BUILTIN_FUNCTIONS, is_builtin};
 pub(super) use crate::script::schema_check::Registry;
 use crate::script::schema_check::registered_problem;
@@ -324,7 +324,9 @@ impl Linter<'_, '_> {
                     self.error_at("arg-type", expr.position(), None, message);
                 }
                 let used = if global.name == "parallel" { Use::Reported } else { Use::Sequential };
+                self.immediate = !arg.walked && is_closure_literal(expr);
                 let walked = self.walk_arg_as(arg, used);
+                self.immediate = false;
                 if global.name == "parallel"
                     && let Static::Closure(id) = walked
                 {
@@ -357,7 +359,10 @@ impl Linter<'_, '_> {
                             };
                             self.error_at("arg-type", element.position(), None, message);
                         }
-                        if let Static::Closure(id) = self.walk_expr_as(element, Use::Reported) {
+                        self.immediate = is_closure_literal(element);
+                        let walked = self.walk_expr_as(element, Use::Reported);
+                        self.immediate = false;
+                        if let Static::Closure(id) = walked {
                             self.report_races(id, global.name);
                         }
                     }
