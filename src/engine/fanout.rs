@@ -101,6 +101,11 @@ impl FailFast {
             group.cancel();
             return;
         }
+        // A branch that wrote what it shares decides nothing and cancels nobody: how far its
+        // siblings got would then depend on timing (see [`first_violation`]).
+        if error.code == ErrorCode::SandboxViolation {
+            return;
+        }
         if self.failed.compare_exchange(0, index + 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
             // The decision holds what decides the fan-out's outcome: the error it raises.
             // Which branch failed first and which siblings were still unfinished are not
@@ -121,6 +126,27 @@ impl FailFast {
     fn failed(&self) -> Option<usize> {
         self.failed.load(Ordering::SeqCst).checked_sub(1)
     }
+}
+
+/// The error a fan-out raises when a branch wrote a value it shares with its siblings (the
+/// script sandbox refuses the write where it happens, ending that branch with
+/// `sandbox_violation`): the first such error in branch order, once every branch has ended.
+///
+/// Each branch's course is fixed by the journaled values it receives (what it captured is
+/// read-only), so where a branch violates is fixed too, but when is not. Stopping its siblings
+/// at that moment would leave in the journal whatever calls they happened to finish, and a
+/// replay, which runs them again, would reach a different set. So a violation cancels nobody:
+/// every sibling runs to its own end, as under `settle`, and the fan-out then fails the same
+/// way, with the same journal, on every run and on replay. `None` when no branch violated, or
+/// when the run is stopping (a cancellation, a dry run's miss, a refused re-key), which
+/// explains the fan-out's end first.
+fn first_violation(results: &[Result<Value, Error>]) -> Option<Error> {
+    let stopping =
+        |e: &Error| matches!(e.code, ErrorCode::Cancelled | ErrorCode::JournalMiss | ErrorCode::RekeyRefused);
+    if results.iter().any(|r| r.as_ref().is_err_and(stopping)) {
+        return None;
+    }
+    results.iter().find_map(|r| r.as_ref().err().filter(|e| e.code == ErrorCode::SandboxViolation).cloned())
 }
 
 /// Picks the error to raise for a failed fan-out: the first failure that is not a sibling's
@@ -191,10 +217,13 @@ impl Ctx {
     /// Without `settle`, the first failure cancels the siblings (their in-flight calls
     /// journal as `cancelled` and rerun on resume) and is raised. With `settle`, every
     /// branch runs to its end and each result is `{"status":"ok","value":..}` or
-    /// `{"status":"error","error":{..}}`.
+    /// `{"status":"error","error":{..}}`. A branch that wrote a value it shares
+    /// (`sandbox_violation`) cancels nobody: once every branch has ended, the first such error
+    /// in branch order is raised, whatever the options.
     ///
     /// # Errors
-    /// The first branch failure (strict), or `cancelled` when the run stops.
+    /// The first branch failure (strict), a branch's `sandbox_violation`, or `cancelled` when
+    /// the run stops.
     pub async fn parallel(&self, branches: Vec<Branch>, opts: ParallelOptions) -> Result<Vec<Value>, Error> {
         self.check_stopped()?;
         let site = self.labelled_site(opts.label.as_deref())?;
@@ -270,6 +299,9 @@ impl Ctx {
         {
             // The failure the journal records is the one raised, whatever finished after it.
             return Err(error.clone());
+        }
+        if let Some(violation) = first_violation(&results) {
+            return Err(violation);
         }
         if opts.settle {
             return Ok(results
@@ -437,6 +469,9 @@ impl Ctx {
             && let Some(Err(error)) = results.get(index)
         {
             return Err(error.clone());
+        }
+        if let Some(violation) = first_violation(&results) {
+            return Err(violation);
         }
         match opts.on_item_error {
             OnItemError::Throw => {

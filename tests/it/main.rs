@@ -14,6 +14,7 @@ mod cli;
 mod concurrency;
 mod crash;
 mod determinism_journal;
+mod determinism_runtime;
 mod determinism_sandbox;
 mod determinism_steps;
 mod docs;

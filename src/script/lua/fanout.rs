@@ -52,7 +52,7 @@ async fn submit(
 /// Runs one job as a coroutine: a private copy of its function, its input as a fresh table.
 async fn run_job(lua: Lua, shared: Rc<Shared>, function: Function, job: Job) {
     let result = async {
-        let isolation = Isolation::new(&lua, &shared.hidden, &shared.internals, &shared.guard, Place::Branch);
+        let isolation = Isolation::new(&lua, &shared.hidden, &shared.internals, Place::Branch);
         let frame = Frame::branch(isolation.clone());
         let private = isolation.function(&lua, &function)?;
         let input = match &job.input {

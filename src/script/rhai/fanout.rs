@@ -77,7 +77,7 @@ fn with_workers<R>(
     let granted = grant.workers;
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
-    let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
+    let isolation = super::isolate::Isolation::new(&shared.closure_params);
     let rx = &rx;
     let isolation = &isolation;
     // Every worker runs this (it captures only references, so it is `Copy`).
@@ -181,7 +181,7 @@ fn parallel(
     // Branches that are one agent call are evaluated here up to their call and need no thread;
     // the others keep their arguments for a thread (see `defer`).
     let fn_of = |i: usize| &fns[if single_fn { 0 } else { i }];
-    let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
+    let isolation = super::isolate::Isolation::new(&shared.closure_params);
     let mut threaded = 0;
     let branches: Vec<Result<super::defer::Deferred, Vec<Dynamic>>> = args
         .into_iter()
