@@ -59,6 +59,8 @@ struct FailFast {
     scope: crate::journal::ScopePath,
     key: ContentKey,
     ordinal: u32,
+    /// The identity of the code the decision is taken for, journaled with it.
+    bodies: Option<String>,
     /// The failed branch's index + 1 once decided (0: undecided).
     failed: AtomicUsize,
 }
@@ -78,14 +80,29 @@ impl FailFast {
             .map_err(|e| Error::internal(e.to_string()))
     }
 
-    fn new(ctx: &Ctx, key: ContentKey, ordinal: u32) -> FailFast {
-        FailFast { run: ctx.run.clone(), scope: ctx.scope.clone(), key, ordinal, failed: AtomicUsize::new(0) }
+    fn new(ctx: &Ctx, key: ContentKey, ordinal: u32, bodies: Option<String>) -> FailFast {
+        FailFast {
+            run: ctx.run.clone(),
+            scope: ctx.scope.clone(),
+            key,
+            ordinal,
+            bodies,
+            failed: AtomicUsize::new(0),
+        }
     }
 
-    /// The error a journaled decision raises again, if the entry is one.
-    fn replayed(entry: &Entry) -> Option<Error> {
+    /// The error a journaled decision raises again, if the entry is one and was taken for the
+    /// same code (`bodies`, the identity of the fan-out's branches or stages): a decision
+    /// journaled for code since edited does not say how this code ends. A decision that
+    /// recorded no identity (a Rust closure's, or one journaled before identities were) holds.
+    fn replayed(entry: &Entry, bodies: Option<&str>) -> Option<Error> {
         let value = entry.value()?;
         if value.get("type")?.as_str()? != FAIL_FAST_DECISION {
+            return None;
+        }
+        if let (Some(recorded), Some(now)) = (value.get("bodies").and_then(Value::as_str), bodies)
+            && recorded != now
+        {
             return None;
         }
         serde_json::from_value(value.get("error")?.clone()).ok()
@@ -114,7 +131,11 @@ impl FailFast {
             // moments, journal the same decision.
             let mut entry =
                 Entry::new(Seq(0), Kind::Decision, Status::Ok, self.scope.clone(), self.key, self.ordinal);
-            entry.set_value(Some(&json!({ "type": FAIL_FAST_DECISION, "error": error })));
+            let mut value = json!({ "type": FAIL_FAST_DECISION, "error": error });
+            if let Some(bodies) = &self.bodies {
+                value["bodies"] = Value::from(bodies.as_str());
+            }
+            entry.set_value(Some(&value));
             // Queued before the cancellation: the cancelled siblings' entries follow it in the
             // journal. A write failure latches and fails the run; the cancel happens anyway.
             let _ = self.run.append_one(entry, Durability::Deferred);
@@ -243,7 +264,7 @@ impl Ctx {
             let site_key = FailFast::key(site)?;
             let (ordinal, recorded) = self.run.decision(&self.scope, site_key);
             if let Some(entry) = recorded
-                && let Some(error) = FailFast::replayed(&entry)
+                && let Some(error) = FailFast::replayed(&entry, opts.bodies.as_deref())
             {
                 // The journal says how this fan-out ended: the failure it raised, with the
                 // siblings it cancelled. Nothing in it runs again (never live), and what its
@@ -256,7 +277,7 @@ impl Ctx {
                 }
                 return Err(error);
             }
-            Some(Arc::new(FailFast::new(self, site_key, ordinal)))
+            Some(Arc::new(FailFast::new(self, site_key, ordinal, opts.bodies.clone())))
         } else {
             None
         };
@@ -408,7 +429,7 @@ impl Ctx {
             let key = FailFast::pipeline_key(pipeline)?;
             let (ordinal, recorded) = self.run.decision(&self.scope, key);
             if let Some(entry) = recorded
-                && let Some(error) = FailFast::replayed(&entry)
+                && let Some(error) = FailFast::replayed(&entry, opts.bodies.as_deref())
             {
                 // As for `parallel`: the journaled failure is raised again, nothing runs.
                 // Pipelines share their `pipe:s:i` scopes with the scope's other pipelines,
@@ -424,7 +445,7 @@ impl Ctx {
                 }
                 return Err(error);
             }
-            Some(Arc::new(FailFast::new(self, key, ordinal)))
+            Some(Arc::new(FailFast::new(self, key, ordinal, opts.bodies.clone())))
         } else {
             None
         };
