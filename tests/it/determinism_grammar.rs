@@ -177,7 +177,7 @@ impl Stmt {
             }
             Kind::ParCopy => format!(
                 "let v{k} = parallel(xs, |i| {{ let mine = xs; mine.push(i); let ys = mine.map(|x| x + i); \
-                 agent(`{p} ro ${{ys}}`) }}); out.push(v{k}.len());"
+                 ys.sort(|a, b| b - a); agent(`{p} ro ${{ys}}`) }}); out.push(v{k}.len());"
             ),
             Kind::ParList => format!(
                 "let v{k} = parallel([|| agent(\"{p} a\"), || step(\"l{k}\", || {d}), || xs.len()]); out.push(v{k}.len());"
@@ -193,11 +193,15 @@ impl Stmt {
                     "let v{k} = pipeline(xs, [|x| agent(`{p} pl ${{x}}`), |x| x.len()]); out.push(v{k}.len());"
                 )
             }
-            Kind::MixedTable => {
+            // A value with no JSON form returned by a step, or by a branch (a fail-fast failure).
+            Kind::MixedTable if k % 2 == 0 => {
                 format!(
                     "try {{ step(\"m{k}\", || #{{b: {d}, a: || 1}}) }} catch (e) {{ notes.push(e.message) }}"
                 )
             }
+            Kind::MixedTable => format!(
+                "try {{ parallel([|| #{{b: {d}, a: || 1}}, || {d}]); }} catch (e) {{ notes.push(e.message) }}"
+            ),
             Kind::FailCaught => {
                 format!(
                     "try {{ parallel([|| {{ throw \"no {k} {d}\" }}, || {d}]); }} catch (e) {{ notes.push(e.message) }}"
@@ -207,9 +211,14 @@ impl Stmt {
                 "let f{k} = |v| this.push(v); let v{k} = parallel(xs, |i| {{ let a = agent(`{p} h ${{i}}`); \
                  if i == 2 {{ notes.call(f{k}, i); }} a }}); out.push(v{k}.len());"
             ),
-            Kind::HostileSeen => {
+            // Directly, or through an alias of a closure that writes.
+            Kind::HostileSeen if k % 2 == 0 => {
                 format!("let v{k} = parallel(xs, |i| {{ xs.push(i); i }}); out.push(v{k}.len());")
             }
+            Kind::HostileSeen => format!(
+                "let note{k} = |x| notes.push(x); let v{k} = parallel(xs, |i| {{ let r = note{k}; r.call(i); i }}); \
+                 out.push(v{k}.len());"
+            ),
         }
     }
 
@@ -249,7 +258,7 @@ impl Stmt {
             ),
             Kind::ParCopy => format!(
                 "local v{k} = parallel(xs, function(i) local mine = copy(xs) mine[#mine + 1] = i \
-                 local ys = map(mine, function(x) return x + i end) \
+                 local ys = map(mine, function(x) return x + i end) table.sort(ys, function(a, b) return a > b end) \
                  return agent('{p} ro ' .. table.concat(ys, ',')) end) {}",
                 push(&format!("#v{k}"))
             ),
@@ -271,9 +280,13 @@ impl Stmt {
                 "local v{k} = pipeline(xs, {{function(x) return agent('{p} pl ' .. x) end, function(x) return #x end}}) {}",
                 push(&format!("#v{k}"))
             ),
-            Kind::MixedTable => format!(
+            Kind::MixedTable if k % 2 == 0 => format!(
                 "local ok{k}, e{k} = pcall(step, 'm{k}', function() return {{1, 2, name = 'x', alpha = {d}}} end) \
                  notes[#notes + 1] = type(e{k}) == 'table' and e{k}.message or tostring(e{k})"
+            ),
+            Kind::MixedTable => format!(
+                "local ok{k}, e{k} = pcall(parallel, {{function() return {{1, 2, name = 'x', alpha = {d}}} end, \
+                 function() return {d} end}}) notes[#notes + 1] = type(e{k}) == 'table' and e{k}.message or tostring(e{k})"
             ),
             Kind::FailCaught => format!(
                 "local ok{k}, e{k} = pcall(parallel, {{function() error('no {k} {d}') end, function() return {d} end}}) \
@@ -284,12 +297,16 @@ impl Stmt {
                  local a = agent('{p} h ' .. i) if i == 2 then local t = h{k}() t[#t + 1] = i end return a end) {}",
                 push(&format!("#v{k}"))
             ),
-            Kind::HostileSeen => {
+            Kind::HostileSeen if k % 2 == 0 => {
                 format!(
                     "local v{k} = parallel(xs, function(i) xs[#xs + 1] = i return i end) {}",
                     push(&format!("#v{k}"))
                 )
             }
+            Kind::HostileSeen => format!(
+                "local v{k} = parallel(xs, function(i) local c = notes c[#c + 1] = i return i end) {}",
+                push(&format!("#v{k}"))
+            ),
         }
     }
 }
