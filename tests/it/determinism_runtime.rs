@@ -178,7 +178,7 @@ fn writes_lint_cannot_see_end_the_same_way_with_the_same_journal_and_replay() {
                 run.text()
             );
             let journal = journal_projection(&dir.path().join("j/r1.jsonl"));
-            runs.push((journal, run.stdout, run.stderr));
+            runs.push((journal, run.stdout.clone(), run.ending().join("\n")));
             kept = Some(dir);
         }
         let Some(kept) = kept else { continue };
@@ -232,7 +232,7 @@ fn a_fail_fast_error_after_paid_siblings_replays_with_nothing_live_in_both_diale
             let replay = cairn(dir.path(), &["replay", "r1"]);
             assert_eq!(replay.code, Some(0), "{ext}: {}\n{source}", replay.text());
             assert!(replay.text().contains(" 0 live, 0 orphaned"), "{ext}: {}", replay.text());
-            endings.push((run.stdout, run.stderr));
+            endings.push((run.stdout.clone(), run.ending().join("\n")));
         }
         assert_eq!(endings[0], endings[1], "{ext}: {source}");
     }

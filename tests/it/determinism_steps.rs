@@ -29,6 +29,12 @@ impl Ran {
     pub(crate) fn text(&self) -> String {
         format!("{}{}", self.stdout, self.stderr)
     }
+
+    /// What the command said of the run's end on stderr (its `cairn: ...` lines), leaving out
+    /// diagnostics a loaded machine may add (a late lease renewal, say).
+    pub(crate) fn ending(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|line| line.starts_with("cairn: ")).collect()
+    }
 }
 
 /// Runs `cairn ARGS` in `dir` on the JSONL store `j/`.
