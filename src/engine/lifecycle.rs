@@ -159,7 +159,7 @@ fn resume_leased(
     if raised.is_some() {
         invalidate.extend(budget_override::refused_admissions(&entries));
     }
-    let replay_options = ReplayOptions { invalidate };
+    let replay_options = ReplayOptions { invalidate, reproduce: options.dry_run && options.reproduce };
     let replay = Replay::from_shared(entries.clone(), &replay_options);
     let mut meta = meta;
     // Segments that ran before this one (a dry run counts as the next, and writes nothing).

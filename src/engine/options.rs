@@ -153,6 +153,11 @@ pub struct ParallelOptions {
     /// sites before it, so inserting another `parallel` before it does not re-key its calls.
     /// No `/` or `:`, at most 64 characters.
     pub label: Option<String>,
+    /// The identity of the branches' source (a script's runner sets it): a fail-fast decision
+    /// journaled while the branches' code was different does not hold, so a resume of an
+    /// edited fan-out runs it (what its branches completed is served) instead of raising
+    /// what the old code raised. `None` for Rust closures.
+    pub bodies: Option<String>,
 }
 
 /// Options of [`Ctx::pipeline`](crate::Ctx::pipeline).
@@ -165,6 +170,8 @@ pub struct PipelineOptions {
     /// Pins the site to the label (`at:LABEL:n/pipe:s:i`) instead of its position. No `/` or
     /// `:`, at most 64 characters.
     pub label: Option<String>,
+    /// The identity of the stages' source: see [`ParallelOptions::bodies`].
+    pub bodies: Option<String>,
 }
 
 /// What a failed pipeline item does.

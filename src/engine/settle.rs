@@ -165,14 +165,35 @@ impl RunState {
     }
 }
 
-/// Where a run's failure happened: the last journal entry that failed with the run's error
-/// code (else the last that failed at all), as `{seq, kind, name, scope}`; `{kind: "script"}`
-/// when no call failed (the script itself raised it, or a limit stopped it).
+/// Where a run's failure happened, as `{seq, kind, name, scope}`: the journal entry that failed
+/// with the run's error itself (code and message), else the last that failed with its code,
+/// else the last that failed at all; `{kind: "script"}` when no call failed (the script itself
+/// raised it, or a limit stopped it).
+///
+/// Several entries can carry the very error the run raised when sibling branches failed alike
+/// (every branch of a fan-out writing what it captured, say): their seqs follow the order in
+/// which the branches happened to finish, so the last of them would name a different entry
+/// from run to run. Within one scope entries come one after another, and the last is named;
+/// across scopes the first by identity (scope, key, ordinal) is, the same on every run.
 fn failed_at(entries: &[std::sync::Arc<Entry>], error: &Error) -> Value {
     let failed = |e: &&std::sync::Arc<Entry>| matches!(e.status, Status::Error | Status::Limit);
-    let same_code =
-        entries.iter().rev().filter(failed).find(|e| e.error.as_ref().is_some_and(|x| x.code == error.code));
-    match same_code.or_else(|| entries.iter().rev().find(failed)) {
+    let exact: Vec<&std::sync::Arc<Entry>> = entries
+        .iter()
+        .filter(failed)
+        .filter(|e| e.error.as_ref().is_some_and(|x| x.code == error.code && x.message == error.message))
+        .collect();
+    let one_scope = exact.windows(2).all(|pair| pair[0].scope == pair[1].scope);
+    let exact = if one_scope {
+        exact.last().copied()
+    } else {
+        exact.into_iter().min_by(|a, b| {
+            (a.scope.as_str(), a.key.to_hex(), a.ordinal).cmp(&(b.scope.as_str(), b.key.to_hex(), b.ordinal))
+        })
+    };
+    let same_code = || {
+        entries.iter().rev().filter(failed).find(|e| e.error.as_ref().is_some_and(|x| x.code == error.code))
+    };
+    match exact.or_else(same_code).or_else(|| entries.iter().rev().find(failed)) {
         Some(entry) => serde_json::json!({
             "seq": entry.seq.0,
             "kind": entry.kind,

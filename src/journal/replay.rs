@@ -127,6 +127,9 @@ pub(crate) enum Outcome {
 pub(crate) struct ReplayOptions {
     /// Entries (by seq) whose calls must rerun regardless of their status.
     pub invalidate: Vec<Seq>,
+    /// Reproduce the run as it last settled (a strict replay): a decision that settlement
+    /// followed still holds, since it is how that segment ended (see [`Replay::decision`]).
+    pub reproduce: bool,
 }
 
 #[derive(Debug)]
@@ -175,6 +178,8 @@ pub(crate) struct Replay {
     /// Every settlement decision: its seq and whether it ended the segment in failure
     /// (`error` or `cancelled`), after which a resume retries what failed.
     settlements: Vec<(Seq, bool)>,
+    /// Whether the run is reproduced as it last settled ([`ReplayOptions::reproduce`]).
+    reproduce: bool,
     /// Tool approvals (`external` entries named `approve:<12 hex of the call's key>:<id>`)
     /// by scope and call-key prefix: an agent that replays whole accounts for its own.
     approvals: HashMap<(ScopePath, Box<str>), Vec<usize>>,
@@ -205,6 +210,7 @@ impl Replay {
             covered: HashSet::default(),
             superseded_scopes: HashSet::default(),
             settlements: Vec::new(),
+            reproduce: options.reproduce,
             approvals: HashMap::new(),
             run_settled_ok,
             preview: Preview::default(),
@@ -393,7 +399,10 @@ impl Replay {
     /// journaled decision with the key is accounted for (never orphaned) and never counts
     /// as a call. The latest holds unless it was invalidated at resume or a segment after it
     /// settled `error` or `cancelled` (a resume then retries what failed, and a new decision
-    /// is journaled if it fails again).
+    /// is journaled if it fails again). Reproducing the run as it last settled, the last
+    /// settlement does not count: a fail-fast decision it followed is how the run ended, and
+    /// a strict replay raises it again instead of running the fan-out, whose siblings got as
+    /// far as timing let them.
     pub(crate) fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
         let Some(state) = self.scopes.get(scope) else { return (0, None) };
         let mut positions: Vec<usize> =
@@ -409,9 +418,13 @@ impl Replay {
             latest = Some(self.records[index].latest.clone());
         }
         let ordinal = indices.len() as u32;
+        let last = if self.reproduce { self.settlements.last().map(|&(seq, _)| seq) } else { None };
         let holds = latest.filter(|entry| {
             !self.invalidated.contains(&entry.seq)
-                && !self.settlements.iter().any(|&(seq, failed)| failed && seq > entry.seq)
+                && !self
+                    .settlements
+                    .iter()
+                    .any(|&(seq, failed)| failed && seq > entry.seq && Some(seq) != last)
         });
         (ordinal, holds)
     }

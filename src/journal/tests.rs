@@ -289,7 +289,8 @@ fn hanging_and_failed_calls_rerun_then_replay_by_latest_attempt() {
     assert_eq!(replay.preview(), Preview { hits: 3, ..Preview::default() });
 
     // An explicit invalidate forces the memoized failure to rerun.
-    let mut replay = Replay::new(b.entries, &ReplayOptions { invalidate: vec![memo] });
+    let mut replay =
+        Replay::new(b.entries, &ReplayOptions { invalidate: vec![memo], ..ReplayOptions::default() });
     replay.lookup(&ScopePath::root(), key(1));
     replay.lookup(&ScopePath::root(), key(2));
     assert!(matches!(replay.lookup(&ScopePath::root(), key(3)).outcome, Outcome::Rerun { .. }));

@@ -45,14 +45,22 @@ pub(crate) fn journal_projection(path: &Path) -> Vec<String> {
 
 /// Drops from a fail-fast decision which branch failed first and which siblings it cancelled:
 /// a fresh run's timing decides them, and the journal records them so a replay serves the
-/// same ones (they are journaled, not reproduced). Everything else must match.
+/// same ones (they are journaled, not reproduced). Drops from a settlement the `seq` of the
+/// entry its error came from: entries of concurrent branches take seqs in the order they
+/// finish, and the entry is named by its scope beside it. Everything else must match.
 fn without_timing_choices(entry: &mut Value) {
-    if entry.get("kind").and_then(Value::as_str) == Some("decision")
-        && let Some(value) = entry.get_mut("value").and_then(Value::as_object_mut)
-        && value.contains_key("cancelled")
-    {
+    if entry.get("kind").and_then(Value::as_str) != Some("decision") {
+        return;
+    }
+    let Some(value) = entry.get_mut("value").and_then(Value::as_object_mut) else { return };
+    if value.contains_key("cancelled") {
         value.remove("cancelled");
         value.remove("failed");
+    }
+    if let Some(place) =
+        value.get_mut("error").and_then(|e| e.get_mut("where")).and_then(Value::as_object_mut)
+    {
+        place.remove("seq");
     }
 }
 

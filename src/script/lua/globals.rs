@@ -119,8 +119,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
             // private copy whose captured values are read-only (a replay skips the body, so a
             // write there would be lost and what follows would differ).
             let inner = ctx.step_body(&live);
-            let isolation =
-                Isolation::new(&lua, &shared.hidden, &shared.internals, &shared.guard, Place::Step);
+            let isolation = Isolation::new(&lua, &shared.hidden, &shared.internals, Place::Step);
             let result = async {
                 let private = isolation.function(&lua, &body)?;
                 let values =

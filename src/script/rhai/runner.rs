@@ -240,7 +240,7 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
         // What the body captured is read-only inside it (a replay skips the body, so a write
         // there would be lost and what follows would differ).
         let inner = ctx.step_body(&live);
-        let isolation = super::isolate::Isolation::step(&shared.closure_params, &shared.guard);
+        let isolation = super::isolate::Isolation::step(&shared.closure_params);
         let result = with_ctx(inner, || isolation.call_branch(&body, context, Vec::new()))
             .map_err(|e| from_rhai(*e))
             .and_then(|v| to_json(&v));
