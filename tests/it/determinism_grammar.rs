@@ -15,9 +15,9 @@
 //!
 //! CI draws [`DEFAULT_SEEDS`] seeds and runs every seed in `tests/determinism/seeds.txt`;
 //! `CAIRN_DET_SEEDS=N` draws N; `DET_SEED=S` (or `A..B`) runs chosen seeds through
-//! `one_seed`. A seed that fails is kept in `seeds.txt`, and its scripts in
-//! `tests/determinism/` (`grammar_SEED.rhai`, `grammar_SEED.lua`), where the corpus test runs
-//! them on every CI run.
+//! `one_grammar_seed`; `CAIRN_DET_LATENCY_MS=N` gives the echo model a latency. A seed that
+//! fails is kept in `seeds.txt`, and its scripts in `tests/determinism/` (`grammar_SEED.rhai`,
+//! `grammar_SEED.lua`), where the corpus test runs them on every CI run.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,7 +33,11 @@ const DEFAULT_SEEDS: u32 = 8;
 
 /// The echo model answers at once: the test is about what the scripts do, and a zero latency
 /// changes nothing a script can see (replies are the same, only interleavings differ).
-const CONFIG: &str = "[providers.echo]\nkind = \"echo\"\nlatency_ms = 0\n";
+/// `CAIRN_DET_LATENCY_MS=N` sets another latency, for other interleavings.
+fn config() -> String {
+    let latency = std::env::var("CAIRN_DET_LATENCY_MS").ok().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    format!("[providers.echo]\nkind = \"echo\"\nlatency_ms = {latency}\n")
+}
 
 // ---- the program -------------------------------------------------------------------------------
 
@@ -417,7 +421,7 @@ fn apply(stmts: &[Stmt], edit: Edit) -> Vec<Stmt> {
 /// A script in a fresh directory with the zero-latency echo model.
 fn prepared(ext: &str, source: &str) -> (tempfile::TempDir, String) {
     let (dir, file) = script_dir(ext, source);
-    std::fs::write(dir.path().join("cairn.toml"), CONFIG).unwrap();
+    std::fs::write(dir.path().join("cairn.toml"), config()).unwrap();
     (dir, file)
 }
 
