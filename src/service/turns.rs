@@ -229,4 +229,3 @@ mod tests {
         assert_eq!(parts[1]["text"], "<b>42</b>");
     }
 }
-
