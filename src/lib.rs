@@ -47,6 +47,8 @@ mod alloc;
 #[cfg(feature = "cli")]
 mod cli;
 mod clock;
+mod config;
+mod diagnostic;
 mod engine;
 mod error;
 pub mod journal;
@@ -72,11 +74,12 @@ mod usage;
 pub struct ReadmeDoctests;
 
 pub use agent::{
-    Permission, PermissionHook, Permissions, Tool, ToolJournaling, ToolSource, Toolset, fs_read_toolset,
-    toolset_hash,
+    FnTool, Permission, PermissionHook, Permissions, Tool, ToolJournaling, ToolSource, Toolset,
+    fs_read_toolset, toolset_hash,
 };
 pub use alloc::CountingAlloc;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+pub use config::Config;
 pub use engine::{
     AgentOptions, AgentProfile, Branch, CallOptions, CancelOutcome, CostLine, CostReport, Ctx, Described,
     Dropped, Engine, EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, ExternalOptions, HostFn,
