@@ -1,24 +1,27 @@
 //! cairn: an embeddable engine for durable, budget-bounded, multi-agent LLM workflows.
 //!
-//! A workflow is a Rust closure ([`Workflow`]) or a Rhai script ([`Script`]) run by an
+//! A workflow is a Rust closure ([`Workflow`]) or a Rhai or Lua script ([`Script`]) run by an
 //! [`Engine`]. It reaches the world only through [`Ctx`] — `agent`, `parallel`, `pipeline`,
 //! `step`, `call`, `workflow`, `await_external`, `now`/`random`/`uuid` — and every effect is
-//! recorded in a content-addressed journal kept by a [`JournalStore`] (SQLite, JSONL or
-//! memory). A crashed, edited or suspended run resumes ([`Engine::resume`]) without paying
-//! twice for any completed model call, under a budget ceiling no API can raise; the
-//! [`RunOutcome`] carries the value, the dropped work, pending waits and a [`CostReport`].
+//! recorded in a content-addressed journal kept by a [`JournalStore`] (SQLite, JSONL,
+//! PostgreSQL or memory). A crashed, edited or suspended run resumes ([`Engine::resume`])
+//! without paying twice for any completed model call, under a budget ceiling no API can raise;
+//! the [`RunOutcome`] carries the value, the dropped work, pending waits and a [`CostReport`].
+//!
+//! An [`EngineBuilder`] takes the store, providers ([`provider::Provider`]), prices, routing,
+//! agent profiles, toolsets ([`Toolset`], [`FnTool`]) and permissions one by one, or all at
+//! once from a `cairn.toml` ([`Config`], [`EngineBuilder::from_config`]).
 //!
 //! ```
 //! use std::sync::Arc;
-//! use cairn::{AgentOptions, Engine, MemoryStore, ResumeOptions, RunOptions, RunStatus, Workflow};
+//! use cairn::{AgentOptions, EngineBuilder, MemoryStore, ResumeOptions, RunOptions, RunStatus, Workflow};
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
-//! let store = Arc::new(MemoryStore::new());
+//! // No provider registered: the built-in offline echo model answers.
+//! let engine = EngineBuilder::new(Arc::new(MemoryStore::new())).build().unwrap();
 //! let wf = Workflow::new("greet", |ctx, args| async move {
 //!     ctx.agent(&format!("greet {}", args["name"]), AgentOptions::default()).await
 //! });
-//! // No provider registered: the built-in offline echo model answers.
-//! let engine = Engine::builder(store.clone(), store).workflow(wf.clone()).build().unwrap();
 //! let handle = engine.run(&wf, serde_json::json!({"name": "Ada"}), RunOptions::default()).unwrap();
 //! let run_id = handle.run_id().clone();
 //! let outcome = handle.result().await.unwrap();
@@ -47,6 +50,8 @@ mod alloc;
 #[cfg(feature = "cli")]
 mod cli;
 mod clock;
+mod config;
+mod diagnostic;
 mod engine;
 mod error;
 pub mod journal;
@@ -82,11 +87,12 @@ pub struct GuideEmbeddingDoctests;
 pub struct FaultSimulatorDoctests;
 
 pub use agent::{
-    Permission, PermissionHook, Permissions, Tool, ToolJournaling, ToolSource, Toolset, fs_read_toolset,
-    toolset_hash,
+    FnTool, Permission, PermissionHook, Permissions, Tool, ToolJournaling, ToolSource, Toolset,
+    fs_read_toolset, toolset_hash,
 };
 pub use alloc::CountingAlloc;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+pub use config::Config;
 pub use engine::{
     AgentOptions, AgentProfile, Branch, CallOptions, CancelOutcome, CostLine, CostReport, Ctx, Described,
     Dropped, Engine, EngineBuilder, ErrorPolicy, Event, EventKind, EventStream, ExternalOptions, HostFn,

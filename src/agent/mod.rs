@@ -11,18 +11,13 @@ mod attempt;
 mod context_bound;
 pub(crate) mod cost;
 mod ending;
+mod fn_tool;
 mod fs_read;
-// Until the config file is read by the library, only the CLI wires these.
-#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 mod host_tool;
 pub(crate) mod ledger;
 #[cfg(test)]
 mod loop_tests;
-// Until the config file is read by the library, only the CLI wires these.
-#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 pub(crate) mod mcp;
-// Until the config file is read by the library, only the CLI wires these.
-#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 mod permissions;
 mod retry;
 mod schema;
@@ -31,15 +26,10 @@ mod tools;
 mod turn;
 
 pub(crate) use context_bound::DEFAULT_MAX_CONTEXT_TOKENS;
+pub use fn_tool::FnTool;
 pub use fs_read::fs_read_toolset;
-// Until the config file is read by the library, only the CLI wires these.
-#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 pub(crate) use fs_read::{SearchBounds, fs_read_toolset_bounded};
-// Until the config file is read by the library, only the CLI wires these.
-#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 pub(crate) use host_tool::{HostFunction, HostFunctionTool};
-// Until the config file is read by the library, only the CLI wires these.
-#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
 pub(crate) use retry::Backoff;
 pub(crate) use spec::{AgentEnd, AgentRun, AgentSpec, Fallback};

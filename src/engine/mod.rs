@@ -88,8 +88,6 @@ pub use budget_override::{SegmentCeiling, segment_ceilings};
 pub use builder::EngineBuilder;
 pub(crate) use call_records::call_record;
 pub use child_scripts::MAX_WORKFLOW_DEPTH;
-// Until the config file is read by the library, only the CLI wires these.
-#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 pub(crate) use child_scripts::valid_workflow_name;
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub use ctx::Ctx;
@@ -127,11 +125,19 @@ use crate::store::RunId;
 impl Engine {
     /// Starts a run of `workflow` with `args`. Must be called inside a tokio runtime.
     ///
+    /// A workflow the builder did not register is remembered by name, so [`Engine::resume`]
+    /// on this engine (or a clone) finds it. A closure cannot be stored with the run: another
+    /// process resumes it only with the workflow registered (`EngineBuilder::workflow`).
+    ///
     /// # Errors
     /// `config` for invalid options (a non-finite or negative budget, a deadline in the
     /// past, a run id that already exists); nothing is written then. `internal` for a store
     /// failure.
     pub fn run(&self, workflow: &Workflow, args: Value, options: RunOptions) -> Result<RunHandle, Error> {
+        if !self.inner.workflows.contains_key(&workflow.name) {
+            let mut ran = self.inner.ran.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            ran.insert(workflow.name.clone(), workflow.clone());
+        }
         lifecycle::start(self.inner.clone(), workflow.clone(), args, options, None)
     }
 

@@ -39,8 +39,6 @@ pub(crate) use estimate::request_tokens as estimate_request_tokens;
 pub(crate) use estimate::tokens_for_chars as estimate_tokens_for_chars;
 pub(crate) use estimate::weight as estimate_weight;
 pub use http::ApiKey;
-// Until the config file is read by the library, only the CLI wires these.
-#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 pub(crate) use http::parse_base_url;
 pub(crate) use stream::cancelled as cancelled_error;
 pub use stream::{StreamDecoder, decode_sse};

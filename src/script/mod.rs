@@ -10,8 +10,6 @@
 pub(crate) mod args_check;
 pub(crate) mod bound;
 pub(crate) mod captured;
-// Until the config file is read by the library, only the CLI wires these.
-#[cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 pub(crate) mod child_args;
 pub(crate) mod host;
 #[cfg(feature = "lua")]
@@ -27,48 +25,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
-use serde::{Deserialize, Serialize};
-
-/// One finding of lint or compile, in the wire shape the planner's repair prompt and
-/// `cairn lint --json` carry.
-///
-/// Lines and columns are 1-based and count characters; the end, when known, is exclusive.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Diagnostic {
-    /// The rule that fired; each rule has a folder of examples under `lint/`.
-    pub rule_id: String,
-    /// What is wrong and what to write instead, lowercase, no final period.
-    pub message: String,
-    /// Line of the start.
-    pub line: u32,
-    /// Column of the start.
-    pub column: u32,
-    /// Line of the end, when the finding covers a known span.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_line: Option<u32>,
-    /// Column just past the end, when the finding covers a known span.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_column: Option<u32>,
-    /// Whether the finding rejects the script.
-    pub severity: Severity,
-}
-
-impl Diagnostic {
-    /// Whether this finding rejects the script.
-    pub fn is_error(&self) -> bool {
-        self.severity == Severity::Error
-    }
-}
-
-/// How much a [`Diagnostic`] matters: a script with any error is rejected; warnings are reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// The script is rejected.
-    Error,
-    /// The script runs; the finding is reported beside it.
-    Warning,
-}
+pub use crate::diagnostic::{Diagnostic, Severity};
 
 /// Every lint rule, by id, with what it reports. Each has a folder of examples under `lint/`.
 /// Besides these, `internal` reports a failure of the linter itself (a bug, never the script's).

@@ -20,6 +20,7 @@ mod determinism_sandbox;
 mod determinism_steps;
 mod docs;
 mod edges;
+mod embedder;
 mod fanout_defer;
 mod features;
 mod finish_reason;

@@ -100,13 +100,7 @@ impl ScriptDialect for RhaiDialect {
         } else {
             super::parse_only(source, &self.limits)
         };
-        let compiled = compiled.map_err(|diagnostics| {
-            let errors: Vec<_> = diagnostics.into_iter().filter(|d| d.is_error()).collect();
-            Error::validation(format!(
-                "script rejected: {}",
-                serde_json::to_string(&errors).unwrap_or_else(|_| "unprintable diagnostics".into())
-            ))
-        })?;
+        let compiled = compiled.map_err(Error::script_rejected)?;
         let ast = Arc::new(compiled.into_ast());
         let limits = self.limits;
         Ok(Workflow::new(name, move |ctx, args| {
