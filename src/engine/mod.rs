@@ -86,6 +86,7 @@ pub(crate) use admit::FLAT_UNPRICED_RESERVE_NANO_USD;
 pub(crate) use budget::{AccountId, Reservation};
 pub use budget_override::{SegmentCeiling, segment_ceilings};
 pub use builder::EngineBuilder;
+#[cfg(feature = "serve")]
 pub(crate) use call_records::call_record;
 pub use child_scripts::MAX_WORKFLOW_DEPTH;
 pub(crate) use child_scripts::valid_workflow_name;
@@ -97,6 +98,7 @@ pub use fanout::{Branch, Stage, branch, stage};
 pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
+#[cfg(feature = "cli")]
 pub(crate) use lease::is_dead as driver_is_dead;
 #[cfg(feature = "serve")]
 pub(crate) use live::LiveToken;
