@@ -6,18 +6,23 @@
 //! construct whose count it cannot bound (a `while` loop that calls agents, a child workflow, a
 //! loop over a value of unknown size), with its position. The count is priced
 //! ([`cost_bound`], in `bound/price.rs`) with the engine's registries and price table, the way
-//! admission does. This file holds the data both sides share; beside it, what both dialects'
-//! analyses share: the per-site counts (`count.rs`), the sites and how a site reached in several
-//! contexts merges (`sites.rs`), every unbounded reason's wording (`reason.rs`), and how an
-//! analysis runs (`guard.rs`).
+//! admission does. This file holds the data both sides share; beside it, the one analysis
+//! both dialects share: each dialect's front end lowers its syntax tree into a shape
+//! (`shape.rs`) that `eval.rs` walks over the values of `value.rs`, counting per site
+//! (`count.rs`) and merging what a site's options say over the contexts that reach it
+//! (`sites.rs`); every unbounded reason is worded in `reason.rs`, and `guard.rs` says how an
+//! analysis runs.
 
 pub(crate) mod count;
+pub(crate) mod eval;
 pub(crate) mod guard;
 mod price;
 pub(crate) mod reason;
+pub(crate) mod shape;
 pub(crate) mod sites;
 #[cfg(test)]
 mod tests;
+pub(crate) mod value;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;

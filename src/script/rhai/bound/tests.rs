@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::script::bound::Known;
 
 fn calls(source: &str, args: Value) -> Option<u64> {
     call_bound(source, &args).max_agent_calls()

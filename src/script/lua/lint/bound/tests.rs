@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::script::bound::Known;
 
 /// Each site as (line, max calls), or the unbounded reason and line.
 fn counts(source: &str, args: Value) -> Result<Vec<(u32, u64)>, (String, u32)> {
