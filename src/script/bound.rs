@@ -37,8 +37,12 @@ pub enum CallBound {
     /// Every agent call site, with how many times it can run at most.
     Bounded {
         /// The call sites, in source order; a site inside a function called from two places
-        /// appears once, with both counts summed.
+        /// appears once, with both counts summed, and a site in a branch with its count in
+        /// its branch's arm.
         sites: Vec<AgentSite>,
+        /// How the sites' calls add up along the paths a run can take: of a branch's arms,
+        /// one runs.
+        paths: CallPaths,
     },
     /// Some construct makes the count unbounded.
     Unbounded {
@@ -52,14 +56,43 @@ pub enum CallBound {
 }
 
 impl CallBound {
-    /// The most agent calls the script can make, when bounded.
+    /// The most agent calls the script can make, when bounded: calls in sequence add, loops
+    /// multiply, and a branch counts its larger arm.
     pub fn max_agent_calls(&self) -> Option<u64> {
         match self {
-            CallBound::Bounded { sites } => {
-                Some(sites.iter().fold(0u64, |sum, site| sum.saturating_add(site.max_calls)))
-            }
+            CallBound::Bounded { paths, .. } => Some(paths.max_calls()),
             CallBound::Unbounded { .. } => None,
         }
+    }
+}
+
+/// How a bounded script's agent calls add up along the paths a run can take: calls one after
+/// the other add, a loop multiplies its body, and of a branch's arms one runs. Each
+/// [`AgentSite::max_calls`] is the most its site can run on any path; summing them would count
+/// every arm of every branch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallPaths(count::SiteCounts);
+
+impl CallPaths {
+    /// The most agent calls along any path.
+    pub fn max_calls(&self) -> u64 {
+        self.0.total(&count::Weigh {
+            zero: 0u64,
+            weight: &|_| 1,
+            times: &|calls: u64, n| calls.saturating_mul(n),
+            plus: &|a: u64, b| a.saturating_add(b),
+        })
+    }
+
+    /// The most a run can cost along any path, each call of the site at (line, column)
+    /// costing `per_call(line, column)`.
+    pub(crate) fn worst(&self, per_call: &dyn Fn((u32, u32)) -> Money) -> Money {
+        self.0.total(&count::Weigh {
+            zero: Money::ZERO,
+            weight: per_call,
+            times: &|cost: Money, n| cost.times(n),
+            plus: &|a: Money, b| a.saturating_add(b),
+        })
     }
 }
 

@@ -7,8 +7,10 @@
 //! value: the run's `args` are given, so their sizes are known) runs its body once per
 //! element; `parallel(items, f)` and `pipeline(items, stages)` run their functions once per
 //! item; `parallel([branches])` runs each branch once; `step` and `phase` bodies (and the
-//! function given to Lua's `pcall`) run once; a branch counts its largest arm per site; a
-//! Rhai `try`/`catch` counts both; a call of a script function or closure counts its body at
+//! function given to Lua's `pcall`) run once; a branch counts one arm, the larger (each site
+//! keeps the most it can run in any arm, `count.rs`); a condition known before the run (Rhai)
+//! picks its arm; a Rhai `try`/`catch` counts both; a default (`args.x ?? [...]`,
+//! `args.x or {...}`) is what the args give, else the default; a call of a script function or closure counts its body at
 //! that call, with the arguments it is given. `break`, `return` and `goto` only lower counts
 //! and are ignored, except a `goto` back to a label, which is a loop.
 //!

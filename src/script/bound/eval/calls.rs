@@ -212,7 +212,7 @@ impl Evaluator<'_> {
                 Some(pairs) => Some(pairs.into_iter().map(|(_, value)| value).collect()),
                 None => n.map(|n| vec![Abs::Unknown; n.min(PER_ELEMENT_LIMIT as u64 + 1) as usize]),
             };
-            let reason = Reason::UnknownSize(what.clone());
+            let reason = super::flow::size_unknown(items, what.clone());
             let run = |walker: &mut Self, item: Abs| {
                 let args = if index == 0 { vec![item] } else { Vec::new() };
                 walker.invoke(func, args, at)

@@ -227,10 +227,25 @@ impl Evaluator<'_> {
                         Abs::Json(Value::from(a.div_euclid(b)))
                     }
                     (_, _, BinaryOp::And | BinaryOp::Or) => {
-                        // `a or f`: either operand may be the value.
+                        // `args.x or {...}`: the first operand that is not nil or false;
+                        // `a and b`: `a` when it is, else `b`. An operand not known yet may
+                        // be either.
+                        let falsy = |value: &Abs| match value {
+                            Abs::Json(Value::Null | Value::Bool(false)) => Some(true),
+                            Abs::Unknown => None,
+                            _ => Some(false),
+                        };
+                        let value = match (op, falsy(&left)) {
+                            (BinaryOp::Or, _) => self.first_set(&[left.clone(), right.clone()], falsy),
+                            (_, Some(true)) => self.plain(&left),
+                            (_, Some(false)) => self.plain(&right),
+                            (_, None) => self.either(&self.plain(&left), &self.plain(&right)),
+                        };
+                        // Either operand may be the value: neither may be a function that
+                        // calls agents.
                         self.lose(left, lhs.at, Place::AndOr)?;
                         self.lose(right, rhs.at, Place::AndOr)?;
-                        Abs::Unknown
+                        value
                     }
                     _ => Abs::Unknown,
                 };
@@ -246,6 +261,13 @@ impl Evaluator<'_> {
                 let value = match (op, bools) {
                     (LogicOp::And, Some(bools)) => Abs::Json(Value::Bool(bools.iter().all(|b| *b))),
                     (LogicOp::Or, Some(bools)) => Abs::Json(Value::Bool(bools.iter().any(|b| *b))),
+                    // `args.x ?? [...]`: the first operand that is not (); one not known yet
+                    // may be either.
+                    (LogicOp::Coalesce, _) => self.first_set(&values, |value| match value {
+                        Abs::Json(Value::Null) => Some(true),
+                        Abs::Unknown => None,
+                        _ => Some(false),
+                    }),
                     _ => Abs::Unknown,
                 };
                 for value in values {
@@ -397,6 +419,59 @@ impl Evaluator<'_> {
         }
     }
 
+    /// The value of a default (`a ?? b`, `a or b`): the first operand not known to be empty
+    /// (`empty` says `Some(true)` for an operand known empty, `None` when it is not known yet),
+    /// joined with the earlier operands that may be it.
+    fn first_set(&self, values: &[Abs], empty: impl Fn(&Abs) -> Option<bool>) -> Abs {
+        let mut value: Option<Abs> = None;
+        let mut settled = false;
+        for operand in values {
+            let known = empty(operand);
+            if known == Some(true) {
+                continue;
+            }
+            let plain = self.plain(operand);
+            value = Some(match value {
+                Some(value) => self.either(&value, &plain),
+                None => plain,
+            });
+            if known == Some(false) {
+                settled = true;
+                break;
+            }
+        }
+        match (value, settled) {
+            (Some(value), true) => value,
+            // Every operand may be empty: so may the value.
+            (Some(value), false) => self.either(&value, &Abs::Json(Value::Null)),
+            (None, _) => values.last().map_or(Abs::Unknown, |last| self.plain(last)),
+        }
+    }
+
+    /// A value as data: known JSON as it is; anything else its length, when known (a default's
+    /// functions go nowhere the bound follows).
+    fn plain(&self, value: &Abs) -> Abs {
+        match value {
+            Abs::Json(_) => value.clone(),
+            other => other.len(self.shape.dialect).map_or(Abs::Unknown, Abs::Sized),
+        }
+    }
+
+    /// Data that is one of two: the value when both are the same, else what both share (a
+    /// length bound), else unknown.
+    fn either(&self, a: &Abs, b: &Abs) -> Abs {
+        if let (Abs::Json(x), Abs::Json(y)) = (a, b)
+            && x == y
+        {
+            return a.clone();
+        }
+        let dialect = self.shape.dialect;
+        match (a.len(dialect), b.len(dialect)) {
+            (Some(x), Some(y)) => Abs::Sized(x.max(y)),
+            _ => Abs::Unknown,
+        }
+    }
+
     /// A value that is one of two: the value when both are the same, else what both share
     /// (a length bound), else unknown.
     pub(super) fn join(&mut self, a: Abs, b: Abs, pos: Pos) -> Bound<Abs> {
@@ -491,7 +566,7 @@ impl Evaluator<'_> {
                     return self.iterator(at, names, otherwise, body);
                 }
                 let (mut count, collection) = self.eval(collection)?;
-                let reason = Reason::UnknownSize(Construct::For);
+                let reason = size_unknown(&collection, Construct::For);
                 let each = match collection.pairs() {
                     Some(pairs) => {
                         let elements =
@@ -595,7 +670,7 @@ impl Evaluator<'_> {
         }
         match iterable.len(self.shape.dialect) {
             Some(n) => Ok(count.scaled(n)),
-            None => unbounded(pos, Reason::UnknownSize(what.clone())),
+            None => unbounded(pos, size_unknown(iterable, what.clone())),
         }
     }
 
@@ -629,6 +704,15 @@ impl Evaluator<'_> {
     /// A body run `n` times, walked once with unknown elements.
     pub(super) fn repeat(&mut self, n: u64, body: impl FnOnce(&mut Self) -> Bound<Count>) -> Bound<Count> {
         Ok(body(self)?.scaled(n))
+    }
+}
+
+/// Why a loop over `iterable` has no static length: it is missing (an args value not given),
+/// or its size is not known.
+pub(super) fn size_unknown(iterable: &Abs, what: Construct) -> Reason {
+    match iterable {
+        Abs::Json(Value::Null) => Reason::Missing(what),
+        _ => Reason::UnknownSize(what),
     }
 }
 
