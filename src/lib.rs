@@ -76,7 +76,7 @@ pub use engine::{
 pub use error::{Error, ErrorClass, ErrorCode};
 pub use money::{Money, MoneyError};
 pub use provider::{ChatEvent, ChatRequest, Provider};
-pub use script::bound::{AgentSite, CallBound, CostBound, cost_bound};
+pub use script::bound::{AgentSite, CallBound, CallPaths, CostBound, cost_bound};
 /// The host-charging switch of the overhead bench (`benches/host_charge.rs`); only in a build
 /// with the `bench-seams` feature.
 #[cfg(feature = "bench-seams")]
