@@ -387,13 +387,14 @@ struct CountingRenewals {
 }
 
 impl cairn::JournalStore for CountingRenewals {
-    fn append(
+    fn append_tallied(
         &self,
         run: &cairn::RunId,
         entries: &[cairn::RawEntry],
         lease: Option<&cairn::Lease>,
+        tally: cairn::Tally,
     ) -> cairn::store::Result<()> {
-        self.inner.append(run, entries, lease)
+        self.inner.append_tallied(run, entries, lease, tally)
     }
     fn load(&self, run: &cairn::RunId) -> cairn::store::Result<Vec<cairn::RawEntry>> {
         self.inner.load(run)
