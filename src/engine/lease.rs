@@ -210,7 +210,10 @@ fn renewal_interval(ttl: Duration) -> Duration {
 /// A thread, not a task: a lease must outlive anything that holds up the run's async
 /// runtime (a blocking call in a task, a host that blocks its own runtime, every worker busy),
 /// which would otherwise stop the renewal while the run goes on, until its next write finds
-/// the lease gone. The renewal shares nothing with the inbox drain either, whose store reads
+/// the lease gone. But not the runtime itself: a task of the runtime holds a token the thread
+/// watches, so when the runtime is shut down under the run (a host that drops it, as a crash
+/// would end the process) the renewals stop and the lease lapses for the next driver, instead
+/// of a thread renewing for a run nobody drives. The renewal shares nothing with the inbox drain either, whose store reads
 /// and appends may take their time. A store failure other than the refusal (a busy
 /// database, a dropped connection) is tried again at the next interval: the lease holds
 /// until its ttl runs out, and a renewal after that is refused.
@@ -224,9 +227,25 @@ pub(super) fn keep_renewed(
     lost: impl FnOnce(Error) + Send + 'static,
 ) -> Result<(), Error> {
     let stopped = keeper.stopped.clone();
+    // Held by a task of the run's runtime until the keeper stops: gone once that runtime is.
+    let driven = Arc::new(());
+    let runtime = Arc::downgrade(&driven);
+    let unwatched = match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            let token = keeper.token();
+            handle.spawn(async move {
+                let _driven = driven;
+                token.cancelled().await;
+            });
+            None
+        }
+        // No runtime to watch: only the keeper stops the renewals.
+        Err(_) => Some(driven),
+    };
     let every = renewal_interval(engine.lease_ttl);
     let ttl = engine.lease_ttl;
     let renewing = move || {
+        let _unwatched = unwatched;
         let (flag, wake) = &*stopped;
         let mut renewed = Instant::now();
         loop {
@@ -239,7 +258,7 @@ pub(super) fn keep_renewed(
                 }
                 held = wake.wait_timeout(held, due - now).unwrap_or_else(|p| p.into_inner()).0;
             }
-            if *held {
+            if *held || runtime.strong_count() == 0 {
                 return;
             }
             drop(held);
