@@ -549,6 +549,15 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
         Ok(entries)
     }
 
+    /// The run's entry at seq `seq`, `None` when the run has none there (an unknown run, a
+    /// seq past the tail or in a gap, seq 0): what a resumed run reads when it serves a
+    /// journaled call, instead of keeping every value in memory. The default reads the page of
+    /// one entry after `seq - 1`; every shipped store reads only that entry's neighbourhood.
+    fn load_entry(&self, run: &RunId, seq: u64) -> Result<Option<RawEntry>> {
+        let Some(after) = seq.checked_sub(1) else { return Ok(None) };
+        Ok(self.load_page(run, after, 1)?.into_iter().next().filter(|entry| entry.seq() == seq))
+    }
+
     /// The store's change notifications, when it has them: a follower of a run waits on them
     /// instead of polling. SQLite notifies the writes made through this store; PostgreSQL the
     /// writes of every process on the database. The default has none.
