@@ -60,6 +60,8 @@ mod settle;
 mod started;
 mod step;
 mod step_ops;
+mod stored;
+mod summary;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -19,6 +19,7 @@ mod common;
 pub mod conformance;
 mod jsonl;
 mod memory;
+mod pages;
 mod postgres;
 mod queue;
 mod sqlite;
@@ -27,6 +28,7 @@ mod watch;
 
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
+pub use pages::{JournalPages, PAGE_ENTRIES};
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use queue::{Claim, RunQueue};
 pub use sqlite::{DEFAULT_SQLITE_PATH, SqliteOptions, SqliteStore};

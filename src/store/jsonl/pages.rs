@@ -17,9 +17,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::lock;
 use super::scan::{Position, Visit, scan_from};
 use crate::store::{Error, RawEntry, Result, RunId};
 
@@ -217,4 +216,9 @@ fn read_from(file: &mut File, run: &RunId, from: Position, after: u64, limit: us
     // Glued records past the limit (a line that lost its newlines) are read with their line.
     page.truncate(limit);
     Ok(PageRead { page, passed, cursor })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Remembered lines are checked before use: a poisoned map is still safe to read.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
