@@ -28,6 +28,7 @@ mod help;
 mod host_fn;
 mod init;
 mod inspect;
+mod inspect_read;
 mod interrupts;
 mod logging;
 mod orchestrate;

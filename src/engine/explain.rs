@@ -45,7 +45,8 @@ pub(crate) fn check(
         return Ok(None);
     }
     let (label, ident) = live.recognition();
-    let candidates = state.unconsumed_at_cursor(scope, |c| c.kind == Kind::Agent && c.resembles(label, ident));
+    let candidates =
+        state.unconsumed_at_cursor(scope, |c| c.kind == Kind::Agent && c.resembles(label, ident));
     let line = {
         let mut claimed = rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
         let mut found = None;
@@ -63,7 +64,8 @@ pub(crate) fn check(
             drop(claimed);
             return refuse(state, line);
         };
-        let Some(terminal) = candidate.terminal.filter(|_| candidate.terminal_status == Some(Status::Ok)) else {
+        let Some(terminal) = candidate.terminal.filter(|_| candidate.terminal_status == Some(Status::Ok))
+        else {
             // Not completed (failed, cancelled or cut off): it would run again anyway.
             return Ok(None);
         };
@@ -261,7 +263,8 @@ pub(crate) fn check_step(state: &RunState, scope: &ScopePath, label: &str) -> Re
             }
         }
         let Some((candidate, first)) = found else { return Ok(()) };
-        let Some(terminal) = candidate.terminal.filter(|_| candidate.terminal_status == Some(Status::Ok)) else {
+        let Some(terminal) = candidate.terminal.filter(|_| candidate.terminal_status == Some(Status::Ok))
+        else {
             return Ok(());
         };
         let terminal = state.stored.fetch(terminal)?;

@@ -222,7 +222,11 @@ impl RunState {
     ///
     /// # Errors
     /// As [`RunState::lookup`].
-    pub(crate) fn decision(&self, scope: &ScopePath, key: ContentKey) -> Result<(u32, Option<Arc<Entry>>), Error> {
+    pub(crate) fn decision(
+        &self,
+        scope: &ScopePath,
+        key: ContentKey,
+    ) -> Result<(u32, Option<Arc<Entry>>), Error> {
         let (ordinal, pointer) = self.lock_replay().decision(scope, key);
         let entry = match pointer {
             Some(pointer) => Some(self.stored.read(pointer)?),
@@ -491,10 +495,9 @@ impl RunState {
     ) -> Result<bool, Error> {
         let target = match self.liveness.seq_of(key) {
             Some(seq) => seq,
-            None => self
-                .writer
-                .with_summary(|summary| summary.suspension(key))
-                .ok_or_else(|| Error::validation(format!("run {} has no wait on key {key:?}", self.run_id)))?,
+            None => self.writer.with_summary(|summary| summary.suspension(key)).ok_or_else(|| {
+                Error::validation(format!("run {} has no wait on key {key:?}", self.run_id))
+            })?,
         };
         // The wait's entry is durable before anyone waits on it: the store has it.
         let suspended = self.stored.fetch(target)?;

@@ -112,8 +112,11 @@ impl RunState {
             (preview, orphans)
         };
         // Named from their entries, read back (a report that cannot be read names fewer).
-        let orphans =
-            orphans.into_iter().filter_map(|seq| self.stored.fetch(seq).ok()).map(|e| Orphan::of(&e)).collect();
+        let orphans = orphans
+            .into_iter()
+            .filter_map(|seq| self.stored.fetch(seq).ok())
+            .map(|e| Orphan::of(&e))
+            .collect();
         let cost = self.writer.with_summary(|summary| summary.cost.clone());
         let pending = if status == RunStatus::Suspended { self.pending() } else { Vec::new() };
         let mut dropped = self.take_dropped();
@@ -149,7 +152,8 @@ impl RunState {
         if open.is_empty() {
             return;
         }
-        let running = match open.into_iter().map(|seq| self.stored.fetch(seq)).collect::<Result<Vec<_>, _>>() {
+        let running = match open.into_iter().map(|seq| self.stored.fetch(seq)).collect::<Result<Vec<_>, _>>()
+        {
             Ok(running) => running,
             Err(e) => {
                 error.get_or_insert(e);

@@ -8,10 +8,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use tokio::sync::oneshot;
 
+use super::summary::Summary;
 use crate::clock::SharedClock;
 use crate::error::{Error, ErrorCode};
 use crate::journal::{self, Entry, Seq};
-use super::summary::Summary;
 use crate::store::{JournalStore, Lease, RawEntry, RunId, Tally};
 
 /// The journal's write side for one segment of a run.

@@ -25,8 +25,8 @@ pub use entry::{
 };
 pub use fold::{
     ACTION_DECISION, Abandons, BUDGET_OVERRIDE_DECISION, Ledger, REKEY_DECISION, ResolutionClass,
-    Resolutions, SETTLE_DECISION, action_value, actions, last_settlement, last_settlement_error,
-    is_ok_settlement, last_settlement_outcome, pending_waits, rekey_value, settle_value, settled_ok,
+    Resolutions, SETTLE_DECISION, action_value, actions, is_ok_settlement, last_settlement,
+    last_settlement_error, last_settlement_outcome, pending_waits, rekey_value, settle_value, settled_ok,
 };
 pub use index::{Preview, Replay, ReplayBuilder, ReplayOptions, recognition};
 pub use replay::{Candidate, Match, Orphan, Outcome, Pointer};

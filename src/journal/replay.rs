@@ -433,7 +433,11 @@ impl Replay {
     /// The journaled calls of `scope` at or after its cursor that no live call has consumed
     /// and that `wanted` accepts, in journal order: what a live call that just missed most
     /// likely replaced, when its identity changed.
-    pub fn unconsumed_at_cursor(&mut self, scope: &ScopePath, wanted: impl Fn(&Candidate) -> bool) -> Vec<Candidate> {
+    pub fn unconsumed_at_cursor(
+        &mut self,
+        scope: &ScopePath,
+        wanted: impl Fn(&Candidate) -> bool,
+    ) -> Vec<Candidate> {
         let Some(&scope_id) = self.scope_ids.get(scope) else { return Vec::new() };
         let state = &mut self.scopes[scope_id as usize];
         while state.at_cursor != NONE && state.at_cursor < state.cursor {
