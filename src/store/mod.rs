@@ -28,7 +28,7 @@ mod watch;
 
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
-pub use pages::{JournalPages, PAGE_ENTRIES};
+pub use pages::{JournalPages, PAGE_ENTRIES, last_seq};
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use queue::{Claim, RunQueue};
 pub use sqlite::{DEFAULT_SQLITE_PATH, SqliteOptions, SqliteStore};

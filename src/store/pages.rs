@@ -52,3 +52,15 @@ impl Iterator for JournalPages<'_> {
         }
     }
 }
+
+/// The seq of the run's last entry (0 for an empty or unknown journal), read page by page.
+///
+/// # Errors
+/// The store's read failure.
+pub fn last_seq(store: &dyn JournalStore, run: &RunId) -> Result<u64> {
+    let mut pages = JournalPages::new(store, run, 0, PAGE_ENTRIES);
+    for page in pages.by_ref() {
+        page?;
+    }
+    Ok(pages.last_seq())
+}
