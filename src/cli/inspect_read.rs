@@ -3,11 +3,10 @@
 //! reports that read a few kinds of entries whole (an orchestration's decisions and children,
 //! an agent call's tool calls), kept as those entries pass. `--json` then writes the entries
 //! themselves as it reads them a second time. Nothing here holds the journal: a long run is
-//! inspected in the memory of a page, its reports and, per agent call, two integers.
+//! inspected in the memory of a page and its reports.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
 use std::io::Write;
 
 use serde::ser::{Error as _, SerializeMap, SerializeSeq};
@@ -34,10 +33,9 @@ pub(super) fn inspect(store: &dyn JournalStore, run: &RunId) -> Result<Inspected
     // What the orchestration report reads: decisions, and the ends of orchestrated children
     // (without their answers).
     let mut orchestrated: Vec<Entry> = Vec::new();
-    // What the tool report reads: tool entries, and (found again by seq afterwards) the agent
-    // calls they belong to.
+    // What the tool report reads: tool entries, and (found by a second read, when there are
+    // any) the agent calls they belong to.
     let mut tool_entries: Vec<Entry> = Vec::new();
-    let mut agents: Vec<(u64, u64)> = Vec::new();
     let digest = RunDigest::read(store, run, |entry| match (entry.kind, entry.status) {
         (Kind::Decision, _) => orchestrated.push(entry.clone()),
         (Kind::Agent, status) if status.is_terminal() && in_child(entry) => {
@@ -45,7 +43,6 @@ pub(super) fn inspect(store: &dyn JournalStore, run: &RunId) -> Result<Inspected
             slim.cost = entry.cost;
             orchestrated.push(slim);
         }
-        (Kind::Agent, Status::Running) => agents.push((hash(own_scope(entry).as_str()), entry.seq.0)),
         (Kind::Tool, _) => tool_entries.push(entry.clone()),
         _ => {}
     })?;
@@ -54,14 +51,15 @@ pub(super) fn inspect(store: &dyn JournalStore, run: &RunId) -> Result<Inspected
     let tools = if tool_entries.is_empty() {
         Vec::new()
     } else {
-        let scopes: HashSet<&str> = tool_entries.iter().map(|e| e.scope.as_str()).collect();
-        let hashes: HashSet<u64> = scopes.iter().map(|s| hash(s)).collect();
+        let scopes: HashSet<String> = tool_entries.iter().map(|e| e.scope.to_string()).collect();
         let mut read = Vec::new();
-        for (_, seq) in agents.into_iter().filter(|(h, _)| hashes.contains(h)) {
-            let Some(raw) = store.load_entry(run, seq)? else { continue };
-            let agent = journal::decode(&raw)?;
-            if scopes.contains(own_scope(&agent).as_str()) {
-                read.push(agent);
+        for entry in journal::entries(store, run, 0) {
+            let entry = entry?;
+            if entry.kind == Kind::Agent
+                && entry.status == Status::Running
+                && scopes.contains(own_scope(&entry).as_str())
+            {
+                read.push(entry);
             }
         }
         read.extend(tool_entries);
@@ -81,12 +79,6 @@ fn own_scope(agent: &Entry) -> journal::ScopePath {
     let mut hex = agent.key.to_hex();
     hex.truncate(16);
     agent.scope.child(&Segment::Site { label: format!("agent-{hex}"), index: agent.ordinal })
-}
-
-fn hash(text: &str) -> u64 {
-    let mut hasher = std::hash::DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// Writes `cairn inspect --json`'s document: `fields` (each already a JSON value, the keys
