@@ -57,9 +57,15 @@ let out = parallel(items, |i| { let answer = agent(`question ${i}`); answer });
 out.len()
 "#;
 
+/// The bench's `cairn.toml`. The sandbox's limits are raised: the run's memory account charges
+/// every journal entry as if the host kept it (`script::host::ENTRY_BYTES`, 2 KiB, and its
+/// payload twice), so the default 256 MiB ends a script after about 60,000 agent calls whatever
+/// the process holds, and a million calls take more than the default operation budget and
+/// script time. What the process holds is what this bench measures.
 fn config(latency_ms: u64) -> String {
     format!(
-        "concurrency = 1000\nmax_spawns = 100000000\n\n[routing]\ndefault = \"echo:default\"\n\n[providers.echo]\nkind = \"echo\"\nlatency_ms = {latency_ms}\n"
+        "concurrency = 1000\nmax_spawns = 100000000\n\n[routing]\ndefault = \"echo:default\"\n\n[providers.echo]\nkind = \"echo\"\nlatency_ms = {latency_ms}\n\n\
+         [sandbox]\nmemory_mb = 16384\nmax_operations = 100000000000\nwall_time_s = 86400\n"
     )
 }
 
