@@ -27,12 +27,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn::model::ModelRef;
-use cairn::orchestrator::{OrchestrateOptions, orchestrate};
+use cairn::ModelRef;
 use cairn::provider::echo::EchoProvider;
 use cairn::provider::{Capabilities, ChatEvent, ChatRequest, FinishReason, Provider, Role};
 use cairn::store::{SqliteOptions, SqliteStore};
 use cairn::{AgentOptions, AgentProfile, Engine, ParallelOptions, RunOptions, Usage, Workflow, branch};
+use cairn::{OrchestrateOptions, orchestrate};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Value, json};

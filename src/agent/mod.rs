@@ -11,6 +11,7 @@ mod attempt;
 mod context_bound;
 pub(crate) mod cost;
 mod ending;
+mod fn_tool;
 mod fs_read;
 mod host_tool;
 pub(crate) mod ledger;
@@ -25,6 +26,7 @@ mod tools;
 mod turn;
 
 pub(crate) use context_bound::DEFAULT_MAX_CONTEXT_TOKENS;
+pub use fn_tool::FnTool;
 pub use fs_read::fs_read_toolset;
 pub(crate) use fs_read::{SearchBounds, fs_read_toolset_bounded};
 pub(crate) use host_tool::{HostFunction, HostFunctionTool};
@@ -105,8 +107,11 @@ pub(crate) struct TurnReport<'a> {
     pub(crate) ok: bool,
     /// The model that answered (or was last tried), as `provider:model`.
     pub(crate) served_by: &'a str,
-    /// What the turn used.
+    /// What the turn used: every attempt it made, a failed turn's included.
     pub(crate) usage: Usage,
+    /// What the turn cost, each attempt priced at the model that served it; `None` when one
+    /// was unpriced.
+    pub(crate) cost: Option<Money>,
     /// Why the model stopped, when it answered.
     pub(crate) finish_reason: Option<&'a str>,
     /// The answer's text, when it answered.

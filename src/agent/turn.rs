@@ -15,7 +15,6 @@ use super::{
 };
 use crate::error::{Error, ErrorCode};
 use crate::provider::{FinishReason, Message, Part, Role, StopReason, ToolChoice, ToolSpec};
-use crate::usage::Usage;
 
 /// Runs one agent invocation to its end.
 pub(crate) async fn run(
@@ -195,14 +194,17 @@ async fn run_turns(
         bounded = false;
         *last = None;
         hooks.turn_started(state.turns, &spec.request);
+        let mark = ledger.mark();
         let turn = turn_with_retries(&mut spec, &mut ledger, hooks, cancel, on_delta).await;
         drop(slot);
+        let (charged, cost) = ledger.since(mark);
         let turn = match turn {
             Ok(turn) => {
                 let report = TurnReport {
                     ok: true,
                     served_by: &spec.served_by,
                     usage: turn.usage,
+                    cost,
                     finish_reason: Some(turn.reason.as_str()),
                     text: Some(&turn.text),
                 };
@@ -213,7 +215,8 @@ async fn run_turns(
                 let report = TurnReport {
                     ok: false,
                     served_by: &spec.served_by,
-                    usage: Usage::default(),
+                    usage: charged,
+                    cost,
                     finish_reason: None,
                     text: None,
                 };

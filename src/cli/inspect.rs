@@ -108,23 +108,16 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
         Ok(runs) => runs,
         Err(e) => return fail(Exit::Error, e),
     };
+    let runs = super::listing::listed(opened.journal.as_ref(), runs);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&runs).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&super::listing::to_json(&runs)).unwrap_or_default());
         return Exit::Ok;
     }
     if runs.is_empty() {
         eprintln!("no runs");
+        return Exit::Ok;
     }
-    for meta in runs {
-        println!(
-            "{:<28} {:<10} {:<20} {}  segments {}",
-            meta.run_id.as_str(),
-            meta.status.as_str(),
-            crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")),
-            utc(meta.created_at_ms),
-            meta.segments
-        );
-    }
+    super::listing::print_table(&runs, |line| out!("{line}"));
     Exit::Ok
 }
 
@@ -160,19 +153,9 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     let actions = digest.actions.clone();
     let cost = &digest.cost;
     if args.json {
-        let listed: Vec<Value> = segments
-            .iter()
-            .map(|s| {
-                json!({
-                    "index": s.index,
-                    "ceiling_usd": s.ceiling.map(|c| c.as_usd()),
-                    "ceiling_nano_usd": s.ceiling.map(|c| c.nano_usd()),
-                    "overridden": s.overridden,
-                })
-            })
-            .collect();
         // The entries are written as they are read again, between the other fields.
-        let mut out = json!({ "meta": meta, "pending": pending, "cost": cost, "segments": listed });
+        let mut out =
+            json!({ "meta": meta.to_output_json(), "pending": pending, "cost": cost, "segments": segments });
         if let Some(failure) = &failure {
             out["error"] = failure.clone();
         }
@@ -198,7 +181,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     if let Some(failure) = &failure {
         println!("error     {}", failure_line(failure));
     }
-    println!("created   {}", utc(meta.created_at_ms));
+    println!("created   {}", super::table::utc(meta.created_at_ms));
     println!("segments  {}", meta.segments);
     for segment in &segments {
         let ceiling = segment.ceiling.map_or("none".into(), |c| c.to_string());
@@ -223,6 +206,19 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     if !cost.unpriced.is_empty() {
         println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
     }
+    out!("");
+    let mut calls = super::calls::CallTable::new(|line| out!("{line}"));
+    // The journal read a second time, page by page.
+    for entry in crate::journal::entries(store, &run_id, 0) {
+        match entry {
+            Ok(entry) => calls.push(&entry),
+            Err(e) => return fail(Exit::Error, e),
+        }
+    }
+    if calls.finish() == 0 {
+        out!("(no calls)");
+    }
+    out!("");
     super::orchestrate::print_report(&orchestrations);
     super::tool_report::print_tool_report(&tools);
     for action in &actions {
@@ -305,31 +301,4 @@ fn failure_line(failure: &Value) -> String {
         line.push_str(&format!(" (at {}{name}, seq {seq})", text(&at["kind"])));
     }
     line
-}
-
-/// `YYYY-MM-DD HH:MM:SS` UTC for epoch milliseconds.
-fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_formats_epoch_millis() {
-        assert_eq!(super::utc(0), "1970-01-01 00:00:00");
-        assert_eq!(super::utc(1_764_456_000_000), "2025-11-29 22:40:00");
-    }
 }

@@ -337,7 +337,14 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
             }
             None => {
                 let p = outcome.preview;
-                out!("replay of {run_id}: {} calls replayed, 0 live, 0 orphaned, same outcome", p.hits);
+                let superseded = match p.superseded {
+                    0 => String::new(),
+                    n => format!(", {n} superseded by an accepted re-key"),
+                };
+                out!(
+                    "replay of {run_id}: {} calls replayed, 0 live, 0 orphaned{superseded}, same outcome",
+                    p.hits
+                );
                 Exit::Ok
             }
         },

@@ -120,7 +120,8 @@ pub(super) fn leave_for_resume(engine: &EngineInner, run_id: &RunId, usd: f64) -
 pub struct SegmentCeiling {
     /// The segment (0 is the start).
     pub index: u32,
-    /// Its ceiling (`None`: unbounded).
+    /// Its ceiling (`None`: unbounded); in JSON `ceiling_nano_usd` and `ceiling_usd`.
+    #[serde(flatten, with = "crate::money::json::ceiling")]
     pub ceiling: Option<Money>,
     /// Whether a resume's override set it.
     pub overridden: bool,

@@ -12,7 +12,8 @@ use crate::usage::Usage;
 /// Cost and usage of one slice of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct CostLine {
-    /// What it cost (priced usage only).
+    /// What it cost (priced usage only); in JSON `cost_nano_usd` and `cost_usd`.
+    #[serde(flatten, with = "crate::money::json::cost")]
     pub cost: Money,
     /// Its token usage (priced or not).
     pub usage: Usage,

@@ -9,7 +9,8 @@
 //! A step is recognizably the same step by its label: a step that misses while a completed
 //! step with its label waits ahead had its body, key or deps edited (or a step with that label
 //! was inserted before it), and is refused and explained the same way, since running its body
-//! again re-runs every call inside it.
+//! again re-runs every call inside it. Accepted, the old step is journaled as superseded and
+//! what its old body journaled goes with it.
 //!
 //! A call whose prompt changed and that has no label (or key) to pin it is indistinguishable
 //! from a newly inserted call: it runs live, and the journaled call it replaced is counted as
@@ -167,6 +168,12 @@ fn accept(state: &RunState, scope: &ScopePath, live: &LiveAgent<'_>) -> Result<(
         claimed.insert(first);
         first
     };
+    supersede(state, scope, first)
+}
+
+/// Journals that the completed call whose first entry is `first` was replaced by an accepted
+/// re-key (a `rekey_accepted` decision), and tells this execution's replay so.
+fn supersede(state: &RunState, scope: &ScopePath, first: Seq) -> Result<(), Error> {
     let value = journal::rekey_value(first);
     let identity = serde_json::json!({ "kind": "decision", "value": value });
     let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
@@ -241,13 +248,14 @@ fn describe(old: &Entry, terminal: &Entry, live: &LiveAgent<'_>) -> String {
 
 /// Checks a live step of a resumed run against the journal, as [`check`] does an agent call:
 /// a completed step with the same label waiting ahead in this scope means the step's body,
-/// key or deps changed since it ran.
+/// key or deps changed since it ran. A resume that accepts re-keying journals the old step
+/// as superseded, its old body with it.
 ///
 /// # Errors
 /// `rekey_refused` when the resume did not accept re-keying; the run is stopped.
 pub(crate) fn check_step(state: &RunState, scope: &ScopePath, label: &str) -> Result<(), Error> {
     let rekeys = &state.rekeys;
-    if rekeys.accept || state.dry_run {
+    if state.dry_run {
         return Ok(());
     }
     let hash = journal::recognition(label);
@@ -269,6 +277,11 @@ pub(crate) fn check_step(state: &RunState, scope: &ScopePath, label: &str) -> Re
         };
         let terminal = state.stored.fetch(terminal)?;
         claimed.insert(first.seq);
+        if rekeys.accept {
+            let first = first.seq;
+            drop(claimed);
+            return supersede(state, scope, first);
+        }
         let scope =
             if first.scope.is_root() { String::new() } else { format!(" in scope '{}'", first.scope) };
         let mut value = terminal.value().map(|v| v.to_string()).unwrap_or_else(|| "null".to_owned());

@@ -146,7 +146,8 @@ fn resume_leased(
     };
     // The journal is read page by page into the matching index and the folds the segment
     // keeps: no entry stays in memory.
-    let mut builder = Replay::builder(&ReplayOptions::default());
+    let reproduce = options.dry_run && options.reproduce;
+    let mut builder = Replay::builder(&ReplayOptions { reproduce, ..ReplayOptions::default() });
     let mut summary = Summary::default();
     for entry in journal::entries(engine.journal.as_ref(), run_id, 0) {
         let entry = entry?;

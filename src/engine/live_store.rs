@@ -1,13 +1,16 @@
-//! The live relay across processes: an agent call's streamed text, handed from a `cairn worker`
-//! process that drives a run to the event streams of a `cairn serve` on the same store, through
-//! the transcript store. Bounded and lossy, like the in-process relay:
+//! The live relay across processes: an agent call's streamed text, handed from the process
+//! that drives a run (a `cairn worker`, or a `cairn serve`'s own workers) to the event streams
+//! of any other process on the same store (another `cairn serve`), through the transcript
+//! store. Bounded and lossy, like the in-process relay:
 //!
-//! - a listener (`GET /v1/runs/{id}/events?tokens=1`) says it wants the run's deltas by keeping
-//!   the blob `RUN/live/wanted` (its expiry, ms since the epoch) fresh every few seconds;
-//! - a worker driving the run looks for that blob every [`WANTED_POLL`]; while it is fresh, the
-//!   worker reads the run's events and writes the deltas in chunks, one blob
-//!   `RUN/live/chunk/TIME-ULID` per [`FLUSH_EVERY`] at most, each at most [`CHUNK_BYTES`] of
-//!   text (the rest of a burst is dropped), the newest [`KEPT_CHUNKS`] kept; it deletes its
+//! - a listener (`GET /v1/runs/{id}/events?tokens=1`) says its process wants the run's deltas
+//!   by keeping its process's wish `RUN/live/wanted/PROCESS` (who and until when) fresh every
+//!   few seconds;
+//! - the process driving the run looks for a fresh wish of *another* process every
+//!   [`WANTED_POLL`] (its own listeners get the deltas in process, whether or not others
+//!   listen); while there is one, it reads the run's events and writes the deltas in chunks, one
+//!   blob `RUN/live/chunk/TIME-ULID` per [`FLUSH_EVERY`] at most, each at most [`CHUNK_BYTES`]
+//!   of text (the rest of a burst is dropped), the newest [`KEPT_CHUNKS`] kept; it deletes its
 //!   chunks a little after it stops;
 //! - the listener reads the chunks it has not seen (skipping its own process's, which reach it
 //!   in-process), every few hundred ms.
@@ -42,8 +45,26 @@ pub(crate) const KEPT_CHUNKS: usize = 64;
 /// How long a worker leaves its chunks after it stops relaying, for listeners to read.
 const LINGER: Duration = Duration::from_secs(3);
 
-fn wanted_ref(run: &RunId) -> String {
-    format!("{run}/live/wanted")
+fn wanted_prefix(run: &RunId) -> String {
+    format!("{run}/live/wanted/")
+}
+
+/// The wish of the process `own` (a lease owner's form, `pid N on HOST`), named by it.
+fn wanted_ref(run: &RunId, own: &str) -> String {
+    let name: String = own
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .collect();
+    format!("{}{name}", wanted_prefix(run))
+}
+
+/// A process's wish for a run's deltas, as stored.
+#[derive(Debug, Serialize, Deserialize)]
+struct Wish {
+    /// The process that wants them (a lease owner's form).
+    by: String,
+    /// Until when (ms since the epoch), unless renewed.
+    until_ms: i64,
 }
 
 fn chunk_prefix(run: &RunId) -> String {
@@ -59,20 +80,33 @@ pub(crate) struct Chunk {
     pub(crate) tokens: Vec<LiveToken>,
 }
 
-/// Says a listener wants `run`'s deltas until [`WANTED_TTL`] from `now_ms`.
-pub(crate) fn want(transcripts: &dyn TranscriptStore, run: &RunId, now_ms: i64) -> Result<(), Error> {
-    let until = now_ms.saturating_add(i64::try_from(WANTED_TTL.as_millis()).unwrap_or(i64::MAX));
-    transcripts.put(&wanted_ref(run), until.to_string().as_bytes())?;
+/// Says a listener of the process `own` wants `run`'s deltas until [`WANTED_TTL`] from `now_ms`.
+pub(crate) fn want(
+    transcripts: &dyn TranscriptStore,
+    run: &RunId,
+    own: &str,
+    now_ms: i64,
+) -> Result<(), Error> {
+    let until_ms = now_ms.saturating_add(i64::try_from(WANTED_TTL.as_millis()).unwrap_or(i64::MAX));
+    let wish = Wish { by: own.to_owned(), until_ms };
+    let bytes = serde_json::to_vec(&wish).map_err(|e| Error::internal(e.to_string()))?;
+    transcripts.put(&wanted_ref(run, own), &bytes)?;
     Ok(())
 }
 
-/// Whether a listener somewhere wants `run`'s deltas at `now_ms`.
-pub(crate) fn wanted(transcripts: &dyn TranscriptStore, run: &RunId, now_ms: i64) -> bool {
-    let Ok(Some(bytes)) = transcripts.get(&wanted_ref(run)) else { return false };
-    std::str::from_utf8(&bytes)
-        .ok()
-        .and_then(|t| t.trim().parse::<i64>().ok())
-        .is_some_and(|until| until > now_ms)
+/// Whether a listener of a process other than `own` wants `run`'s deltas at `now_ms`.
+pub(crate) fn wanted_elsewhere(
+    transcripts: &dyn TranscriptStore,
+    run: &RunId,
+    own: &str,
+    now_ms: i64,
+) -> bool {
+    let prefix = wanted_prefix(run);
+    let Ok(refs) = transcripts.list(run) else { return false };
+    refs.iter().filter(|r| r.starts_with(&prefix) && **r != wanted_ref(run, own)).any(|r| {
+        let Ok(Some(bytes)) = transcripts.get(r) else { return false };
+        serde_json::from_slice::<Wish>(&bytes).is_ok_and(|wish| wish.by != own && wish.until_ms > now_ms)
+    })
 }
 
 /// The chunks of `run` after the ref `after` (all of them for `None`), oldest first, skipping
@@ -108,9 +142,9 @@ pub(crate) async fn relay_to_store(
     transcripts: Arc<dyn TranscriptStore>,
     clock: SharedClock,
     run: RunId,
+    owner: String,
     mut events: EventStream,
 ) {
-    let owner = super::lease::owner();
     let mut calls = Calls::default();
     let mut pending: Vec<LiveToken> = Vec::new();
     let mut pending_bytes = 0usize;
@@ -154,8 +188,9 @@ pub(crate) async fn relay_to_store(
                 }
             }
             _ = look.tick() => {
-                let (store, id, now) = (transcripts.clone(), run.clone(), clock.now_ms());
-                let still = tokio::task::spawn_blocking(move || wanted(store.as_ref(), &id, now)).await;
+                let (store, id, own, now) = (transcripts.clone(), run.clone(), owner.clone(), clock.now_ms());
+                let still =
+                    tokio::task::spawn_blocking(move || wanted_elsewhere(store.as_ref(), &id, &own, now)).await;
                 if !matches!(still, Ok(true)) {
                     break;
                 }
@@ -188,13 +223,14 @@ pub(crate) fn read_remote_live(
 ) -> (Vec<LiveToken>, RemoteLive) {
     let inner = engine.inner();
     let now = inner.clock.now_ms();
+    let own = super::lease::owner();
     let renew = i64::try_from(WANTED_RENEW.as_millis()).unwrap_or(i64::MAX);
     if seen.renewed_at_ms.is_none_or(|at| now.saturating_sub(at) >= renew)
-        && want(inner.transcripts.as_ref(), run, now).is_ok()
+        && want(inner.transcripts.as_ref(), run, &own, now).is_ok()
     {
         seen.renewed_at_ms = Some(now);
     }
-    match chunks_after(inner.transcripts.as_ref(), run, seen.last.as_deref(), &super::lease::owner()) {
+    match chunks_after(inner.transcripts.as_ref(), run, seen.last.as_deref(), &own) {
         Ok((tokens, newest)) => {
             seen.last = newest;
             (tokens, seen)
@@ -203,10 +239,14 @@ pub(crate) fn read_remote_live(
     }
 }
 
-/// For a listener that left: withdraws the wish for `run`'s deltas (best effort; another
-/// listener renews its own within [`WANTED_RENEW`]).
+/// For a listener that left: withdraws its process's wish for `run`'s deltas, unless another
+/// listener of this process still follows the run (best effort).
 pub(crate) fn unwant_live(engine: &super::Engine, run: &RunId) {
-    let _ = engine.inner().transcripts.delete(&wanted_ref(run));
+    let inner = engine.inner();
+    if inner.live.listened(run) {
+        return;
+    }
+    let _ = inner.transcripts.delete(&wanted_ref(run, &super::lease::owner()));
 }
 
 #[cfg(test)]
@@ -221,10 +261,17 @@ mod tests {
     fn a_wish_expires_and_chunks_are_read_once_skipping_ones_own() {
         let store = crate::store::MemoryStore::new();
         let run = RunId::parse("r").unwrap();
-        assert!(!wanted(&store, &run, 0));
-        want(&store, &run, 1_000).unwrap();
-        assert!(wanted(&store, &run, 1_001));
-        assert!(!wanted(&store, &run, 1_000 + 10_000));
+        let (driver, reader) = ("pid 1 on h", "pid 2 on h");
+        assert!(!wanted_elsewhere(&store, &run, driver, 0));
+        // The driver's own listeners are served in process: its own wish asks nothing.
+        want(&store, &run, driver, 1_000).unwrap();
+        assert!(!wanted_elsewhere(&store, &run, driver, 1_001));
+        want(&store, &run, reader, 1_000).unwrap();
+        assert!(wanted_elsewhere(&store, &run, driver, 1_001));
+        assert!(wanted_elsewhere(&store, &run, reader, 1_001), "the driver's own wish counts for others");
+        assert!(!wanted_elsewhere(&store, &run, driver, 1_000 + 10_000), "a wish expires");
+        store.delete(&wanted_ref(&run, reader)).unwrap();
+        assert!(!wanted_elsewhere(&store, &run, driver, 1_001));
         let put = |name: &str, by: &str, text: &str| {
             let chunk = Chunk { by: by.into(), tokens: vec![token(text)] };
             store.put(&format!("r/live/chunk/{name}"), &serde_json::to_vec(&chunk).unwrap()).unwrap();

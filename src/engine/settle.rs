@@ -18,6 +18,8 @@ use crate::store::{RunMeta, RunStatus};
 impl RunState {
     /// Decides the outcome, journals the settlement and updates run meta.
     pub(super) fn settle(&self, mut meta: RunMeta, value: Result<Value, Error>) -> RunOutcome {
+        // The segment's call records reach the store before its outcome is told.
+        self.call_records.flush();
         let stop = self.stop_reason();
         let exhausted = self.exhausted.load(Ordering::SeqCst);
         let (status, value, error) = match (stop, value) {

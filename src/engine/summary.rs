@@ -36,6 +36,9 @@ pub(super) struct Summary {
     /// `{seq, kind, name, scope}`.
     failed_by_code: HashMap<ErrorCode, Value>,
     last_failed: Option<Value>,
+    /// The entries that failed with each exact error (its code and a hash of its message):
+    /// where a run that raised that very error failed (see [`Summary::failed_at`]).
+    failed_exactly: HashMap<(ErrorCode, u64), ExactFailure>,
     /// The newest suspended `external` entry per wait key.
     suspensions: HashMap<String, Seq>,
 }
@@ -52,6 +55,7 @@ impl Default for Summary {
             unended_agents: BTreeMap::new(),
             failed_by_code: HashMap::new(),
             last_failed: None,
+            failed_exactly: HashMap::new(),
             suspensions: HashMap::new(),
         }
     }
@@ -103,8 +107,18 @@ impl Summary {
                 "name": entry.name,
                 "scope": entry.scope,
             });
-            if let Some(code) = entry.error.as_ref().map(|e| e.code) {
-                self.failed_by_code.insert(code, place.clone());
+            if let Some(error) = entry.error.as_ref() {
+                self.failed_by_code.insert(error.code, place.clone());
+                let identity = (entry.scope.as_str().into(), entry.key.to_hex(), entry.ordinal);
+                self.failed_exactly
+                    .entry((error.code, message_hash(&error.message)))
+                    .and_modify(|exact| exact.add(&entry.scope, identity.clone(), &place))
+                    .or_insert_with(|| ExactFailure {
+                        scope: entry.scope.as_str().into(),
+                        one_scope: true,
+                        last: place.clone(),
+                        first_by_identity: (identity, place.clone()),
+                    });
             }
             self.last_failed = Some(place);
         }
@@ -116,12 +130,24 @@ impl Summary {
         }
     }
 
-    /// Where a run's failure happened: the last journal entry that failed with the run's error
-    /// code (else the last that failed at all), as `{seq, kind, name, scope}`; `{kind: "script"}`
-    /// when no call failed (the script itself raised it, or a limit stopped it).
+    /// Where a run's failure happened, as `{seq, kind, name, scope}`: the journal entry that
+    /// failed with the run's error itself (code and message), else the last that failed with
+    /// its code, else the last that failed at all; `{kind: "script"}` when no call failed (the
+    /// script itself raised it, or a limit stopped it).
+    ///
+    /// Several entries can carry the very error the run raised when sibling branches failed
+    /// alike (every branch of a fan-out writing what it captured, say): their seqs follow the
+    /// order in which the branches happened to finish, so the last of them would name a
+    /// different entry from run to run. Within one scope entries come one after another, and
+    /// the last is named; across scopes the first by identity (scope, key, ordinal) is, the
+    /// same on every run.
     pub(super) fn failed_at(&self, error: &Error) -> Value {
-        self.failed_by_code
-            .get(&error.code)
+        let exact = self
+            .failed_exactly
+            .get(&(error.code, message_hash(&error.message)))
+            .map(|exact| if exact.one_scope { &exact.last } else { &exact.first_by_identity.1 });
+        exact
+            .or_else(|| self.failed_by_code.get(&error.code))
             .or(self.last_failed.as_ref())
             .cloned()
             .unwrap_or_else(|| serde_json::json!({ "kind": "script" }))
@@ -143,4 +169,39 @@ impl Summary {
     pub(super) fn suspension(&self, key: &str) -> Option<Seq> {
         self.suspensions.get(key).copied()
     }
+}
+
+/// The entries that failed with one exact error.
+#[derive(Debug)]
+struct ExactFailure {
+    /// The scope of the first of them.
+    scope: Box<str>,
+    /// Whether all of them are in that scope.
+    one_scope: bool,
+    /// The last of them.
+    last: Value,
+    /// The first of them by identity (scope, key, ordinal).
+    first_by_identity: (Identity, Value),
+}
+
+/// A journal entry's identity, in the order failures are compared by: scope, key, ordinal.
+type Identity = (Box<str>, String, u32);
+
+impl ExactFailure {
+    fn add(&mut self, scope: &crate::journal::ScopePath, identity: Identity, place: &Value) {
+        self.one_scope &= *self.scope == *scope.as_str();
+        self.last = place.clone();
+        if identity < self.first_by_identity.0 {
+            self.first_by_identity = (identity, place.clone());
+        }
+    }
+}
+
+/// A hash of an error message: which failures carry the same error (a collision only picks
+/// another failed entry to name).
+fn message_hash(message: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    message.hash(&mut hasher);
+    hasher.finish()
 }

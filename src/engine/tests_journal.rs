@@ -167,13 +167,14 @@ async fn a_fan_out_admits_its_first_branches_even_when_calls_return_at_once() {
 struct PagesOnly(Arc<MemoryStore>);
 
 impl crate::store::JournalStore for PagesOnly {
-    fn append(
+    fn append_tallied(
         &self,
         run: &RunId,
         entries: &[crate::store::RawEntry],
         lease: Option<&crate::store::Lease>,
+        tally: crate::store::Tally,
     ) -> crate::store::Result<()> {
-        self.0.append(run, entries, lease)
+        self.0.append_tallied(run, entries, lease, tally)
     }
     fn load(&self, _run: &RunId) -> crate::store::Result<Vec<crate::store::RawEntry>> {
         Err(crate::store::Error::Config("a whole journal was loaded".into()))

@@ -142,7 +142,5 @@ impl Ctx {
 /// The scope segment of a step's body: from its content key and its ordinal among same-key
 /// steps of its scope, never from a running counter.
 pub(super) fn step_segment(key: ContentKey, ordinal: u32) -> Segment {
-    let mut hex = key.to_hex();
-    hex.truncate(16);
-    Segment::Step { key: hex, ordinal }
+    Segment::step_body(key, ordinal)
 }

@@ -292,9 +292,10 @@ async fn drive(
     // before); a relay that lost its listeners ends, and the next listener starts another.
     let live = engine.inner.live.clone();
     let mut relaying: Option<tokio::task::JoinHandle<()>> = None;
-    // Listeners in other processes (a `cairn serve` over the same store) get the deltas through
-    // the store while one wants them and none listens here (`live_store`).
+    // Listeners in other processes (another `cairn serve` over the same store) get the deltas
+    // through the store while one wants them, whether or not any listens here (`live_store`).
     let mut storing: Option<tokio::task::JoinHandle<()>> = None;
+    let owner = super::lease::owner();
     let mut look = tokio::time::interval(super::live_store::WANTED_POLL);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
@@ -308,18 +309,22 @@ async fn drive(
                 relaying = Some(tokio::spawn(super::live::relay(live.clone(), claim.run_id.clone(), handle.events())));
             }
             _ = look.tick(), if store_idle => {
-                if live.listened(&claim.run_id) {
-                    continue;
-                }
-                let (store, run, now) =
-                    (engine.inner.transcripts.clone(), claim.run_id.clone(), engine.inner.clock.now_ms());
-                let wanted =
-                    tokio::task::spawn_blocking(move || super::live_store::wanted(store.as_ref(), &run, now)).await;
+                let (store, run, own, now) = (
+                    engine.inner.transcripts.clone(),
+                    claim.run_id.clone(),
+                    owner.clone(),
+                    engine.inner.clock.now_ms(),
+                );
+                let wanted = tokio::task::spawn_blocking(move || {
+                    super::live_store::wanted_elsewhere(store.as_ref(), &run, &own, now)
+                })
+                .await;
                 if matches!(wanted, Ok(true)) {
                     storing = Some(tokio::spawn(super::live_store::relay_to_store(
                         engine.inner.transcripts.clone(),
                         engine.inner.clock.clone(),
                         claim.run_id.clone(),
+                        owner.clone(),
                         handle.events(),
                     )));
                 }

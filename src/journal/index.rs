@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::fold::{Abandons, Resolutions};
-use super::{ContentKey, Entry, IdentitySummary, Kind, ScopePath, Seq, Status};
+use super::{ContentKey, Entry, IdentitySummary, Kind, ScopePath, Segment, Seq, Status};
 use crate::error::ErrorClass;
 
 /// The resume preview: how the calls of a resumed run were (or would be) served.
@@ -44,15 +44,18 @@ pub struct Preview {
 
 /// Options fixed at resume.
 #[derive(Debug, Clone, Default)]
-pub struct ReplayOptions {
+pub(crate) struct ReplayOptions {
     /// Entries (by seq) whose calls must rerun regardless of their status.
     pub invalidate: Vec<Seq>,
+    /// Reproduce the run as it last settled (a strict replay): a decision that settlement
+    /// followed still holds, since it is how that segment ended (see [`Replay::decision`]).
+    pub reproduce: bool,
 }
 
 /// A loaded journal indexed for matching (see `index.rs`), plus the preview counters of this
 /// execution.
 #[derive(Debug)]
-pub struct Replay {
+pub(crate) struct Replay {
     pub(super) records: Vec<Record>,
     pub(super) scopes: Vec<ScopeState>,
     pub(super) scope_ids: HashMap<ScopePath, u32>,
@@ -64,6 +67,14 @@ pub struct Replay {
     /// Scopes whose records are accounted for without being matched one by one: the body
     /// of a step or child workflow that replayed whole (its body never ran).
     pub(super) covered: HashSet<Box<str>>,
+    /// The body scopes of steps an accepted re-key replaced: what the old body journaled is
+    /// history with its step, not orphaned.
+    pub(super) superseded_scopes: HashSet<Box<str>>,
+    /// Step records by index, with their first entry's ordinal and the first 8 bytes of
+    /// their key: what names a step's body scope when a re-key supersedes the step.
+    pub(super) steps: HashMap<u32, (u32, [u8; 8])>,
+    /// Whether the run is reproduced as it last settled ([`ReplayOptions::reproduce`]).
+    pub(super) reproduce: bool,
     /// Every settlement decision: its seq and whether it ended the segment in failure
     /// (`error` or `cancelled`), after which a resume retries what failed.
     pub(super) settlements: Vec<(Seq, bool)>,
@@ -95,7 +106,7 @@ pub(super) fn short(key: &ContentKey) -> Short {
 /// A short hash of a text (a label, a call's caller key or prompt hash) that a missed call
 /// compares with the records ahead of it before reading any of them: never 0, which means
 /// "none". Equal texts hash equal; unequal ones rarely do, and a reader confirms on the entry.
-pub fn recognition(text: &str) -> u32 {
+pub(crate) fn recognition(text: &str) -> u32 {
     // FNV-1a: stable within a process, which is all an in-memory index needs.
     let mut hash: u32 = 0x811c_9dc5;
     for byte in text.bytes() {
@@ -199,7 +210,7 @@ impl KeyState {
 
 /// Builds a [`Replay`] from a journal's entries in order.
 #[derive(Debug)]
-pub struct ReplayBuilder {
+pub(crate) struct ReplayBuilder {
     replay: Replay,
     /// Re-dispatched attempts' seqs, by the record they joined (first seqs are found by
     /// search: records are in journal order).
@@ -208,7 +219,7 @@ pub struct ReplayBuilder {
 
 impl Replay {
     /// Starts an index; feed it the journal's entries in order.
-    pub fn builder(options: &ReplayOptions) -> ReplayBuilder {
+    pub(crate) fn builder(options: &ReplayOptions) -> ReplayBuilder {
         let replay = Replay {
             records: Vec::new(),
             scopes: Vec::new(),
@@ -218,6 +229,9 @@ impl Replay {
             abandons: Abandons::default(),
             invalidated: options.invalidate.iter().copied().collect(),
             covered: HashSet::default(),
+            superseded_scopes: HashSet::default(),
+            steps: HashMap::new(),
+            reproduce: options.reproduce,
             settlements: Vec::new(),
             approvals: HashMap::new(),
             run_settled_ok: false,
@@ -228,7 +242,8 @@ impl Replay {
     }
 
     /// Indexes a decoded journal.
-    pub fn new(entries: Vec<Entry>, options: &ReplayOptions) -> Replay {
+    #[cfg(test)]
+    pub(crate) fn new(entries: Vec<Entry>, options: &ReplayOptions) -> Replay {
         let mut builder = Replay::builder(options);
         for entry in &entries {
             builder.add(entry);
@@ -237,7 +252,7 @@ impl Replay {
     }
 
     /// An index over an empty journal (a fresh run).
-    pub fn empty() -> Replay {
+    pub(crate) fn empty() -> Replay {
         Replay::builder(&ReplayOptions::default()).finish()
     }
 
@@ -258,6 +273,18 @@ impl Replay {
         id
     }
 
+    /// Marks record `index` as replaced by an accepted re-key; a replaced step takes its old
+    /// body scope with it.
+    pub(super) fn supersede_record(&mut self, index: u32) {
+        let Some(record) = self.records.get_mut(index as usize) else { return };
+        record.flags |= SUPERSEDED;
+        if let Some(&(ordinal, key)) = self.steps.get(&index) {
+            let hex: String = key.iter().map(|byte| format!("{byte:02x}")).collect();
+            let body = self.scopes[record.scope as usize].path.child(&Segment::Step { key: hex, ordinal });
+            self.superseded_scopes.insert(Box::from(body.as_str()));
+        }
+    }
+
     /// The record whose first entry is `seq`.
     pub(super) fn record_by_first(&self, seq: Seq) -> Option<u32> {
         self.records.binary_search_by_key(&seq, |record| record.first).ok().map(|i| i as u32)
@@ -266,7 +293,7 @@ impl Replay {
 
 impl ReplayBuilder {
     /// Folds one entry (the next in journal order) into the index.
-    pub fn add(&mut self, entry: &Entry) {
+    pub(crate) fn add(&mut self, entry: &Entry) {
         let replay = &mut self.replay;
         replay.tail = entry.seq;
         replay.resolutions.add(entry);
@@ -278,7 +305,7 @@ impl ReplayBuilder {
         }
         if let Some(target) = rekey_target(entry) {
             if let Some(index) = self.record_of(target) {
-                self.replay.records[index as usize].flags |= SUPERSEDED;
+                self.replay.supersede_record(index);
             }
             return;
         }
@@ -316,7 +343,7 @@ impl ReplayBuilder {
     }
 
     /// The index, built.
-    pub fn finish(mut self) -> Replay {
+    pub(crate) fn finish(mut self) -> Replay {
         self.replay.records.shrink_to_fit();
         self.replay.keys.shrink_to_fit();
         self.replay
@@ -361,6 +388,11 @@ impl ReplayBuilder {
             }
             _ => 0,
         };
+        if entry.kind == Kind::Step {
+            let mut key = [0u8; 8];
+            key.copy_from_slice(&entry.key.as_bytes()[..8]);
+            replay.steps.insert(index, (entry.ordinal, key));
+        }
         let fact = entry.status != Status::Running;
         replay.records.push(Record {
             first: entry.seq,

@@ -2,6 +2,10 @@
 //! scope paths, the replay disposition, scoped forward-matching, the folds (resolutions,
 //! abandons, ledger) and the resume preview.
 //!
+//! Public for reading a run's journal: [`decode_all`] turns a store's [`RawEntry`]s into
+//! typed [`Entry`]s, and [`content_key`] computes the key a call's identity input hashes to.
+//! Replay, the disposition and the folds are the engine's.
+//!
 //! **Architecture invariant:** the kernel does no I/O and knows nothing about stores,
 //! providers or scripts. It turns entries into decisions and decisions into entries; the
 //! engine carries them to and from a store.
@@ -18,18 +22,28 @@ mod tests;
 pub use canon::{
     CanonError, canonical_json, content_key, content_key_of, content_key_of_canonical, schema_hash,
 };
-pub use disposition::{Disposition, DispositionInput, Effective, disposition};
+pub(crate) use entry::intern;
 pub use entry::{
     ContentKey, Entry, IdentitySummary, InvalidScopePath, Kind, Name, Payload, ScopePath, Segment, Seq,
-    Status, intern, raw_json,
+    Status,
 };
-pub use fold::{
-    ACTION_DECISION, Abandons, BUDGET_OVERRIDE_DECISION, Ledger, REKEY_DECISION, ResolutionClass,
-    Resolutions, SETTLE_DECISION, action_value, actions, is_ok_settlement, last_settlement,
-    last_settlement_error, last_settlement_outcome, pending_waits, rekey_value, settle_value, settled_ok,
+#[cfg(feature = "cli")]
+pub(crate) use fold::last_settlement_outcome;
+pub(crate) use fold::{
+    ACTION_DECISION, BUDGET_OVERRIDE_DECISION, Ledger, Resolutions, SETTLE_DECISION, action_value,
+    pending_waits, rekey_value, settle_value,
 };
-pub use index::{Preview, Replay, ReplayBuilder, ReplayOptions, recognition};
-pub use replay::{Candidate, Match, Orphan, Outcome, Pointer};
+#[cfg(any(feature = "cli", feature = "serve"))]
+pub(crate) use fold::{actions, last_settlement_error};
+// What the kernel's own tests reach through `super::*`.
+#[cfg(test)]
+use disposition::{Disposition, DispositionInput, Effective, disposition};
+#[cfg(test)]
+use fold::{ResolutionClass, settled_ok};
+pub use index::Preview;
+pub(crate) use index::{Replay, ReplayOptions, recognition};
+pub use replay::Orphan;
+pub(crate) use replay::{Candidate, Match, Outcome, Pointer};
 
 use crate::store::{JournalPages, JournalStore, RawEntry, RunId};
 
@@ -95,7 +109,7 @@ pub fn encode(entry: &Entry) -> Result<RawEntry, Error> {
 
 /// What an entry adds to a store's counters: one model call with its spend when it carries
 /// cost or usage (as the cost report counts calls), nothing otherwise.
-pub fn tally(entry: &Entry) -> crate::store::Tally {
+pub(crate) fn tally(entry: &Entry) -> crate::store::Tally {
     if entry.cost.is_none() && entry.usage.is_none() {
         return crate::store::Tally::default();
     }
@@ -188,7 +202,7 @@ impl Iterator for Entries<'_> {
 ///
 /// # Errors
 /// [`Error::UnsupportedHashVersion`].
-pub fn check_hash_version(entry: &Entry) -> Result<(), Error> {
+pub(crate) fn check_hash_version(entry: &Entry) -> Result<(), Error> {
     if (MIN_HASH_VERSION..=HASH_VERSION).contains(&entry.hash_version) {
         Ok(())
     } else {

@@ -14,13 +14,13 @@
 
 use std::sync::Arc;
 
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::disposition::{Disposition, DispositionInput, Effective, disposition};
 use super::fold::Resolutions;
-use super::index::{CONSUMED, KeyState, NONE, Preview, Record, Replay, SUPERSEDED, short};
+use super::index::{CONSUMED, KeyState, NONE, Preview, Record, Replay, short};
 use super::{ContentKey, Entry, ScopePath, Seq, Status};
 use crate::error::ErrorClass;
 
@@ -77,7 +77,7 @@ impl std::fmt::Display for Orphan {
 /// The result of matching one live call. The kernel's index hands out [`Pointer`]s (what to
 /// serve lies in the store); the engine reads them into entries.
 #[derive(Debug, Clone)]
-pub struct Match<E = Arc<Entry>> {
+pub(crate) struct Match<E = Arc<Entry>> {
     /// The ordinal the call's entries carry: earlier same-key calls in its scope.
     pub ordinal: u32,
     /// What to do.
@@ -86,7 +86,7 @@ pub struct Match<E = Arc<Entry>> {
 
 /// What the engine does for a matched (or unmatched) call.
 #[derive(Debug, Clone)]
-pub enum Outcome<E = Arc<Entry>> {
+pub(crate) enum Outcome<E = Arc<Entry>> {
     /// No journaled counterpart: execute live.
     Live,
     /// Serve this journaled result: the terminal (or fact) entry. For a resolved suspension,
@@ -107,7 +107,7 @@ pub enum Outcome<E = Arc<Entry>> {
 
 /// Where the entry a matched call is served from lies.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Pointer {
+pub(crate) enum Pointer {
     /// The stored entry at this seq.
     Entry(Seq),
     /// A suspension a resolution closed: the suspended entry, served as `ok` with the
@@ -122,14 +122,14 @@ pub enum Pointer {
 
 impl Pointer {
     /// The seq of the stored entry it names.
-    pub fn seq(&self) -> Seq {
+    pub(crate) fn seq(&self) -> Seq {
         match self {
             Pointer::Entry(seq) | Pointer::Resolved { wait: seq, .. } => *seq,
         }
     }
 
     /// The entry to serve, given the stored entry at [`Pointer::seq`].
-    pub fn serve(self, stored: Arc<Entry>) -> Arc<Entry> {
+    pub(crate) fn serve(self, stored: Arc<Entry>) -> Arc<Entry> {
         match self {
             Pointer::Entry(_) => stored,
             Pointer::Resolved { value, .. } => {
@@ -147,7 +147,7 @@ impl<P> Outcome<P> {
     ///
     /// # Errors
     /// The first error `read` returns.
-    pub fn try_map<E, X>(self, mut read: impl FnMut(P) -> Result<E, X>) -> Result<Outcome<E>, X> {
+    pub(crate) fn try_map<E, X>(self, mut read: impl FnMut(P) -> Result<E, X>) -> Result<Outcome<E>, X> {
         Ok(match self {
             Outcome::Live => Outcome::Live,
             Outcome::Skip => Outcome::Skip,
@@ -165,7 +165,7 @@ impl<P> Match<P> {
     ///
     /// # Errors
     /// The first error `read` returns.
-    pub fn try_map<E, X>(self, read: impl FnMut(P) -> Result<E, X>) -> Result<Match<E>, X> {
+    pub(crate) fn try_map<E, X>(self, read: impl FnMut(P) -> Result<E, X>) -> Result<Match<E>, X> {
         Ok(Match { ordinal: self.ordinal, outcome: self.outcome.try_map(read)? })
     }
 }
@@ -173,7 +173,7 @@ impl<P> Match<P> {
 /// A journaled call of a scope that a live call has not taken: what a call that just missed
 /// may have replaced (its entries are read only when its hashes say it may be the one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// Its first dispatch entry.
     pub first: Seq,
     /// Its latest attempt's terminal entry.
@@ -189,44 +189,30 @@ pub struct Candidate {
 }
 
 impl Replay {
-    /// The seq of the last loaded entry (0 for an empty journal).
-    pub fn tail(&self) -> Seq {
-        self.tail
-    }
-
     /// Whether the loaded journal records the run as settled `ok`.
-    pub fn run_settled_ok(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn run_settled_ok(&self) -> bool {
         self.run_settled_ok
     }
 
     /// The resolution fold of the loaded journal (kept current by [`Replay::resolve`]).
-    pub fn resolutions(&self) -> &Resolutions {
+    pub(crate) fn resolutions(&self) -> &Resolutions {
         &self.resolutions
-    }
-
-    /// How many calls the index holds.
-    pub fn len(&self) -> usize {
-        self.records.len()
-    }
-
-    /// Whether the index holds no call.
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
     }
 
     /// Makes the calls whose entries include one of `seqs` rerun, whatever their status (see
     /// [`ReplayOptions::invalidate`]).
-    pub fn invalidate(&mut self, seqs: impl IntoIterator<Item = Seq>) {
+    pub(crate) fn invalidate(&mut self, seqs: impl IntoIterator<Item = Seq>) {
         self.invalidated.extend(seqs);
     }
 
     /// Records a resolution appended during this execution; returns whether it applied.
-    pub fn resolve(&mut self, target: Seq, attempt: Seq, value: Value) -> bool {
+    pub(crate) fn resolve(&mut self, target: Seq, attempt: Seq, value: Value) -> bool {
         self.resolutions.apply(target, attempt, value) == super::fold::ResolutionClass::Applied
     }
 
     /// Matches one live call at `scope` with content `key`, consuming the record it binds.
-    pub fn lookup(&mut self, scope: &ScopePath, key: ContentKey) -> Match<Pointer> {
+    pub(crate) fn lookup(&mut self, scope: &ScopePath, key: ContentKey) -> Match<Pointer> {
         let scope_id = self.scope_id(scope);
         let cursor = self.scopes[scope_id as usize].cursor;
         let records = &self.records;
@@ -321,7 +307,7 @@ impl Replay {
     /// as a call. The latest holds unless it was invalidated at resume or a segment after it
     /// settled `error` or `cancelled` (a resume then retries what failed, and a new decision
     /// is journaled if it fails again).
-    pub fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Pointer>) {
+    pub(crate) fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Pointer>) {
         let Some(&scope_id) = self.scope_ids.get(scope) else { return (0, None) };
         let Some(state) = self.keys.get(&(scope_id, short(&key))) else { return (0, None) };
         let mut index = state.passed;
@@ -334,9 +320,16 @@ impl Replay {
             count += 1;
             index = record.next_key;
         }
+        // Reproducing the run as it last settled, the last settlement does not count: a
+        // fail-fast decision it followed is how the run ended, and a strict replay raises it
+        // again instead of running the fan-out, whose siblings got as far as timing let them.
+        let last = if self.reproduce { self.settlements.last().map(|&(seq, _)| seq) } else { None };
         let holds = latest.filter(|seq| {
             !self.invalidated.contains(seq)
-                && !self.settlements.iter().any(|&(settled, failed)| failed && settled > *seq)
+                && !self
+                    .settlements
+                    .iter()
+                    .any(|&(settled, failed)| failed && settled > *seq && Some(settled) != last)
         });
         (count, holds.map(Pointer::Entry))
     }
@@ -344,7 +337,7 @@ impl Replay {
     /// Accounts for every record in `scope` and below without matching them: the body of a
     /// call that replayed whole (a step, a child workflow) never runs, so its records are
     /// served by the call's own result, not orphaned.
-    pub fn cover(&mut self, scope: &ScopePath) {
+    pub(crate) fn cover(&mut self, scope: &ScopePath) {
         if !scope.is_root() && !self.covered.contains(scope.as_str()) {
             self.covered.insert(Box::from(scope.as_str()));
         }
@@ -353,7 +346,7 @@ impl Replay {
     /// Accounts for the tool approvals of the agent call keyed `call_key` in `scope` (its
     /// approval waits and the journaled moments they were asked), which an agent that
     /// replays whole never reaches again.
-    pub fn cover_approvals(&mut self, scope: &ScopePath, call_key: ContentKey) {
+    pub(crate) fn cover_approvals(&mut self, scope: &ScopePath, call_key: ContentKey) {
         if self.approvals.is_empty() {
             return;
         }
@@ -378,43 +371,43 @@ impl Replay {
         }
     }
 
-    /// Whether a record in `scope` lies in a covered scope.
-    fn is_covered(&self, scope: &ScopePath) -> bool {
-        if self.covered.is_empty() {
-            return false;
-        }
-        let text = scope.as_str();
-        text.match_indices('/')
-            .map(|(at, _)| &text[..at])
-            .chain(std::iter::once(text))
-            .any(|prefix| self.covered.contains(prefix))
-    }
-
     /// Whether each scope lies in a covered scope, by scope id.
     fn covered_scopes(&self) -> Vec<bool> {
-        self.scopes.iter().map(|scope| self.is_covered(&scope.path)).collect()
+        self.scopes.iter().map(|scope| within(&self.covered, &scope.path)).collect()
     }
 
-    fn is_orphan(record: &Record, covered: &[bool]) -> bool {
-        !record.consumed() && !record.superseded() && !covered[record.scope as usize]
+    /// Whether each scope lies in the body of a step an accepted re-key replaced, by scope id.
+    fn superseded_bodies(&self) -> Vec<bool> {
+        self.scopes.iter().map(|scope| within(&self.superseded_scopes, &scope.path)).collect()
+    }
+
+    /// Whether a record is history: a call an accepted re-key replaced, or one journaled
+    /// inside the body of a step it replaced (`bodies` from [`Replay::superseded_bodies`]).
+    fn is_superseded(record: &Record, bodies: &[bool]) -> bool {
+        record.superseded() || bodies[record.scope as usize]
+    }
+
+    fn is_orphan(record: &Record, covered: &[bool], bodies: &[bool]) -> bool {
+        !record.consumed() && !Replay::is_superseded(record, bodies) && !covered[record.scope as usize]
     }
 
     /// Marks the call whose first entry is `first` as replaced by an accepted re-key (a
-    /// decision this execution journals): history, not an orphan.
-    pub fn supersede(&mut self, first: Seq) {
+    /// decision this execution journals): history, not an orphan. A replaced step takes its
+    /// old body with it.
+    pub(crate) fn supersede(&mut self, first: Seq) {
         if let Some(index) = self.record_by_first(first) {
-            self.records[index as usize].flags |= SUPERSEDED;
+            self.supersede_record(index);
         }
     }
 
     /// Takes back the count of a miss that was never dispatched (a refused re-key).
-    pub fn uncount_miss(&mut self) {
+    pub(crate) fn uncount_miss(&mut self) {
         self.preview.misses = self.preview.misses.saturating_sub(1);
     }
 
     /// Counts the last rerun as served from the journal instead (a reproduction of the
     /// settled run serves a journaled failure as it was).
-    pub fn count_rerun_as_replayed(&mut self) {
+    pub(crate) fn count_rerun_as_replayed(&mut self) {
         if self.preview.reruns > 0 {
             self.preview.reruns -= 1;
             self.preview.hits += 1;
@@ -423,17 +416,18 @@ impl Replay {
 
     /// The preview so far, with `orphaned` counting every record not yet consumed (nor
     /// covered by a call that replayed whole).
-    pub fn preview(&self) -> Preview {
-        let covered = self.covered_scopes();
-        let orphaned = self.records.iter().filter(|r| Replay::is_orphan(r, &covered)).count() as u64;
-        let superseded = self.records.iter().filter(|r| r.superseded() && !r.consumed()).count() as u64;
+    pub(crate) fn preview(&self) -> Preview {
+        let (covered, bodies) = (self.covered_scopes(), self.superseded_bodies());
+        let orphaned = self.records.iter().filter(|r| Replay::is_orphan(r, &covered, &bodies)).count() as u64;
+        let superseded =
+            self.records.iter().filter(|r| Replay::is_superseded(r, &bodies) && !r.consumed()).count() as u64;
         Preview { orphaned, superseded, ..self.preview }
     }
 
     /// The journaled calls of `scope` at or after its cursor that no live call has consumed
     /// and that `wanted` accepts, in journal order: what a live call that just missed most
     /// likely replaced, when its identity changed.
-    pub fn unconsumed_at_cursor(
+    pub(crate) fn unconsumed_at_cursor(
         &mut self,
         scope: &ScopePath,
         wanted: impl Fn(&Candidate) -> bool,
@@ -464,15 +458,16 @@ impl Replay {
     /// `parallel` or `workflow` call inserted or removed before it moved them), in journal
     /// order, as their first dispatch entry and their terminal: where a caller looks for the
     /// call a live one is (it compares model, agent type and identity on the entries).
-    pub fn moved(&self, scope: &ScopePath, ident: u32) -> Vec<(Seq, Seq)> {
+    pub(crate) fn moved(&self, scope: &ScopePath, ident: u32) -> Vec<(Seq, Seq)> {
         let segments = scope.segments();
         let mut shapes: HashMap<u32, bool> = HashMap::default();
+        let bodies = self.superseded_bodies();
         let mut out = Vec::new();
         for record in &self.records {
             if record.kind != super::Kind::Agent
                 || record.ident != ident
                 || record.consumed()
-                || record.superseded()
+                || Replay::is_superseded(record, &bodies)
                 || record.terminal_status() != Some(Status::Ok)
             {
                 continue;
@@ -489,10 +484,27 @@ impl Replay {
     }
 
     /// The first entries of the records no live call consumed, in journal order (at most `limit`).
-    pub fn orphans(&self, limit: usize) -> Vec<Seq> {
-        let covered = self.covered_scopes();
-        self.records.iter().filter(|r| Replay::is_orphan(r, &covered)).take(limit).map(|r| r.first).collect()
+    pub(crate) fn orphans(&self, limit: usize) -> Vec<Seq> {
+        let (covered, bodies) = (self.covered_scopes(), self.superseded_bodies());
+        self.records
+            .iter()
+            .filter(|r| Replay::is_orphan(r, &covered, &bodies))
+            .take(limit)
+            .map(|r| r.first)
+            .collect()
     }
+}
+
+/// Whether `scope` is one of `scopes` or lies beneath one.
+fn within(scopes: &HashSet<Box<str>>, scope: &ScopePath) -> bool {
+    if scopes.is_empty() {
+        return false;
+    }
+    let text = scope.as_str();
+    text.match_indices('/')
+        .map(|(at, _)| &text[..at])
+        .chain(std::iter::once(text))
+        .any(|prefix| scopes.contains(prefix))
 }
 
 impl Candidate {

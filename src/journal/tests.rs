@@ -4,6 +4,7 @@
 use proptest::prelude::*;
 use serde_json::json;
 
+use super::fold::last_settlement;
 use super::*;
 use crate::error::{Error as CairnError, ErrorClass, ErrorCode};
 use crate::money::Money;
@@ -324,7 +325,8 @@ fn hanging_and_failed_calls_rerun_then_replay_by_latest_attempt() {
     assert_eq!(replay.preview(), Preview { hits: 3, ..Preview::default() });
 
     // An explicit invalidate forces the memoized failure to rerun.
-    let mut replay = Indexed::new(b.entries, &ReplayOptions { invalidate: vec![memo] });
+    let mut replay =
+        Indexed::new(b.entries, &ReplayOptions { invalidate: vec![memo], ..ReplayOptions::default() });
     replay.lookup(&ScopePath::root(), key(1));
     replay.lookup(&ScopePath::root(), key(2));
     assert!(matches!(replay.lookup(&ScopePath::root(), key(3)).outcome, Outcome::Rerun { .. }));

@@ -131,7 +131,8 @@ pub(crate) fn parse(value: &Value) -> Option<Decision> {
 /// Each orchestration of a journal, folded from its decision entries and its children's
 /// terminal entries: `{scope, children: [{handle, profile, status, cost_usd}], decisions:
 /// [{seq, n, call, decision, ...}]}`, in journal order. What `cairn inspect` shows.
-pub fn journal_report(entries: &[Entry]) -> Vec<Value> {
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
+pub(crate) fn journal_report(entries: &[Entry]) -> Vec<Value> {
     let mut scopes: Vec<String> = Vec::new();
     let mut decided: Vec<(String, u64, Decision)> = Vec::new();
     for entry in entries.iter().filter(|e| e.kind == Kind::Decision) {

@@ -10,10 +10,10 @@
 //!
 //! With `?tokens=1`, the stream also carries `token` events (no id, never journaled): each
 //! text delta of an agent call, `{run_id, scope, label, model, call, text}`, relayed from the
-//! worker of this process that drives the run (`engine::live`), or, for a run a separate
-//! `cairn worker` process drives, through the store (`engine::live_store`: the stream keeps a
-//! `RUN/live/wanted` blob fresh, the worker writes chunks of deltas that the stream reads every
-//! 250 ms). Lossy: a client that falls behind skips deltas, and a chunk past its bound or
+//! worker of this process that drives the run (`engine::live`), or, for a run another process
+//! drives (a `cairn worker`, another `cairn serve`), through the store (`engine::live_store`:
+//! the stream keeps its process's wish `RUN/live/wanted/PROCESS` fresh, the driving process
+//! writes chunks of deltas that the stream reads every 250 ms). Lossy: a client that falls behind skips deltas, and a chunk past its bound or
 //! deleted before it was read is lost; the journaled answer is whole either way.
 
 use std::convert::Infallible;
@@ -32,7 +32,7 @@ use crate::store::{RunChanges, RunId, RunStatus};
 
 /// The query of `GET /v1/runs/{id}/events`.
 #[derive(Debug, serde::Deserialize)]
-pub struct EventsQuery {
+pub(super) struct EventsQuery {
     /// `1` (or `true`) adds the `token` events.
     pub tokens: Option<String>,
 }
@@ -40,7 +40,7 @@ pub struct EventsQuery {
 type Tokens = tokio::sync::broadcast::Receiver<crate::engine::LiveToken>;
 
 /// `GET /v1/runs/{id}/events`.
-pub async fn events(
+pub(super) async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,

@@ -22,7 +22,7 @@ const STATUSES: [RunStatus; 7] = [
 ];
 
 /// `GET /metrics`.
-pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let text = blocking(&state, |engine| {
         let store = engine.journal_store();
         // The store's own counters when it keeps them (one short read, however many runs it

@@ -15,8 +15,14 @@ use crate::store::{
 struct PagesOnly(MemoryStore);
 
 impl JournalStore for PagesOnly {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> store::Result<()> {
-        self.0.append(run, entries, lease)
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: store::Tally,
+    ) -> store::Result<()> {
+        self.0.append_tallied(run, entries, lease, tally)
     }
     fn load(&self, _run: &RunId) -> store::Result<Vec<RawEntry>> {
         Err(store::Error::Config("a whole journal was loaded".into()))
@@ -56,23 +62,7 @@ async fn the_run_routes_read_the_journal_page_by_page() {
         })
         .collect();
     inner.append(&run, &raw, None).unwrap();
-    let meta = RunMeta {
-        run_id: run.clone(),
-        status: RunStatus::Ok,
-        name: None,
-        tags: Vec::new(),
-        created_at_ms: 1,
-        updated_at_ms: 1,
-        hash_version: 1,
-        budget_ceiling: None,
-        dialect: None,
-        source_ref: None,
-        source_hash: None,
-        args_hash: None,
-        segments: 1,
-        extra: serde_json::Map::new(),
-    };
-    inner.put_meta(&meta, None).unwrap();
+    inner.put_meta(&crate::store::conformance::fixtures::meta("paged", RunStatus::Ok, 1), None).unwrap();
     let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryStore::new());
     let engine = crate::Engine::builder(Arc::new(PagesOnly(inner)), transcripts).build().unwrap();
     let app = super::router(engine, super::ServiceOptions::default());

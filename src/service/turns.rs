@@ -1,8 +1,12 @@
 //! `GET /v1/runs/{id}/calls/{seq}/turns`: an agent call's turns, for the inspector. The
 //! conversation comes from the call's checkpoint (written at every turn boundary of a call that
-//! took more than one turn: tool calls, schema repairs), the final answer from its journaled
-//! entry. Bounded: the last [`MAX_MESSAGES`] messages, each part's text cut at [`MAX_TEXT`]
-//! characters (marked `truncated`), provider-private blocks left out.
+//! took more than one turn: tool calls, schema repairs), or, for a call that took one turn,
+//! its prompt from the run's call records (`engine/call_records.rs`); the final answer from
+//! its journaled entry. `turn_log` holds each turn's record (model, status, usage, cost, start
+//! and end), from the call records or, while the call runs, its checkpoint; each assistant
+//! message carries the number of the turn that said it. Bounded: the last [`MAX_MESSAGES`]
+//! messages, each part's text cut at [`MAX_TEXT`] characters (marked `truncated`),
+//! provider-private blocks left out.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -15,13 +19,13 @@ use crate::error::Error;
 use crate::journal::{self, Kind, Status};
 
 /// The most messages one answer holds (the latest ones).
-pub const MAX_MESSAGES: usize = 200;
+pub(super) const MAX_MESSAGES: usize = 200;
 /// The most characters of one part's text.
-pub const MAX_TEXT: usize = 4000;
+pub(super) const MAX_TEXT: usize = 4000;
 
 /// `GET /v1/runs/{id}/calls/{seq}/turns`: `seq` is the agent call's `running` entry or its
 /// terminal entry.
-pub async fn turns(
+pub(super) async fn turns(
     State(state): State<AppState>,
     Path((id, seq)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
@@ -39,37 +43,69 @@ pub async fn turns(
                 format!("run {run} has no agent call at seq {seq}"),
             )
         };
-        let raw = engine.journal_store().load_page(&run, seq.saturating_sub(1), 1)?;
-        let entry = match raw.first() {
-            Some(first) if first.seq() == seq => journal::decode_all(&raw)
-                .map_err(|e| ApiError::from(Error::from(e)))?
-                .pop()
-                .ok_or_else(no_call)?,
-            _ => return Err(no_call()),
-        };
+        let entry = entry_at(engine, &run, seq)?.ok_or_else(no_call)?;
         if entry.kind != Kind::Agent {
             return Err(no_call());
         }
-        // A settled call names its checkpoint; a call in flight writes it under its own seq.
-        let reference = match (&entry.transcript_ref, entry.status) {
-            (Some(reference), _) => Some(reference.clone()),
-            (None, Status::Running) => Some(format!("{run}/ckpt/{seq}")),
-            (None, _) => None,
+        // The attempt's `running` entry names its record; a terminal entry points at it.
+        let running = match (entry.status, entry.target) {
+            (Status::Running, _) => Some(entry.clone()),
+            (_, Some(target)) => entry_at(engine, &run, target.0)?,
+            (_, None) => None,
         };
-        let checkpoint = match &reference {
-            Some(reference) if reference.starts_with(&format!("{run}/")) => engine
-                .inner()
-                .transcripts
-                .get(reference)?
-                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok()),
+        let transcripts = engine.inner().transcripts.clone();
+        let record =
+            running.as_ref().and_then(|r| crate::engine::call_record(transcripts.as_ref(), &run, r.seq.0));
+        let prompt = record.as_ref().and_then(|r| r.get("prompt")).filter(|p| !p.is_null());
+        // The conversation: the checkpoint the entry names, else the one its call writes
+        // beside its first attempt (a call in flight, or a rerun that continued from it).
+        let reference = match (&entry.transcript_ref, &running) {
+            (Some(reference), _) => Some(reference.clone()),
+            (None, Some(running)) if prompt.is_none() => {
+                Some(format!("{run}/ckpt/{}", running.target.unwrap_or(running.seq).0))
+            }
             _ => None,
         };
+        let stored = match &reference {
+            Some(reference) if reference.starts_with(&format!("{run}/")) => transcripts.get(reference)?,
+            _ => None,
+        };
+        let checkpoint = stored.as_deref().and_then(|bytes| serde_json::from_slice::<Value>(bytes).ok());
         let mut messages: Vec<Value> = checkpoint
             .as_ref()
             .and_then(|c| c.get("messages"))
             .and_then(Value::as_array)
             .map(|all| all.iter().map(message).collect())
             .unwrap_or_default();
+        if let Some(prompt) = prompt {
+            let text = prompt.get("text").and_then(Value::as_str).unwrap_or_default();
+            let mut part = text_part("text", text);
+            let whole = prompt.get("chars").and_then(Value::as_u64).unwrap_or(0);
+            if whole > text.chars().count() as u64 {
+                part["truncated"] = Value::Bool(true);
+            }
+            messages.push(json!({ "role": "user", "parts": [part] }));
+        }
+        // Each turn's record: the call's, else (in flight, crashed, or written before they
+        // were kept) what its checkpoint holds.
+        let turn_log = record
+            .as_ref()
+            .and_then(|r| r.get("turns"))
+            .or_else(|| checkpoint.as_ref().and_then(|c| c.get("turn_log")))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(with_cost_usd)
+            .collect::<Vec<_>>();
+        // The k-th assistant message is the k-th turn's output.
+        let mut turn = 0u64;
+        for message in &mut messages {
+            if message["role"] == "assistant" {
+                turn += 1;
+                message["turn"] = json!(turn);
+            }
+        }
         if entry.status != Status::Running
             && let Some(answer) = entry.value()
         {
@@ -77,7 +113,13 @@ pub async fn turns(
                 Value::String(text) => text,
                 other => other.to_string(),
             };
-            messages.push(json!({ "role": "assistant", "parts": [text_part("answer", &text)] }));
+            let mut answered = json!({ "role": "assistant", "parts": [text_part("answer", &text)] });
+            // The answer is the last turn's output unless a tool ended the call (no turn after).
+            let last = turn_log.iter().filter_map(|t| t.get("turn").and_then(Value::as_u64)).max();
+            if let Some(last) = last.filter(|&last| last > turn) {
+                answered["turn"] = json!(last);
+            }
+            messages.push(answered);
         }
         let omitted = messages.len().saturating_sub(MAX_MESSAGES);
         let messages = messages.split_off(omitted);
@@ -86,15 +128,33 @@ pub async fn turns(
             "seq": seq,
             "status": entry.status,
             "checkpointed": checkpoint.is_some(),
+            "recorded": record.is_some(),
             "turns": checkpoint.as_ref().and_then(|c| c.get("turns")).cloned(),
             "tool_calls": checkpoint.as_ref().and_then(|c| c.get("tool_calls")).cloned(),
             "usage": entry.usage,
             "cost_nano_usd": entry.cost.map(crate::money::Money::nano_usd),
+            "turn_log": turn_log,
+            "cost_usd": entry.cost.map(crate::money::Money::as_usd),
             "omitted": omitted,
             "messages": messages,
         })))
     })
     .await
+}
+
+/// The journal entry at `seq`, if there is one.
+fn entry_at(
+    engine: &crate::engine::Engine,
+    run: &crate::store::RunId,
+    seq: u64,
+) -> Result<Option<journal::Entry>, ApiError> {
+    let raw = engine.journal_store().load_page(run, seq.saturating_sub(1), 1)?;
+    match raw.first() {
+        Some(first) if first.seq() == seq => {
+            Ok(journal::decode_all(&raw).map_err(|e| ApiError::from(Error::from(e)))?.pop())
+        }
+        _ => Ok(None),
+    }
 }
 
 /// A checkpointed message as `{role, parts}`, each part `{type, ...}` with its text bounded.
@@ -137,6 +197,15 @@ fn text_part(kind: &str, text: &str) -> Value {
         out["truncated"] = Value::Bool(true);
     }
     out
+}
+
+/// A stored turn record as the API shows it: its `cost_nano_usd` with `cost_usd` beside it, as
+/// every amount the API shows.
+fn with_cost_usd(mut turn: Value) -> Value {
+    if let Some(nanos) = turn.get("cost_nano_usd").and_then(Value::as_i64) {
+        turn["cost_usd"] = json!(crate::money::Money::from_nano_usd(nanos).as_usd());
+    }
+    turn
 }
 
 #[cfg(test)]

@@ -105,8 +105,14 @@ struct KillingStore {
 }
 
 impl JournalStore for KillingStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> cairn::store::Result<()> {
-        self.inner.append(run, entries, lease)?;
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: cairn::Tally,
+    ) -> cairn::store::Result<()> {
+        self.inner.append_tallied(run, entries, lease, tally)?;
         for entry in entries {
             if !self.needles.is_empty() && self.needles.iter().all(|n| entry.json().contains(n)) {
                 let count = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
@@ -230,7 +236,7 @@ fn tool_engine(db: &Path, dir: &Path) -> Engine {
         Arc::new(Boom { marker: dir.join("boom.marker"), parameters: json!({"type": "object"}) });
     Engine::builder(store.clone(), store)
         .provider(Arc::new(ToolModel { log: dir.join("calls.log") }))
-        .default_model(cairn::model::ModelRef::parse("tm:m").unwrap())
+        .default_model(cairn::ModelRef::parse("tm:m").unwrap())
         .toolset(cairn::Toolset::new("boom", vec![tool]))
         .workflow(tool_workflow())
         .build()
@@ -244,7 +250,7 @@ fn engine(db: &Path, log: &Path, point: Option<&str>) -> Engine {
     let provider = Arc::new(LoggingProvider { log: log.to_owned() });
     Engine::builder(journal, store)
         .provider(provider)
-        .default_model(cairn::model::ModelRef::parse("log:m").unwrap())
+        .default_model(cairn::ModelRef::parse("log:m").unwrap())
         .workflow(workflow())
         .build()
         .unwrap()
@@ -314,6 +320,44 @@ fn killed_mid_agent_resumes_from_the_last_completed_turn() {
     assert_eq!(calls, ["model turn 1", "model turn 2"], "{calls:?}");
     // Its usage reached the ledger even though the killed attempt never journaled it.
     assert_eq!(outcome["usage"]["input_tokens"], 20);
+    // The inspector's record of the call holds both turns: the killed attempt's, carried in
+    // its checkpoint, and the resumed one's.
+    let store = SqliteStore::open(&dir.path().join("cairn.db"), SqliteOptions::new()).unwrap();
+    let run = RunId::parse("crash-run").unwrap();
+    let running: Vec<u64> = store
+        .load(&run)
+        .unwrap()
+        .iter()
+        .map(|raw| serde_json::from_str::<Value>(raw.json()).unwrap())
+        .filter(|e| e["kind"] == "agent" && e["status"] == "running")
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(running.len(), 2, "{running:?}");
+    let records: Vec<Value> = cairn::TranscriptStore::list(&store, &run)
+        .unwrap()
+        .iter()
+        .filter(|r| r.starts_with("crash-run/calls/"))
+        .flat_map(|r| {
+            let batch: Value =
+                serde_json::from_slice(&cairn::TranscriptStore::get(&store, r).unwrap().unwrap()).unwrap();
+            batch["calls"].as_array().unwrap().clone()
+        })
+        .collect();
+    let record = records.iter().find(|c| c["seq"] == running[1]).unwrap_or_else(|| panic!("{records:?}"));
+    let turns: Vec<(u64, u64, u64)> = record["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["turn"].as_u64().unwrap(),
+                t["call_seq"].as_u64().unwrap(),
+                t["usage"]["input_tokens"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(turns, [(1, running[0], 10), (2, running[1], 10)], "{record}");
+    assert!(record.get("prompt").is_none(), "the conversation is in the checkpoint: {record}");
 }
 
 fn uninterrupted_value() -> Value {

@@ -139,6 +139,21 @@ impl Browser {
         std::fs::write(dir.join(name), png).unwrap();
     }
 
+    /// [`Browser::screenshot`] of a picture the docs show as `docs/img/{name}`: kept as an
+    /// artifact under that name, and written over the docs' copy with
+    /// `CAIRN_UPDATE_SCREENSHOTS=1`.
+    async fn docs_screenshot(&self, name: &str) {
+        self.screenshot(name).await;
+        if std::env::var("CAIRN_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+            std::fs::copy(
+                root.join("target/inspector-screenshots").join(name),
+                root.join("docs/img").join(name),
+            )
+            .unwrap();
+        }
+    }
+
     async fn url_has_no_token(&self, server: &Server) {
         let url = self.client.current_url().await.unwrap();
         if let Some(token) = &server.token {
@@ -166,7 +181,7 @@ async fn the_list_shows_a_finished_and_a_suspended_run_and_resolving_from_the_pa
     browser.open(&server, "").await;
     browser.wait_for(&format!("tr.run[data-run=\"{done}\"][data-status=\"ok\"]")).await;
     browser.wait_for(&format!("tr.run[data-run=\"{waiting}\"][data-status=\"suspended\"]")).await;
-    browser.screenshot("list.png").await;
+    browser.docs_screenshot("inspector.png").await;
     browser.url_has_no_token(&server).await;
     // Filtered by status, from the server: only the suspended run is left.
     browser.client.goto(&format!("{}/#/?status=suspended", server.base)).await.unwrap();
@@ -245,15 +260,97 @@ async fn a_500_branch_fan_out_loads_collapsed_and_expands_on_demand() {
     browser.wait_for(".node-branch .item-agent").await;
 }
 
+/// A person follows a 500-branch run live: the page is open while the fan-out runs, its
+/// branches join the (expanded) fan-out as they are journaled, one expands to its call; the
+/// run's approval is resolved from the page, and the cost reads at every level of the tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_500_branch_run_is_followed_live_resolved_and_its_costs_read_in_the_page() {
+    let Some(browser) = browser().await else { return };
+    // The model holds its answers until the page follows the fan-out.
+    let gate = Arc::new(AtomicBool::new(false));
+    let server = slow_server_with(1, Duration::from_millis(1), gate.clone(), &[]).await;
+    let source = "let fs = [];\nfor i in 0..500 { let j = i; fs.push(|| agent(`b${j}`)); }\n\
+                  let n = parallel(fs).len();\nlet ok = await_external(\"approve\");\n`${n} branches, approved: ${ok}`";
+    let run = submitted(&server, source).await;
+    server.wait_for(&run, "running").await;
+    browser.open(&server, &format!("#/runs/{run}")).await;
+    browser.wait_for("#run-status[data-status=\"running\"]").await;
+    browser.wait_for(".node-parallel > .row").await.click().await.unwrap();
+    browser.wait_for(".node-parallel[data-expanded=\"true\"] .node-branch").await;
+    let before = browser.count(".node-branch").await;
+    assert!(before < 500, "the fan-out was done before the page followed it");
+    gate.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let shown = browser.count(".node-branch").await;
+        if shown == 500 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{shown} of 500 branches shown: {}",
+            server.get(&format!("/v1/runs/{run}")).await.1
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A bounded number of calls stream on the page at once, and none once the run waits.
+    assert!(browser.count("#live .stream").await <= 24, "the page keeps every call's stream");
+    // The run waits for its approval: resolved from the page, it finishes.
+    let value = browser.wait_for("form.wait[data-key=\"approve\"] textarea").await;
+    browser.wait_for("#run-status[data-status=\"suspended\"]").await;
+    value.send_keys("\"yes\"").await.unwrap();
+    browser
+        .client
+        .find(Locator::Css("form.wait[data-key=\"approve\"] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    match browser
+        .client
+        .wait()
+        .at_most(Duration::from_secs(90))
+        .for_element(Locator::Css("#run-status[data-status=\"ok\"]"))
+        .await
+    {
+        Ok(_) => {}
+        Err(e) => panic!(
+            "the page never showed the run settled ({e}): {}",
+            server.get(&format!("/v1/runs/{run}")).await.1
+        ),
+    }
+    let (_, shown) = server.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(shown["status"], "ok", "{shown}");
+    // The cost tree: the fan-out's total, each branch's, each call's.
+    let fan_out = browser.wait_for(".node-parallel > .row .summary").await.text().await.unwrap();
+    assert!(fan_out.contains("500 scopes") && fan_out.contains('$'), "{fan_out}");
+    browser.wait_for(".node-branch > .row").await.click().await.unwrap();
+    let branch =
+        browser.wait_for(".node-branch[data-expanded=\"true\"] > .row .summary").await.text().await.unwrap();
+    assert!(branch.contains('$'), "{branch}");
+    let call = browser.wait_for(".node-branch .item-agent > .row").await.text().await.unwrap();
+    assert!(call.contains("m:tiny") && call.contains('$'), "{call}");
+    browser.wait_for("#costs svg.chart").await;
+    browser.wait_for("#live[hidden]").await;
+    browser.client.execute("window.scrollTo(0, 0);", vec![]).await.unwrap();
+    browser.docs_screenshot("inspector-run.png").await;
+}
+
 /// A model that streams `pieces` deltas (`tok0 `, `tok1 `, ...) `gap` apart, for every request,
 /// the first once `gate` is open.
 fn slow_model(pieces: usize, gap: Duration, gate: Arc<AtomicBool>) -> String {
+    held_model(pieces, gap, gate, Arc::new(AtomicBool::new(false)))
+}
+
+/// [`slow_model`] that also ends an answer early, after the delta during which `stop` is set.
+fn held_model(pieces: usize, gap: Duration, gate: Arc<AtomicBool>, stop: Arc<AtomicBool>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let gate = gate.clone();
+            let (gate, stop) = (gate.clone(), stop.clone());
             std::thread::spawn(move || {
                 if super::scripted_server::read_request(&stream).is_none() {
                     return;
@@ -271,15 +368,17 @@ fn slow_model(pieces: usize, gap: Duration, gate: Arc<AtomicBool>) -> String {
                 while !gate.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                for i in 0..pieces {
+                let mut sent = 0;
+                while sent < pieces && !stop.load(Ordering::SeqCst) {
                     std::thread::sleep(gap);
-                    if !send(&chunk(json!({"content": format!("tok{i} ")}), Value::Null)) {
+                    if !send(&chunk(json!({"content": format!("tok{sent} ")}), Value::Null)) {
                         return;
                     }
+                    sent += 1;
                 }
                 send(&chunk(json!({}), json!("stop")));
                 send(
-                    &json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": pieces}}),
+                    &json!({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": sent}}),
                 );
                 let _ = stream.write_all(b"data: [DONE]\n\n");
                 let _ = stream.flush();
@@ -294,7 +393,11 @@ async fn slow_server(pieces: usize, gap: Duration) -> Server {
 }
 
 async fn slow_server_with(pieces: usize, gap: Duration, gate: Arc<AtomicBool>, extra: &[&str]) -> Server {
-    let url = slow_model(pieces, gap, gate);
+    model_server(slow_model(pieces, gap, gate), extra).await
+}
+
+/// `cairn serve` (SQLite, [`TOKEN`]) whose default model is the fake at `url`, priced.
+async fn model_server(url: String, extra: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "[providers.m]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nprices = {{ tiny = [1.0, 2.0] }}\n\n[routing]\ndefault = \"m:tiny\"\n"
@@ -440,6 +543,34 @@ async fn an_agent_calls_turns_are_shown_as_text() {
     assert_eq!(kinds, ["text", "tool_call", "tool_result", "answer"], "{turns}");
     assert!(parts[1].1.contains("notes.txt") && parts[2].1.contains("the secret is 42"), "{turns}");
     assert_eq!(parts[3].1, "the answer is 42");
+    // Each turn's record: its model, tokens and cost (at `prices = [1.0, 2.0]` per million
+    // tokens), and its time; together they are the call's cost. The assistant messages say
+    // which turn spoke.
+    let log = turns["turn_log"].as_array().unwrap_or_else(|| panic!("{turns}"));
+    let shown: Vec<(u64, &str, u64, u64, u64)> = log
+        .iter()
+        .map(|t| {
+            (
+                t["turn"].as_u64().unwrap(),
+                t["served_by"].as_str().unwrap(),
+                t["usage"]["input_tokens"].as_u64().unwrap(),
+                t["usage"]["output_tokens"].as_u64().unwrap(),
+                t["cost_nano_usd"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shown, [(1, "m:tiny", 10, 5, 20_000), (2, "m:tiny", 20, 3, 26_000)], "{turns}");
+    assert_eq!(turns["cost_nano_usd"], 46_000, "{turns}");
+    assert!(log.iter().all(|t| t["ended_ms"].as_i64() >= t["started_ms"].as_i64() && t["status"] == "ok"));
+    assert_eq!(turns["recorded"], true, "{turns}");
+    let spoke: Vec<Value> = turns["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["turn"].clone())
+        .collect();
+    assert_eq!(spoke, [json!(1), json!(2)], "{turns}");
     // The running entry names the same call; anything else is no agent call.
     let running = answer["ref"].as_u64().unwrap();
     assert_eq!(server.get(&format!("/v1/runs/{run}/calls/{running}/turns")).await.0, 200);
@@ -459,7 +590,118 @@ async fn an_agent_calls_turns_are_shown_as_text() {
         "user, assistant (the tool call), user (its result) and the answer"
     );
     assert_eq!(browser.count("#main img").await, 0, "a tool result became an element");
+    let rows = browser.client.find_all(Locator::Css(".turns table.turn-log tbody tr")).await.unwrap();
+    assert_eq!(rows.len(), 2, "one row per turn");
+    let first = rows[0].text().await.unwrap();
+    assert!(
+        first.contains("m:tiny") && first.contains("10 in / 5 out") && first.contains("$0.000020"),
+        "{first}"
+    );
+    browser
+        .client
+        .execute("document.querySelector('.turns table.turn-log').scrollIntoView();", vec![])
+        .await
+        .unwrap();
     browser.screenshot("turns.png").await;
+}
+
+/// A client following a run's events gets a `tool` event after each of a tool call's journal
+/// entries: its start, then its end with its status, before the agent's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_streams_tool_events_beside_the_journal() {
+    use super::scripted_server::{ScriptedServer, project, text, tool_call};
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "read_file", "{\"path\": \"notes.txt\"}", 10, 5),
+        text("the answer is 42", 20, 3),
+    ]);
+    let dir = project(&model.url, "[toolsets.files]\nkind = \"fs-read\"\nroot = \".\"\n", "");
+    std::fs::write(dir.path().join("notes.txt"), "the secret is 42").unwrap();
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let server = start_on(dir, store, Some(TOKEN), &[]).await;
+    let run = submitted(&server, "agent(\"go\", #{tools: [\"files\"]})").await;
+    let events = events_of(&server, &run, "").await;
+    let tools: Vec<(usize, &Value)> =
+        events.iter().enumerate().filter(|(_, e)| e.0 == "tool").map(|(i, e)| (i, &e.1)).collect();
+    let phases: Vec<(&str, &str, &str)> = tools
+        .iter()
+        .map(|(_, t)| {
+            (t["phase"].as_str().unwrap(), t["tool"].as_str().unwrap(), t["status"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(phases, [("start", "read_file", "running"), ("end", "read_file", "ok")], "{events:?}");
+    for (at, tool) in &tools {
+        // Each follows its own entry.
+        let (kind, entry) = &events[at - 1];
+        assert_eq!(
+            (kind.as_str(), &entry["kind"], &entry["seq"]),
+            ("entry", &json!("tool"), &tool["seq"]),
+            "{events:?}"
+        );
+        assert!(
+            tool["call_id"].is_string() && tool["scope"].as_str().is_some_and(|s| s.starts_with("at:agent-")),
+            "{tool}"
+        );
+    }
+    let answer = events
+        .iter()
+        .position(|e| e.0 == "entry" && e.1["status"] == "ok" && e.1["kind"] == "agent")
+        .unwrap();
+    assert!(tools.iter().all(|(at, _)| *at < answer), "{events:?}");
+    assert_eq!(events.last().unwrap().0, "outcome");
+}
+
+/// A call that took one turn (no checkpoint) shows its prompt and its answer as that turn,
+/// with the turn's model, tokens, cost and time; a long prompt is cut and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_turn_call_shows_its_prompt_and_answer_as_a_turn() {
+    let server = slow_server(2, Duration::from_millis(1)).await;
+    let prompt = format!("<b>count</b> {}", "p".repeat(4100));
+    let run = submitted(&server, &format!("agent(\"{prompt}\")")).await;
+    server.wait_for(&run, "ok").await;
+    let (_, page) = server.get(&format!("/v1/runs/{run}/journal")).await;
+    let answer = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "agent" && e["status"] == "ok")
+        .unwrap_or_else(|| panic!("{page}"))
+        .clone();
+    let seq = answer["seq"].as_u64().unwrap();
+    let (code, turns) = server.get(&format!("/v1/runs/{run}/calls/{seq}/turns")).await;
+    assert_eq!(code, 200, "{turns}");
+    assert_eq!(
+        (turns["checkpointed"].clone(), turns["recorded"].clone()),
+        (json!(false), json!(true)),
+        "{turns}"
+    );
+    let messages = turns["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{turns}");
+    assert_eq!(messages[0]["role"], "user");
+    let asked = &messages[0]["parts"][0];
+    assert_eq!(asked["truncated"], true, "{turns}");
+    assert_eq!(asked["text"].as_str().unwrap().chars().count(), 4000);
+    assert!(asked["text"].as_str().unwrap().starts_with("<b>count</b> ppp"), "{turns}");
+    assert_eq!((messages[1]["role"].as_str(), messages[1]["turn"].as_u64()), (Some("assistant"), Some(1)));
+    assert_eq!(messages[1]["parts"][0]["text"], "tok0 tok1 ");
+    let log = turns["turn_log"].as_array().unwrap();
+    assert_eq!(log.len(), 1, "{turns}");
+    // The turn is the call: its usage and cost are the entry's.
+    assert_eq!(log[0]["usage"], answer["usage"], "{turns}");
+    assert_eq!(log[0]["cost_nano_usd"], answer["cost_nano_usd"], "{turns}");
+    assert_eq!(log[0]["cost_nano_usd"], 3 * 1000 + 2 * 2000, "{turns}");
+    assert_eq!(log[0]["call_seq"], answer["ref"], "{turns}");
+
+    let Some(browser) = browser().await else { return };
+    browser.open(&server, &format!("#/runs/{run}")).await;
+    browser.wait_for("#run-status[data-status=\"ok\"]").await;
+    browser.wait_for(".item-agent > .row").await.click().await.unwrap();
+    browser.wait_for(".item-agent button.load-turns").await.click().await.unwrap();
+    let asked = browser.wait_for(".turns .turn-user pre.part-text").await.text().await.unwrap();
+    assert!(asked.starts_with("<b>count</b> ppp"), "{asked}");
+    assert_eq!(browser.count(".turns .turn").await, 2, "the prompt and the answer");
+    assert_eq!(browser.count("#main .turns b").await, 0, "the prompt became an element");
+    let row = browser.wait_for(".turns table.turn-log tbody tr").await.text().await.unwrap();
+    assert!(row.contains("3 in / 2 out") && row.contains("$0.000007"), "{row}");
 }
 
 /// A run a separate `cairn worker` process drives streams its tokens to a `cairn serve` on the
@@ -513,6 +755,117 @@ async fn a_run_driven_by_a_separate_worker_streams_its_tokens_through_the_store(
     );
     // The worker deletes its chunks a little after the call, and the stream its wish.
     let store = cairn::store::open(&server.store).unwrap();
+    let id = cairn::RunId::parse(&run).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<String> =
+            store.transcripts.list(&id).unwrap().into_iter().filter(|r| r.contains("/live/")).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the relay left {left:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The events of `GET {base}/v1/runs/{run}/events?tokens=1`, followed in a task until the
+/// stream ends; what arrived so far is readable meanwhile.
+type Followed = Arc<std::sync::Mutex<Vec<(String, Value)>>>;
+
+fn follow_tokens(base: &str, token: Option<&str>, run: &str) -> (Followed, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt as _;
+    let seen: Followed = Arc::default();
+    let url = format!("{base}/v1/runs/{run}/events?tokens=1");
+    let token = token.map(str::to_owned);
+    let into = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut request = reqwest::Client::new().get(url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = response.bytes_stream();
+        let mut buffer = String::new();
+        while let Some(chunk) = body.next().await {
+            buffer.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let events = super::support::serve::parse_events(&block);
+                into.lock().unwrap().extend(events.into_iter().map(|(event, _, data)| (event, data)));
+            }
+        }
+    });
+    (seen, task)
+}
+
+fn tokens_in(events: &[(String, Value)]) -> Vec<String> {
+    events.iter().filter(|e| e.0 == "token").filter_map(|e| e.1["text"].as_str().map(str::to_owned)).collect()
+}
+
+/// A run one `cairn serve` drives streams its tokens to a second `cairn serve` on the same
+/// SQLite file (through the store), while the first streams them to its own listener (in
+/// process, each delta once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_store_streams_the_tokens_of_a_run_the_first_drives() {
+    // The answer streams until both listeners have seen some of it: no race with the relay.
+    let stop = Arc::new(AtomicBool::new(false));
+    let url = held_model(2000, Duration::from_millis(50), Arc::new(AtomicBool::new(true)), stop.clone());
+    let first = model_server(url, &[]).await;
+    let port = super::support::serve::free_port();
+    let second_base = format!("http://127.0.0.1:{port}");
+    let _second = super::support::serve::Killed(
+        super::support::serve::serve_command_on(
+            first.dir.path(),
+            &first.store,
+            &format!("127.0.0.1:{port}"),
+            None,
+            &["--workers", "0"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap(),
+    );
+    super::support::serve::wait_healthy(&second_base, Duration::from_secs(20)).await;
+    let run = submitted(&first, "agent(\"count\")").await;
+    first.wait_for(&run, "running").await;
+    let (here, here_done) = follow_tokens(&first.base, Some(TOKEN), &run);
+    let (there, there_done) = follow_tokens(&second_base, None, &run);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokens_in(&here.lock().unwrap()).len() < 3 || tokens_in(&there.lock().unwrap()).len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "tokens did not reach both servers: here {:?}, there {:?}",
+            here.lock().unwrap(),
+            there.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(60), here_done).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(60), there_done).await.unwrap().unwrap();
+    for (name, events) in [("the driving server", &here), ("the other server", &there)] {
+        let events = events.lock().unwrap().clone();
+        assert_eq!(
+            events.last().map(|e| (e.0.as_str(), e.1["status"].clone())),
+            Some(("outcome", json!("ok"))),
+            "{name}: {events:?}"
+        );
+        let first_token = events.iter().position(|e| e.0 == "token").unwrap();
+        let answer = events
+            .iter()
+            .position(|e| e.0 == "entry" && e.1["status"] == "ok" && e.1["kind"] == "agent")
+            .unwrap();
+        assert!(first_token < answer, "{name}: the deltas come before the journaled answer: {events:?}");
+        // In order, and none twice (the driver's listener skips the chunks its own process wrote).
+        let numbers: Vec<u64> =
+            tokens_in(&events).iter().map(|t| t.trim().trim_start_matches("tok").parse().unwrap()).collect();
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{name}: {numbers:?}");
+        assert!(events.iter().filter(|e| e.0 == "token").all(|e| e.1["run_id"] == run.as_str()));
+    }
+    // Each stream withdrew its process's wish, and the driver deleted its chunks.
+    let store = cairn::store::open(&first.store).unwrap();
     let id = cairn::RunId::parse(&run).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -589,4 +942,31 @@ async fn the_run_list_and_the_journal_are_paged_and_the_page_is_guarded() {
     let script = reqwest::get(format!("{}/inspector.js", server.base)).await.unwrap();
     assert!(script.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
     assert_eq!(reqwest::get(format!("{}/v1/runs", server.base)).await.unwrap().status(), 401);
+}
+
+/// A priced run's money reaches the page in dollars: the run list's cost column, the run's
+/// `spent` and its cost charts read the cost report's `cost_nano_usd` (#29).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priced_runs_cost_shows_in_dollars_on_the_list_and_its_page() {
+    let Some(browser) = browser().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\nprice = [1.0, 2.0]\n")
+        .unwrap();
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let server = start_on(dir, store, Some(TOKEN), &[]).await;
+    // 3 input tokens at $1/M and 5 output tokens at $2/M.
+    let run = submitted(&server, "agent(\"hello there\")").await;
+    let shown = server.wait_for(&run, "ok").await;
+    assert_eq!(shown["cost"]["total"]["cost_nano_usd"], 13_000, "{shown}");
+
+    browser.open(&server, "").await;
+    let row = browser.wait_for(&format!("tr.run[data-run=\"{run}\"][data-status=\"ok\"]")).await;
+    assert!(row.text().await.unwrap().contains("$0.000013"), "the list's cost column");
+    browser.client.goto(&format!("{}/#/runs/{run}", server.base)).await.unwrap();
+    browser.wait_for("#run-status[data-status=\"ok\"]").await;
+    let chart = browser.wait_for("#costs svg.chart").await;
+    let facts = browser.wait_for("#run-facts").await.text().await.unwrap();
+    assert!(facts.contains("spent $0.000013"), "{facts}");
+    let chart = chart.text().await.unwrap();
+    assert!(chart.contains("$0.000013"), "{chart}");
 }

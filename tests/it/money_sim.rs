@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn::journal::{Entry, Kind, Status};
-use cairn::model::{Price, PriceTable};
 use cairn::testing::sim::{Attempt, Bill, Directive, FaultMix, SimConfig, Simulator};
 use cairn::{
     AgentOptions, Engine, JournalStore, LeasableStore, MemoryStore, Money, OnError, ParallelOptions,
     ResumeOptions, RunId, RunOptions, RunStatus, Workflow, branch,
 };
+use cairn::{Price, PriceTable};
 use proptest::prelude::*;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -241,8 +241,8 @@ impl Harness {
             .retry_limits(Duration::from_millis(5), Duration::from_millis(20));
         if self.scenario.failover {
             builder = builder.fallbacks(
-                cairn::model::ModelRef::parse(MODELS[0].0).unwrap(),
-                vec![cairn::model::ModelRef::parse(MODELS[1].0).unwrap()],
+                cairn::ModelRef::parse(MODELS[0].0).unwrap(),
+                vec![cairn::ModelRef::parse(MODELS[1].0).unwrap()],
             );
         }
         builder.build().unwrap()

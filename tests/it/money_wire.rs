@@ -59,7 +59,7 @@ fn run(dir: &std::path::Path, args: &[&str]) -> Value {
 }
 
 fn spent(outcome: &Value) -> f64 {
-    usd(&outcome["cost"]["total"]["cost"])
+    usd(&outcome["cost"]["total"]["cost_nano_usd"])
 }
 
 /// #23.1: four attempts each stream 400 tokens ($0.40 at $1000/M) and drop, under a $0.50
@@ -276,8 +276,8 @@ fn failover_cost_lands_on_the_model_that_served_each_attempt() {
     assert_eq!(outcome["status"], "ok", "{outcome}");
     assert_eq!(wire.requests().len(), 5);
     let by_model = &outcome["cost"]["by_model"];
-    let primary = usd(&by_model["a:big"]["cost"]);
-    let fallback = usd(&by_model["o:small"]["cost"]);
+    let primary = usd(&by_model["a:big"]["cost_nano_usd"]);
+    let fallback = usd(&by_model["o:small"]["cost_nano_usd"]);
     assert!((primary - 0.4).abs() < 0.001, "the primary's attempts: {primary}: {by_model}");
     assert!((fallback - 0.001).abs() < 0.0001, "the fallback's: {fallback}: {by_model}");
     assert!((primary + fallback - spent(&outcome)).abs() < 1e-9, "{outcome}");

@@ -553,3 +553,23 @@ fn sqlite_checkpoints_in_the_writers_pause() {
     assert!(after >= before + 60 * 2_000, "the database file stayed at {after} bytes (was {before})");
     assert_eq!(store.load(&r).unwrap().len(), 60);
 }
+
+/// Another instance over the same directory (as another process sees it) reads who holds a
+/// run's lock while it is held, and nobody once it is released or never taken; reading takes
+/// nothing (`cairn runs` tells a stalled run from a driven one by it).
+#[cfg(target_os = "linux")]
+#[test]
+fn jsonl_holder_is_read_without_taking_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    let reader = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    let run = run("held");
+    assert_eq!(reader.holder(&run).unwrap(), None, "never leased");
+    let lease = driver.acquire(&run, "pid 1 on elsewhere", Duration::from_secs(30)).unwrap();
+    assert_eq!(reader.holder(&run).unwrap(), Some(lease.clone()));
+    assert_eq!(reader.lease_holder(&run).unwrap(), Some(Some(lease.clone())));
+    driver.renew(&lease, Duration::from_secs(30)).unwrap();
+    assert!(reader.acquire(&run, "other", Duration::from_secs(30)).is_err());
+    driver.release(&lease).unwrap();
+    assert_eq!(reader.holder(&run).unwrap(), None, "released");
+}

@@ -12,6 +12,7 @@ use super::life::CallLife;
 use super::record::approvals_segment;
 use crate::agent::{self, BudgetHooks};
 use crate::engine::budget::ReservationId;
+use crate::engine::call_records::{StoredCheckpoint, TurnRecord};
 use crate::engine::ctx::Ctx;
 use crate::engine::events::EventKind;
 use crate::engine::options::ExternalOptions;
@@ -40,6 +41,24 @@ pub(super) struct AccountHooks<'a> {
     /// The span of the turn in flight or last answered (0 before the first): the parent of
     /// the tool calls that turn requested.
     pub(super) turn_span: AtomicU64,
+    /// The records of the call's turns (the checkpoint's it continues from first), kept in
+    /// its checkpoints and, once it settles, in the run's call records.
+    pub(super) turns: Mutex<TurnLog>,
+}
+
+/// A call's turn records, and when the turn in flight started.
+#[derive(Debug, Default)]
+pub(super) struct TurnLog {
+    pub(super) records: Vec<TurnRecord>,
+    started_ms: i64,
+    /// The `running` entry of this attempt of the call.
+    pub(super) call_seq: u64,
+}
+
+impl TurnLog {
+    pub(super) fn new(records: Vec<TurnRecord>, call_seq: u64) -> TurnLog {
+        TurnLog { records, started_ms: 0, call_seq }
+    }
 }
 
 impl BudgetHooks for AccountHooks<'_> {
@@ -73,6 +92,7 @@ impl BudgetHooks for AccountHooks<'_> {
 
     fn turn_started(&self, turn: u32, request: &crate::provider::ChatRequest) {
         let run = &self.ctx.run;
+        self.turns().started_ms = run.engine.clock.now_ms();
         let span = run.new_span();
         self.turn_span.store(span, Ordering::Relaxed);
         run.emit((span, Some(self.span)), false, || EventKind::TurnStart {
@@ -85,6 +105,21 @@ impl BudgetHooks for AccountHooks<'_> {
 
     fn turn_ended(&self, turn: u32, report: &agent::TurnReport<'_>) {
         let run = &self.ctx.run;
+        {
+            let mut log = self.turns();
+            let record = TurnRecord {
+                turn,
+                status: if report.ok { "ok" } else { "error" }.into(),
+                served_by: report.served_by.to_owned(),
+                usage: report.usage,
+                cost: report.cost,
+                started_ms: log.started_ms,
+                ended_ms: run.engine.clock.now_ms(),
+                finish_reason: report.finish_reason.map(str::to_owned),
+                call_seq: log.call_seq,
+            };
+            log.records.push(record);
+        }
         let span = self.turn_span.load(Ordering::Relaxed);
         run.emit((span, Some(self.span)), false, || EventKind::TurnEnd {
             turn,
@@ -106,8 +141,13 @@ impl BudgetHooks for AccountHooks<'_> {
         if !self.life().wrote_checkpoint() && self.ctx.run.flush().is_err() {
             return;
         }
-        // A checkpoint that fails to persist costs at most a repeated turn on rerun.
-        if let Ok(bytes) = serde_json::to_vec(state)
+        // A checkpoint that fails to persist costs at most a repeated turn on rerun. Its turns'
+        // records go beside the conversation (no key reads them).
+        let bytes = {
+            let log = self.turns();
+            serde_json::to_vec(&StoredCheckpoint { state, turn_log: &log.records })
+        };
+        if let Ok(bytes) = bytes
             && self.ctx.run.engine.transcripts.put(&self.checkpoint_ref, &bytes).is_ok()
         {
             self.life().checkpointed(state.usage);
@@ -176,6 +216,11 @@ impl AccountHooks<'_> {
     /// The call's life, locked for one transition.
     pub(super) fn life(&self) -> std::sync::MutexGuard<'_, CallLife> {
         self.life.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The call's turn records, locked.
+    pub(super) fn turns(&self) -> std::sync::MutexGuard<'_, TurnLog> {
+        self.turns.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The context of the call's own scope, where its approval waits and tool calls are

@@ -9,6 +9,7 @@ use super::prepare::Resolved;
 use super::resolve::declared_fallbacks;
 use crate::agent;
 use crate::engine::budget::Reservation;
+use crate::engine::call_records::{TurnRecord, checkpoint_turns};
 use crate::engine::ctx::Ctx;
 use crate::engine::events::EventKind;
 use crate::engine::options::AgentOptions;
@@ -36,6 +37,10 @@ pub(super) struct Opened {
     pub(super) running: Arc<Entry>,
     pub(super) checkpoint_ref: String,
     pub(super) resume_from: Option<agent::Checkpoint>,
+    /// The records of the turns that checkpoint holds.
+    pub(super) resumed_turns: Vec<TurnRecord>,
+    /// Whether the call has a checkpoint from an earlier attempt.
+    pub(super) resumed: bool,
     /// Turns a crashed attempt completed that no terminal entry covers.
     pub(super) unjournaled: Option<Usage>,
 }
@@ -53,6 +58,8 @@ pub(super) struct Ran {
     pub(super) outcome: agent::AgentRun,
     pub(super) settlement: Settlement,
     pub(super) checkpoint_ref: String,
+    /// The records of its turns.
+    pub(super) turns: Vec<TurnRecord>,
 }
 
 impl Ctx {
@@ -108,14 +115,15 @@ impl Ctx {
         let engine = &self.run.engine;
         // The checkpoint of the call's first attempt: a rerun continues from its last turn.
         let checkpoint_ref = format!("{}/ckpt/{}", self.run.run_id, supersedes.unwrap_or(running.seq).0);
-        let resume_from = match supersedes {
-            Some(_) => engine
-                .transcripts
-                .get(&checkpoint_ref)
-                .ok()
-                .flatten()
-                .and_then(|bytes| serde_json::from_slice::<agent::Checkpoint>(&bytes).ok()),
+        let stored = match supersedes {
+            Some(_) => engine.transcripts.get(&checkpoint_ref).ok().flatten(),
             None => None,
+        };
+        let resume_from =
+            stored.as_deref().and_then(|bytes| serde_json::from_slice::<agent::Checkpoint>(bytes).ok());
+        let resumed_turns = match (&resume_from, stored.as_deref()) {
+            (Some(_), Some(bytes)) => checkpoint_turns(bytes),
+            _ => Vec::new(),
         };
         // Turns a crashed attempt completed were never journaled with a terminal entry: this
         // attempt carries their usage so the ledger stays whole.
@@ -125,7 +133,8 @@ impl Ctx {
             previous_terminal,
             resume_from.as_ref(),
         );
-        Ok(Opened { running, checkpoint_ref, resume_from, unjournaled })
+        let resumed = resume_from.is_some();
+        Ok(Opened { running, checkpoint_ref, resume_from, resumed_turns, resumed, unjournaled })
     }
 
     /// Runs the call's loop under its deadline and the run's cancellation, then frees its
@@ -183,6 +192,10 @@ impl Ctx {
             life: std::sync::Mutex::new(CallLife::admitted(resumed_usage)),
             span,
             turn_span: std::sync::atomic::AtomicU64::new(0),
+            turns: std::sync::Mutex::new(super::hooks::TurnLog::new(
+                std::mem::take(&mut opened.resumed_turns),
+                opened.running.seq.0,
+            )),
         };
         let events_run = self.run.clone();
         let delta_span = self.span_pair(span);
@@ -200,7 +213,8 @@ impl Ctx {
         drop(provider_permit);
         drop(permits);
         let settlement = hooks.life().settle();
-        Ran { outcome, settlement, checkpoint_ref: hooks.checkpoint_ref }
+        let turns = std::mem::take(&mut hooks.turns().records);
+        Ran { outcome, settlement, checkpoint_ref: hooks.checkpoint_ref, turns }
     }
 
     /// Settles a reservation the call never used (it stopped before its loop).

@@ -119,7 +119,7 @@ impl Ctx {
         let model_name = call.model_name.clone();
         let input = LoopInput { request, price, slots };
         let ran = self.run_loop(call, &opts, input, &reservation, &mut opened, span).await;
-        self.settle_call(&opts, (&model_name, price), reservation, opened, ran, span).await
+        self.settle_call(&opts, (&model_name, price, prompt), reservation, opened, ran, span).await
     }
 
     /// Before a live call: on a journal miss, whether it re-keys a journaled call (the

@@ -8,6 +8,7 @@ use super::live::{Opened, Ran};
 use super::record::{agent_end_event, full_result};
 use crate::agent::AgentEnd;
 use crate::engine::budget::Reservation;
+use crate::engine::call_records::{CallRecord, PromptRecord};
 use crate::engine::ctx::Ctx;
 use crate::engine::options::AgentOptions;
 use crate::error::Error;
@@ -17,17 +18,18 @@ use crate::money::Money;
 use crate::usage::{AttemptEnd, AttemptRecord};
 
 impl Ctx {
-    /// Settles the call: terminal entry, reservation, events, result.
+    /// Settles the call: terminal entry, reservation, events, result; `prompt` is recorded
+    /// for the inspector when the call kept no conversation in a checkpoint.
     pub(super) async fn settle_call(
         &self,
         opts: &AgentOptions,
-        (model_name, price): (&str, Option<Price>),
+        (model_name, price, prompt): (&str, Option<Price>, &str),
         reservation: Reservation,
         opened: Opened,
         ran: Ran,
         span: u64,
     ) -> Result<Value, Error> {
-        let Ran { mut outcome, settlement, checkpoint_ref } = ran;
+        let Ran { mut outcome, settlement, checkpoint_ref, turns } = ran;
         if let Some(extra) = opened.unjournaled {
             outcome.usage += extra;
             outcome.cost = outcome.cost.zip(price).map(|(cost, p)| cost + p.cost(&extra));
@@ -74,6 +76,13 @@ impl Ctx {
         let carried = self.run.budget.take_carried(&checkpoint_ref);
         self.run.budget.settle(reservation, cost.sub_or_zero(carried));
         let terminal = written?;
+        // What the inspector shows of its turns (not journaled; batched per run).
+        let conversation_kept = settlement.wrote_checkpoint || opened.resumed;
+        self.run.call_records.record(CallRecord {
+            seq: opened.running.seq.0,
+            prompt: (!conversation_kept).then(|| PromptRecord::of(prompt)),
+            turns,
+        });
         if let Some(covered) = settlement.covered
             && !self.run.dry_run
         {

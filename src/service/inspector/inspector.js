@@ -6,6 +6,7 @@
   const TOKEN_KEY = "cairn.token";
   const PAGE_RUNS = 50;
   const PAGE_ENTRIES = 2000;
+  const MAX_STREAMS = 24;
   const SETTLED = ["ok", "error", "cancelled", "exhausted"];
   const STATUSES = ["", "queued", "running", "suspended", "ok", "error", "cancelled", "exhausted"];
 
@@ -450,6 +451,38 @@
     }
   }
 
+  // A turn record's cost in nano-USD: the one place the page reads it.
+  function turnCostNano(record) {
+    return record.cost_nano_usd;
+  }
+
+  // Each turn of a call: its model, status, tokens, cost and time, as a table (text only).
+  function turnTable(records, callSeq) {
+    const body = el("tbody");
+    for (const r of records) {
+      const usage = r.usage || {};
+      const earlier = r.call_seq !== undefined && r.call_seq !== callSeq;
+      body.append(
+        el(
+          "tr",
+          { class: "turn-record turn-record-" + r.status, "data-turn": r.turn },
+          el("td", { text: "#" + r.turn + (earlier ? " (earlier attempt)" : "") }),
+          el("td", { text: r.served_by }),
+          el("td", {}, statusBadge(r.status)),
+          el("td", { class: "tokens", text: (usage.input_tokens || 0) + " in / " + (usage.output_tokens || 0) + " out" }),
+          el("td", { class: "cost", text: turnCostNano(r) === undefined ? "unpriced" : usd(turnCostNano(r)) }),
+          el("td", { class: "time", text: duration(r.ended_ms - r.started_ms) })
+        )
+      );
+    }
+    return el(
+      "table",
+      { class: "turn-log" },
+      el("thead", {}, el("tr", {}, ...["Turn", "Model", "Status", "Tokens", "Cost", "Time"].map((h) => el("th", { text: h })))),
+      body
+    );
+  }
+
   // An agent call's turns, read on demand from the server (bounded there), as text only.
   Tree.prototype.turnsBox = function (item) {
     const box = el("div", { class: "turns" });
@@ -457,13 +490,17 @@
     const show = (answer) => {
       clear(box);
       const head = [answer.messages.length + " messages"];
-      if (answer.turns !== null && answer.turns !== undefined) head.push(answer.turns + " turns");
+      const log = answer.turn_log || [];
+      const turns = log.length ? new Set(log.map((r) => r.turn)).size : answer.turns;
+      if (turns !== null && turns !== undefined) head.push(turns + " turns");
       if (answer.tool_calls) head.push(answer.tool_calls + " tool calls");
       if (answer.cost_nano_usd !== undefined && answer.cost_nano_usd !== null) head.push(usd(answer.cost_nano_usd));
       if (answer.omitted) head.push(answer.omitted + " earlier messages not shown");
       box.append(el("div", { class: "muted", text: head.join(" · ") }));
+      if (log.length) box.append(turnTable(log, item.start.seq));
       for (const message of answer.messages) {
-        const turn = el("div", { class: "turn turn-" + message.role }, el("span", { class: "kind", text: message.role }));
+        const role = message.role + (message.turn ? " · turn " + message.turn : "");
+        const turn = el("div", { class: "turn turn-" + message.role }, el("span", { class: "kind", text: role }));
         for (const part of message.parts) {
           let label = part.type;
           if (part.name) label += " " + part.name;
@@ -496,9 +533,10 @@
 
   // ---- cost chart (own SVG) ----
   function costChart(title, lines) {
-    const rows = Object.entries(lines || {}).map(([k, v]) => [k, v.cost || 0, v.usage || {}]);
+    const rows = Object.entries(lines || {}).map(([k, v]) => [k, v.cost_nano_usd || 0, v.usage || {}]);
     rows.sort((a, b) => b[1] - a[1]);
-    const width = 360;
+    // Room for the longest bar and its label after it ("$0.000046 · 38 tok").
+    const width = 370;
     const barH = 18;
     const height = Math.max(1, rows.length) * (barH + 6) + 22;
     const chart = svg("svg", { class: "chart", width, height, viewBox: "0 0 " + width + " " + height, role: "img", "aria-label": "cost by " + title });
@@ -506,7 +544,7 @@
     const max = Math.max(1, ...rows.map((r) => r[1]));
     rows.forEach(([name, cost, usage], i) => {
       const y = 20 + i * (barH + 6);
-      const w = Math.max(2, Math.round((cost / max) * 160));
+      const w = Math.max(2, Math.round((cost / max) * 90));
       chart.append(svg("text", { x: 0, y: y + 13, text: name.length > 22 ? name.slice(0, 21) + "…" : name }));
       chart.append(svg("rect", { x: 140, y, width: w, height: barH, rx: 2 }));
       const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
@@ -558,7 +596,7 @@
       setStatus(shown.status);
       const meta = shown.meta || {};
       facts.textContent =
-        (meta.name || "") + " · started " + when(meta.created_at_ms) + " · " + shown.entries + " entries · spent " + usd(shown.cost && shown.cost.total && shown.cost.total.cost);
+        (meta.name || "") + " · started " + when(meta.created_at_ms) + " · " + shown.entries + " entries · spent " + usd(shown.cost && shown.cost.total && shown.cost.total.cost_nano_usd);
       clear(charts);
       if (shown.cost) {
         charts.append(costChart("phase", shown.cost.by_phase), costChart("model", shown.cost.by_model), costChart("role", shown.cost.by_role));
@@ -621,22 +659,45 @@
     }
     more.addEventListener("click", () => loadEntries().catch((e) => showError(e.message)));
 
-    // Token streams: one box per agent call in flight.
+    // Token streams: one box per agent call in flight, the newest MAX_STREAMS of them; a
+    // call's box goes when its answer is journaled (the tree shows it), and every box when
+    // the run stops running. A call that began before the page followed it has no scope
+    // in its deltas.
     function streamBox(data) {
       const key = (data.scope || "") + "|" + (data.label || "") + "|" + (data.call || "");
       let box = state.streams.get(key);
       if (!box) {
         const pre = el("pre", { class: "tokens" });
-        const wrap = el("div", { class: "stream", "data-scope": data.scope || "", "data-call": data.call || "" }, el("div", { class: "muted", text: "agent " + (data.label || data.model || "") + " @ " + (data.scope || "(root)") }), pre);
-        box = { pre, wrap };
+        const known = data.scope || data.label || data.model;
+        const name = known ? "agent " + (data.label || data.model || "") + " @ " + (data.scope || "(root)") : "agent call (began before this page followed the run)";
+        const wrap = el("div", { class: "stream", "data-scope": data.scope || "", "data-call": data.call || "" }, el("div", { class: "muted", text: name }), pre);
+        box = { pre, wrap, scope: data.scope || "" };
         state.streams.set(key, box);
         streams.append(wrap);
         live.hidden = false;
+        for (const [old, oldBox] of state.streams) {
+          if (state.streams.size <= MAX_STREAMS) break;
+          oldBox.wrap.remove();
+          state.streams.delete(old);
+        }
       }
       return box;
     }
-    function endStream(_entry) {
-      // Finished calls keep their text on the page until the run settles.
+    function endStream(entry) {
+      if (entry.kind !== "agent" || entry.status === "running") return;
+      for (const [key, box] of state.streams) {
+        if (box.scope === (entry.scope || "")) {
+          box.wrap.remove();
+          state.streams.delete(key);
+          break;
+        }
+      }
+      live.hidden = !state.streams.size;
+    }
+    function endStreams() {
+      clear(streams);
+      state.streams.clear();
+      live.hidden = true;
     }
 
     // Follows the run over SSE from the last entry shown. A stream that ends before the run's
@@ -653,12 +714,14 @@
           if (event === "entry") addEntry(data);
           else if (event === "status") {
             setStatus(data.status);
+            if (data.status !== "running") endStreams();
             loadShow().catch((e) => showError(e.message));
           } else if (event === "token") {
             const box = streamBox(data);
             box.pre.textContent += data.text || "";
           } else if (event === "outcome") {
             ended = true;
+            endStreams();
             setStatus(data.status);
             state.stopStream = null;
             loadShow().catch((e) => showError(e.message));

@@ -40,6 +40,7 @@ use serde::Deserialize;
 
 mod blobs;
 mod counters;
+mod holder;
 mod pages;
 mod scan;
 
@@ -56,7 +57,7 @@ const MAX_OPEN_JOURNALS: usize = 64;
 /// How many runs' slots the store remembers before it forgets the idle ones.
 const MAX_SLOTS: usize = 1_024;
 
-/// A [`JournalStore`] and [`TranscriptStore`] over a directory of JSONL files.
+/// A [`JournalStore`] and [`TranscriptStore`](crate::TranscriptStore) over a directory of JSONL files.
 pub struct JsonlStore {
     dir: PathBuf,
     durability: Durability,
@@ -347,10 +348,6 @@ impl fmt::Debug for JsonlStore {
 }
 
 impl JournalStore for JsonlStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
-        self.append_tallied(run, entries, lease, super::Tally::default())
-    }
-
     fn append_tallied(
         &self,
         run: &RunId,
@@ -559,6 +556,25 @@ impl LeasableStore for JsonlStore {
 
     fn renew(&self, lease: &Lease, _ttl: std::time::Duration) -> Result<()> {
         self.check_held(&lease.run_id, lease)
+    }
+
+    /// The run's lock holder, read without taking the lock (see `holder.rs`): the lock file's
+    /// record while some process holds the lock. Where that cannot be told, a record that
+    /// names an owner is taken as held, the cautious answer.
+    fn holder(&self, run: &RunId) -> Result<Option<Lease>> {
+        if let Some(held) = lock(&self.locks).get(run) {
+            return Ok(Some(held.lease.clone()));
+        }
+        let mut file = match File::open(self.lock_path(run)) {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        let record: LockRecord = serde_json::from_str(&text).unwrap_or_default();
+        let held = holder::locked(&file).unwrap_or(!record.owner.is_empty());
+        Ok(held.then(|| Lease { run_id: run.clone(), owner: record.owner, epoch: record.epoch }))
     }
 
     fn release(&self, lease: &Lease) -> Result<()> {
