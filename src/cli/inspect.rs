@@ -1,6 +1,5 @@
 //! The commands that read: runs, inspect, lint.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -12,9 +11,7 @@ use super::setup::{
     Globals, dialect_of, exit_of, lint_context, load_config, open_store_read_only, parse_args, parse_run_id,
     print_diagnostics, read_script, setup_over,
 };
-use crate::engine::CostReport;
 use crate::error::Error;
-use crate::journal;
 use crate::script::Diagnostic;
 use crate::store::{self, RunFilter, RunStatus};
 #[derive(Debug, Args)]
@@ -143,27 +140,22 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(Exit::Error, e),
     };
-    let entries = match opened
-        .journal
-        .load(&run_id)
-        .map_err(Error::from)
-        .and_then(|raw| journal::decode_all(&raw).map_err(Error::from))
-    {
-        Ok(entries) => entries,
+    // The journal read page by page: what inspect shows of it, never the journal itself.
+    let store = opened.journal.as_ref();
+    let read = match super::inspect_read::inspect(store, &run_id) {
+        Ok(read) => read,
         Err(e) => return fail(Exit::Error, e),
     };
-    let cost = CostReport::fold(entries.iter());
-    let pending = journal::pending_waits(&entries);
-    let orchestrations = crate::orchestrator::journal_report(&entries);
-    let tools = super::tool_report::tool_report(&entries);
-    let failure = journal::last_settlement_error(&entries);
-    let segments = crate::engine::segment_ceilings(&entries, meta.segments, meta.budget_ceiling);
-    let actions = journal::actions(&entries);
+    let super::inspect_read::Inspected { digest, orchestrations, tools } = read;
+    let pending = digest.pending();
+    let failure = digest.error.clone();
+    let segments = digest.segments(meta.segments, meta.budget_ceiling);
+    let actions = digest.actions.clone();
+    let cost = &digest.cost;
     if args.json {
-        let mut out = json!({
-            "meta": meta.to_output_json(), "entries": entries, "pending": pending, "cost": cost,
-            "segments": segments,
-        });
+        // The entries are written as they are read again, between the other fields.
+        let mut out =
+            json!({ "meta": meta.to_output_json(), "pending": pending, "cost": cost, "segments": segments });
         if let Some(failure) = &failure {
             out["error"] = failure.clone();
         }
@@ -176,8 +168,12 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         if !actions.is_empty() {
             out["actions"] = json!(actions);
         }
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return Exit::Ok;
+        let Value::Object(fields) = out else { return Exit::Error };
+        let stdout = std::io::stdout();
+        return match super::inspect_read::write_json(&mut stdout.lock(), store, &run_id, fields) {
+            Ok(()) => Exit::Ok,
+            Err(e) => fail(Exit::Error, e),
+        };
     }
     println!("run       {}", meta.run_id);
     println!("workflow  {}", crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")));
@@ -194,12 +190,8 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     }
     println!("ceiling   {}", meta.budget_ceiling.map_or("none".into(), |c| c.to_string()));
     println!("spent     {} ({} tokens)", cost.total.cost, cost.total.usage.total_tokens());
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for entry in &entries {
-        *counts.entry(format!("{} {}", entry.kind.as_str(), entry.status.as_str())).or_default() += 1;
-    }
-    println!("journal   {} entries", entries.len());
-    for (what, n) in counts {
+    println!("journal   {} entries", digest.entries);
+    for (what, n) in &digest.counts {
         println!("  {n:>6}  {what}");
     }
     for (model, line) in &cost.by_model {
@@ -216,8 +208,12 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     }
     out!("");
     let mut calls = super::calls::CallTable::new(|line| out!("{line}"));
-    for entry in &entries {
-        calls.push(entry);
+    // The journal read a second time, page by page.
+    for entry in crate::journal::entries(store, &run_id, 0) {
+        match entry {
+            Ok(entry) => calls.push(&entry),
+            Err(e) => return fail(Exit::Error, e),
+        }
     }
     if calls.finish() == 0 {
         out!("(no calls)");

@@ -43,11 +43,13 @@ pub(super) struct Listed {
 pub(super) fn listed(journal: &dyn JournalStore, runs: Vec<RunMeta>) -> Vec<Listed> {
     runs.into_iter()
         .map(|meta| {
-            let spent = journal
-                .load(&meta.run_id)
-                .ok()
-                .and_then(|raw| journal::decode_all(&raw).ok())
-                .map(|entries| journal::Ledger::fold(entries.iter()).spent);
+            // The journal folded page by page: a long run's entries are never held whole.
+            let mut ledger = journal::Ledger::default();
+            let read = journal::entries(journal, &meta.run_id, 0).try_for_each(|entry| {
+                ledger.add(&entry?);
+                Ok::<(), crate::Error>(())
+            });
+            let spent = read.is_ok().then_some(ledger.spent);
             let driver = (meta.status == RunStatus::Running).then(|| driver_of(journal, &meta));
             Listed { meta, spent, driver }
         })

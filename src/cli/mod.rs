@@ -27,6 +27,7 @@ mod follow;
 mod help;
 mod init;
 mod inspect;
+mod inspect_read;
 mod interrupts;
 mod listing;
 mod logging;

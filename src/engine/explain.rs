@@ -19,7 +19,7 @@
 use super::run::RunState;
 use super::writer::Durability;
 use crate::error::{Error, ErrorCode};
-use crate::journal::{self, ContentKey, Entry, IdentitySummary, Kind, ScopePath, Seq, Status};
+use crate::journal::{self, Candidate, ContentKey, Entry, IdentitySummary, Kind, ScopePath, Seq, Status};
 
 /// A live agent call, as its identity summary and the fields kept beside it.
 pub(crate) struct LiveAgent<'a> {
@@ -45,26 +45,58 @@ pub(crate) fn check(
         accept(state, scope, live)?;
         return Ok(None);
     }
-    let candidates = state.unconsumed_at_cursor(scope);
+    let (label, ident) = live.recognition();
+    let candidates =
+        state.unconsumed_at_cursor(scope, |c| c.kind == Kind::Agent && c.resembles(label, ident));
     let line = {
         let mut claimed = rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((first, terminal)) = candidates.iter().find(|(first, _)| {
-            first.kind == Kind::Agent && !claimed.contains(&first.seq) && same_call(first, live)
-        }) else {
+        let mut found = None;
+        for candidate in candidates.iter().filter(|c| !claimed.contains(&c.first)) {
+            let first = state.stored.fetch(candidate.first)?;
+            if same_call(&first, live) {
+                found = Some((candidate, first));
+                break;
+            }
+        }
+        let Some((candidate, first)) = found else {
             // No call of this scope it replaces: the same call, paid at a scope this one
             // shifted from, would otherwise be paid again in silence.
-            let Some(line) = moved(state, scope, live, &mut claimed) else { return Ok(None) };
+            let Some(line) = moved(state, scope, live, &mut claimed)? else { return Ok(None) };
             drop(claimed);
             return refuse(state, line);
         };
-        let Some(terminal) = terminal.as_ref().filter(|t| t.status == Status::Ok) else {
+        let Some(terminal) = candidate.terminal.filter(|_| candidate.terminal_status == Some(Status::Ok))
+        else {
             // Not completed (failed, cancelled or cut off): it would run again anyway.
             return Ok(None);
         };
+        let terminal = state.stored.fetch(terminal)?;
         claimed.insert(first.seq);
-        describe(first, terminal, live)
+        describe(&first, &terminal, live)
     };
     refuse(state, line)
+}
+
+impl LiveAgent<'_> {
+    /// The hashes a journaled call that may be this one carries: its label's, and its caller
+    /// key's or prompt hash's (see [`journal::recognition`]).
+    fn recognition(&self) -> (u32, u32) {
+        let label = self.label.map_or(0, journal::recognition);
+        let ident = self.summary.call_id().map_or(0, journal::recognition);
+        (label, ident)
+    }
+}
+
+/// Whether a journaled call's hashes say it may be the live call hashed `label` and `ident`
+/// (its entries decide).
+trait Resembles {
+    fn resembles(&self, label: u32, ident: u32) -> bool;
+}
+
+impl Resembles for Candidate {
+    fn resembles(&self, label: u32, ident: u32) -> bool {
+        (label != 0 && self.label == label) || (ident != 0 && self.ident == ident)
+    }
 }
 
 /// Refuses a re-keyed call described by `line` (in a dry run, returns the line to report).
@@ -85,39 +117,56 @@ fn moved(
     scope: &ScopePath,
     live: &LiveAgent<'_>,
     claimed: &mut std::collections::HashSet<Seq>,
-) -> Option<String> {
-    let (first, terminal) = state.lock_replay().moved(scope, live.model, live.agent_type, live.summary)?;
-    if !claimed.insert(first.seq) {
-        return None;
+) -> Result<Option<String>, Error> {
+    let Some(ident) = live.summary.call_id().map(journal::recognition) else { return Ok(None) };
+    let candidates = state.lock_replay().moved(scope, ident);
+    let mut found = None;
+    for (first, terminal) in candidates {
+        let first = state.stored.fetch(first)?;
+        if first.model.as_deref() == Some(live.model)
+            && first.agent_type.as_deref() == live.agent_type
+            && first.identity.as_deref() == Some(live.summary)
+        {
+            found = Some((first, terminal));
+            break;
+        }
     }
+    let Some((first, terminal)) = found else { return Ok(None) };
+    if !claimed.insert(first.seq) {
+        return Ok(None);
+    }
+    let terminal = state.stored.fetch(terminal)?;
     let label = first.label.as_deref().map(|l| format!(" '{l}'")).unwrap_or_default();
     let cost = terminal.cost.map(|c| format!(", paid {c}")).unwrap_or_default();
     let prompt = live.summary.prompt_head.as_deref().map(|p| format!(" ({p:?})")).unwrap_or_default();
-    Some(format!(
+    Ok(Some(format!(
         "agent call{label}{prompt} (seq {}{cost}): unchanged, but its scope moved from '{}' to '{scope}' (an \
          unlabelled parallel or workflow call was inserted or removed before it); label the sites \
          (#{{label: \"...\"}} in Rhai, {{label = \"...\"}} in Lua) so they keep their scopes",
         first.seq.0, first.scope
-    ))
+    )))
 }
 
 /// An accepted re-key: the completed call the live one replaces (as [`check`] would have
 /// named it) is journaled as superseded, so neither this segment nor a later replay counts it
 /// as orphaned.
 fn accept(state: &RunState, scope: &ScopePath, live: &LiveAgent<'_>) -> Result<(), Error> {
-    let candidates = state.unconsumed_at_cursor(scope);
+    let (label, ident) = live.recognition();
+    let candidates = state.unconsumed_at_cursor(scope, |c| {
+        c.kind == Kind::Agent && c.terminal_status == Some(Status::Ok) && c.resembles(label, ident)
+    });
     let first = {
         let mut claimed = state.rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((first, _)) = candidates.iter().find(|(first, terminal)| {
-            first.kind == Kind::Agent
-                && !claimed.contains(&first.seq)
-                && same_call(first, live)
-                && terminal.as_ref().is_some_and(|t| t.status == Status::Ok)
-        }) else {
-            return Ok(());
-        };
-        claimed.insert(first.seq);
-        first.seq
+        let mut found = None;
+        for candidate in candidates.iter().filter(|c| !claimed.contains(&c.first)) {
+            if same_call(&*state.stored.fetch(candidate.first)?, live) {
+                found = Some(candidate.first);
+                break;
+            }
+        }
+        let Some(first) = found else { return Ok(()) };
+        claimed.insert(first);
+        first
     };
     supersede(state, scope, first)
 }
@@ -209,17 +258,24 @@ pub(crate) fn check_step(state: &RunState, scope: &ScopePath, label: &str) -> Re
     if state.dry_run {
         return Ok(());
     }
-    let candidates = state.unconsumed_at_cursor(scope);
+    let hash = journal::recognition(label);
+    let candidates = state.unconsumed_at_cursor(scope, |c| c.kind == Kind::Step && c.label == hash);
     let line = {
         let mut claimed = rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((first, terminal)) = candidates.iter().find(|(first, _)| {
-            first.kind == Kind::Step && !claimed.contains(&first.seq) && first.label.as_deref() == Some(label)
-        }) else {
+        let mut found = None;
+        for candidate in candidates.iter().filter(|c| !claimed.contains(&c.first)) {
+            let first = state.stored.fetch(candidate.first)?;
+            if first.label.as_deref() == Some(label) {
+                found = Some((candidate, first));
+                break;
+            }
+        }
+        let Some((candidate, first)) = found else { return Ok(()) };
+        let Some(terminal) = candidate.terminal.filter(|_| candidate.terminal_status == Some(Status::Ok))
+        else {
             return Ok(());
         };
-        let Some(terminal) = terminal.as_ref().filter(|t| t.status == Status::Ok) else {
-            return Ok(());
-        };
+        let terminal = state.stored.fetch(terminal)?;
         claimed.insert(first.seq);
         if rekeys.accept {
             let first = first.seq;

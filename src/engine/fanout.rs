@@ -262,7 +262,7 @@ impl Ctx {
         let total = branches.len();
         let fail_fast = if abort_on_error {
             let site_key = FailFast::key(site)?;
-            let (ordinal, recorded) = self.run.decision(&self.scope, site_key);
+            let (ordinal, recorded) = self.run.decision(&self.scope, site_key)?;
             if let Some(entry) = recorded
                 && let Some(error) = FailFast::replayed(&entry, opts.bodies.as_deref())
             {
@@ -427,7 +427,7 @@ impl Ctx {
         let pipeline = self.next_pipeline();
         let fail_fast = if throw {
             let key = FailFast::pipeline_key(pipeline)?;
-            let (ordinal, recorded) = self.run.decision(&self.scope, key);
+            let (ordinal, recorded) = self.run.decision(&self.scope, key)?;
             if let Some(entry) = recorded
                 && let Some(error) = FailFast::replayed(&entry, opts.bodies.as_deref())
             {

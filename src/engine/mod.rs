@@ -34,6 +34,8 @@ mod child_scripts;
 mod cost;
 mod ctx;
 mod dialect;
+#[cfg(any(feature = "cli", feature = "serve"))]
+mod digest;
 mod events;
 mod explain;
 mod external;
@@ -64,6 +66,8 @@ mod settle;
 mod started;
 mod step;
 mod step_ops;
+mod stored;
+mod summary;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -93,6 +97,8 @@ pub(crate) use child_scripts::valid_workflow_name;
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub use ctx::Ctx;
 pub use dialect::{Script, ScriptDialect};
+#[cfg(any(feature = "cli", feature = "serve"))]
+pub(crate) use digest::RunDigest;
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, Stage, branch, stage};
 pub use handle::RunHandle;

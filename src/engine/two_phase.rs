@@ -51,7 +51,7 @@ impl Ctx {
     ) -> Result<Begun, Error> {
         self.check_stopped()?;
         let span = self.run.new_span();
-        let matched = self.run.lookup(&self.scope, key);
+        let matched = self.run.lookup(&self.scope, key)?;
         let start = || EventKind::StepStart { kind: kind_name.into(), label: label.into() };
         let end = |status: &str| EventKind::StepEnd {
             kind: kind_name.into(),

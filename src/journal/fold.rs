@@ -33,26 +33,32 @@ pub(crate) struct Resolutions {
     closed: HashMap<Seq, (Seq, Value)>,
     /// Every attempt in journal order with its classification.
     pub attempts: Vec<(Seq, ResolutionClass)>,
+    /// The suspended entries folded so far (a resolution's target must be one of them).
+    suspended: HashSet<Seq>,
 }
 
 impl Resolutions {
     /// Folds every `resolution` entry of a journal (in journal order: first closing wins).
     pub(crate) fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Resolutions {
-        let mut suspended: HashSet<Seq> = HashSet::new();
         let mut out = Resolutions::default();
         for entry in entries {
-            if entry.kind == Kind::Resolution {
-                match entry.target {
-                    Some(target) if suspended.contains(&target) => {
-                        out.apply(target, entry.seq, entry.value().unwrap_or(Value::Null));
-                    }
-                    _ => out.attempts.push((entry.seq, ResolutionClass::Invalid)),
-                }
-            } else if entry.status == Status::Suspended && !entry.kind.is_ref_entry() {
-                suspended.insert(entry.seq);
-            }
+            out.add(entry);
         }
         out
+    }
+
+    /// Folds one more entry (the next in journal order).
+    pub(crate) fn add(&mut self, entry: &Entry) {
+        if entry.kind == Kind::Resolution {
+            match entry.target {
+                Some(target) if self.suspended.contains(&target) => {
+                    self.apply(target, entry.seq, entry.value().unwrap_or(Value::Null));
+                }
+                _ => self.attempts.push((entry.seq, ResolutionClass::Invalid)),
+            }
+        } else if entry.status == Status::Suspended && !entry.kind.is_ref_entry() {
+            self.suspended.insert(entry.seq);
+        }
     }
 
     /// The value that closed the suspension at `target`, if any.
@@ -91,16 +97,15 @@ pub(super) struct Abandons {
 }
 
 impl Abandons {
-    /// Folds every `abandon` entry of a journal.
-    pub(super) fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Abandons {
-        let mut out = Abandons::default();
-        for entry in entries.into_iter().filter(|e| e.kind == Kind::Abandon) {
-            out.roots.push(entry.scope.clone());
-            if let Some(target) = entry.target {
-                out.targets.push(target);
-            }
+    /// Folds one more entry.
+    pub(super) fn add(&mut self, entry: &Entry) {
+        if entry.kind != Kind::Abandon {
+            return;
         }
-        out
+        self.roots.push(entry.scope.clone());
+        if let Some(target) = entry.target {
+            self.targets.push(target);
+        }
     }
 
     /// Whether a call at `scope` (journaled at `seq`, if it was) is covered.
@@ -125,6 +130,7 @@ pub(crate) struct Ledger {
 
 impl Ledger {
     /// Folds the cost and usage of every entry.
+    #[cfg(test)]
     pub(crate) fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Ledger {
         let mut ledger = Ledger::default();
         for entry in entries {
@@ -267,11 +273,16 @@ pub(crate) fn last_settlement_outcome(entries: &[Entry]) -> Option<(RunStatus, O
 
 /// Whether the journal records a settlement with status `ok` anywhere: a finished run is
 /// history, so its unmemoized `limit` entries replay instead of re-paying.
-pub(super) fn settled_ok<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> bool {
-    entries.into_iter().filter(|e| e.kind == Kind::Decision).any(|e| {
-        e.value().is_some_and(|v| {
+#[cfg(test)]
+pub(crate) fn settled_ok<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> bool {
+    entries.into_iter().any(is_ok_settlement)
+}
+
+/// Whether the entry is a settlement with status `ok`.
+pub(crate) fn is_ok_settlement(entry: &Entry) -> bool {
+    entry.kind == Kind::Decision
+        && entry.value().is_some_and(|v| {
             v.get("type").and_then(Value::as_str) == Some(SETTLE_DECISION)
                 && v.get("status").and_then(Value::as_str) == Some("ok")
         })
-    })
 }

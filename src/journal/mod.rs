@@ -14,6 +14,7 @@ mod canon;
 mod disposition;
 mod entry;
 mod fold;
+mod index;
 mod replay;
 #[cfg(test)]
 mod tests;
@@ -32,17 +33,19 @@ pub(crate) use fold::{
     ACTION_DECISION, BUDGET_OVERRIDE_DECISION, Ledger, Resolutions, SETTLE_DECISION, action_value,
     pending_waits, rekey_value, settle_value,
 };
-#[cfg(feature = "serve")]
+#[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) use fold::{actions, last_settlement_error};
 // What the kernel's own tests reach through `super::*`.
 #[cfg(test)]
 use disposition::{Disposition, DispositionInput, Effective, disposition};
 #[cfg(test)]
 use fold::{ResolutionClass, settled_ok};
-pub(crate) use replay::{Match, Outcome, Replay, ReplayOptions};
-pub use replay::{Orphan, Preview};
+pub use index::Preview;
+pub(crate) use index::{Replay, ReplayOptions, recognition};
+pub use replay::Orphan;
+pub(crate) use replay::{Candidate, Match, Outcome, Pointer};
 
-use crate::store::RawEntry;
+use crate::store::{JournalPages, JournalStore, RawEntry, RunId};
 
 /// The identity and replay pipeline version new entries are written at.
 pub const HASH_VERSION: u32 = 1;
@@ -139,6 +142,14 @@ pub fn decode_owned(raw: Vec<RawEntry>) -> Result<Vec<Entry>, Error> {
     Ok(entries)
 }
 
+/// Decodes one stored entry (see [`decode_all`]).
+///
+/// # Errors
+/// As for [`decode_all`].
+pub fn decode(item: &RawEntry) -> Result<Entry, Error> {
+    decode_one(item)
+}
+
 fn decode_one(item: &RawEntry) -> Result<Entry, Error> {
     let entry: Entry = serde_json::from_str(item.json())
         .map_err(|e| Error::Decode { seq: item.seq(), detail: e.to_string() })?;
@@ -147,6 +158,44 @@ fn decode_one(item: &RawEntry) -> Result<Entry, Error> {
     }
     check_hash_version(&entry)?;
     Ok(entry)
+}
+
+/// A journal's entries after seq `after`, decoded one at a time as they are read page by page
+/// from the store: a reader holds one page, never the journal. Ends after the first failed
+/// read or undecodable entry, which it yields.
+pub fn entries<'s>(store: &'s dyn JournalStore, run: &RunId, after: u64) -> Entries<'s> {
+    let pages = JournalPages::new(store, run, after, crate::store::PAGE_ENTRIES);
+    Entries { pages, page: Vec::new().into_iter(), failed: false }
+}
+
+/// The iterator [`entries`] returns.
+#[derive(Debug)]
+pub struct Entries<'s> {
+    pages: JournalPages<'s>,
+    page: std::vec::IntoIter<RawEntry>,
+    /// An entry failed to decode: nothing more is read.
+    failed: bool,
+}
+
+impl Iterator for Entries<'_> {
+    type Item = Result<Entry, crate::error::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.failed {
+                return None;
+            }
+            if let Some(raw) = self.page.next() {
+                let decoded = decode_one(&raw).map_err(crate::error::Error::from);
+                self.failed = decoded.is_err();
+                return Some(decoded);
+            }
+            match self.pages.next()? {
+                Ok(page) => self.page = page.into_iter(),
+                Err(err) => return Some(Err(err.into())),
+            }
+        }
+    }
 }
 
 /// Refuses an entry keyed outside the supported hash-version window.

@@ -170,7 +170,7 @@ async fn run(parent: &Ctx, goal: &str, opts: OrchestrateOptions) -> Result<Orche
     // The orchestration's own scope: `at:orchestrate:K`, the K-th here.
     let scope = parent.labelled_site(Some("orchestrate"))?.unwrap_or_else(|| parent.clone());
     let orch = Orch::new(scope, goal, opts, profiles);
-    orch.restore();
+    orch.restore()?;
     // Restored children settle first (a completed one replays at once; one a crash left in
     // flight runs again), so the orchestrator continues from the roster as it stood.
     let outcome = match orch.wait_until(|state| state.roster.iter().all(|c| c.settled())).await {

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
-use crate::engine::{CostReport, Resolution};
+use crate::engine::{Resolution, RunDigest};
 use crate::error::Error;
 use crate::journal;
 use crate::money::Money;
@@ -305,10 +305,13 @@ pub(super) async fn list(
         for meta in page {
             let mut value = meta.to_output_json();
             if with_cost {
-                let entries = entries_of(engine, &meta.run_id)?;
-                let cost = journal::Ledger::fold(entries.iter()).spent;
-                value["cost_nano_usd"] = json!(cost.nano_usd());
-                value["cost_usd"] = json!(cost.as_usd());
+                // Read page by page: a long run's journal is never held whole.
+                let mut ledger = journal::Ledger::default();
+                for entry in journal::entries(engine.journal_store().as_ref(), &meta.run_id, 0) {
+                    ledger.add(&entry.map_err(ApiError::from)?);
+                }
+                value["cost_nano_usd"] = json!(ledger.spent.nano_usd());
+                value["cost_usd"] = json!(ledger.spent.as_usd());
             }
             runs.push(value);
         }
@@ -330,9 +333,9 @@ pub(super) async fn show(
     let run = parse_run_id(&id)?;
     blocking(&state, move |engine| {
         let meta = meta_of(engine, &run)?;
-        let entries = entries_of(engine, &run)?;
-        let cost = CostReport::fold(entries.iter());
-        let pending = journal::pending_waits(&entries);
+        // The journal read page by page into what this route shows of it.
+        let digest = RunDigest::read(engine.journal_store().as_ref(), &run, |_| {})?;
+        let pending = digest.pending();
         // The script the run executes (a planned run's accepted source), as stored with it.
         let source = match &meta.source_ref {
             Some(reference) => engine
@@ -348,13 +351,13 @@ pub(super) async fn show(
             "meta": meta.to_output_json(),
             "source": source,
             // A plan's failure (the run never ran), else the one its settlement journaled.
-            "error": meta.extra.get(super::plan::ERROR_FIELD).cloned().or_else(|| journal::last_settlement_error(&entries)),
+            "error": meta.extra.get(super::plan::ERROR_FIELD).cloned().or(digest.error),
             "planning": super::plan::planning_of(engine, &meta)?,
             "pending": pending,
-            "cost": cost,
+            "cost": digest.cost,
             // Who (which service token) started, resumed, resolved and cancelled it.
-            "actions": journal::actions(&entries),
-            "entries": entries.len(),
+            "actions": digest.actions,
+            "entries": digest.entries,
         })))
     })
     .await

@@ -19,6 +19,7 @@ mod common;
 pub mod conformance;
 mod jsonl;
 mod memory;
+mod pages;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
@@ -28,6 +29,7 @@ mod watch;
 
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
+pub use pages::{JournalPages, PAGE_ENTRIES, last_seq};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use queue::{Claim, RunQueue};
@@ -570,6 +572,15 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
         let mut entries = self.load_since(run, after)?;
         entries.truncate(limit);
         Ok(entries)
+    }
+
+    /// The run's entry at seq `seq`, `None` when the run has none there (an unknown run, a
+    /// seq past the tail or in a gap, seq 0): what a resumed run reads when it serves a
+    /// journaled call, instead of keeping every value in memory. The default reads the page of
+    /// one entry after `seq - 1`; every shipped store reads only that entry's neighbourhood.
+    fn load_entry(&self, run: &RunId, seq: u64) -> Result<Option<RawEntry>> {
+        let Some(after) = seq.checked_sub(1) else { return Ok(None) };
+        Ok(self.load_page(run, after, 1)?.into_iter().next().filter(|entry| entry.seq() == seq))
     }
 
     /// The store's change notifications, when it has them: a follower of a run waits on them
