@@ -19,6 +19,8 @@
 //! - `agent_seq`: a script making 2,000 sequential agent calls, echo latency 0 (per call);
 //! - `parallel_500`: a script's `parallel` over 500 items, each a 50 ms call (total).
 
+mod support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -127,17 +129,12 @@ fn run_once(runtime: &tokio::runtime::Runtime, workload: &Workload, counting: bo
     elapsed
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(String::as_str);
     let filter: Vec<&String> =
         args.iter().filter(|a| !a.starts_with('-') && !matches!(a.as_str(), "on" | "off")).collect();
-    let rounds: usize = std::env::var("CAIRN_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(7);
+    let rounds = support::rounds(7);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     for workload in WORKLOADS {
         if !filter.is_empty() && !filter.iter().any(|f| workload.name.contains(f.as_str())) {
@@ -149,20 +146,9 @@ fn main() {
             println!("{:<14} counting {mode:<3} {:>10.2} ms", workload.name, elapsed.as_secs_f64() * 1e3);
             continue;
         }
-        // A warm-up run in each mode.
-        run_once(&runtime, workload, true);
-        run_once(&runtime, workload, false);
-        let (mut on, mut off) = (Vec::new(), Vec::new());
-        for round in 0..rounds {
-            // Alternate which mode goes first, so drift favours neither.
-            let order = if round % 2 == 0 { [true, false] } else { [false, true] };
-            for counting in order {
-                let figure =
-                    run_once(&runtime, workload, counting).as_secs_f64() * 1e6 / f64::from(workload.per);
-                if counting { on.push(figure) } else { off.push(figure) }
-            }
-        }
-        let (on, off) = (median(&mut on), median(&mut off));
+        let (on, off) = support::on_and_off(rounds, |counting| {
+            run_once(&runtime, workload, counting).as_secs_f64() * 1e6 / f64::from(workload.per)
+        });
         let unit = if workload.per > 1 { "µs per call" } else { "µs" };
         println!(
             "{:<14} counting on {on:>10.2} {unit}, off {off:>10.2} {unit}: {:+.1} % ({rounds} rounds)",

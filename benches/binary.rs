@@ -32,6 +32,8 @@
 //! never pauses (echo latency 0) never lets the checkpoint thread run, so the log grows by
 //! about 5.5 KB per call and the close copies and fsyncs all of it.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -201,14 +203,9 @@ fn run_once(dir: &Path, workload: &Workload, n: u64) -> Duration {
     elapsed
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let rounds: usize = std::env::var("CAIRN_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(7);
+    let filter = support::names();
+    let rounds = support::rounds(7);
     let root = tempfile::tempdir().expect("tempdir");
     for workload in WORKLOADS {
         if !filter.is_empty() && !filter.iter().any(|f| workload.name.contains(f.as_str())) {
@@ -232,8 +229,8 @@ fn main() {
         }
         let (lo, hi) = figures.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
         let unit = if workload.per_call { "µs per call" } else { "ms" };
-        let med = median(&mut figures);
-        let start = median(&mut starts);
+        let med = support::median(&mut figures);
+        let start = support::median(&mut starts);
         println!(
             "{:<22} median {med:>9.2} {unit} (range {lo:.2}–{hi:.2}; process start {start:.1} ms, {rounds} rounds)",
             workload.name

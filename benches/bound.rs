@@ -7,7 +7,7 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use cairn::script::bound::cost_bound;
+use cairn::cost_bound;
 use cairn::{Engine, MemoryStore};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;

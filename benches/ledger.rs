@@ -20,10 +20,10 @@ use criterion::{Criterion, criterion_group};
 
 fn bench(c: &mut Criterion) {
     c.bench_function("ledger/attempt_10_deltas", |b| {
-        b.iter(|| black_box(cairn::__bench_ledger_attempts(black_box(1), 10)));
+        b.iter(|| black_box(cairn::__internal::bench_ledger_attempts(black_box(1), 10)));
     });
     c.bench_function("ledger/100_attempts_10_deltas", |b| {
-        b.iter(|| black_box(cairn::__bench_ledger_attempts(black_box(100), 10)));
+        b.iter(|| black_box(cairn::__internal::bench_ledger_attempts(black_box(100), 10)));
     });
 }
 
@@ -33,7 +33,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--count") {
         let count = args.get(at + 1).and_then(|n| n.parse().ok()).unwrap_or(1000);
-        println!("{}", cairn::__bench_ledger_attempts(count, 10));
+        println!("{}", cairn::__internal::bench_ledger_attempts(count, 10));
         return;
     }
     benches();

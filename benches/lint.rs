@@ -11,8 +11,8 @@
 use std::collections::BTreeSet;
 use std::hint::black_box;
 
+use cairn::__internal::rhai::{compile, lint};
 use cairn::LintContext;
-use cairn::script::rhai::{compile, lint};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 /// A release-notes workflow in the shape planners write: phases, fan-out in both forms, a
@@ -269,10 +269,10 @@ fn bench_lint(c: &mut Criterion) {
     c.bench_function("lint_200_lines_with_mistakes", |b| b.iter(|| lint(black_box(&broken), &ctx)));
 
     assert!(LUA_SCRIPT.lines().count() >= 200, "the Lua workload is a 200-line script");
-    let diagnostics = cairn::script::lua::lint::lint(LUA_SCRIPT, &ctx);
+    let diagnostics = cairn::__internal::lua::lint(LUA_SCRIPT, &ctx);
     assert!(diagnostics.is_empty(), "the Lua workload lints clean: {diagnostics:#?}");
     c.bench_function("lua_lint_200_lines", |b| {
-        b.iter(|| cairn::script::lua::lint::lint(black_box(LUA_SCRIPT), &ctx))
+        b.iter(|| cairn::__internal::lua::lint(black_box(LUA_SCRIPT), &ctx))
     });
 }
 

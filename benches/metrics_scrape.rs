@@ -84,7 +84,7 @@ async fn fill(url: &str, runs: usize) {
     let engine = Arc::new(
         Engine::builder(opened.journal, opened.transcripts)
             .provider(Arc::new(EchoProvider::new()))
-            .default_model(cairn::model::ModelRef::parse("echo:default").expect("model"))
+            .default_model(cairn::ModelRef::parse("echo:default").expect("model"))
             .build()
             .expect("engine"),
     );

@@ -19,23 +19,29 @@
 //!
 //! `CAIRN_BENCH_ONLY=orchestrate|parallel` runs one workload, `CAIRN_BENCH_RUNS=N` sets the
 //! runs per workload (e.g. `CAIRN_BENCH_RUNS=1` under `valgrind --tool=callgrind`).
+//! `CAIRN_BENCH_SCALE=1` spawns 10,000 children instead of 500 (issue #31: their peak RSS,
+//! at most 500 MB, and their per-child overhead, as at 500); each workload also prints the
+//! process's peak RSS over its runs (VmHWM, reset before each workload).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn::model::ModelRef;
-use cairn::orchestrator::{OrchestrateOptions, orchestrate};
+use cairn::ModelRef;
 use cairn::provider::echo::EchoProvider;
 use cairn::provider::{Capabilities, ChatEvent, ChatRequest, FinishReason, Provider, Role};
 use cairn::store::{SqliteOptions, SqliteStore};
 use cairn::{AgentOptions, AgentProfile, Engine, ParallelOptions, RunOptions, Usage, Workflow, branch};
+use cairn::{OrchestrateOptions, orchestrate};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-const CHILDREN: usize = 500;
+/// How many children: 500, or 10,000 with `CAIRN_BENCH_SCALE=1`.
+fn children() -> usize {
+    if std::env::var("CAIRN_BENCH_SCALE").is_ok_and(|s| !s.is_empty() && s != "0") { 10_000 } else { 500 }
+}
 const BATCH: usize = 32;
 const RUNS: usize = 5;
 
@@ -68,13 +74,14 @@ impl Provider for Scripted {
 
 fn orchestrator_turns() -> Vec<(String, Value)> {
     let mut turns = Vec::new();
-    for start in (0..CHILDREN).step_by(BATCH) {
-        let children: Vec<Value> = (start..(start + BATCH).min(CHILDREN))
+    let total = children();
+    for start in (0..total).step_by(BATCH) {
+        let children: Vec<Value> = (start..(start + BATCH).min(total))
             .map(|i| json!({"profile": "echoer", "prompt": format!("item {i}")}))
             .collect();
         turns.push(("parallel_agents".to_owned(), json!({ "children": children })));
     }
-    let handles: Vec<String> = (0..CHILDREN).map(|i| format!("c{i}")).collect();
+    let handles: Vec<String> = (0..total).map(|i| format!("c{i}")).collect();
     turns.push(("await_all".to_owned(), json!({ "handles": handles })));
     turns.push(("finish".to_owned(), json!({"result": "done"})));
     turns
@@ -127,11 +134,28 @@ fn cpu_time() -> Duration {
     of(usage.ru_utime) + of(usage.ru_stime)
 }
 
-/// A workload's median wall time and mean CPU time per run.
+/// A workload's median wall time, mean CPU time per run, and the process's peak RSS in MB.
 #[derive(Clone, Copy, Default)]
 struct Figures {
     wall: Duration,
     cpu: Duration,
+    peak_mb: f64,
+}
+
+/// Resets the process's peak RSS (VmHWM) to its current RSS (Linux `clear_refs` 5).
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The process's peak RSS since the last reset, in MB.
+fn peak_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
 }
 
 fn time(runtime: &tokio::runtime::Runtime, wanted: bool, mut once: impl FnMut(&Path)) -> Figures {
@@ -141,6 +165,7 @@ fn time(runtime: &tokio::runtime::Runtime, wanted: bool, mut once: impl FnMut(&P
     // `CAIRN_BENCH_RUNS=N`: the runs per workload (default 5; 1 under callgrind).
     let runs = std::env::var("CAIRN_BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(RUNS).max(1);
     let mut cpu = Duration::ZERO;
+    reset_peak();
     let samples = (0..runs)
         .map(|_| {
             let dir = tempfile::tempdir().expect("tempdir");
@@ -151,12 +176,12 @@ fn time(runtime: &tokio::runtime::Runtime, wanted: bool, mut once: impl FnMut(&P
             started.elapsed()
         })
         .collect();
-    Figures { wall: median(samples), cpu: cpu / runs as u32 }
+    Figures { wall: median(samples), cpu: cpu / runs as u32, peak_mb: peak_mb() }
 }
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
-        println!("orchestrate_500: bench\nparallel_500: bench");
+        println!("orchestrate: bench\nparallel: bench");
         return;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
@@ -165,7 +190,7 @@ fn main() {
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let orchestrated = time(&runtime, wanted("orchestrate"), |dir| {
         let engine = engine(dir);
-        let opts = OrchestrateOptions { max_spawns: CHILDREN as u32, ..OrchestrateOptions::default() };
+        let opts = OrchestrateOptions { max_spawns: children() as u32, ..OrchestrateOptions::default() };
         let outcome = runtime.block_on(async {
             orchestrate(&engine, "echo", opts, RunOptions::default())
                 .expect("start")
@@ -178,7 +203,7 @@ fn main() {
     let parallel = time(&runtime, wanted("parallel"), |dir| {
         let engine = engine(dir);
         let wf = Workflow::new("parallel", |ctx, _| async move {
-            let branches = (0..CHILDREN)
+            let branches = (0..children())
                 .map(|i| {
                     branch(move |ctx| async move {
                         let opts = AgentOptions {
@@ -205,14 +230,16 @@ fn main() {
         });
         assert_eq!(outcome.value, Some(json!("done")), "{:?}", outcome.error);
     });
-    let per = |d: Duration| d.as_secs_f64() * 1e6 / CHILDREN as f64;
-    for (name, figures) in [("orchestrate_500", orchestrated), ("parallel_500", parallel)] {
+    let n = children();
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
+    for (name, figures) in [(format!("orchestrate_{n}"), orchestrated), (format!("parallel_{n}"), parallel)] {
         println!(
-            "{name:<17} {:>8.1} ms wall {:>7.1} µs/child | cpu {:>8.1} ms {:>7.1} µs/child",
+            "{name:<17} {:>8.1} ms wall {:>7.1} µs/child | cpu {:>8.1} ms {:>7.1} µs/child | peak {:>5.0} MB",
             figures.wall.as_secs_f64() * 1e3,
             per(figures.wall),
             figures.cpu.as_secs_f64() * 1e3,
             per(figures.cpu),
+            figures.peak_mb,
         );
     }
     println!(

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use cairn::planner::{extract_script, repair_prompt};
+use cairn::__internal::{extract_script, repair_prompt};
 use cairn::{Diagnostic, Engine, LintContext, MemoryStore};
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -65,7 +65,7 @@ fn bench_planner(c: &mut Criterion) {
 
     // Once per plan (not per draft): the compact card, derived from the full one.
     c.bench_function("plan_compact_card", |b| {
-        b.iter(|| cairn::planner::compact_card(black_box(dialect.card())).len())
+        b.iter(|| cairn::__internal::compact_card(black_box(dialect.card())).len())
     });
 }
 

@@ -17,13 +17,13 @@
 
 use std::sync::Arc;
 
-use cairn::model::{ModelRef, Price, PriceTable};
-use cairn::planner::{PlanOptions, Planned, RunPlannedOptions, plan, run_planned};
+use cairn::CostBound;
 use cairn::provider::cassette::{RecordingProvider, ReplayProvider};
-use cairn::script::bound::CostBound;
 use cairn::store::{SqliteOptions, SqliteStore};
 use cairn::testing::{FakeProvider, FakeScript};
 use cairn::{AgentProfile, Engine, Money, Provider, RunOptions, RunStatus};
+use cairn::{ModelRef, Price, PriceTable};
+use cairn::{PlanOptions, Planned, RunPlannedOptions, plan, run_planned};
 use serde_json::json;
 
 const GOAL: &str = "Write a short digest on durable workflows: one paragraph each on their history, \

@@ -9,6 +9,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::diagnostic::Diagnostic;
+
 /// Every way a cairn operation can fail, as a closed set.
 ///
 /// The codes are persisted in journals as their snake_case names; a code is never renamed or
@@ -214,12 +216,30 @@ pub struct Error {
     /// How long the provider asked to wait before a retry, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
+    /// A rejected script's findings (`validation`, "script rejected"): each error lint or
+    /// compile reported, typed, so a caller need not parse the message. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<Diagnostic>,
 }
 
 impl Error {
     /// An error with the code's default retryable flag.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
-        Error { code, message: message.into(), retryable: code.retryable(), retry_after_ms: None }
+        Error {
+            code,
+            message: message.into(),
+            retryable: code.retryable(),
+            retry_after_ms: None,
+            diagnostics: Vec::new(),
+        }
+    }
+
+    /// A script rejected by lint or compile (`validation`): its error findings, typed in
+    /// [`Error::diagnostics`] and as JSON in the message.
+    pub fn script_rejected(diagnostics: Vec<Diagnostic>) -> Error {
+        let errors: Vec<Diagnostic> = diagnostics.into_iter().filter(Diagnostic::is_error).collect();
+        let shown = serde_json::to_string(&errors).unwrap_or_else(|_| "unprintable diagnostics".into());
+        Error { diagnostics: errors, ..Error::validation(format!("script rejected: {shown}")) }
     }
 
     /// Sets how long to wait before a retry.

@@ -1,11 +1,9 @@
-//! The `cairn` binary: a thin shell over `cairn::cli`.
+//! The `cairn` binary: a thin shell over the library's command line.
 
-/// Every allocation is counted, so a run's memory limit holds (see `cairn::alloc`).
+/// Every allocation is counted, so a run's memory limit holds (see `cairn::CountingAlloc`).
 #[global_allocator]
 static ALLOCATOR: cairn::CountingAlloc = cairn::CountingAlloc;
 
 fn main() -> std::process::ExitCode {
-    // Before anything builds a Rhai engine: the hashing seed can be set only first.
-    cairn::script::rhai::sandbox::stable_hashing();
-    cairn::cli::main()
+    cairn::__cli_main()
 }

@@ -161,9 +161,92 @@ impl fmt::Display for Money {
     }
 }
 
+/// Money in JSON for people and programs: every amount the CLI, the service and the events
+/// print is a pair of fields, `<name>_nano_usd` (the exact integer) and `<name>_usd` (the same
+/// amount as a decimal number, for reading). One module per field name, for
+/// `#[serde(flatten, with = "crate::money::json::NAME")]` on a `Money` or `Option<Money>`
+/// field of a serialize-only type; an absent amount writes neither field.
+pub(crate) mod json {
+    use serde::Serializer;
+    use serde::ser::SerializeMap;
+
+    use super::Money;
+
+    /// A field holding an amount, or maybe none.
+    pub(crate) trait Amount {
+        fn amount(&self) -> Option<Money>;
+    }
+
+    impl Amount for Money {
+        fn amount(&self) -> Option<Money> {
+            Some(*self)
+        }
+    }
+
+    impl Amount for Option<Money> {
+        fn amount(&self) -> Option<Money> {
+            *self
+        }
+    }
+
+    /// Writes `{name}_nano_usd` and `{name}_usd` into the enclosing map.
+    pub(crate) fn pair<S: Serializer>(
+        nano_name: &'static str,
+        usd_name: &'static str,
+        amount: Option<Money>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(amount) = amount {
+            map.serialize_entry(nano_name, &amount.nano_usd())?;
+            map.serialize_entry(usd_name, &amount.as_usd())?;
+        }
+        map.end()
+    }
+
+    macro_rules! field {
+        ($($name:ident),*) => {$(
+            #[doc = concat!("`", stringify!($name), "_nano_usd` and `", stringify!($name), "_usd`.")]
+            pub(crate) mod $name {
+                pub(crate) fn serialize<A: super::Amount, S: serde::Serializer>(
+                    amount: &A,
+                    serializer: S,
+                ) -> Result<S::Ok, S::Error> {
+                    super::pair(
+                        concat!(stringify!($name), "_nano_usd"),
+                        concat!(stringify!($name), "_usd"),
+                        amount.amount(),
+                        serializer,
+                    )
+                }
+            }
+        )*};
+    }
+
+    field!(cost, ceiling, spent, remaining);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_amounts_carry_their_unit() {
+        #[derive(Serialize)]
+        struct Line {
+            #[serde(flatten, with = "json::cost")]
+            cost: Money,
+            #[serde(flatten, with = "json::ceiling")]
+            ceiling: Option<Money>,
+        }
+        let line = Line { cost: Money::from_nano_usd(1_149_000), ceiling: None };
+        assert_eq!(serde_json::to_string(&line).unwrap(), r#"{"cost_nano_usd":1149000,"cost_usd":0.001149}"#);
+        let line = Line { cost: Money::ZERO, ceiling: Some(Money::from_usd(1.5).unwrap()) };
+        assert_eq!(
+            serde_json::to_string(&line).unwrap(),
+            r#"{"cost_nano_usd":0,"cost_usd":0.0,"ceiling_nano_usd":1500000000,"ceiling_usd":1.5}"#
+        );
+    }
 
     #[test]
     fn usd_conversion_is_exact_for_cents() {

@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::provider::{Capabilities, ChatEvent, ChatRequest, FinishReason, Provider, Role};
 use crate::{Error, Usage};
 
+#[cfg(feature = "sim")]
 pub mod sim;
 
 /// A scripted provider. Cheap to clone: clones share responders and the call log.

@@ -8,12 +8,7 @@ use std::borrow::Cow;
 /// `text` with every control character other than newline and tab shown escaped: C0 controls
 /// (ESC, CR, BEL, ...), DEL, C1 controls and the bidirectional overrides and isolates that can
 /// reorder what a line appears to say. Ordinary text is returned as is, without copying.
-///
-/// ```
-/// assert_eq!(cairn::text::for_terminal("a\u{1b}]0;pwned\u{7}b"), "a\\u{1b}]0;pwned\\u{7}b");
-/// assert_eq!(cairn::text::for_terminal("line\n\tindented"), "line\n\tindented");
-/// ```
-pub fn for_terminal(text: &str) -> Cow<'_, str> {
+pub(crate) fn for_terminal(text: &str) -> Cow<'_, str> {
     if !text.chars().any(needs_escape) {
         return Cow::Borrowed(text);
     }
@@ -30,7 +25,8 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
 
 /// [`for_terminal`] for one line: newlines and tabs are escaped too, so the text cannot start
 /// a line of its own that looks like the tool's output.
-pub fn for_terminal_line(text: &str) -> Cow<'_, str> {
+#[cfg_attr(not(feature = "serve"), allow(dead_code))] // read by the CLI and the service
+pub(crate) fn for_terminal_line(text: &str) -> Cow<'_, str> {
     if !text.chars().any(|c| c == '\n' || c == '\t' || needs_escape(c)) {
         return Cow::Borrowed(text);
     }
@@ -64,6 +60,8 @@ mod tests {
     #[test]
     fn controls_are_escaped_and_ordinary_text_is_not_copied() {
         assert!(matches!(for_terminal("plain é 漢字\n\t"), Cow::Borrowed(_)));
+        assert_eq!(for_terminal("a\u{1b}]0;pwned\u{7}b"), "a\\u{1b}]0;pwned\\u{7}b");
+        assert_eq!(for_terminal("line\n\tindented"), "line\n\tindented");
         assert_eq!(for_terminal("\u{1b}[2J\r\u{7}\u{7f}\u{9b}"), "\\u{1b}[2J\\u{d}\\u{7}\\u{7f}\\u{9b}");
         assert_eq!(for_terminal("a\u{202e}b"), "a\\u{202e}b");
         assert_eq!(for_terminal_line("a\nb\tc\u{1b}"), "a\\nb\\tc\\u{1b}");

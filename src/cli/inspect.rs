@@ -1,6 +1,5 @@
 //! The commands that read: runs, inspect, lint.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -13,9 +12,7 @@ use super::setup::{
     Globals, dialect_of, exit_of, lint_context, load_config, open_store_read_only, parse_args, parse_run_id,
     print_diagnostics, read_script, setup_over,
 };
-use crate::engine::CostReport;
 use crate::error::Error;
-use crate::journal;
 use crate::script::Diagnostic;
 use crate::store::{self, RunFilter, RunStatus};
 #[derive(Debug, Args)]
@@ -111,7 +108,18 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
     // last run, so runs created meanwhile (newer, so before the cursor) never shift it.
     let mut filter = RunFilter { statuses, tags: args.tags.clone(), after, ..RunFilter::default() };
     let mut left = args.limit.unwrap_or(usize::MAX);
-    let mut out = std::io::stdout().lock();
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (`cairn runs | head`) ends the listing: nothing more to show.
+    let closed = std::cell::Cell::new(false);
+    let mut line = |text: String| {
+        if writeln!(stdout, "{text}").is_err() {
+            closed.set(true);
+        }
+    };
+    let mut table: Option<super::listing::TablePrinter> = None;
+    // JSON: the array `serde_json::to_string_pretty` would print, one element at a time (each
+    // held until the next says whether a comma follows it).
+    let mut held: Option<String> = None;
     let mut listed = 0usize;
     while left > 0 {
         filter.limit = Some(left.min(LIST_PAGE));
@@ -119,46 +127,43 @@ pub(super) fn list(globals: &Globals, args: &ListArgs) -> Exit {
             Ok(page) => page,
             Err(e) => return fail(Exit::Error, e),
         };
-        for meta in &page {
-            let written = if args.json {
-                // The array `serde_json::to_string_pretty` would print, one element at a time.
-                let element = serde_json::to_string_pretty(meta).unwrap_or_default().replace('\n', "\n  ");
-                let lead = if listed == 0 { "[\n  " } else { ",\n  " };
-                write!(out, "{lead}{element}")
+        let full = page.len() == filter.limit.unwrap_or(0);
+        left = left.saturating_sub(page.len());
+        let next = page.last().map(store::RunCursor::of);
+        let runs = super::listing::listed(opened.journal.as_ref(), page);
+        for run in &runs {
+            if args.json {
+                let element = serde_json::to_string_pretty(&super::listing::json_of(run)).unwrap_or_default();
+                match held.take() {
+                    Some(previous) => line(format!("{previous},")),
+                    None => line("[".into()),
+                }
+                held = Some(format!("  {}", element.replace('\n', "\n  ")));
             } else {
-                writeln!(
-                    out,
-                    "{:<28} {:<10} {:<20} {}  segments {}",
-                    meta.run_id.as_str(),
-                    meta.status.as_str(),
-                    crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")),
-                    utc(meta.created_at_ms),
-                    meta.segments
-                )
-            };
-            if written.is_err() {
-                // A closed pipe (`cairn runs | head`): nothing more to show.
-                return Exit::Ok;
+                if table.is_none() {
+                    table = Some(super::listing::TablePrinter::new(&runs, &mut line));
+                }
+                if let Some(table) = table.as_mut() {
+                    table.row(run, &mut line);
+                }
             }
             listed += 1;
         }
-        let full = page.len() == filter.limit.unwrap_or(0);
-        left = left.saturating_sub(page.len());
-        match page.last() {
-            Some(last) if full => filter.after = Some(store::RunCursor::of(last)),
+        match next {
+            Some(cursor) if full && !closed.get() => filter.after = Some(cursor),
             _ => break,
         }
     }
-    let closing = match (args.json, listed) {
-        (true, 0) => writeln!(out, "[]"),
-        (true, _) => writeln!(out, "\n]"),
-        (false, 0) => {
-            eprintln!("no runs");
-            Ok(())
+    match (args.json, table) {
+        (true, _) if listed == 0 => line("[]".into()),
+        (true, _) => {
+            line(held.take().unwrap_or_default());
+            line("]".into());
         }
-        (false, _) => Ok(()),
-    };
-    let _ = closing.and_then(|()| out.flush());
+        (false, Some(table)) => table.finish(&mut line),
+        (false, None) => eprintln!("no runs"),
+    }
+    let _ = stdout.flush();
     Exit::Ok
 }
 
@@ -184,37 +189,22 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(Exit::Error, e),
     };
-    let entries = match opened
-        .journal
-        .load(&run_id)
-        .map_err(Error::from)
-        .and_then(|raw| journal::decode_all(&raw).map_err(Error::from))
-    {
-        Ok(entries) => entries,
+    // The journal read page by page: what inspect shows of it, never the journal itself.
+    let store = opened.journal.as_ref();
+    let read = match super::inspect_read::inspect(store, &run_id) {
+        Ok(read) => read,
         Err(e) => return fail(Exit::Error, e),
     };
-    let cost = CostReport::fold(entries.iter());
-    let pending = journal::pending_waits(&entries);
-    let orchestrations = crate::orchestrator::journal_report(&entries);
-    let tools = super::tool_report::tool_report(&entries);
-    let failure = journal::last_settlement_error(&entries);
-    let segments = crate::engine::segment_ceilings(&entries, meta.segments, meta.budget_ceiling);
-    let actions = journal::actions(&entries);
+    let super::inspect_read::Inspected { digest, orchestrations, tools } = read;
+    let pending = digest.pending();
+    let failure = digest.error.clone();
+    let segments = digest.segments(meta.segments, meta.budget_ceiling);
+    let actions = digest.actions.clone();
+    let cost = &digest.cost;
     if args.json {
-        let listed: Vec<Value> = segments
-            .iter()
-            .map(|s| {
-                json!({
-                    "index": s.index,
-                    "ceiling_usd": s.ceiling.map(|c| c.as_usd()),
-                    "ceiling_nano_usd": s.ceiling.map(|c| c.nano_usd()),
-                    "overridden": s.overridden,
-                })
-            })
-            .collect();
-        let mut out = json!({
-            "meta": meta, "entries": entries, "pending": pending, "cost": cost, "segments": listed,
-        });
+        // The entries are written as they are read again, between the other fields.
+        let mut out =
+            json!({ "meta": meta.to_output_json(), "pending": pending, "cost": cost, "segments": segments });
         if let Some(failure) = &failure {
             out["error"] = failure.clone();
         }
@@ -227,8 +217,12 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
         if !actions.is_empty() {
             out["actions"] = json!(actions);
         }
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return Exit::Ok;
+        let Value::Object(fields) = out else { return Exit::Error };
+        let stdout = std::io::stdout();
+        return match super::inspect_read::write_json(&mut stdout.lock(), store, &run_id, fields) {
+            Ok(()) => Exit::Ok,
+            Err(e) => fail(Exit::Error, e),
+        };
     }
     println!("run       {}", meta.run_id);
     println!("workflow  {}", crate::text::for_terminal_line(meta.name.as_deref().unwrap_or("-")));
@@ -236,7 +230,7 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     if let Some(failure) = &failure {
         println!("error     {}", failure_line(failure));
     }
-    println!("created   {}", utc(meta.created_at_ms));
+    println!("created   {}", super::table::utc(meta.created_at_ms));
     println!("segments  {}", meta.segments);
     for segment in &segments {
         let ceiling = segment.ceiling.map_or("none".into(), |c| c.to_string());
@@ -245,12 +239,8 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     }
     println!("ceiling   {}", meta.budget_ceiling.map_or("none".into(), |c| c.to_string()));
     println!("spent     {} ({} tokens)", cost.total.cost, cost.total.usage.total_tokens());
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for entry in &entries {
-        *counts.entry(format!("{} {}", entry.kind.as_str(), entry.status.as_str())).or_default() += 1;
-    }
-    println!("journal   {} entries", entries.len());
-    for (what, n) in counts {
+    println!("journal   {} entries", digest.entries);
+    for (what, n) in &digest.counts {
         println!("  {n:>6}  {what}");
     }
     for (model, line) in &cost.by_model {
@@ -265,6 +255,19 @@ pub(super) fn inspect(globals: &Globals, args: &InspectArgs) -> Exit {
     if !cost.unpriced.is_empty() {
         println!("unpriced  {} entries (usage known, cost not)", cost.unpriced.len());
     }
+    out!("");
+    let mut calls = super::calls::CallTable::new(|line| out!("{line}"));
+    // The journal read a second time, page by page.
+    for entry in crate::journal::entries(store, &run_id, 0) {
+        match entry {
+            Ok(entry) => calls.push(&entry),
+            Err(e) => return fail(Exit::Error, e),
+        }
+    }
+    if calls.finish() == 0 {
+        out!("(no calls)");
+    }
+    out!("");
     super::orchestrate::print_report(&orchestrations);
     super::tool_report::print_tool_report(&tools);
     for action in &actions {
@@ -347,31 +350,4 @@ fn failure_line(failure: &Value) -> String {
         line.push_str(&format!(" (at {}{name}, seq {seq})", text(&at["kind"])));
     }
     line
-}
-
-/// `YYYY-MM-DD HH:MM:SS` UTC for epoch milliseconds.
-fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_formats_epoch_millis() {
-        assert_eq!(super::utc(0), "1970-01-01 00:00:00");
-        assert_eq!(super::utc(1_764_456_000_000), "2025-11-29 22:40:00");
-    }
 }

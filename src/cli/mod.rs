@@ -18,32 +18,29 @@ macro_rules! errln {
     }};
 }
 
+mod calls;
 mod cancel;
 mod canon;
 mod completions;
-mod config;
 mod exit;
 mod follow;
 mod help;
-mod host_fn;
 mod init;
 mod inspect;
+mod inspect_read;
 mod interrupts;
+mod listing;
 mod logging;
 mod orchestrate;
 mod plan;
-mod price_config;
 mod progress;
-mod provider_config;
 mod runs;
 mod serve;
-mod server_config;
 mod setup;
+mod table;
 mod telemetry;
 mod tool_report;
-mod tools_config;
 mod worker;
-mod workflows_config;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -128,7 +125,7 @@ enum Command {
 }
 
 /// Runs the CLI with the process's arguments.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

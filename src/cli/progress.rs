@@ -2,6 +2,7 @@
 //! tokens, spend against the ceiling) via indicatif with finished calls printed above it;
 //! elsewhere (CI, pipes), plain lines. `NO_COLOR` turns styling off.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -32,6 +33,8 @@ pub(super) async fn render(mut events: EventStream, quiet: bool) {
     let mut tokens = 0u64;
     let mut spent = Money::ZERO;
     let mut ceiling: Option<Money> = None;
+    // The labels of the agent calls in flight, by span: an end event names its call by them.
+    let mut labels: HashMap<u64, String> = HashMap::new();
     let mut out = Lines { bar: bar.as_ref(), pending: String::new() };
     loop {
         // Lines are written in batches: whatever is already emitted is rendered, then written
@@ -57,6 +60,9 @@ pub(super) async fn render(mut events: EventStream, quiet: bool) {
             }
             EventKind::AgentStart { label, model, scope, .. } => {
                 in_flight += 1;
+                if let Some(label) = label {
+                    labels.insert(event.span_id, label.clone());
+                }
                 if bar.is_none() && !event.replayed {
                     let name = label.clone().unwrap_or_else(|| "agent".into());
                     let at = if scope.is_empty() { String::new() } else { format!(" [{scope}]") };
@@ -70,7 +76,11 @@ pub(super) async fn render(mut events: EventStream, quiet: bool) {
                 let price = cost.map_or(String::new(), |c| format!(", {c}"));
                 let why = error.map_or(String::new(), |e| format!(" ({e})"));
                 let total = usage.total_tokens();
-                line(format!("  {} agent {how}: {total} tokens{price}{why}", mark(status, event.replayed)));
+                let name = labels.remove(&event.span_id).map_or(String::new(), |label| format!(" {label}"));
+                line(format!(
+                    "  {} agent{name} {how}: {total} tokens{price}{why}",
+                    mark(status, event.replayed)
+                ));
             }
             EventKind::StepEnd { kind, label, status } => {
                 line(format!("  {} {kind} {label}: {status}", mark(status, event.replayed)));

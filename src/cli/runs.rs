@@ -259,15 +259,24 @@ fn check_invalidate(setup: &Setup, run_id: &RunId, seqs: &[u64]) -> Result<(), E
     if seqs.is_empty() {
         return Ok(());
     }
-    let entries = match setup.engine.journal_store().load(run_id) {
-        Ok(raw) => journal::decode_all(&raw).map_err(|e| fail(Exit::Error, e))?,
-        // An unknown run: the resume itself says so.
-        Err(_) => return Ok(()),
-    };
+    let journal_store = setup.engine.journal_store().as_ref();
     for &seq in seqs {
-        match entries.iter().find(|e| e.seq.0 == seq) {
-            None => {
-                let last = entries.last().map_or(0, |e| e.seq.0);
+        // Read by seq: the journal is never loaded whole.
+        let entry = match journal_store.load_entry(run_id, seq) {
+            Ok(Some(raw)) => journal::decode(&raw).map_err(|e| fail(Exit::Error, e))?,
+            Ok(None) => {
+                // Its last seq, for the message (read page by page).
+                let mut last = 0;
+                for page in store::JournalPages::new(journal_store, run_id, 0, store::PAGE_ENTRIES) {
+                    match page {
+                        Ok(page) => last = page.last().map_or(last, |e| e.seq()),
+                        Err(_) => break,
+                    }
+                }
+                if last == 0 {
+                    // An unknown run (or an empty journal): the resume itself says so.
+                    return Ok(());
+                }
                 return Err(fail(
                     Exit::Usage,
                     format!(
@@ -275,21 +284,20 @@ fn check_invalidate(setup: &Setup, run_id: &RunId, seqs: &[u64]) -> Result<(), E
                     ),
                 ));
             }
-            Some(entry)
-                if !matches!(
-                    entry.kind,
-                    journal::Kind::Agent | journal::Kind::Step | journal::Kind::Call | journal::Kind::Child
-                ) =>
-            {
-                return Err(fail(
-                    Exit::Usage,
-                    format!(
-                        "--invalidate {seq}: seq {seq} of run {run_id} is not a call (kind `{}`); invalidate an agent, step, host call or child workflow",
-                        entry.kind.as_str()
-                    ),
-                ));
-            }
-            Some(_) => {}
+            // An unknown run: the resume itself says so.
+            Err(_) => return Ok(()),
+        };
+        if !matches!(
+            entry.kind,
+            journal::Kind::Agent | journal::Kind::Step | journal::Kind::Call | journal::Kind::Child
+        ) {
+            return Err(fail(
+                Exit::Usage,
+                format!(
+                    "--invalidate {seq}: seq {seq} of run {run_id} is not a call (kind `{}`); invalidate an agent, step, host call or child workflow",
+                    entry.kind.as_str()
+                ),
+            ));
         }
     }
     Ok(())
@@ -305,13 +313,17 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
         Ok(None) => return fail(Exit::Usage, format!("unknown run {run_id}")),
         Err(e) => return fail(exit_of(&e), e),
     };
-    // How the run last settled, read before the replay (which writes nothing).
-    let settled = match setup.engine.journal_store().load(&run_id) {
-        Ok(raw) => {
-            journal::decode_all(&raw).ok().and_then(|entries| journal::last_settlement_outcome(&entries))
+    // How the run last settled, read before the replay (which writes nothing), page by page.
+    let mut settled = None;
+    for entry in journal::entries(setup.engine.journal_store().as_ref(), &run_id, 0) {
+        let Ok(entry) = entry else {
+            settled = None;
+            break;
+        };
+        if let Some(outcome) = journal::last_settlement_outcome(std::slice::from_ref(&entry)) {
+            settled = Some(outcome);
         }
-        Err(_) => None,
-    };
+    }
     let options = ResumeOptions { dry_run: true, reproduce: true, ..Default::default() };
     let handle = match setup.engine.resume(&run_id, options) {
         Ok(handle) => handle,
@@ -325,7 +337,14 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
             }
             None => {
                 let p = outcome.preview;
-                out!("replay of {run_id}: {} calls replayed, 0 live, 0 orphaned, same outcome", p.hits);
+                let superseded = match p.superseded {
+                    0 => String::new(),
+                    n => format!(", {n} superseded by an accepted re-key"),
+                };
+                out!(
+                    "replay of {run_id}: {} calls replayed, 0 live, 0 orphaned{superseded}, same outcome",
+                    p.hits
+                );
                 Exit::Ok
             }
         },

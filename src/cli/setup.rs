@@ -8,8 +8,8 @@ use std::sync::Arc;
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::config::Config;
 use super::exit::{Exit, fail};
+use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, ErrorCode};
 use crate::script::{Diagnostic, LintContext};

@@ -5,18 +5,17 @@
 //! model), so the run's cost report counts what it may have paid; the checkpoint is then
 //! marked journaled, so nothing counts those turns twice.
 //!
-//! Only entries the segment inherited are considered: a call of this segment ends itself.
+//! Only entries the segment read back are considered: a call of this segment ends itself.
 //! An entry is still open when no later entry names it as its target (neither a rerun's
-//! `running` entry nor a terminal entry).
+//! `running` entry nor a terminal entry): the segment's journal summary keeps those.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::EngineInner;
 use super::carry;
 use super::ctx::Ctx;
 use crate::error::{Error, ErrorCode};
-use crate::journal::{Entry, Kind, Seq, Status};
+use crate::journal::{Entry, Kind, Status};
 use crate::store::RunId;
 use crate::usage::Usage;
 
@@ -28,17 +27,11 @@ pub(super) struct Abandoned {
     pub(super) covered: Option<(String, Usage)>,
 }
 
-/// The terminal entries for the open `running` entries among the first `inherited` of `all`.
-pub(super) fn abandoned(
-    engine: &EngineInner,
-    run_id: &RunId,
-    all: &[Arc<Entry>],
-    inherited: usize,
-) -> Vec<Abandoned> {
-    let targeted: HashSet<Seq> = all.iter().filter_map(|e| e.target).collect();
+/// The terminal entries for `open`, the `running` entries read back that nothing ended.
+pub(super) fn abandoned(engine: &EngineInner, run_id: &RunId, open: &[Arc<Entry>]) -> Vec<Abandoned> {
     let mut out = Vec::new();
-    for running in all.iter().take(inherited) {
-        if running.status != Status::Running || targeted.contains(&running.seq) {
+    for running in open {
+        if running.status != Status::Running {
             continue;
         }
         let mut entry = Ctx::terminal_for(running, Status::Cancelled);

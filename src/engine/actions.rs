@@ -55,9 +55,9 @@ pub(super) fn append_action(
     by: &str,
     lease: Option<&Lease>,
 ) -> Result<(), Error> {
-    let last = engine.journal.load_since(run, 0)?.last().map(|e| e.seq());
+    let last = crate::store::last_seq(engine.journal.as_ref(), run)?;
     let mut entry = action_entry(action, segment, by);
-    entry.seq = Seq(last.map_or(1, |seq| seq + 1));
+    entry.seq = Seq(last + 1);
     entry.ts = Some(engine.clock.now_ms());
     engine.journal.append(run, &[journal::encode(&entry)?], lease)?;
     Ok(())

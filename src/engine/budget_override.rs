@@ -54,23 +54,16 @@ pub(super) fn judge(
     Ok(Override { recorded, applied, spent })
 }
 
-/// The admission refusals of a journal: under a raised ceiling they are asked again.
-pub(super) fn refused_admissions(entries: &[std::sync::Arc<Entry>]) -> Vec<Seq> {
-    entries
-        .iter()
-        .filter(|e| e.kind == Kind::Decision && e.status == Status::Error)
-        .filter(|e| e.value().is_some_and(|v| v.get("type").and_then(Value::as_str) == Some("admission")))
-        .map(|e| e.seq)
-        .collect()
-}
-
 /// The settled spend of a run, folded from its journal.
 ///
 /// # Errors
 /// `internal` for a store failure or an unreadable journal.
 pub(super) fn settled_spend(engine: &EngineInner, run_id: &RunId) -> Result<Money, Error> {
-    let entries = journal::decode_owned(engine.journal.load(run_id)?)?;
-    Ok(Ledger::fold(entries.iter()).spent)
+    let mut ledger = Ledger::default();
+    for entry in journal::entries(engine.journal.as_ref(), run_id, 0) {
+        ledger.add(&entry?);
+    }
+    Ok(ledger.spent)
 }
 
 /// The ceiling the service left for the run's next resume, if any.
@@ -127,7 +120,8 @@ pub(super) fn leave_for_resume(engine: &EngineInner, run_id: &RunId, usd: f64) -
 pub struct SegmentCeiling {
     /// The segment (0 is the start).
     pub index: u32,
-    /// Its ceiling (`None`: unbounded).
+    /// Its ceiling (`None`: unbounded); in JSON `ceiling_nano_usd` and `ceiling_usd`.
+    #[serde(flatten, with = "crate::money::json::ceiling")]
     pub ceiling: Option<Money>,
     /// Whether a resume's override set it.
     pub overridden: bool,

@@ -78,8 +78,27 @@ impl Engine {
                 workflow_docs: HashMap::new(),
                 observers: Vec::new(),
                 live: Arc::default(),
+                ran: Arc::default(),
             },
         }
+    }
+}
+
+impl EngineBuilder {
+    /// A builder over one store that keeps both journals and transcripts (every shipped store
+    /// does): `EngineBuilder::new(store)` is `Engine::builder(store.clone(), store)`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cairn::{EngineBuilder, MemoryStore};
+    /// let engine = EngineBuilder::new(Arc::new(MemoryStore::new())).build().unwrap();
+    /// # let _ = engine;
+    /// ```
+    pub fn new<S>(store: Arc<S>) -> EngineBuilder
+    where
+        S: JournalStore + TranscriptStore + 'static,
+    {
+        Engine::builder(store.clone(), store)
     }
 }
 
@@ -302,6 +321,7 @@ impl EngineBuilder {
         if !self.inner.dialects.contains_key("rhai") {
             self = self.dialect(Arc::new(crate::script::rhai::RhaiDialect::new()));
         }
+        #[cfg(feature = "lua")]
         if !self.inner.dialects.contains_key("lua") {
             self = self.dialect(Arc::new(crate::script::lua::LuaDialect::new()));
         }

@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::clock::SharedClock;
 use crate::money::Money;
@@ -183,7 +182,12 @@ impl CallRecords {
 
 /// The record of the attempt of an agent call whose `running` entry is `seq`, when one was
 /// written, as JSON.
-pub(crate) fn call_record(transcripts: &dyn TranscriptStore, run: &RunId, seq: u64) -> Option<Value> {
+#[cfg(any(feature = "serve", test))]
+pub(crate) fn call_record(
+    transcripts: &dyn TranscriptStore,
+    run: &RunId,
+    seq: u64,
+) -> Option<serde_json::Value> {
     let prefix = prefix(run);
     let holds = |blob: &str| {
         let (first, last) = blob.strip_prefix(&prefix)?.split_once('-')?;
@@ -192,9 +196,9 @@ pub(crate) fn call_record(transcripts: &dyn TranscriptStore, run: &RunId, seq: u
     let refs = transcripts.list(run).ok()?;
     refs.iter().filter(|blob| holds(blob) == Some(true)).find_map(|blob| {
         let bytes = transcripts.get(blob).ok()??;
-        let batch: Value = serde_json::from_slice(&bytes).ok()?;
+        let batch: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
         let calls = batch.get("calls")?.as_array()?;
-        calls.iter().find(|c| c.get("seq").and_then(Value::as_u64) == Some(seq)).cloned()
+        calls.iter().find(|c| c.get("seq").and_then(serde_json::Value::as_u64) == Some(seq)).cloned()
     })
 }
 

@@ -13,11 +13,8 @@
 //! attempt count that attempt's turns again (an overcount, never an undercount, so the
 //! ceiling still holds).
 
-use std::collections::HashSet;
-use std::sync::Arc;
-
 use crate::agent::Checkpoint;
-use crate::journal::{Entry, Kind, Seq, Status};
+use crate::journal::{Entry, Name, Seq};
 use crate::money::Money;
 use crate::store::{RunId, TranscriptStore};
 use crate::usage::Usage;
@@ -25,7 +22,12 @@ use crate::usage::Usage;
 /// Where the checkpoint of the call whose attempt is `running` lives: beside the call's
 /// first attempt (`target` of a later attempt's `running` entry).
 pub(crate) fn checkpoint_ref(run_id: &RunId, running: &Entry) -> String {
-    format!("{run_id}/ckpt/{}", running.target.unwrap_or(running.seq).0)
+    checkpoint_ref_at(run_id, running.target.unwrap_or(running.seq))
+}
+
+/// Where the checkpoint of the call whose first attempt is `first` lives.
+fn checkpoint_ref_at(run_id: &RunId, first: Seq) -> String {
+    format!("{run_id}/ckpt/{}", first.0)
 }
 
 /// The checkpointed turns of every agent call a crashed segment left unsettled (a `running`
@@ -35,25 +37,13 @@ pub(crate) fn checkpoint_ref(run_id: &RunId, running: &Entry) -> String {
 pub(crate) fn unsettled(
     engine: &super::EngineInner,
     run_id: &RunId,
-    entries: &[Arc<Entry>],
+    unended: &[(Seq, Option<Name>)],
 ) -> Vec<(String, Money)> {
-    let ended: HashSet<Seq> = entries
-        .iter()
-        .filter(|e| e.kind == Kind::Agent && e.status != Status::Running)
-        .filter_map(|e| e.target)
-        .collect();
-    let mut seen = HashSet::new();
     let mut carried = Vec::new();
-    for entry in entries {
-        if entry.kind != Kind::Agent || entry.status != Status::Running || ended.contains(&entry.seq) {
-            continue;
-        }
-        let reference = checkpoint_ref(run_id, entry);
-        if !seen.insert(reference.clone()) {
-            continue;
-        }
+    for (first, model) in unended {
+        let reference = checkpoint_ref_at(run_id, *first);
         let Some(usage) = open_turns(engine, &reference) else { continue };
-        let price = entry.model.as_deref().and_then(|m| engine.prices.price(m));
+        let price = model.as_deref().and_then(|m| engine.prices.price(m));
         if let Some(price) = price {
             carried.push((reference, price.cost(&usage)));
         }

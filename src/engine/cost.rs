@@ -12,7 +12,8 @@ use crate::usage::Usage;
 /// Cost and usage of one slice of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct CostLine {
-    /// What it cost (priced usage only).
+    /// What it cost (priced usage only); in JSON `cost_nano_usd` and `cost_usd`.
+    #[serde(flatten, with = "crate::money::json::cost")]
     pub cost: Money,
     /// Its token usage (priced or not).
     pub usage: Usage,
@@ -72,38 +73,44 @@ impl CostReport {
     pub fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> CostReport {
         let mut report = CostReport::default();
         for entry in entries {
-            if entry.cost.is_none() && entry.usage.is_none() {
-                continue;
-            }
-            let model = entry.served_by.as_deref().or(entry.model.as_deref()).unwrap_or("-");
-            report.total.add(entry);
-            report.refused_attempts += u64::from(entry.refused_attempts);
-            if entry.attempts.is_empty() {
-                line(&mut report.by_model, model).add(entry);
-            } else {
-                // A failed-over call: each attempt under the model that served it.
-                for attempt in &entry.attempts {
-                    let line = line(&mut report.by_model, &attempt.model);
-                    line.cost += attempt.cost.unwrap_or(Money::ZERO);
-                    line.usage += attempt.usage;
-                }
-                line(&mut report.by_model, model).entries += 1;
-            }
-            for (lines, key) in [
-                (&mut report.by_phase, slice(&entry.phase)),
-                (&mut report.by_agent_type, slice(&entry.agent_type)),
-                (&mut report.by_role, slice(&entry.role)),
-            ] {
-                line(lines, key).add(entry);
-            }
-            if let Some(usage) = entry.usage {
-                report.approximate |= usage.approximate;
-                if entry.cost.is_none() {
-                    report.unpriced.push(UnpricedUsage { seq: entry.seq, model: model.to_owned(), usage });
-                }
-            }
+            report.add(entry);
         }
         report
+    }
+
+    /// Folds one more entry (the next in journal order).
+    pub fn add(&mut self, entry: &Entry) {
+        let report = self;
+        if entry.cost.is_none() && entry.usage.is_none() {
+            return;
+        }
+        let model = entry.served_by.as_deref().or(entry.model.as_deref()).unwrap_or("-");
+        report.total.add(entry);
+        report.refused_attempts += u64::from(entry.refused_attempts);
+        if entry.attempts.is_empty() {
+            line(&mut report.by_model, model).add(entry);
+        } else {
+            // A failed-over call: each attempt under the model that served it.
+            for attempt in &entry.attempts {
+                let line = line(&mut report.by_model, &attempt.model);
+                line.cost += attempt.cost.unwrap_or(Money::ZERO);
+                line.usage += attempt.usage;
+            }
+            line(&mut report.by_model, model).entries += 1;
+        }
+        for (lines, key) in [
+            (&mut report.by_phase, slice(&entry.phase)),
+            (&mut report.by_agent_type, slice(&entry.agent_type)),
+            (&mut report.by_role, slice(&entry.role)),
+        ] {
+            line(lines, key).add(entry);
+        }
+        if let Some(usage) = entry.usage {
+            report.approximate |= usage.approximate;
+            if entry.cost.is_none() {
+                report.unpriced.push(UnpricedUsage { seq: entry.seq, model: model.to_owned(), usage });
+            }
+        }
     }
 }
 

@@ -82,6 +82,12 @@ impl Script {
         Script::new("rhai", name, source)
     }
 
+    /// A hand-written Lua 5.4 script (strict error policy); needs the `lua` feature.
+    #[cfg(feature = "lua")]
+    pub fn lua(name: &str, source: &str) -> Script {
+        Script::new("lua", name, source)
+    }
+
     /// Marks the script as planner-written: it always runs with the lenient error policy.
     pub fn planner_written(mut self) -> Script {
         self.policy = ErrorPolicy::Lenient;

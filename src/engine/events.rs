@@ -49,8 +49,8 @@ pub enum EventKind {
         name: String,
         /// Whether this segment resumes an earlier one.
         resumed: bool,
-        /// The ceiling, if any.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        /// The ceiling, if any (`ceiling_nano_usd` and `ceiling_usd`).
+        #[serde(flatten, with = "crate::money::json::ceiling")]
         ceiling: Option<Money>,
     },
     /// The run settled.
@@ -100,8 +100,8 @@ pub enum EventKind {
         status: String,
         /// Token usage.
         usage: Usage,
-        /// Cost, if priced.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        /// Cost, if priced (`cost_nano_usd` and `cost_usd`).
+        #[serde(flatten, with = "crate::money::json::cost")]
         cost: Option<Money>,
         /// The model that served it.
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -208,10 +208,11 @@ pub enum EventKind {
     /// Spend changed.
     #[serde(rename = "budget:update")]
     BudgetUpdate {
-        /// Spent so far (whole run).
+        /// Spent so far, whole run (`spent_nano_usd` and `spent_usd`).
+        #[serde(flatten, with = "crate::money::json::spent")]
         spent: Money,
-        /// Left under the ceiling, if bounded.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        /// Left under the ceiling, if bounded (`remaining_nano_usd` and `remaining_usd`).
+        #[serde(flatten, with = "crate::money::json::remaining")]
         remaining: Option<Money>,
     },
     /// Admission refused a spawn, or a guard or cut stopped a turn.
@@ -551,5 +552,46 @@ mod tests {
         assert_eq!(buffered(&log), 0);
         emit(&log, "nobody can read this");
         assert_eq!(buffered(&log), 0);
+    }
+
+    /// An event's money is the unit-carrying pair, also inside the flattened event.
+    #[test]
+    fn money_in_events_carries_its_unit() {
+        let event = |kind| Event {
+            run_id: RunId::parse("events").unwrap(),
+            seq: 1,
+            ts: 0,
+            span_id: 1,
+            parent_span_id: None,
+            replayed: false,
+            kind,
+        };
+        let spent = Money::from_nano_usd(13_000);
+        let update = serde_json::to_value(event(EventKind::BudgetUpdate {
+            spent,
+            remaining: Some(Money::from_nano_usd(999_987_000)),
+        }))
+        .unwrap();
+        assert_eq!(update["type"], "budget:update");
+        assert_eq!(update["spent_nano_usd"], 13_000);
+        assert_eq!(update["spent_usd"], 0.000013);
+        assert_eq!(update["remaining_nano_usd"], 999_987_000);
+        assert!(update.get("spent").is_none() && update.get("remaining").is_none(), "{update}");
+        let start = serde_json::to_value(event(EventKind::RunStart {
+            name: "w".into(),
+            resumed: false,
+            ceiling: None,
+        }))
+        .unwrap();
+        assert!(start.get("ceiling_nano_usd").is_none() && start.get("ceiling").is_none(), "{start}");
+        let end = serde_json::to_value(event(EventKind::AgentEnd {
+            status: "ok".into(),
+            usage: Usage::default(),
+            cost: Some(spent),
+            served_by: None,
+            error: None,
+        }))
+        .unwrap();
+        assert_eq!((end["cost_nano_usd"].as_i64(), end["cost_usd"].as_f64()), (Some(13_000), Some(0.000013)));
     }
 }

@@ -9,7 +9,8 @@
 //! A step is recognizably the same step by its label: a step that misses while a completed
 //! step with its label waits ahead had its body, key or deps edited (or a step with that label
 //! was inserted before it), and is refused and explained the same way, since running its body
-//! again re-runs every call inside it.
+//! again re-runs every call inside it. Accepted, the old step is journaled as superseded and
+//! what its old body journaled goes with it.
 //!
 //! A call whose prompt changed and that has no label (or key) to pin it is indistinguishable
 //! from a newly inserted call: it runs live, and the journaled call it replaced is counted as
@@ -18,7 +19,7 @@
 use super::run::RunState;
 use super::writer::Durability;
 use crate::error::{Error, ErrorCode};
-use crate::journal::{self, ContentKey, Entry, IdentitySummary, Kind, ScopePath, Seq, Status};
+use crate::journal::{self, Candidate, ContentKey, Entry, IdentitySummary, Kind, ScopePath, Seq, Status};
 
 /// A live agent call, as its identity summary and the fields kept beside it.
 pub(crate) struct LiveAgent<'a> {
@@ -44,26 +45,58 @@ pub(crate) fn check(
         accept(state, scope, live)?;
         return Ok(None);
     }
-    let candidates = state.unconsumed_at_cursor(scope);
+    let (label, ident) = live.recognition();
+    let candidates =
+        state.unconsumed_at_cursor(scope, |c| c.kind == Kind::Agent && c.resembles(label, ident));
     let line = {
         let mut claimed = rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((first, terminal)) = candidates.iter().find(|(first, _)| {
-            first.kind == Kind::Agent && !claimed.contains(&first.seq) && same_call(first, live)
-        }) else {
+        let mut found = None;
+        for candidate in candidates.iter().filter(|c| !claimed.contains(&c.first)) {
+            let first = state.stored.fetch(candidate.first)?;
+            if same_call(&first, live) {
+                found = Some((candidate, first));
+                break;
+            }
+        }
+        let Some((candidate, first)) = found else {
             // No call of this scope it replaces: the same call, paid at a scope this one
             // shifted from, would otherwise be paid again in silence.
-            let Some(line) = moved(state, scope, live, &mut claimed) else { return Ok(None) };
+            let Some(line) = moved(state, scope, live, &mut claimed)? else { return Ok(None) };
             drop(claimed);
             return refuse(state, line);
         };
-        let Some(terminal) = terminal.as_ref().filter(|t| t.status == Status::Ok) else {
+        let Some(terminal) = candidate.terminal.filter(|_| candidate.terminal_status == Some(Status::Ok))
+        else {
             // Not completed (failed, cancelled or cut off): it would run again anyway.
             return Ok(None);
         };
+        let terminal = state.stored.fetch(terminal)?;
         claimed.insert(first.seq);
-        describe(first, terminal, live)
+        describe(&first, &terminal, live)
     };
     refuse(state, line)
+}
+
+impl LiveAgent<'_> {
+    /// The hashes a journaled call that may be this one carries: its label's, and its caller
+    /// key's or prompt hash's (see [`journal::recognition`]).
+    fn recognition(&self) -> (u32, u32) {
+        let label = self.label.map_or(0, journal::recognition);
+        let ident = self.summary.call_id().map_or(0, journal::recognition);
+        (label, ident)
+    }
+}
+
+/// Whether a journaled call's hashes say it may be the live call hashed `label` and `ident`
+/// (its entries decide).
+trait Resembles {
+    fn resembles(&self, label: u32, ident: u32) -> bool;
+}
+
+impl Resembles for Candidate {
+    fn resembles(&self, label: u32, ident: u32) -> bool {
+        (label != 0 && self.label == label) || (ident != 0 && self.ident == ident)
+    }
 }
 
 /// Refuses a re-keyed call described by `line` (in a dry run, returns the line to report).
@@ -84,40 +117,63 @@ fn moved(
     scope: &ScopePath,
     live: &LiveAgent<'_>,
     claimed: &mut std::collections::HashSet<Seq>,
-) -> Option<String> {
-    let (first, terminal) = state.lock_replay().moved(scope, live.model, live.agent_type, live.summary)?;
-    if !claimed.insert(first.seq) {
-        return None;
+) -> Result<Option<String>, Error> {
+    let Some(ident) = live.summary.call_id().map(journal::recognition) else { return Ok(None) };
+    let candidates = state.lock_replay().moved(scope, ident);
+    let mut found = None;
+    for (first, terminal) in candidates {
+        let first = state.stored.fetch(first)?;
+        if first.model.as_deref() == Some(live.model)
+            && first.agent_type.as_deref() == live.agent_type
+            && first.identity.as_deref() == Some(live.summary)
+        {
+            found = Some((first, terminal));
+            break;
+        }
     }
+    let Some((first, terminal)) = found else { return Ok(None) };
+    if !claimed.insert(first.seq) {
+        return Ok(None);
+    }
+    let terminal = state.stored.fetch(terminal)?;
     let label = first.label.as_deref().map(|l| format!(" '{l}'")).unwrap_or_default();
     let cost = terminal.cost.map(|c| format!(", paid {c}")).unwrap_or_default();
     let prompt = live.summary.prompt_head.as_deref().map(|p| format!(" ({p:?})")).unwrap_or_default();
-    Some(format!(
+    Ok(Some(format!(
         "agent call{label}{prompt} (seq {}{cost}): unchanged, but its scope moved from '{}' to '{scope}' (an \
          unlabelled parallel or workflow call was inserted or removed before it); label the sites \
          (#{{label: \"...\"}} in Rhai, {{label = \"...\"}} in Lua) so they keep their scopes",
         first.seq.0, first.scope
-    ))
+    )))
 }
 
 /// An accepted re-key: the completed call the live one replaces (as [`check`] would have
 /// named it) is journaled as superseded, so neither this segment nor a later replay counts it
 /// as orphaned.
 fn accept(state: &RunState, scope: &ScopePath, live: &LiveAgent<'_>) -> Result<(), Error> {
-    let candidates = state.unconsumed_at_cursor(scope);
+    let (label, ident) = live.recognition();
+    let candidates = state.unconsumed_at_cursor(scope, |c| {
+        c.kind == Kind::Agent && c.terminal_status == Some(Status::Ok) && c.resembles(label, ident)
+    });
     let first = {
         let mut claimed = state.rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((first, _)) = candidates.iter().find(|(first, terminal)| {
-            first.kind == Kind::Agent
-                && !claimed.contains(&first.seq)
-                && same_call(first, live)
-                && terminal.as_ref().is_some_and(|t| t.status == Status::Ok)
-        }) else {
-            return Ok(());
-        };
-        claimed.insert(first.seq);
-        first.seq
+        let mut found = None;
+        for candidate in candidates.iter().filter(|c| !claimed.contains(&c.first)) {
+            if same_call(&*state.stored.fetch(candidate.first)?, live) {
+                found = Some(candidate.first);
+                break;
+            }
+        }
+        let Some(first) = found else { return Ok(()) };
+        claimed.insert(first);
+        first
     };
+    supersede(state, scope, first)
+}
+
+/// Journals that the completed call whose first entry is `first` was replaced by an accepted
+/// re-key (a `rekey_accepted` decision), and tells this execution's replay so.
+fn supersede(state: &RunState, scope: &ScopePath, first: Seq) -> Result<(), Error> {
     let value = journal::rekey_value(first);
     let identity = serde_json::json!({ "kind": "decision", "value": value });
     let key = journal::content_key(&identity).unwrap_or(ContentKey::from_bytes([0; 32]));
@@ -192,27 +248,40 @@ fn describe(old: &Entry, terminal: &Entry, live: &LiveAgent<'_>) -> String {
 
 /// Checks a live step of a resumed run against the journal, as [`check`] does an agent call:
 /// a completed step with the same label waiting ahead in this scope means the step's body,
-/// key or deps changed since it ran.
+/// key or deps changed since it ran. A resume that accepts re-keying journals the old step
+/// as superseded, its old body with it.
 ///
 /// # Errors
 /// `rekey_refused` when the resume did not accept re-keying; the run is stopped.
 pub(crate) fn check_step(state: &RunState, scope: &ScopePath, label: &str) -> Result<(), Error> {
     let rekeys = &state.rekeys;
-    if rekeys.accept || state.dry_run {
+    if state.dry_run {
         return Ok(());
     }
-    let candidates = state.unconsumed_at_cursor(scope);
+    let hash = journal::recognition(label);
+    let candidates = state.unconsumed_at_cursor(scope, |c| c.kind == Kind::Step && c.label == hash);
     let line = {
         let mut claimed = rekeys.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((first, terminal)) = candidates.iter().find(|(first, _)| {
-            first.kind == Kind::Step && !claimed.contains(&first.seq) && first.label.as_deref() == Some(label)
-        }) else {
+        let mut found = None;
+        for candidate in candidates.iter().filter(|c| !claimed.contains(&c.first)) {
+            let first = state.stored.fetch(candidate.first)?;
+            if first.label.as_deref() == Some(label) {
+                found = Some((candidate, first));
+                break;
+            }
+        }
+        let Some((candidate, first)) = found else { return Ok(()) };
+        let Some(terminal) = candidate.terminal.filter(|_| candidate.terminal_status == Some(Status::Ok))
+        else {
             return Ok(());
         };
-        let Some(terminal) = terminal.as_ref().filter(|t| t.status == Status::Ok) else {
-            return Ok(());
-        };
+        let terminal = state.stored.fetch(terminal)?;
         claimed.insert(first.seq);
+        if rekeys.accept {
+            let first = first.seq;
+            drop(claimed);
+            return supersede(state, scope, first);
+        }
         let scope =
             if first.scope.is_root() { String::new() } else { format!(" in scope '{}'", first.scope) };
         let mut value = terminal.value().map(|v| v.to_string()).unwrap_or_else(|| "null".to_owned());

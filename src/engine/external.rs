@@ -62,7 +62,7 @@ impl Ctx {
     ) -> Result<Value, Error> {
         let prompt = opts.prompt.as_deref();
         let span = self.run.new_span();
-        let matched = self.run.lookup(&self.scope, content);
+        let matched = self.run.lookup(&self.scope, content)?;
         let named = sleep_scope.map(|scope| format!("sleep@{scope}#{}", matched.ordinal));
         let key = named.as_deref().unwrap_or(key);
         let (seq, deadline_ms) = match matched.outcome {

@@ -19,7 +19,7 @@ impl Ctx {
     ) -> Result<Value, Error> {
         self.check_stopped()?;
         let key = value_key(&identity)?;
-        let matched = self.run.lookup(&self.scope, key);
+        let matched = self.run.lookup(&self.scope, key)?;
         match matched.outcome {
             Outcome::Replay(entry) => Ok(entry.value().unwrap_or(Value::Null)),
             Outcome::Skip => Ok(Value::Null),

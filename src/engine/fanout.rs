@@ -59,6 +59,8 @@ struct FailFast {
     scope: crate::journal::ScopePath,
     key: ContentKey,
     ordinal: u32,
+    /// The identity of the code the decision is taken for, journaled with it.
+    bodies: Option<String>,
     /// The failed branch's index + 1 once decided (0: undecided).
     failed: AtomicUsize,
 }
@@ -78,14 +80,29 @@ impl FailFast {
             .map_err(|e| Error::internal(e.to_string()))
     }
 
-    fn new(ctx: &Ctx, key: ContentKey, ordinal: u32) -> FailFast {
-        FailFast { run: ctx.run.clone(), scope: ctx.scope.clone(), key, ordinal, failed: AtomicUsize::new(0) }
+    fn new(ctx: &Ctx, key: ContentKey, ordinal: u32, bodies: Option<String>) -> FailFast {
+        FailFast {
+            run: ctx.run.clone(),
+            scope: ctx.scope.clone(),
+            key,
+            ordinal,
+            bodies,
+            failed: AtomicUsize::new(0),
+        }
     }
 
-    /// The error a journaled decision raises again, if the entry is one.
-    fn replayed(entry: &Entry) -> Option<Error> {
+    /// The error a journaled decision raises again, if the entry is one and was taken for the
+    /// same code (`bodies`, the identity of the fan-out's branches or stages): a decision
+    /// journaled for code since edited does not say how this code ends. A decision that
+    /// recorded no identity (a Rust closure's, or one journaled before identities were) holds.
+    fn replayed(entry: &Entry, bodies: Option<&str>) -> Option<Error> {
         let value = entry.value()?;
         if value.get("type")?.as_str()? != FAIL_FAST_DECISION {
+            return None;
+        }
+        if let (Some(recorded), Some(now)) = (value.get("bodies").and_then(Value::as_str), bodies)
+            && recorded != now
+        {
             return None;
         }
         serde_json::from_value(value.get("error")?.clone()).ok()
@@ -101,6 +118,11 @@ impl FailFast {
             group.cancel();
             return;
         }
+        // A branch that wrote what it shares decides nothing and cancels nobody: how far its
+        // siblings got would then depend on timing (see [`first_violation`]).
+        if error.code == ErrorCode::SandboxViolation {
+            return;
+        }
         if self.failed.compare_exchange(0, index + 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
             // The decision holds what decides the fan-out's outcome: the error it raises.
             // Which branch failed first and which siblings were still unfinished are not
@@ -109,7 +131,11 @@ impl FailFast {
             // moments, journal the same decision.
             let mut entry =
                 Entry::new(Seq(0), Kind::Decision, Status::Ok, self.scope.clone(), self.key, self.ordinal);
-            entry.set_value(Some(&json!({ "type": FAIL_FAST_DECISION, "error": error })));
+            let mut value = json!({ "type": FAIL_FAST_DECISION, "error": error });
+            if let Some(bodies) = &self.bodies {
+                value["bodies"] = Value::from(bodies.as_str());
+            }
+            entry.set_value(Some(&value));
             // Queued before the cancellation: the cancelled siblings' entries follow it in the
             // journal. A write failure latches and fails the run; the cancel happens anyway.
             let _ = self.run.append_one(entry, Durability::Deferred);
@@ -121,6 +147,27 @@ impl FailFast {
     fn failed(&self) -> Option<usize> {
         self.failed.load(Ordering::SeqCst).checked_sub(1)
     }
+}
+
+/// The error a fan-out raises when a branch wrote a value it shares with its siblings (the
+/// script sandbox refuses the write where it happens, ending that branch with
+/// `sandbox_violation`): the first such error in branch order, once every branch has ended.
+///
+/// Each branch's course is fixed by the journaled values it receives (what it captured is
+/// read-only), so where a branch violates is fixed too, but when is not. Stopping its siblings
+/// at that moment would leave in the journal whatever calls they happened to finish, and a
+/// replay, which runs them again, would reach a different set. So a violation cancels nobody:
+/// every sibling runs to its own end, as under `settle`, and the fan-out then fails the same
+/// way, with the same journal, on every run and on replay. `None` when no branch violated, or
+/// when the run is stopping (a cancellation, a dry run's miss, a refused re-key), which
+/// explains the fan-out's end first.
+fn first_violation(results: &[Result<Value, Error>]) -> Option<Error> {
+    let stopping =
+        |e: &Error| matches!(e.code, ErrorCode::Cancelled | ErrorCode::JournalMiss | ErrorCode::RekeyRefused);
+    if results.iter().any(|r| r.as_ref().is_err_and(stopping)) {
+        return None;
+    }
+    results.iter().find_map(|r| r.as_ref().err().filter(|e| e.code == ErrorCode::SandboxViolation).cloned())
 }
 
 /// Picks the error to raise for a failed fan-out: the first failure that is not a sibling's
@@ -191,10 +238,13 @@ impl Ctx {
     /// Without `settle`, the first failure cancels the siblings (their in-flight calls
     /// journal as `cancelled` and rerun on resume) and is raised. With `settle`, every
     /// branch runs to its end and each result is `{"status":"ok","value":..}` or
-    /// `{"status":"error","error":{..}}`.
+    /// `{"status":"error","error":{..}}`. A branch that wrote a value it shares
+    /// (`sandbox_violation`) cancels nobody: once every branch has ended, the first such error
+    /// in branch order is raised, whatever the options.
     ///
     /// # Errors
-    /// The first branch failure (strict), or `cancelled` when the run stops.
+    /// The first branch failure (strict), a branch's `sandbox_violation`, or `cancelled` when
+    /// the run stops.
     pub async fn parallel(&self, branches: Vec<Branch>, opts: ParallelOptions) -> Result<Vec<Value>, Error> {
         self.check_stopped()?;
         let site = self.labelled_site(opts.label.as_deref())?;
@@ -212,9 +262,9 @@ impl Ctx {
         let total = branches.len();
         let fail_fast = if abort_on_error {
             let site_key = FailFast::key(site)?;
-            let (ordinal, recorded) = self.run.decision(&self.scope, site_key);
+            let (ordinal, recorded) = self.run.decision(&self.scope, site_key)?;
             if let Some(entry) = recorded
-                && let Some(error) = FailFast::replayed(&entry)
+                && let Some(error) = FailFast::replayed(&entry, opts.bodies.as_deref())
             {
                 // The journal says how this fan-out ended: the failure it raised, with the
                 // siblings it cancelled. Nothing in it runs again (never live), and what its
@@ -227,7 +277,7 @@ impl Ctx {
                 }
                 return Err(error);
             }
-            Some(Arc::new(FailFast::new(self, site_key, ordinal)))
+            Some(Arc::new(FailFast::new(self, site_key, ordinal, opts.bodies.clone())))
         } else {
             None
         };
@@ -270,6 +320,9 @@ impl Ctx {
         {
             // The failure the journal records is the one raised, whatever finished after it.
             return Err(error.clone());
+        }
+        if let Some(violation) = first_violation(&results) {
+            return Err(violation);
         }
         if opts.settle {
             return Ok(results
@@ -374,9 +427,9 @@ impl Ctx {
         let pipeline = self.next_pipeline();
         let fail_fast = if throw {
             let key = FailFast::pipeline_key(pipeline)?;
-            let (ordinal, recorded) = self.run.decision(&self.scope, key);
+            let (ordinal, recorded) = self.run.decision(&self.scope, key)?;
             if let Some(entry) = recorded
-                && let Some(error) = FailFast::replayed(&entry)
+                && let Some(error) = FailFast::replayed(&entry, opts.bodies.as_deref())
             {
                 // As for `parallel`: the journaled failure is raised again, nothing runs.
                 // Pipelines share their `pipe:s:i` scopes with the scope's other pipelines,
@@ -392,7 +445,7 @@ impl Ctx {
                 }
                 return Err(error);
             }
-            Some(Arc::new(FailFast::new(self, key, ordinal)))
+            Some(Arc::new(FailFast::new(self, key, ordinal, opts.bodies.clone())))
         } else {
             None
         };
@@ -437,6 +490,9 @@ impl Ctx {
             && let Some(Err(error)) = results.get(index)
         {
             return Err(error.clone());
+        }
+        if let Some(violation) = first_violation(&results) {
+            return Err(violation);
         }
         match opts.on_item_error {
             OnItemError::Throw => {

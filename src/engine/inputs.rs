@@ -226,9 +226,16 @@ pub(super) fn resume_workflow(
         return dialect.prepare(handle, &name, &source);
     }
     match &meta.name {
-        Some(name) => engine.workflows.get(name).cloned().ok_or_else(|| {
-            Error::config(format!("run {run_id} ran workflow {name:?}, which this engine has not registered"))
-        }),
+        Some(name) => {
+            let ran =
+                || engine.ran.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).cloned();
+            engine.workflows.get(name).cloned().or_else(ran).ok_or_else(|| {
+                Error::config(format!(
+                    "run {run_id} ran workflow {name:?}, which this engine has not registered: register it \
+                     with EngineBuilder::workflow, or pass it in ResumeOptions::workflow"
+                ))
+            })
+        }
         None => Err(Error::config(format!("run {run_id} names no workflow; pass one to resume"))),
     }
 }

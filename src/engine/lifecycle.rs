@@ -21,9 +21,10 @@ use super::options::ErrorPolicy;
 use super::registry::{Engine, EngineInner};
 use super::run::{RunState, SegmentStart, Stop};
 use super::started;
+use super::summary::Summary;
 use super::workflow::Workflow;
 use crate::error::Error;
-use crate::journal::{self, Entry, Kind, Ledger, Replay, ReplayOptions, Seq, Status};
+use crate::journal::{self, Entry, Replay, ReplayOptions, Seq};
 use crate::money::Money;
 use crate::store::{Lease, RunId, RunMeta, RunStatus};
 
@@ -57,7 +58,7 @@ pub(super) fn start(
     match begin_fresh(&engine, &run_id, &fresh, lease.as_ref()) {
         Ok(meta) => {
             let segment = SegmentStart {
-                entries: Vec::new(),
+                summary: Summary::default(),
                 replay: Replay::empty(),
                 ceiling,
                 spent: Money::ZERO,
@@ -143,24 +144,29 @@ fn resume_leased(
             None => Value::Null,
         },
     };
-    let raw = engine.journal.load(run_id)?;
-    let entries: Vec<Arc<Entry>> = journal::decode_owned(raw)?.into_iter().map(Arc::new).collect();
-    let ledger = Ledger::fold(entries.iter().map(|e| &**e));
-    let spawns =
-        entries.iter().filter(|e| e.kind == Kind::Agent && e.status == Status::Running).count() as u32;
+    // The journal is read page by page into the matching index and the folds the segment
+    // keeps: no entry stays in memory.
+    let reproduce = options.dry_run && options.reproduce;
+    let mut builder = Replay::builder(&ReplayOptions { reproduce, ..ReplayOptions::default() });
+    let mut summary = Summary::default();
+    for entry in journal::entries(engine.journal.as_ref(), run_id, 0) {
+        let entry = entry?;
+        builder.add(&entry);
+        summary.add_read(&entry);
+    }
+    let mut replay = builder.finish();
     // A ceiling raised by this resume (or left for it by the service) applies from this
     // segment on, journaled before anything else of it; the admissions earlier ceilings
     // refused are asked again.
     let raised = match options.budget_usd.or_else(|| budget_override::pending(&meta)) {
-        Some(usd) => Some(budget_override::judge(run_id, usd, meta.budget_ceiling, ledger.spent)?),
+        Some(usd) => Some(budget_override::judge(run_id, usd, meta.budget_ceiling, summary.ledger.spent)?),
         None => None,
     };
     let mut invalidate: Vec<Seq> = options.invalidate.iter().map(|&s| Seq(s)).collect();
     if raised.is_some() {
-        invalidate.extend(budget_override::refused_admissions(&entries));
+        invalidate.extend(summary.refused_admissions.iter().copied());
     }
-    let replay_options = ReplayOptions { invalidate };
-    let replay = Replay::from_shared(entries.clone(), &replay_options);
+    replay.invalidate(invalidate);
     let mut meta = meta;
     // Segments that ran before this one (a dry run counts as the next, and writes nothing).
     let index = meta.segments;
@@ -184,12 +190,13 @@ fn resume_leased(
     } else {
         ErrorPolicy::Strict
     };
-    let carried = super::carry::unsettled(&engine, run_id, &entries);
+    let carried = super::carry::unsettled(&engine, run_id, &summary.unended_agents());
+    let (spent, spawns) = (summary.ledger.spent, summary.spawns);
     let segment = SegmentStart {
-        entries,
+        summary,
         replay,
         ceiling: meta.budget_ceiling,
-        spent: ledger.spent,
+        spent,
         carried,
         spawns,
         dry_run: options.dry_run,

@@ -34,6 +34,8 @@ mod child_scripts;
 mod cost;
 mod ctx;
 mod dialect;
+#[cfg(any(feature = "cli", feature = "serve"))]
+mod digest;
 mod events;
 mod explain;
 mod external;
@@ -44,7 +46,10 @@ mod identity;
 mod inputs;
 mod lease;
 mod lifecycle;
+// What the service relays of a live run (its tokens) is read only with the `serve` feature.
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 mod live;
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 mod live_store;
 mod liveness;
 mod observer;
@@ -61,10 +66,18 @@ mod settle;
 mod started;
 mod step;
 mod step_ops;
+mod stored;
+mod summary;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_features;
+#[cfg(test)]
 mod tests_journal;
+#[cfg(test)]
+mod tests_tools;
+#[cfg(test)]
+mod tests_writer;
 mod tool_call;
 mod two_phase;
 mod worker;
@@ -77,18 +90,25 @@ pub(crate) use admit::FLAT_UNPRICED_RESERVE_NANO_USD;
 pub(crate) use budget::{AccountId, Reservation};
 pub use budget_override::{SegmentCeiling, segment_ceilings};
 pub use builder::EngineBuilder;
+#[cfg(feature = "serve")]
 pub(crate) use call_records::call_record;
 pub use child_scripts::MAX_WORKFLOW_DEPTH;
 pub(crate) use child_scripts::valid_workflow_name;
 pub use cost::{CostLine, CostReport, UnpricedUsage};
 pub use ctx::Ctx;
 pub use dialect::{Script, ScriptDialect};
+#[cfg(any(feature = "cli", feature = "serve"))]
+pub(crate) use digest::RunDigest;
 pub use events::{Event, EventKind, EventStream};
 pub use fanout::{Branch, Stage, branch, stage};
 pub use handle::RunHandle;
 pub use inputs::{ResumeOptions, RunOptions};
 pub use lease::Resolution;
+#[cfg(feature = "cli")]
+pub(crate) use lease::is_dead as driver_is_dead;
+#[cfg(feature = "serve")]
 pub(crate) use live::LiveToken;
+#[cfg(feature = "serve")]
 pub(crate) use live_store::{RemoteLive, read_remote_live, unwant_live};
 pub use observer::RunObserver;
 pub use options::{
@@ -97,6 +117,7 @@ pub use options::{
 };
 pub use outcome::{Dropped, Pending, RunOutcome};
 pub use queue::CancelOutcome;
+#[cfg(feature = "serve")]
 pub(crate) use queue::{RESERVED_FIELD, is_reserved};
 pub(crate) use registry::EngineInner;
 pub use registry::{AgentProfile, Described, Engine, HostFn, Registered};
@@ -112,11 +133,19 @@ use crate::store::RunId;
 impl Engine {
     /// Starts a run of `workflow` with `args`. Must be called inside a tokio runtime.
     ///
+    /// A workflow the builder did not register is remembered by name, so [`Engine::resume`]
+    /// on this engine (or a clone) finds it. A closure cannot be stored with the run: another
+    /// process resumes it only with the workflow registered (`EngineBuilder::workflow`).
+    ///
     /// # Errors
     /// `config` for invalid options (a non-finite or negative budget, a deadline in the
     /// past, a run id that already exists); nothing is written then. `internal` for a store
     /// failure.
     pub fn run(&self, workflow: &Workflow, args: Value, options: RunOptions) -> Result<RunHandle, Error> {
+        if !self.inner.workflows.contains_key(&workflow.name) {
+            let mut ran = self.inner.ran.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            ran.insert(workflow.name.clone(), workflow.clone());
+        }
         lifecycle::start(self.inner.clone(), workflow.clone(), args, options, None)
     }
 

@@ -26,7 +26,7 @@ pub enum OnError {
     Null,
 }
 
-/// Options of [`Ctx::agent`]. Only `profile`, `model`, `effort`, `key` (or the prompt) and
+/// Options of [`Ctx::agent`](crate::Ctx::agent). Only `profile`, `model`, `effort`, `key` (or the prompt) and
 /// `schema` enter the call's identity; everything else can change between runs without
 /// re-keying a paid call.
 #[derive(Debug, Clone, Default)]
@@ -51,7 +51,8 @@ pub struct AgentOptions {
     pub max_output_tokens: Option<u32>,
     /// What a failure does; the run's error policy decides when `None`.
     pub on_error: Option<OnError>,
-    /// Return `{value, status, usage, cost_nano_usd, served_by, replayed}` instead of the value.
+    /// Return the full record (`{status, value, error, usage, cost_usd, cost_nano_usd, served_by,
+    /// finish_reason, partial?}`) instead of the value.
     pub full: bool,
     /// Journal a task-class failure as final: it replays instead of rerunning.
     pub memoize_outcome: bool,
@@ -72,7 +73,7 @@ pub struct AgentOptions {
     pub max_context_tokens: Option<u64>,
 }
 
-/// Options of [`Ctx::step`].
+/// Options of [`Ctx::step`](crate::Ctx::step).
 #[derive(Debug, Clone, Default)]
 pub struct StepOptions {
     /// Replaces the label in the step's identity.
@@ -87,7 +88,7 @@ pub struct StepOptions {
     pub body: Option<String>,
 }
 
-/// Options of [`Ctx::call`].
+/// Options of [`Ctx::call`](crate::Ctx::call).
 #[derive(Debug, Clone, Default)]
 pub struct CallOptions {
     /// Replaces the arguments in the call's identity.
@@ -96,7 +97,7 @@ pub struct CallOptions {
     pub on_error: Option<OnError>,
 }
 
-/// Options of [`Ctx::workflow`].
+/// Options of [`Ctx::workflow`](crate::Ctx::workflow).
 #[derive(Debug, Clone, Default)]
 pub struct WorkflowOptions {
     /// Replaces the arguments in the call's identity.
@@ -111,7 +112,7 @@ pub struct WorkflowOptions {
     pub label: Option<String>,
 }
 
-/// Options of [`Ctx::await_external`].
+/// Options of [`Ctx::await_external`](crate::Ctx::await_external).
 #[derive(Debug, Clone, Default)]
 pub struct ExternalOptions {
     /// What whoever resolves the wait is asked.
@@ -137,7 +138,7 @@ pub struct RetryPolicy {
     pub max_backoff: Option<std::time::Duration>,
 }
 
-/// Options of [`Ctx::parallel`].
+/// Options of [`Ctx::parallel`](crate::Ctx::parallel).
 #[derive(Debug, Clone, Default)]
 pub struct ParallelOptions {
     /// Return every branch's outcome (`{status, value}` / `{status, error}`) instead of
@@ -152,9 +153,14 @@ pub struct ParallelOptions {
     /// sites before it, so inserting another `parallel` before it does not re-key its calls.
     /// No `/` or `:`, at most 64 characters.
     pub label: Option<String>,
+    /// The identity of the branches' source (a script's runner sets it): a fail-fast decision
+    /// journaled while the branches' code was different does not hold, so a resume of an
+    /// edited fan-out runs it (what its branches completed is served) instead of raising
+    /// what the old code raised. `None` for Rust closures.
+    pub bodies: Option<String>,
 }
 
-/// Options of [`Ctx::pipeline`].
+/// Options of [`Ctx::pipeline`](crate::Ctx::pipeline).
 #[derive(Debug, Clone, Default)]
 pub struct PipelineOptions {
     /// What a failed item does.
@@ -164,6 +170,8 @@ pub struct PipelineOptions {
     /// Pins the site to the label (`at:LABEL:n/pipe:s:i`) instead of its position. No `/` or
     /// `:`, at most 64 characters.
     pub label: Option<String>,
+    /// The identity of the stages' source: see [`ParallelOptions::bodies`].
+    pub bodies: Option<String>,
 }
 
 /// What a failed pipeline item does.

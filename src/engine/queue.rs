@@ -208,7 +208,7 @@ fn settle_stored(
     lease: Option<&Lease>,
 ) -> Result<(), Error> {
     let run = &meta.run_id;
-    let entries = journal::decode_all(&engine.journal.load(run)?)?;
+    let last = crate::store::last_seq(engine.journal.as_ref(), run)?;
     let identity = serde_json::json!({ "kind": "decision", "type": journal::SETTLE_DECISION });
     let key = journal::content_key(&identity).map_err(|e| Error::internal(e.to_string()))?;
     let mut entry = Entry::new(Seq(0), Kind::Decision, Status::Ok, ScopePath::root(), key, 0);
@@ -221,7 +221,7 @@ fn settle_stored(
     }
     entry.set_value(Some(&value));
     entry.by = by;
-    entry.seq = Seq(entries.last().map_or(1, |e| e.seq.0 + 1));
+    entry.seq = Seq(last + 1);
     entry.ts = Some(engine.clock.now_ms());
     engine.journal.append(run, &[journal::encode(&entry)?], lease)?;
     meta.status = status;
@@ -297,8 +297,7 @@ fn store_queued(
     if let Some(by) = &options.by {
         // Journaled before the meta makes the run claimable.
         let mut entry = super::actions::action_entry(super::actions::RunAction::Start, 0, by);
-        let last = engine.journal.load(run_id)?.last().map(|e| e.seq());
-        entry.seq = Seq(last.map_or(1, |seq| seq + 1));
+        entry.seq = Seq(crate::store::last_seq(engine.journal.as_ref(), run_id)? + 1);
         entry.ts = Some(now);
         engine.journal.append(run_id, &[journal::encode(&entry)?], lease)?;
     }

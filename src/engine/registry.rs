@@ -124,6 +124,10 @@ pub(crate) struct EngineInner {
     pub(crate) observers: Vec<Arc<dyn super::observer::RunObserver>>,
     /// The streamed text of the runs this process drives, for its listeners.
     pub(crate) live: Arc<super::live::LiveRelay>,
+    /// Closure workflows this engine started without their being registered, by name: a
+    /// resume by the same engine finds them (a closure cannot be stored with the run, so
+    /// another process must register it with `EngineBuilder::workflow`).
+    pub(crate) ran: Arc<std::sync::Mutex<HashMap<String, Workflow>>>,
 }
 
 impl fmt::Debug for EngineInner {

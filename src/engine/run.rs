@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -24,12 +24,14 @@ use super::options::ErrorPolicy;
 use super::outcome::{Dropped, Pending};
 use super::registry::EngineInner;
 use super::rekeys::Rekeys;
-use super::resolution::{check_resolution, find_suspension, resolution_entry};
+use super::resolution::{check_resolution, resolution_entry};
+use super::stored::StoredEntries;
+use super::summary::Summary;
 use super::writer::JournalWriter;
 // `admission.rs` names `Durability` here; it moves with the agent call's room (#23).
 pub(crate) use super::writer::Durability;
 use crate::error::{Error, ErrorCode};
-use crate::journal::{self, ContentKey, Entry, Match, Replay, ScopePath, Seq};
+use crate::journal::{self, Candidate, ContentKey, Entry, Match, Replay, ScopePath, Seq};
 use crate::money::Money;
 use crate::store::{Lease, RunId};
 
@@ -43,6 +45,8 @@ pub(crate) struct RunState {
     pub(crate) content_events: bool,
     /// The loaded journal as calls match it: cursors, consumed records, resolutions.
     replay: Mutex<Replay>,
+    /// The journal's entries, read back when a matched call is served.
+    pub(crate) stored: StoredEntries,
     /// The journal's write side: seqs, the group-commit queue, the latch after a failed write.
     pub(super) writer: Arc<JournalWriter>,
     pub(crate) budget: Arc<Budget>,
@@ -62,8 +66,6 @@ pub(crate) struct RunState {
     pub(crate) reproduce: bool,
     /// The run as it stood before this segment began (a refused re-key leaves it so).
     pub(super) before: Option<super::before::Before>,
-    /// How many journal entries the segment began with (those of earlier segments).
-    pub(super) inherited: usize,
     /// Set once admission, a guard or a cut stops work for lack of budget.
     pub(crate) exhausted: AtomicBool,
     dropped: Mutex<Vec<Dropped>>,
@@ -78,8 +80,8 @@ pub(crate) struct RunState {
     /// The run's lease, when the store grants leases: every write of this segment is fenced
     /// with it.
     pub(super) lease: Option<Lease>,
-    /// Stops the task that renews the lease and drains the inbox.
-    keeper: CancellationToken,
+    /// Stops the thread that renews the lease and the task that drains the inbox.
+    keeper: lease::Keeper,
     /// Whether re-keyed calls may run, and the ones refused.
     pub(crate) rekeys: Rekeys,
     /// How far ahead a wait's deadline may lie for the run to stay live, holding its timer,
@@ -98,11 +100,14 @@ pub(super) enum Stop {
     Refused,
     Deadline,
     Suspended,
+    /// The lease lapsed or was taken (`RunState::lease_lost`).
+    LeaseLost,
 }
 
 /// What one segment of a run starts from.
 pub(super) struct SegmentStart {
-    pub(super) entries: Vec<Arc<Entry>>,
+    /// The folds of the journal so far (empty for a fresh run).
+    pub(super) summary: Summary,
     pub(super) replay: Replay,
     pub(super) ceiling: Option<Money>,
     pub(super) spent: Money,
@@ -146,15 +151,15 @@ impl RunState {
             .iter()
             .map(|(name, &n)| (name.clone(), Arc::new(Semaphore::new(n))))
             .collect();
-        let inherited = segment.entries.len();
         let writer = JournalWriter::new(
             run_id.clone(),
             engine.journal.clone(),
             engine.clock.clone(),
             segment.lease.clone(),
             segment.dry_run,
-            segment.entries,
+            segment.summary,
         );
+        let stored = StoredEntries::new(engine.journal.clone(), run_id.clone());
         let events = EventLog::new(run_id.clone(), segment_base(segment.index));
         // Observers subscribe before the first event: their streams are gapless.
         for observer in &engine.observers {
@@ -171,6 +176,7 @@ impl RunState {
             content_events,
             run_id,
             replay: Mutex::new(segment.replay),
+            stored,
             writer,
             budget: Budget::resumed(segment.ceiling, segment.spent, segment.carried),
             model_slots: Arc::new(Semaphore::new(engine.max_concurrency)),
@@ -181,7 +187,6 @@ impl RunState {
             dry_run: segment.dry_run,
             reproduce: segment.dry_run && segment.reproduce,
             before: segment.before,
-            inherited,
             exhausted: AtomicBool::new(false),
             dropped: Mutex::new(Vec::new()),
             liveness: Liveness::new(),
@@ -190,7 +195,7 @@ impl RunState {
             span_base: segment_base(segment.index),
             policy: segment.policy,
             lease: segment.lease,
-            keeper: CancellationToken::new(),
+            keeper: lease::Keeper::default(),
             rekeys: Rekeys::new(segment.accept_rekey),
             hold_timers: segment.hold_timers,
             call_records,
@@ -204,35 +209,59 @@ impl RunState {
 
     // ---- matching ------------------------------------------------------------------------
 
-    /// Matches a live call against the loaded journal.
-    pub(crate) fn lookup(&self, scope: &ScopePath, key: ContentKey) -> Match {
-        let mut replay = self.lock_replay();
-        let matched = replay.lookup(scope, key);
-        if self.reproduce
-            && matches!(matched.outcome, crate::journal::Outcome::Rerun { previous: Some(_), .. })
-        {
-            // Reproducing the settled run: the journaled outcome is served, not rerun.
-            replay.count_rerun_as_replayed();
-        }
-        matched
+    /// Matches a live call against the loaded journal; what it serves is read from the store.
+    ///
+    /// # Errors
+    /// `internal` when the store cannot give back the journaled entry.
+    pub(crate) fn lookup(&self, scope: &ScopePath, key: ContentKey) -> Result<Match, Error> {
+        let matched = {
+            let mut replay = self.lock_replay();
+            let matched = replay.lookup(scope, key);
+            if self.reproduce
+                && matches!(matched.outcome, crate::journal::Outcome::Rerun { previous: Some(_), .. })
+            {
+                // Reproducing the settled run: the journaled outcome is served, not rerun.
+                replay.count_rerun_as_replayed();
+            }
+            matched
+        };
+        self.stored.serve(matched)
     }
 
     /// The journaled decision at a site, if it still holds (see [`Replay::decision`]), and
     /// the ordinal a new one takes.
-    pub(crate) fn decision(&self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
-        self.lock_replay().decision(scope, key)
+    ///
+    /// # Errors
+    /// As [`RunState::lookup`].
+    pub(crate) fn decision(
+        &self,
+        scope: &ScopePath,
+        key: ContentKey,
+    ) -> Result<(u32, Option<Arc<Entry>>), Error> {
+        let (ordinal, pointer) = self.lock_replay().decision(scope, key);
+        let entry = match pointer {
+            Some(pointer) => Some(self.stored.read(pointer)?),
+            None => None,
+        };
+        Ok((ordinal, entry))
     }
 
     /// A journaled fact at a site, matched like a call: a decision found this way holds
     /// whatever segments settled after it (the orchestrator's, whose checkpointed
     /// conversation names what it decided). Finding nothing is not counted as a miss.
-    pub(crate) fn lookup_fact(&self, scope: &ScopePath, key: ContentKey) -> Match {
-        let mut replay = self.lock_replay();
-        let matched = replay.lookup(scope, key);
-        if matches!(matched.outcome, crate::journal::Outcome::Live) {
-            replay.uncount_miss();
-        }
-        matched
+    ///
+    /// # Errors
+    /// As [`RunState::lookup`].
+    pub(crate) fn lookup_fact(&self, scope: &ScopePath, key: ContentKey) -> Result<Match, Error> {
+        let matched = {
+            let mut replay = self.lock_replay();
+            let matched = replay.lookup(scope, key);
+            if matches!(matched.outcome, crate::journal::Outcome::Live) {
+                replay.uncount_miss();
+            }
+            matched
+        };
+        self.stored.serve(matched)
     }
 
     /// Accounts for the tool approvals of a replayed agent call (see [`Replay::cover_approvals`]).
@@ -246,9 +275,14 @@ impl RunState {
         self.lock_replay().cover(scope);
     }
 
-    /// The journaled calls of `scope` from its cursor on that no live call has consumed.
-    pub(crate) fn unconsumed_at_cursor(&self, scope: &ScopePath) -> Vec<(Arc<Entry>, Option<Arc<Entry>>)> {
-        self.lock_replay().unconsumed_at_cursor(scope)
+    /// The journaled calls of `scope` from its cursor on that no live call has consumed and
+    /// `wanted` accepts (see [`Replay::unconsumed_at_cursor`]).
+    pub(crate) fn unconsumed_at_cursor(
+        &self,
+        scope: &ScopePath,
+        wanted: impl Fn(&Candidate) -> bool,
+    ) -> Vec<Candidate> {
+        self.lock_replay().unconsumed_at_cursor(scope, wanted)
     }
 
     /// Stops the run because a resume refused to re-key a completed call.
@@ -385,6 +419,12 @@ impl RunState {
                 ErrorCode::Cancelled,
                 "the resume stopped: a call's identity changed since it was paid",
             ),
+            Some(Stop::LeaseLost) => self.keeper.loss().unwrap_or_else(|| {
+                Error::new(
+                    ErrorCode::RunBusy,
+                    format!("run {} lost its lease, so this process stopped driving it", self.run_id),
+                )
+            }),
             _ => Error::new(ErrorCode::Cancelled, "the run was cancelled"),
         }
     }
@@ -472,16 +512,13 @@ impl RunState {
     ) -> Result<bool, Error> {
         let target = match self.liveness.seq_of(key) {
             Some(seq) => seq,
-            None => {
-                self.writer.with_entries(|all| find_suspension(all.iter().map(|e| &**e), key)).ok_or_else(
-                    || Error::validation(format!("run {} has no wait on key {key:?}", self.run_id)),
-                )?
-            }
+            None => self.writer.with_summary(|summary| summary.suspension(key)).ok_or_else(|| {
+                Error::validation(format!("run {} has no wait on key {key:?}", self.run_id))
+            })?,
         };
-        self.writer.with_entries(|all| {
-            let suspended = all.iter().find(|e| e.seq == target);
-            check_resolution(suspended.map(|e| &**e), key, &value)
-        })?;
+        // The wait's entry is durable before anyone waits on it: the store has it.
+        let suspended = self.stored.fetch(target)?;
+        check_resolution(Some(&suspended), key, &value)?;
         let attempt = resolution_entry(target, key, value.clone(), by);
         let written = self.append_one(attempt, Durability::Awaited)?;
         let applied = self.lock_replay().resolve(target, written.seq, value.clone());
@@ -530,42 +567,37 @@ impl RunState {
                 self.run_id, error.message
             ),
         );
+        self.keeper.lost(&error);
         self.writer.latch(error);
-        self.cancel.cancel();
+        self.stop_with(Stop::LeaseLost);
     }
 
-    /// Keeps the segment's lease alive (renewed every third of its ttl) and drains the run's
-    /// inbox while it has open waits, until the run settles or is gone.
+    /// Keeps the segment's lease alive (renewed every third of its ttl, on a thread of its
+    /// own: `lease::keep_renewed`) and drains the run's inbox while it has open waits, until
+    /// the run settles or is gone.
     pub(super) fn keep_lease(self: &Arc<Self>) {
+        if let Some(lease) = &self.lease {
+            let weak: Weak<RunState> = Arc::downgrade(self);
+            let lost = move |e| {
+                if let Some(state) = weak.upgrade() {
+                    // Every later write is fenced off anyway: stop dispatching now.
+                    state.lease_lost(e);
+                }
+            };
+            if let Err(e) = lease::keep_renewed(&self.keeper, self.engine.clone(), lease.clone(), lost) {
+                self.lease_lost(e);
+                return;
+            }
+        }
         let weak: Weak<RunState> = Arc::downgrade(self);
-        let lease = self.lease.clone();
-        let stop = self.keeper.clone();
-        let ttl = self.engine.lease_ttl;
-        let renew_every = (ttl / 3).max(Duration::from_millis(10));
+        let stop = self.keeper.token();
         tokio::spawn(async move {
-            let mut renewed = Instant::now();
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(INBOX_POLL.min(renew_every)) => {}
+                    _ = tokio::time::sleep(INBOX_POLL) => {}
                     _ = stop.cancelled() => return,
                 }
                 let Some(state) = weak.upgrade() else { return };
-                if let Some(lease) = &lease
-                    && renewed.elapsed() >= renew_every
-                {
-                    let engine = state.engine.clone();
-                    let held = lease.clone();
-                    let renewal = tokio::task::spawn_blocking(move || lease::renew(&engine, &held)).await;
-                    match renewal {
-                        Ok(Ok(())) => renewed = Instant::now(),
-                        Ok(Err(e)) => {
-                            // Every later write is fenced off anyway: stop dispatching now.
-                            state.lease_lost(e);
-                            return;
-                        }
-                        Err(_) => {}
-                    }
-                }
                 if state.has_waits() && !stop.is_cancelled() {
                     let drained = state.clone();
                     let _ = tokio::task::spawn_blocking(move || drained.drain_inbox()).await;
@@ -590,7 +622,7 @@ impl RunState {
 
     /// Stops keeping the lease and gives it up: the run is free for the next driver.
     pub(super) fn release_lease(&self) {
-        self.keeper.cancel();
+        self.keeper.stop();
         lease::release(&self.engine, self.lease.as_ref());
     }
 }

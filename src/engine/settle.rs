@@ -7,13 +7,12 @@ use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 
-use super::cost::CostReport;
 use super::events::EventKind;
 use super::outcome::{Dropped, RunOutcome};
 use super::run::{RunState, Stop};
 use super::writer::Durability;
 use crate::error::{Error, ErrorCode};
-use crate::journal::{self, ContentKey, Entry, Kind, ScopePath, Seq, Status};
+use crate::journal::{self, ContentKey, Entry, Kind, Orphan, ScopePath, Seq, Status};
 use crate::store::{RunMeta, RunStatus};
 
 impl RunState {
@@ -73,7 +72,7 @@ impl RunState {
             if let (Some(e), Some(map)) = (&error, settled.as_object_mut())
                 && status != RunStatus::Ok
             {
-                let at = self.writer.with_entries(|all| failed_at(all, e));
+                let at = self.writer.with_summary(|summary| summary.failed_at(e));
                 map.insert(
                     "error".into(),
                     serde_json::json!({ "code": e.code, "message": e.message, "where": at }),
@@ -111,10 +110,16 @@ impl RunState {
         let (preview, orphans) = {
             let replay = self.lock_replay();
             let preview = replay.preview();
-            let orphans = if preview.orphaned > 0 { replay.first_orphans(20) } else { Vec::new() };
+            let orphans = if preview.orphaned > 0 { replay.orphans(20) } else { Vec::new() };
             (preview, orphans)
         };
-        let cost = self.writer.with_entries(|all| CostReport::fold(all.iter().map(|e| &**e)));
+        // Named from their entries, read back (a report that cannot be read names fewer).
+        let orphans = orphans
+            .into_iter()
+            .filter_map(|seq| self.stored.fetch(seq).ok())
+            .map(|e| Orphan::of(&e))
+            .collect();
+        let cost = self.writer.with_summary(|summary| summary.cost.clone());
         let pending = if status == RunStatus::Suspended { self.pending() } else { Vec::new() };
         let mut dropped = self.take_dropped();
         if let Some(e) =
@@ -145,12 +150,19 @@ impl RunState {
     /// ([`super::abandon`]): the terminal entries durable, then their checkpoints marked
     /// journaled.
     fn end_abandoned(&self, error: &mut Option<Error>) {
-        let open = self
-            .writer
-            .with_entries(|all| super::abandon::abandoned(&self.engine, &self.run_id, all, self.inherited));
+        let open = self.writer.with_summary(|summary| summary.open());
         if open.is_empty() {
             return;
         }
+        let running = match open.into_iter().map(|seq| self.stored.fetch(seq)).collect::<Result<Vec<_>, _>>()
+        {
+            Ok(running) => running,
+            Err(e) => {
+                error.get_or_insert(e);
+                return;
+            }
+        };
+        let open = super::abandon::abandoned(&self.engine, &self.run_id, &running);
         let (entries, covered): (Vec<Entry>, Vec<_>) = open.into_iter().map(|a| (a.entry, a.covered)).unzip();
         match self.append(entries, Durability::Awaited) {
             Ok(_) => {
@@ -162,23 +174,5 @@ impl RunState {
                 error.get_or_insert(e);
             }
         }
-    }
-}
-
-/// Where a run's failure happened: the last journal entry that failed with the run's error
-/// code (else the last that failed at all), as `{seq, kind, name, scope}`; `{kind: "script"}`
-/// when no call failed (the script itself raised it, or a limit stopped it).
-fn failed_at(entries: &[std::sync::Arc<Entry>], error: &Error) -> Value {
-    let failed = |e: &&std::sync::Arc<Entry>| matches!(e.status, Status::Error | Status::Limit);
-    let same_code =
-        entries.iter().rev().filter(failed).find(|e| e.error.as_ref().is_some_and(|x| x.code == error.code));
-    match same_code.or_else(|| entries.iter().rev().find(failed)) {
-        Some(entry) => serde_json::json!({
-            "seq": entry.seq.0,
-            "kind": entry.kind,
-            "name": entry.name,
-            "scope": entry.scope,
-        }),
-        None => serde_json::json!({ "kind": "script" }),
     }
 }

@@ -161,3 +161,115 @@ async fn a_fan_out_admits_its_first_branches_even_when_calls_return_at_once() {
         assert_eq!(admitted, [0, 1, 2, 3, 4], "{value}");
     }
 }
+
+/// A memory store that never hands a journal over whole: only pages and single entries.
+#[derive(Debug)]
+struct PagesOnly(Arc<MemoryStore>);
+
+impl crate::store::JournalStore for PagesOnly {
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[crate::store::RawEntry],
+        lease: Option<&crate::store::Lease>,
+        tally: crate::store::Tally,
+    ) -> crate::store::Result<()> {
+        self.0.append_tallied(run, entries, lease, tally)
+    }
+    fn load(&self, _run: &RunId) -> crate::store::Result<Vec<crate::store::RawEntry>> {
+        Err(crate::store::Error::Config("a whole journal was loaded".into()))
+    }
+    fn load_since(&self, _run: &RunId, _after: u64) -> crate::store::Result<Vec<crate::store::RawEntry>> {
+        Err(crate::store::Error::Config("the rest of a journal was loaded".into()))
+    }
+    fn load_page(
+        &self,
+        run: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> crate::store::Result<Vec<crate::store::RawEntry>> {
+        self.0.load_page(run, after, limit)
+    }
+    fn put_meta(
+        &self,
+        meta: &crate::store::RunMeta,
+        lease: Option<&crate::store::Lease>,
+    ) -> crate::store::Result<()> {
+        self.0.put_meta(meta, lease)
+    }
+    fn get_meta(&self, run: &RunId) -> crate::store::Result<Option<crate::store::RunMeta>> {
+        self.0.get_meta(run)
+    }
+    fn list_runs(
+        &self,
+        filter: &crate::store::RunFilter,
+    ) -> crate::store::Result<Vec<crate::store::RunMeta>> {
+        self.0.list_runs(filter)
+    }
+    fn delete(&self, run: &RunId, lease: Option<&crate::store::Lease>) -> crate::store::Result<()> {
+        crate::store::JournalStore::delete(&*self.0, run, lease)
+    }
+    fn leases(&self) -> Option<&dyn crate::store::LeasableStore> {
+        self.0.leases()
+    }
+}
+
+#[tokio::test]
+async fn a_resume_reads_its_journal_page_by_page_and_serves_values_from_the_store() {
+    // Issue #31: a run keeps an index of its journal, not its entries; resuming reads the
+    // journal in pages, and each replayed call's value is read back by seq when it is served.
+    let memory = Arc::new(MemoryStore::new());
+    let provider = Arc::new(Counting::default());
+    let engine = engine_with(&memory, &provider, |b| b);
+    let inner = {
+        let mut inner = (*engine.inner).clone();
+        inner.journal = Arc::new(PagesOnly(memory.clone()));
+        inner
+    };
+    let long = || {
+        Workflow::new("long", |ctx, _| async move {
+            let mut answers = Vec::new();
+            for i in 0..300 {
+                answers.push(ctx.agent(&format!("call {i}"), AgentOptions::default()).await?);
+            }
+            let fan = ctx
+                .parallel(
+                    (0..3)
+                        .map(|b| {
+                            branch(move |c| async move {
+                                c.agent(&format!("branch {b}"), AgentOptions::default()).await
+                            })
+                        })
+                        .collect(),
+                    ParallelOptions::default(),
+                )
+                .await?;
+            let stepped = ctx
+                .step("s", StepOptions::default(), |c| async move { c.now().await.map(|n| json!(n > 0)) })
+                .await?;
+            Ok(json!([answers, fan, stepped]))
+        })
+    };
+    let mut inner = inner;
+    inner.workflows.insert("long".into(), long());
+    let engine = Engine { inner: Arc::new(inner) };
+    let first = engine.run(&long(), json!({}), RunOptions::default()).unwrap();
+    let run = first.run_id().clone();
+    let first = first.result().await.unwrap();
+    assert_eq!(first.status, RunStatus::Ok, "{:?}", first.error);
+    let paid = provider.calls.load(Ordering::SeqCst);
+    assert_eq!(paid, 303);
+    for options in
+        [ResumeOptions::default(), ResumeOptions { dry_run: true, reproduce: true, ..Default::default() }]
+    {
+        let resumed = engine.resume(&run, options).unwrap().result().await.unwrap();
+        assert_eq!(resumed.status, RunStatus::Ok, "{:?}", resumed.error);
+        assert_eq!(provider.calls.load(Ordering::SeqCst), paid, "a resume paid again");
+        assert_eq!(resumed.value, first.value, "a replayed value differs");
+        assert_eq!((resumed.preview.hits, resumed.preview.misses, resumed.preview.orphaned), (304, 0, 0));
+        assert_eq!(
+            serde_json::to_string(&resumed.cost).unwrap(),
+            serde_json::to_string(&first.cost).unwrap()
+        );
+    }
+}

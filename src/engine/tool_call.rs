@@ -77,7 +77,7 @@ async fn run_tool(ctx: &Ctx, tool: &Arc<dyn Tool>, id: &str, args: Value) -> Res
     }
     ctx.check_stopped()?;
     let key = ToolIdentity { args: &args, call_id: id, kind: "tool", tool: tool.name() }.key()?;
-    let matched = ctx.run.lookup(&ctx.scope, key);
+    let matched = ctx.run.lookup(&ctx.scope, key)?;
     let supersedes = match matched.outcome {
         Outcome::Replay(entry) => return served(ctx, span, tool.name(), id, start, &entry),
         Outcome::Rerun { previous: Some(terminal), .. } if ctx.run.reproduce => {

@@ -51,7 +51,7 @@ impl Ctx {
     ) -> Result<Begun, Error> {
         self.check_stopped()?;
         let span = self.run.new_span();
-        let matched = self.run.lookup(&self.scope, key);
+        let matched = self.run.lookup(&self.scope, key)?;
         let start = || EventKind::StepStart { kind: kind_name.into(), label: label.into() };
         let end = |status: &str| EventKind::StepEnd {
             kind: kind_name.into(),
@@ -142,7 +142,5 @@ impl Ctx {
 /// The scope segment of a step's body: from its content key and its ordinal among same-key
 /// steps of its scope, never from a running counter.
 pub(super) fn step_segment(key: ContentKey, ordinal: u32) -> Segment {
-    let mut hex = key.to_hex();
-    hex.truncate(16);
-    Segment::Step { key: hex, ordinal }
+    Segment::step_body(key, ordinal)
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use tokio::sync::oneshot;
 
+use super::summary::Summary;
 use crate::clock::SharedClock;
 use crate::error::{Error, ErrorCode};
 use crate::journal::{self, Entry, Seq};
@@ -33,11 +34,12 @@ pub(super) struct JournalWriter {
     runtime: tokio::runtime::Handle,
 }
 
-/// Every entry of the run and the next seq: loaded, then appended by this segment.
+/// The next seq, and the folds of every entry of the run (read, then appended by this
+/// segment): the entries themselves are not kept.
 #[derive(Debug)]
 struct Log {
     next_seq: u64,
-    all: Vec<Arc<Entry>>,
+    summary: Summary,
 }
 
 /// The journal's write queue: batches waiting for the group commit.
@@ -94,23 +96,23 @@ pub(crate) enum Durability {
 }
 
 impl JournalWriter {
-    /// The writer of a segment that continues after `entries` (the run's journal so far).
+    /// The writer of a segment that continues the journal `summary` folds (the run's so far).
     pub(super) fn new(
         run_id: RunId,
         store: Arc<dyn JournalStore>,
         clock: SharedClock,
         lease: Option<Lease>,
         dry_run: bool,
-        entries: Vec<Arc<Entry>>,
+        summary: Summary,
     ) -> Arc<JournalWriter> {
-        let next_seq = entries.last().map_or(1, |e| e.seq.0 + 1);
+        let next_seq = summary.tail.0 + 1;
         Arc::new_cyclic(|me| JournalWriter {
             run_id,
             store,
             clock,
             lease,
             dry_run,
-            log: Mutex::new(Log { next_seq, all: entries }),
+            log: Mutex::new(Log { next_seq, summary }),
             group: Mutex::new(Group::default()),
             written: Condvar::new(),
             me: me.clone(),
@@ -122,9 +124,9 @@ impl JournalWriter {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reads every entry of the run so far (loaded and appended).
-    pub(super) fn with_entries<R>(&self, read: impl FnOnce(&[Arc<Entry>]) -> R) -> R {
-        read(&self.lock_log().all)
+    /// Reads the folds of every entry of the run so far (read and appended).
+    pub(super) fn with_summary<R>(&self, read: impl FnOnce(&Summary) -> R) -> R {
+        read(&self.lock_log().summary)
     }
 
     /// Fails every later append with `error` (the lease is gone: nothing more can land).
@@ -241,7 +243,9 @@ impl JournalWriter {
             return Err(lost.clone());
         }
         journal.next_seq += shared.len() as u64;
-        journal.all.extend(shared.iter().cloned());
+        for entry in &shared {
+            journal.summary.add_appended(entry);
+        }
         let (waiter, written) = match durability {
             Durability::Awaited => {
                 let (tx, rx) = oneshot::channel();

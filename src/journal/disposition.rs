@@ -5,7 +5,7 @@ use crate::error::ErrorClass;
 
 /// What the engine does with a call that matched a journaled entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Disposition {
+pub(super) enum Disposition {
     /// Serve the journaled result; zero live calls.
     Replay,
     /// Execute live again and journal the new attempt.
@@ -19,7 +19,7 @@ pub enum Disposition {
 /// The effective status of a matched call: its latest attempt's terminal status, `Running`
 /// when that attempt has no terminal entry, or the suspension state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Effective {
+pub(super) enum Effective {
     /// Completed with a value.
     Ok,
     /// Completed with an error of this class.
@@ -40,7 +40,7 @@ pub enum Effective {
 /// Everything the disposition depends on. All of it is read from the journal (and the
 /// resume options), never from the current code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DispositionInput {
+pub(super) struct DispositionInput {
     /// The call's effective status.
     pub effective: Effective,
     /// `memoize_outcome` as journaled at dispatch.
@@ -66,7 +66,7 @@ pub struct DispositionInput {
 /// | hanging `running` | rerun |
 /// | `suspended`, resolved | replay (the resolution's value) |
 /// | `suspended`, open | wait |
-pub fn disposition(input: DispositionInput) -> Disposition {
+pub(super) fn disposition(input: DispositionInput) -> Disposition {
     if input.abandoned {
         return Disposition::Skip;
     }

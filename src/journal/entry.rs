@@ -258,6 +258,14 @@ pub enum Segment {
 }
 
 impl Segment {
+    /// The body scope segment of the step keyed `key` whose ordinal among same-key steps of
+    /// its scope is `ordinal`: from the step's identity, never from a running counter.
+    pub fn step_body(key: ContentKey, ordinal: u32) -> Segment {
+        let mut hex = key.to_hex();
+        hex.truncate(16);
+        Segment::Step { key: hex, ordinal }
+    }
+
     /// Whether `label` may name a [`Segment::Site`]: non-empty, at most 64 characters, no `/`
     /// or `:`.
     pub fn valid_label(label: &str) -> bool {
@@ -436,7 +444,7 @@ thread_local! {
 }
 
 /// The shared copy of `text`.
-pub fn intern(text: &str) -> Name {
+pub(crate) fn intern(text: &str) -> Name {
     NAMES.with(|names| {
         let mut names = names.borrow_mut();
         if let Some(name) = names.get(text) {
@@ -492,7 +500,7 @@ impl Payload {
 }
 
 /// A JSON value as its compact text.
-pub fn raw_json(value: &Value) -> Box<RawValue> {
+pub(super) fn raw_json(value: &Value) -> Box<RawValue> {
     // Serializing a `Value` cannot fail; `null` is the unreachable fallback.
     serde_json::value::to_raw_value(value)
         .unwrap_or_else(|_| RawValue::from_string("null".to_owned()).unwrap_or_default())

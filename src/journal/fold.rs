@@ -16,7 +16,7 @@ use crate::usage::Usage;
 
 /// How the resolution fold classified one closing attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ResolutionClass {
+pub(crate) enum ResolutionClass {
     /// The first valid attempt: it closed the suspension.
     Applied,
     /// A valid attempt after the suspension was already closed: no effect.
@@ -28,45 +28,51 @@ pub enum ResolutionClass {
 /// The resolution fold: which attempt closed each suspension, and how every attempt was
 /// classified.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Resolutions {
+pub(crate) struct Resolutions {
     /// Target seq → the seq and value of the attempt that closed it.
     closed: HashMap<Seq, (Seq, Value)>,
     /// Every attempt in journal order with its classification.
     pub attempts: Vec<(Seq, ResolutionClass)>,
+    /// The suspended entries folded so far (a resolution's target must be one of them).
+    suspended: HashSet<Seq>,
 }
 
 impl Resolutions {
     /// Folds every `resolution` entry of a journal (in journal order: first closing wins).
-    pub fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Resolutions {
-        let mut suspended: HashSet<Seq> = HashSet::new();
+    pub(crate) fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Resolutions {
         let mut out = Resolutions::default();
         for entry in entries {
-            if entry.kind == Kind::Resolution {
-                match entry.target {
-                    Some(target) if suspended.contains(&target) => {
-                        out.apply(target, entry.seq, entry.value().unwrap_or(Value::Null));
-                    }
-                    _ => out.attempts.push((entry.seq, ResolutionClass::Invalid)),
-                }
-            } else if entry.status == Status::Suspended && !entry.kind.is_ref_entry() {
-                suspended.insert(entry.seq);
-            }
+            out.add(entry);
         }
         out
     }
 
+    /// Folds one more entry (the next in journal order).
+    pub(crate) fn add(&mut self, entry: &Entry) {
+        if entry.kind == Kind::Resolution {
+            match entry.target {
+                Some(target) if self.suspended.contains(&target) => {
+                    self.apply(target, entry.seq, entry.value().unwrap_or(Value::Null));
+                }
+                _ => self.attempts.push((entry.seq, ResolutionClass::Invalid)),
+            }
+        } else if entry.status == Status::Suspended && !entry.kind.is_ref_entry() {
+            self.suspended.insert(entry.seq);
+        }
+    }
+
     /// The value that closed the suspension at `target`, if any.
-    pub fn value_for(&self, target: Seq) -> Option<&Value> {
+    pub(crate) fn value_for(&self, target: Seq) -> Option<&Value> {
         self.closed.get(&target).map(|(_, value)| value)
     }
 
     /// Whether the suspension at `target` is closed.
-    pub fn is_closed(&self, target: Seq) -> bool {
+    pub(crate) fn is_closed(&self, target: Seq) -> bool {
         self.closed.contains_key(&target)
     }
 
     /// Records a new valid attempt appended after the fold; returns whether it applied.
-    pub fn apply(&mut self, target: Seq, attempt: Seq, value: Value) -> ResolutionClass {
+    pub(crate) fn apply(&mut self, target: Seq, attempt: Seq, value: Value) -> ResolutionClass {
         let class = match self.closed.entry(target) {
             Slot::Occupied(_) => ResolutionClass::Noop,
             Slot::Vacant(slot) => {
@@ -85,32 +91,26 @@ impl Resolutions {
 /// the abandon entry's own scope. Covered calls derive the status `skipped`: they are not
 /// dispatched on resume and add nothing to the spend.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Abandons {
+pub(super) struct Abandons {
     roots: Vec<ScopePath>,
     targets: Vec<Seq>,
 }
 
 impl Abandons {
-    /// Folds every `abandon` entry of a journal.
-    pub fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Abandons {
-        let mut out = Abandons::default();
-        for entry in entries.into_iter().filter(|e| e.kind == Kind::Abandon) {
-            out.roots.push(entry.scope.clone());
-            if let Some(target) = entry.target {
-                out.targets.push(target);
-            }
+    /// Folds one more entry.
+    pub(super) fn add(&mut self, entry: &Entry) {
+        if entry.kind != Kind::Abandon {
+            return;
         }
-        out
+        self.roots.push(entry.scope.clone());
+        if let Some(target) = entry.target {
+            self.targets.push(target);
+        }
     }
 
     /// Whether a call at `scope` (journaled at `seq`, if it was) is covered.
-    pub fn covers(&self, scope: &ScopePath, seq: Option<Seq>) -> bool {
+    pub(super) fn covers(&self, scope: &ScopePath, seq: Option<Seq>) -> bool {
         seq.is_some_and(|s| self.targets.contains(&s)) || self.roots.iter().any(|root| scope.is_within(root))
-    }
-
-    /// Whether the journal abandons anything.
-    pub fn is_empty(&self) -> bool {
-        self.roots.is_empty() && self.targets.is_empty()
     }
 }
 
@@ -119,7 +119,7 @@ impl Abandons {
 /// Every cost ever journaled counts, including calls later orphaned or abandoned: money
 /// paid stays paid, so a resumed run's remaining budget is the ceiling minus all of it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     /// Total cost journaled.
     pub spent: Money,
     /// Total usage journaled.
@@ -130,7 +130,8 @@ pub struct Ledger {
 
 impl Ledger {
     /// Folds the cost and usage of every entry.
-    pub fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Ledger {
+    #[cfg(test)]
+    pub(crate) fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Ledger {
         let mut ledger = Ledger::default();
         for entry in entries {
             ledger.add(entry);
@@ -139,7 +140,7 @@ impl Ledger {
     }
 
     /// Adds one entry's cost and usage.
-    pub fn add(&mut self, entry: &Entry) {
+    pub(crate) fn add(&mut self, entry: &Entry) {
         if entry.cost.is_none() && entry.usage.is_none() {
             return;
         }
@@ -156,16 +157,16 @@ impl Ledger {
 /// The `type` of the decision entry that records a ceiling raised (or set) at a resume:
 /// `{"type": "run_budget_override", "segment", "recorded_nano_usd", "applied_nano_usd",
 /// "spent_nano_usd"}`, written before anything else of the segment it applies to.
-pub const BUDGET_OVERRIDE_DECISION: &str = "run_budget_override";
+pub(crate) const BUDGET_OVERRIDE_DECISION: &str = "run_budget_override";
 
 /// The `type` of the decision entry that records a re-key a resume accepted:
 /// `{"type": "rekey_accepted", "supersedes": SEQ}`, where `SEQ` is the first entry of the
 /// completed call the re-keyed live call replaced. The superseded call is history, not an
 /// orphan.
-pub const REKEY_DECISION: &str = "rekey_accepted";
+pub(super) const REKEY_DECISION: &str = "rekey_accepted";
 
 /// The value of a re-key decision entry.
-pub fn rekey_value(supersedes: super::Seq) -> Value {
+pub(crate) fn rekey_value(supersedes: super::Seq) -> Value {
     serde_json::json!({ "type": REKEY_DECISION, "supersedes": supersedes.0 })
 }
 
@@ -173,17 +174,18 @@ pub fn rekey_value(supersedes: super::Seq) -> Value {
 /// service token did: `{"type": "run_action", "action": "start"|"resume", "segment": N}` with
 /// the token's name in the entry's `by`. Written by the service before a worker drives the
 /// segment; like a ceiling override, no call ever matches it.
-pub const ACTION_DECISION: &str = "run_action";
+pub(crate) const ACTION_DECISION: &str = "run_action";
 
 /// The value of an action decision entry.
-pub fn action_value(action: &str, segment: u32) -> Value {
+pub(crate) fn action_value(action: &str, segment: u32) -> Value {
     serde_json::json!({ "type": ACTION_DECISION, "action": action, "segment": segment })
 }
 
 /// Who asked for what, in journal order: every entry that names its requester (`by`), as
 /// `{seq, action, by}` with `action` one of `start`, `resume`, `resolve` (with its `key`) and
 /// `cancel`; what `cairn inspect` and `GET /v1/runs/{id}` show as `actions`.
-pub fn actions(entries: &[Entry]) -> Vec<Value> {
+#[cfg_attr(not(feature = "serve"), allow(dead_code))] // read by the CLI and the service
+pub(crate) fn actions(entries: &[Entry]) -> Vec<Value> {
     entries
         .iter()
         .filter_map(|e| {
@@ -209,15 +211,16 @@ pub fn actions(entries: &[Entry]) -> Vec<Value> {
 }
 
 /// The `type` of the decision entry that records a run's settlement.
-pub const SETTLE_DECISION: &str = "run_settled";
+pub(crate) const SETTLE_DECISION: &str = "run_settled";
 
 /// The value of a settlement decision entry: `{"type":"run_settled","status":...}`.
-pub fn settle_value(status: RunStatus) -> Value {
+pub(crate) fn settle_value(status: RunStatus) -> Value {
     serde_json::json!({ "type": SETTLE_DECISION, "status": status.as_str() })
 }
 
 /// The last settlement the journal records, if any.
-pub fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
+#[cfg(test)]
+pub(crate) fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
     entries.iter().rev().filter(|e| e.kind == Kind::Decision).find_map(|e| {
         let value = e.value()?;
         if value.get("type")?.as_str()? != SETTLE_DECISION {
@@ -229,7 +232,7 @@ pub fn last_settlement(entries: &[Entry]) -> Option<RunStatus> {
 
 /// The waits still open at the journal's end, as `{key, seq, prompt}`: every suspended
 /// `await_external` that no resolution closed (what `cairn inspect` and the service show).
-pub fn pending_waits(entries: &[Entry]) -> Vec<Value> {
+pub(crate) fn pending_waits(entries: &[Entry]) -> Vec<Value> {
     let resolutions = Resolutions::fold(entries.iter());
     entries
         .iter()
@@ -243,7 +246,8 @@ pub fn pending_waits(entries: &[Entry]) -> Vec<Value> {
 
 /// The error the last settlement journaled with its decision (`{code, message, where}`),
 /// when the run settled failed and the settlement records why.
-pub fn last_settlement_error(entries: &[Entry]) -> Option<Value> {
+#[cfg_attr(not(feature = "serve"), allow(dead_code))] // read by the CLI and the service
+pub(crate) fn last_settlement_error(entries: &[Entry]) -> Option<Value> {
     entries.iter().rev().filter(|e| e.kind == Kind::Decision).find_map(|e| {
         let value = e.value()?;
         if value.get("type")?.as_str()? != SETTLE_DECISION {
@@ -255,7 +259,8 @@ pub fn last_settlement_error(entries: &[Entry]) -> Option<Value> {
 
 /// The last settlement the journal records: its status and, when the run settled with a
 /// value, the content key of that value (hex), for a strict replay to compare with.
-pub fn last_settlement_outcome(entries: &[Entry]) -> Option<(RunStatus, Option<String>)> {
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
+pub(crate) fn last_settlement_outcome(entries: &[Entry]) -> Option<(RunStatus, Option<String>)> {
     entries.iter().rev().filter(|e| e.kind == Kind::Decision).find_map(|e| {
         let value = e.value()?;
         if value.get("type")?.as_str()? != SETTLE_DECISION {
@@ -268,11 +273,16 @@ pub fn last_settlement_outcome(entries: &[Entry]) -> Option<(RunStatus, Option<S
 
 /// Whether the journal records a settlement with status `ok` anywhere: a finished run is
 /// history, so its unmemoized `limit` entries replay instead of re-paying.
-pub fn settled_ok<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> bool {
-    entries.into_iter().filter(|e| e.kind == Kind::Decision).any(|e| {
-        e.value().is_some_and(|v| {
+#[cfg(test)]
+pub(crate) fn settled_ok<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> bool {
+    entries.into_iter().any(is_ok_settlement)
+}
+
+/// Whether the entry is a settlement with status `ok`.
+pub(crate) fn is_ok_settlement(entry: &Entry) -> bool {
+    entry.kind == Kind::Decision
+        && entry.value().is_some_and(|v| {
             v.get("type").and_then(Value::as_str) == Some(SETTLE_DECISION)
                 && v.get("status").and_then(Value::as_str) == Some("ok")
         })
-    })
 }

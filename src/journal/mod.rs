@@ -2,6 +2,10 @@
 //! scope paths, the replay disposition, scoped forward-matching, the folds (resolutions,
 //! abandons, ledger) and the resume preview.
 //!
+//! Public for reading a run's journal: [`decode_all`] turns a store's [`RawEntry`]s into
+//! typed [`Entry`]s, and [`content_key`] computes the key a call's identity input hashes to.
+//! Replay, the disposition and the folds are the engine's.
+//!
 //! **Architecture invariant:** the kernel does no I/O and knows nothing about stores,
 //! providers or scripts. It turns entries into decisions and decisions into entries; the
 //! engine carries them to and from a store.
@@ -10,6 +14,7 @@ mod canon;
 mod disposition;
 mod entry;
 mod fold;
+mod index;
 mod replay;
 #[cfg(test)]
 mod tests;
@@ -17,19 +22,30 @@ mod tests;
 pub use canon::{
     CanonError, canonical_json, content_key, content_key_of, content_key_of_canonical, schema_hash,
 };
-pub use disposition::{Disposition, DispositionInput, Effective, disposition};
+pub(crate) use entry::intern;
 pub use entry::{
     ContentKey, Entry, IdentitySummary, InvalidScopePath, Kind, Name, Payload, ScopePath, Segment, Seq,
-    Status, intern, raw_json,
+    Status,
 };
-pub use fold::{
-    ACTION_DECISION, Abandons, BUDGET_OVERRIDE_DECISION, Ledger, REKEY_DECISION, ResolutionClass,
-    Resolutions, SETTLE_DECISION, action_value, actions, last_settlement, last_settlement_error,
-    last_settlement_outcome, pending_waits, rekey_value, settle_value, settled_ok,
+#[cfg(feature = "cli")]
+pub(crate) use fold::last_settlement_outcome;
+pub(crate) use fold::{
+    ACTION_DECISION, BUDGET_OVERRIDE_DECISION, Ledger, Resolutions, SETTLE_DECISION, action_value,
+    pending_waits, rekey_value, settle_value,
 };
-pub use replay::{Match, Orphan, Outcome, Preview, Replay, ReplayOptions};
+#[cfg(any(feature = "cli", feature = "serve"))]
+pub(crate) use fold::{actions, last_settlement_error};
+// What the kernel's own tests reach through `super::*`.
+#[cfg(test)]
+use disposition::{Disposition, DispositionInput, Effective, disposition};
+#[cfg(test)]
+use fold::{ResolutionClass, settled_ok};
+pub use index::Preview;
+pub(crate) use index::{Replay, ReplayOptions, recognition};
+pub use replay::Orphan;
+pub(crate) use replay::{Candidate, Match, Outcome, Pointer};
 
-use crate::store::RawEntry;
+use crate::store::{JournalPages, JournalStore, RawEntry, RunId};
 
 /// The identity and replay pipeline version new entries are written at.
 pub const HASH_VERSION: u32 = 1;
@@ -93,7 +109,7 @@ pub fn encode(entry: &Entry) -> Result<RawEntry, Error> {
 
 /// What an entry adds to a store's counters: one model call with its spend when it carries
 /// cost or usage (as the cost report counts calls), nothing otherwise.
-pub fn tally(entry: &Entry) -> crate::store::Tally {
+pub(crate) fn tally(entry: &Entry) -> crate::store::Tally {
     if entry.cost.is_none() && entry.usage.is_none() {
         return crate::store::Tally::default();
     }
@@ -126,6 +142,14 @@ pub fn decode_owned(raw: Vec<RawEntry>) -> Result<Vec<Entry>, Error> {
     Ok(entries)
 }
 
+/// Decodes one stored entry (see [`decode_all`]).
+///
+/// # Errors
+/// As for [`decode_all`].
+pub fn decode(item: &RawEntry) -> Result<Entry, Error> {
+    decode_one(item)
+}
+
 fn decode_one(item: &RawEntry) -> Result<Entry, Error> {
     let entry: Entry = serde_json::from_str(item.json())
         .map_err(|e| Error::Decode { seq: item.seq(), detail: e.to_string() })?;
@@ -136,11 +160,49 @@ fn decode_one(item: &RawEntry) -> Result<Entry, Error> {
     Ok(entry)
 }
 
+/// A journal's entries after seq `after`, decoded one at a time as they are read page by page
+/// from the store: a reader holds one page, never the journal. Ends after the first failed
+/// read or undecodable entry, which it yields.
+pub fn entries<'s>(store: &'s dyn JournalStore, run: &RunId, after: u64) -> Entries<'s> {
+    let pages = JournalPages::new(store, run, after, crate::store::PAGE_ENTRIES);
+    Entries { pages, page: Vec::new().into_iter(), failed: false }
+}
+
+/// The iterator [`entries`] returns.
+#[derive(Debug)]
+pub struct Entries<'s> {
+    pages: JournalPages<'s>,
+    page: std::vec::IntoIter<RawEntry>,
+    /// An entry failed to decode: nothing more is read.
+    failed: bool,
+}
+
+impl Iterator for Entries<'_> {
+    type Item = Result<Entry, crate::error::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.failed {
+                return None;
+            }
+            if let Some(raw) = self.page.next() {
+                let decoded = decode_one(&raw).map_err(crate::error::Error::from);
+                self.failed = decoded.is_err();
+                return Some(decoded);
+            }
+            match self.pages.next()? {
+                Ok(page) => self.page = page.into_iter(),
+                Err(err) => return Some(Err(err.into())),
+            }
+        }
+    }
+}
+
 /// Refuses an entry keyed outside the supported hash-version window.
 ///
 /// # Errors
 /// [`Error::UnsupportedHashVersion`].
-pub fn check_hash_version(entry: &Entry) -> Result<(), Error> {
+pub(crate) fn check_hash_version(entry: &Entry) -> Result<(), Error> {
     if (MIN_HASH_VERSION..=HASH_VERSION).contains(&entry.hash_version) {
         Ok(())
     } else {

@@ -12,36 +12,17 @@
 //! nothing. So inserting a call costs exactly one live call and every neighbour still
 //! replays; a deleted call's record is never consumed and is reported as orphaned.
 
-use std::collections::VecDeque;
-
-// Fast hashing: these indexes are built for every entry of a journal at every resume.
-use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashSet};
 use serde::Serialize;
+use serde_json::Value;
 
 use super::disposition::{Disposition, DispositionInput, Effective, disposition};
-use super::fold::{Abandons, Resolutions, settled_ok};
-use super::{ContentKey, Entry, IdentitySummary, ScopePath, Seq, Status};
+use super::fold::Resolutions;
+use super::index::{CONSUMED, KeyState, NONE, Preview, Record, Replay, short};
+use super::{ContentKey, Entry, ScopePath, Seq, Status};
 use crate::error::ErrorClass;
-
-/// The resume preview: how the calls of a resumed run were (or would be) served.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Preview {
-    /// Calls served from the journal.
-    pub hits: u64,
-    /// Calls with no journaled counterpart (executed live).
-    pub misses: u64,
-    /// Journaled calls executed again (failed, cancelled, limited or hanging).
-    pub reruns: u64,
-    /// Calls skipped because an abandon covers them.
-    pub skipped: u64,
-    /// Journaled calls no live call consumed (deleted or reordered away).
-    pub orphaned: u64,
-    /// Completed calls a resume re-keyed on purpose (`--accept-rekey`): replaced by the
-    /// live call that re-keyed them, kept as history, never orphaned.
-    pub superseded: u64,
-}
 
 /// A journaled call no live call consumed: what a strict replay names when it fails.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -60,7 +41,8 @@ pub struct Orphan {
 }
 
 impl Orphan {
-    fn of(entry: &Entry) -> Orphan {
+    /// The orphan a call's first entry describes.
+    pub fn of(entry: &Entry) -> Orphan {
         Orphan {
             seq: entry.seq,
             kind: entry.kind,
@@ -92,247 +74,175 @@ impl std::fmt::Display for Orphan {
     }
 }
 
-/// The result of matching one live call.
+/// The result of matching one live call. The kernel's index hands out [`Pointer`]s (what to
+/// serve lies in the store); the engine reads them into entries.
 #[derive(Debug, Clone)]
-pub struct Match {
+pub(crate) struct Match<E = Arc<Entry>> {
     /// The ordinal the call's entries carry: earlier same-key calls in its scope.
     pub ordinal: u32,
     /// What to do.
-    pub outcome: Outcome,
+    pub outcome: Outcome<E>,
 }
 
 /// What the engine does for a matched (or unmatched) call.
 #[derive(Debug, Clone)]
-pub enum Outcome {
+pub(crate) enum Outcome<E = Arc<Entry>> {
     /// No journaled counterpart: execute live.
     Live,
     /// Serve this journaled result: the terminal (or fact) entry. For a resolved suspension,
     /// the value is the resolution's.
-    Replay(Arc<Entry>),
+    Replay(E),
     /// Execute live again; the new `running` entry refs `supersedes`.
     Rerun {
         /// The dispatch entry of the call's first attempt.
         supersedes: Seq,
         /// The terminal entry of the latest attempt, if it had one.
-        previous: Option<Arc<Entry>>,
+        previous: Option<E>,
     },
     /// Covered by an abandon: status `skipped`, zero spend, nothing written.
     Skip,
     /// An open suspension: keep waiting on the journaled entry, write nothing.
-    Wait(Arc<Entry>),
+    Wait(E),
 }
 
-/// Options fixed at resume.
-#[derive(Debug, Clone, Default)]
-pub struct ReplayOptions {
-    /// Entries (by seq) whose calls must rerun regardless of their status.
-    pub invalidate: Vec<Seq>,
+/// Where the entry a matched call is served from lies.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Pointer {
+    /// The stored entry at this seq.
+    Entry(Seq),
+    /// A suspension a resolution closed: the suspended entry, served as `ok` with the
+    /// resolution's value.
+    Resolved {
+        /// The suspended entry.
+        wait: Seq,
+        /// The value that closed it.
+        value: Option<Value>,
+    },
 }
 
-#[derive(Debug)]
-struct Record {
-    /// The first dispatch (or the fact) entry.
-    first: Arc<Entry>,
-    /// The latest attempt's dispatch entry.
-    latest: Arc<Entry>,
-    /// The latest attempt's terminal entry.
-    terminal: Option<Arc<Entry>>,
-    consumed: bool,
-    /// A re-key decision names it: a call an accepted re-key replaced.
-    superseded: bool,
+impl Pointer {
+    /// The seq of the stored entry it names.
+    pub(crate) fn seq(&self) -> Seq {
+        match self {
+            Pointer::Entry(seq) | Pointer::Resolved { wait: seq, .. } => *seq,
+        }
+    }
+
+    /// The entry to serve, given the stored entry at [`Pointer::seq`].
+    pub(crate) fn serve(self, stored: Arc<Entry>) -> Arc<Entry> {
+        match self {
+            Pointer::Entry(_) => stored,
+            Pointer::Resolved { value, .. } => {
+                let mut resolved = Arc::unwrap_or_clone(stored);
+                resolved.status = Status::Ok;
+                resolved.set_value(value.as_ref());
+                Arc::new(resolved)
+            }
+        }
+    }
 }
 
-#[derive(Debug, Default)]
-struct Scope {
-    /// Record indices in journal order.
-    records: Vec<usize>,
-    /// Position in `records` before which nothing can match.
-    cursor: usize,
-    /// Per key: positions in `records` not yet passed, in order.
-    by_key: HashMap<ContentKey, VecDeque<usize>>,
-    /// Per key: positions the cursor passed while they were still unconsumed, in order. A
-    /// call an edit inserted is journaled after every record of its first segment, so once it
-    /// replays the cursor lies past its neighbours; they are still theirs to claim.
-    passed: HashMap<ContentKey, VecDeque<usize>>,
-    /// Per key: how many live calls this execution has made (for ordinals).
-    seen: HashMap<ContentKey, u32>,
+impl<P> Outcome<P> {
+    /// The same outcome with what it serves mapped through `read`, failing with its first error.
+    ///
+    /// # Errors
+    /// The first error `read` returns.
+    pub(crate) fn try_map<E, X>(self, mut read: impl FnMut(P) -> Result<E, X>) -> Result<Outcome<E>, X> {
+        Ok(match self {
+            Outcome::Live => Outcome::Live,
+            Outcome::Skip => Outcome::Skip,
+            Outcome::Replay(served) => Outcome::Replay(read(served)?),
+            Outcome::Wait(served) => Outcome::Wait(read(served)?),
+            Outcome::Rerun { supersedes, previous } => {
+                Outcome::Rerun { supersedes, previous: previous.map(read).transpose()? }
+            }
+        })
+    }
 }
 
-/// A loaded journal indexed for matching, plus the preview counters of this execution.
-#[derive(Debug)]
-pub struct Replay {
-    records: Vec<Record>,
-    scopes: HashMap<ScopePath, Scope>,
-    resolutions: Resolutions,
-    abandons: Abandons,
-    invalidated: HashSet<Seq>,
-    /// Scopes whose records are accounted for without being matched one by one: the body
-    /// of a step or child workflow that replayed whole (its body never ran).
-    covered: HashSet<Box<str>>,
-    /// Every settlement decision: its seq and whether it ended the segment in failure
-    /// (`error` or `cancelled`), after which a resume retries what failed.
-    settlements: Vec<(Seq, bool)>,
-    /// Tool approvals (`external` entries named `approve:<12 hex of the call's key>:<id>`)
-    /// by scope and call-key prefix: an agent that replays whole accounts for its own.
-    approvals: HashMap<(ScopePath, Box<str>), Vec<usize>>,
-    run_settled_ok: bool,
-    tail: Seq,
-    preview: Preview,
-    /// Agent calls' records by what identifies their call besides scope (the caller's key,
-    /// else the prompt's hash), in journal order: where [`Replay::moved`] looks.
-    agents: HashMap<Box<str>, Vec<usize>>,
+impl<P> Match<P> {
+    /// The same match with what it serves mapped through `read` (see [`Outcome::try_map`]).
+    ///
+    /// # Errors
+    /// The first error `read` returns.
+    pub(crate) fn try_map<E, X>(self, read: impl FnMut(P) -> Result<E, X>) -> Result<Match<E>, X> {
+        Ok(Match { ordinal: self.ordinal, outcome: self.outcome.try_map(read)? })
+    }
+}
+
+/// A journaled call of a scope that a live call has not taken: what a call that just missed
+/// may have replaced (its entries are read only when its hashes say it may be the one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    /// Its first dispatch entry.
+    pub first: Seq,
+    /// Its latest attempt's terminal entry.
+    pub terminal: Option<Seq>,
+    /// That terminal's status.
+    pub terminal_status: Option<Status>,
+    /// Its kind.
+    pub kind: super::Kind,
+    /// [`super::recognition`] of its label (0: none).
+    pub label: u32,
+    /// [`super::recognition`] of an agent call's caller key or prompt hash (0: none).
+    pub ident: u32,
 }
 
 impl Replay {
-    /// Indexes a decoded journal.
-    pub fn new(entries: Vec<Entry>, options: &ReplayOptions) -> Replay {
-        Replay::from_shared(entries.into_iter().map(Arc::new).collect(), options)
-    }
-
-    /// Indexes a decoded journal whose entries the caller also keeps.
-    pub fn from_shared(entries: Vec<Arc<Entry>>, options: &ReplayOptions) -> Replay {
-        let resolutions = Resolutions::fold(entries.iter().map(|e| &**e));
-        let abandons = Abandons::fold(entries.iter().map(|e| &**e));
-        let run_settled_ok = settled_ok(entries.iter().map(|e| &**e));
-        let tail = entries.last().map_or(Seq(0), |e| e.seq);
-        let mut replay = Replay {
-            records: Vec::new(),
-            scopes: HashMap::new(),
-            resolutions,
-            abandons,
-            invalidated: options.invalidate.iter().copied().collect(),
-            covered: HashSet::default(),
-            settlements: Vec::new(),
-            approvals: HashMap::new(),
-            run_settled_ok,
-            tail,
-            preview: Preview::default(),
-            agents: HashMap::new(),
-        };
-        let mut by_seq: HashMap<Seq, usize> = HashMap::new();
-        for entry in entries {
-            if is_settlement(&entry) {
-                let status =
-                    entry.value().and_then(|v| v.get("status").and_then(|s| s.as_str().map(str::to_owned)));
-                let failed = matches!(status.as_deref(), Some("error" | "cancelled"));
-                replay.settlements.push((entry.seq, failed));
-                continue;
-            }
-            if let Some(target) = rekey_target(&entry) {
-                if let Some(&index) = by_seq.get(&target) {
-                    replay.records[index].superseded = true;
-                }
-                continue;
-            }
-            if entry.kind.is_ref_entry() || is_segment_fact(&entry) {
-                continue;
-            }
-            match (entry.status, entry.target) {
-                (Status::Running, Some(target)) => {
-                    // A re-dispatch: the record of the call it supersedes moves on to this
-                    // attempt.
-                    if let Some(&index) = by_seq.get(&target) {
-                        let record = &mut replay.records[index];
-                        record.latest = entry.clone();
-                        record.terminal = None;
-                        by_seq.insert(entry.seq, index);
-                        continue;
-                    }
-                }
-                (status, Some(target)) if status.is_terminal() => {
-                    if let Some(&index) = by_seq.get(&target) {
-                        let record = &mut replay.records[index];
-                        if record.latest.seq == target {
-                            record.terminal = Some(entry.clone());
-                        }
-                        continue;
-                    }
-                }
-                _ => {}
-            }
-            let index = replay.records.len();
-            by_seq.insert(entry.seq, index);
-            let scope = replay.scopes.entry(entry.scope.clone()).or_default();
-            scope.by_key.entry(entry.key).or_default().push_back(scope.records.len());
-            scope.records.push(index);
-            if entry.kind == super::Kind::External
-                && let Some(prefix) = entry.name.as_deref().and_then(approval_prefix)
-            {
-                replay.approvals.entry((entry.scope.clone(), Box::from(prefix))).or_default().push(index);
-            }
-            if entry.kind == super::Kind::Agent
-                && let Some(ident) = entry.identity.as_deref().and_then(IdentitySummary::call_id)
-            {
-                replay.agents.entry(Box::from(ident)).or_default().push(index);
-            }
-            replay.records.push(Record {
-                first: entry.clone(),
-                latest: entry,
-                terminal: None,
-                consumed: false,
-                superseded: false,
-            });
-        }
-        replay
-    }
-
-    /// An index over an empty journal (a fresh run).
-    pub fn empty() -> Replay {
-        Replay::new(Vec::new(), &ReplayOptions::default())
-    }
-
-    /// The seq of the last loaded entry (0 for an empty journal).
-    pub fn tail(&self) -> Seq {
-        self.tail
-    }
-
     /// Whether the loaded journal records the run as settled `ok`.
-    pub fn run_settled_ok(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn run_settled_ok(&self) -> bool {
         self.run_settled_ok
     }
 
     /// The resolution fold of the loaded journal (kept current by [`Replay::resolve`]).
-    pub fn resolutions(&self) -> &Resolutions {
+    pub(crate) fn resolutions(&self) -> &Resolutions {
         &self.resolutions
     }
 
+    /// Makes the calls whose entries include one of `seqs` rerun, whatever their status (see
+    /// [`ReplayOptions::invalidate`]).
+    pub(crate) fn invalidate(&mut self, seqs: impl IntoIterator<Item = Seq>) {
+        self.invalidated.extend(seqs);
+    }
+
     /// Records a resolution appended during this execution; returns whether it applied.
-    pub fn resolve(&mut self, target: Seq, attempt: Seq, value: serde_json::Value) -> bool {
+    pub(crate) fn resolve(&mut self, target: Seq, attempt: Seq, value: Value) -> bool {
         self.resolutions.apply(target, attempt, value) == super::fold::ResolutionClass::Applied
     }
 
     /// Matches one live call at `scope` with content `key`, consuming the record it binds.
-    pub fn lookup(&mut self, scope: &ScopePath, key: ContentKey) -> Match {
-        let state = self.scopes.entry(scope.clone()).or_default();
-        let seen = state.seen.entry(key).or_insert(0);
-        let ordinal = *seen;
-        *seen += 1;
+    pub(crate) fn lookup(&mut self, scope: &ScopePath, key: ContentKey) -> Match<Pointer> {
+        let scope_id = self.scope_id(scope);
+        let cursor = self.scopes[scope_id as usize].cursor;
+        let records = &self.records;
+        let state = self.keys.entry((scope_id, short(&key))).or_insert(KeyState::EMPTY);
+        let ordinal = state.seen;
+        state.seen += 1;
 
+        // The first unconsumed record at or after the cursor; those before it stay claimable.
         let mut found = None;
-        if let Some(positions) = state.by_key.get_mut(&key) {
-            while let Some(position) = positions.pop_front() {
-                if self.records[state.records[position]].consumed {
-                    continue;
-                }
-                if position >= state.cursor {
-                    found = Some(position);
-                    break;
-                }
-                state.passed.entry(key).or_default().push_back(position);
+        while state.head != NONE {
+            let index = state.head;
+            let record = &records[index as usize];
+            state.head = record.next_key;
+            if !record.consumed() && index >= cursor {
+                found = Some(index);
+                break;
             }
         }
         // Nothing ahead of the cursor: the earliest record the cursor passed unconsumed.
-        if found.is_none()
-            && let Some(passed) = state.passed.get_mut(&key)
-        {
-            while let Some(position) = passed.pop_front() {
-                if !self.records[state.records[position]].consumed {
-                    found = Some(position);
+        if found.is_none() {
+            while state.passed != NONE && state.passed != state.head {
+                let index = state.passed;
+                if !records[index as usize].consumed() {
+                    found = Some(index);
                     break;
                 }
+                state.passed = records[index as usize].next_key;
             }
         }
-        let Some(position) = found else {
+        let Some(index) = found else {
             if self.abandons.covers(scope, None) {
                 self.preview.skipped += 1;
                 return Match { ordinal, outcome: Outcome::Skip };
@@ -340,41 +250,41 @@ impl Replay {
             self.preview.misses += 1;
             return Match { ordinal, outcome: Outcome::Live };
         };
-        state.cursor = state.cursor.max(position + 1);
-        let index = state.records[position];
-        let record = &mut self.records[index];
-        record.consumed = true;
+        let scope_state = &mut self.scopes[scope_id as usize];
+        scope_state.cursor = scope_state.cursor.max(index + 1);
+        let record = &mut self.records[index as usize];
+        record.flags |= CONSUMED;
+        let record = &self.records[index as usize];
 
         let effective = effective_status(record, &self.resolutions);
+        let terminal = record.terminal();
         let input = DispositionInput {
             effective,
-            memoize_outcome: record.first.memoize_outcome,
+            memoize_outcome: record.flags & super::index::MEMOIZED != 0,
             run_settled_ok: self.run_settled_ok,
-            abandoned: self.abandons.covers(scope, Some(record.first.seq)),
-            invalidated: self.invalidated.contains(&record.first.seq)
-                || self.invalidated.contains(&record.latest.seq)
-                || record.terminal.as_ref().is_some_and(|t| self.invalidated.contains(&t.seq)),
+            abandoned: self.abandons.covers(scope, Some(record.first)),
+            invalidated: self.invalidated.contains(&record.first)
+                || self.invalidated.contains(&record.latest)
+                || terminal.is_some_and(|t| self.invalidated.contains(&t)),
         };
         // A decision in a call's place (an admission refusal) is final: timing made it, and
         // a replay must not make it again. Invalidating it reruns the call.
-        let decided = record.first.kind == super::Kind::Decision && !input.invalidated && !input.abandoned;
+        let decided = record.kind == super::Kind::Decision && !input.invalidated && !input.abandoned;
         let outcome = match if decided { Disposition::Replay } else { disposition(input) } {
             Disposition::Replay => {
                 self.preview.hits += 1;
-                match (&record.terminal, effective) {
-                    (_, Effective::Suspended { .. }) => {
-                        let mut resolved = (*record.latest).clone();
-                        resolved.status = Status::Ok;
-                        resolved.set_value(self.resolutions.value_for(record.latest.seq));
-                        Outcome::Replay(Arc::new(resolved))
-                    }
-                    (Some(terminal), _) => Outcome::Replay(terminal.clone()),
-                    (None, _) => Outcome::Replay(record.latest.clone()),
+                match (terminal, effective) {
+                    (_, Effective::Suspended { .. }) => Outcome::Replay(Pointer::Resolved {
+                        wait: record.latest,
+                        value: self.resolutions.value_for(record.latest).cloned(),
+                    }),
+                    (Some(terminal), _) => Outcome::Replay(Pointer::Entry(terminal)),
+                    (None, _) => Outcome::Replay(Pointer::Entry(record.latest)),
                 }
             }
             Disposition::Rerun => {
                 self.preview.reruns += 1;
-                Outcome::Rerun { supersedes: record.first.seq, previous: record.terminal.clone() }
+                Outcome::Rerun { supersedes: record.first, previous: terminal.map(Pointer::Entry) }
             }
             Disposition::Skip => {
                 self.preview.skipped += 1;
@@ -382,7 +292,7 @@ impl Replay {
             }
             Disposition::Wait => {
                 self.preview.hits += 1;
-                Outcome::Wait(record.latest.clone())
+                Outcome::Wait(Pointer::Entry(record.latest))
             }
         };
         Match { ordinal, outcome }
@@ -397,32 +307,37 @@ impl Replay {
     /// as a call. The latest holds unless it was invalidated at resume or a segment after it
     /// settled `error` or `cancelled` (a resume then retries what failed, and a new decision
     /// is journaled if it fails again).
-    pub fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Arc<Entry>>) {
-        let Some(state) = self.scopes.get(scope) else { return (0, None) };
-        let mut positions: Vec<usize> =
-            state.by_key.get(&key).into_iter().chain(state.passed.get(&key)).flatten().copied().collect();
-        if positions.is_empty() {
-            return (0, None);
-        }
-        positions.sort_unstable();
-        let indices: Vec<usize> = positions.iter().map(|&p| state.records[p]).collect();
+    pub(crate) fn decision(&mut self, scope: &ScopePath, key: ContentKey) -> (u32, Option<Pointer>) {
+        let Some(&scope_id) = self.scope_ids.get(scope) else { return (0, None) };
+        let Some(state) = self.keys.get(&(scope_id, short(&key))) else { return (0, None) };
+        let mut index = state.passed;
+        let mut count = 0u32;
         let mut latest = None;
-        for &index in &indices {
-            self.records[index].consumed = true;
-            latest = Some(self.records[index].latest.clone());
+        while index != NONE {
+            let record = &mut self.records[index as usize];
+            record.flags |= CONSUMED;
+            latest = Some(record.latest);
+            count += 1;
+            index = record.next_key;
         }
-        let ordinal = indices.len() as u32;
-        let holds = latest.filter(|entry| {
-            !self.invalidated.contains(&entry.seq)
-                && !self.settlements.iter().any(|&(seq, failed)| failed && seq > entry.seq)
+        // Reproducing the run as it last settled, the last settlement does not count: a
+        // fail-fast decision it followed is how the run ended, and a strict replay raises it
+        // again instead of running the fan-out, whose siblings got as far as timing let them.
+        let last = if self.reproduce { self.settlements.last().map(|&(seq, _)| seq) } else { None };
+        let holds = latest.filter(|seq| {
+            !self.invalidated.contains(seq)
+                && !self
+                    .settlements
+                    .iter()
+                    .any(|&(settled, failed)| failed && settled > *seq && Some(settled) != last)
         });
-        (ordinal, holds)
+        (count, holds.map(Pointer::Entry))
     }
 
     /// Accounts for every record in `scope` and below without matching them: the body of a
     /// call that replayed whole (a step, a child workflow) never runs, so its records are
     /// served by the call's own result, not orphaned.
-    pub fn cover(&mut self, scope: &ScopePath) {
+    pub(crate) fn cover(&mut self, scope: &ScopePath) {
         if !scope.is_root() && !self.covered.contains(scope.as_str()) {
             self.covered.insert(Box::from(scope.as_str()));
         }
@@ -431,64 +346,68 @@ impl Replay {
     /// Accounts for the tool approvals of the agent call keyed `call_key` in `scope` (its
     /// approval waits and the journaled moments they were asked), which an agent that
     /// replays whole never reaches again.
-    pub fn cover_approvals(&mut self, scope: &ScopePath, call_key: ContentKey) {
+    pub(crate) fn cover_approvals(&mut self, scope: &ScopePath, call_key: ContentKey) {
         if self.approvals.is_empty() {
             return;
         }
+        let Some(&scope_id) = self.scope_ids.get(scope) else { return };
         let hex = call_key.to_hex();
-        let Some(indices) = self.approvals.get(&(scope.clone(), Box::from(&hex[..12]))) else { return };
+        let mut prefix = [0u8; 12];
+        prefix.copy_from_slice(&hex.as_bytes()[..12]);
+        let Some(approvals) = self.approvals.get(&(scope_id, prefix)) else { return };
         let mut asked = Vec::new();
-        for &index in indices {
-            let record = &mut self.records[index];
-            record.consumed = true;
-            if let Some(name) = record.first.name.as_deref() {
-                let identity = serde_json::json!({ "kind": "rand", "fn": "approval_asked", "key": name });
-                if let Ok(key) = super::content_key(&identity) {
-                    asked.push(key);
-                }
-            }
+        for &(index, asked_key) in approvals {
+            self.records[index as usize].flags |= CONSUMED;
+            asked.extend(asked_key);
         }
-        if let Some(state) = self.scopes.get(scope) {
-            for key in asked {
-                for &position in state.by_key.get(&key).into_iter().chain(state.passed.get(&key)).flatten() {
-                    self.records[state.records[position]].consumed = true;
-                }
+        for key in asked {
+            let Some(state) = self.keys.get(&(scope_id, key)) else { continue };
+            let mut index = state.passed;
+            while index != NONE {
+                let record = &mut self.records[index as usize];
+                record.flags |= CONSUMED;
+                index = record.next_key;
             }
         }
     }
 
-    /// Whether a record in `scope` lies in a covered scope.
-    fn is_covered(&self, scope: &ScopePath) -> bool {
-        if self.covered.is_empty() {
-            return false;
-        }
-        let text = scope.as_str();
-        text.match_indices('/')
-            .map(|(at, _)| &text[..at])
-            .chain(std::iter::once(text))
-            .any(|prefix| self.covered.contains(prefix))
+    /// Whether each scope lies in a covered scope, by scope id.
+    fn covered_scopes(&self) -> Vec<bool> {
+        self.scopes.iter().map(|scope| within(&self.covered, &scope.path)).collect()
     }
 
-    fn is_orphan(&self, record: &Record) -> bool {
-        !record.consumed && !record.superseded && !self.is_covered(&record.first.scope)
+    /// Whether each scope lies in the body of a step an accepted re-key replaced, by scope id.
+    fn superseded_bodies(&self) -> Vec<bool> {
+        self.scopes.iter().map(|scope| within(&self.superseded_scopes, &scope.path)).collect()
+    }
+
+    /// Whether a record is history: a call an accepted re-key replaced, or one journaled
+    /// inside the body of a step it replaced (`bodies` from [`Replay::superseded_bodies`]).
+    fn is_superseded(record: &Record, bodies: &[bool]) -> bool {
+        record.superseded() || bodies[record.scope as usize]
+    }
+
+    fn is_orphan(record: &Record, covered: &[bool], bodies: &[bool]) -> bool {
+        !record.consumed() && !Replay::is_superseded(record, bodies) && !covered[record.scope as usize]
     }
 
     /// Marks the call whose first entry is `first` as replaced by an accepted re-key (a
-    /// decision this execution journals): history, not an orphan.
-    pub fn supersede(&mut self, first: Seq) {
-        if let Some(record) = self.records.iter_mut().find(|r| r.first.seq == first) {
-            record.superseded = true;
+    /// decision this execution journals): history, not an orphan. A replaced step takes its
+    /// old body with it.
+    pub(crate) fn supersede(&mut self, first: Seq) {
+        if let Some(index) = self.record_by_first(first) {
+            self.supersede_record(index);
         }
     }
 
     /// Takes back the count of a miss that was never dispatched (a refused re-key).
-    pub fn uncount_miss(&mut self) {
+    pub(crate) fn uncount_miss(&mut self) {
         self.preview.misses = self.preview.misses.saturating_sub(1);
     }
 
     /// Counts the last rerun as served from the journal instead (a reproduction of the
     /// settled run serves a journaled failure as it was).
-    pub fn count_rerun_as_replayed(&mut self) {
+    pub(crate) fn count_rerun_as_replayed(&mut self) {
         if self.preview.reruns > 0 {
             self.preview.reruns -= 1;
             self.preview.hits += 1;
@@ -497,116 +416,125 @@ impl Replay {
 
     /// The preview so far, with `orphaned` counting every record not yet consumed (nor
     /// covered by a call that replayed whole).
-    pub fn preview(&self) -> Preview {
-        let orphaned = self.records.iter().filter(|r| self.is_orphan(r)).count() as u64;
-        let superseded = self.records.iter().filter(|r| r.superseded && !r.consumed).count() as u64;
+    pub(crate) fn preview(&self) -> Preview {
+        let (covered, bodies) = (self.covered_scopes(), self.superseded_bodies());
+        let orphaned = self.records.iter().filter(|r| Replay::is_orphan(r, &covered, &bodies)).count() as u64;
+        let superseded =
+            self.records.iter().filter(|r| Replay::is_superseded(r, &bodies) && !r.consumed()).count() as u64;
         Preview { orphaned, superseded, ..self.preview }
     }
 
-    /// The journaled calls of `scope` at or after its cursor that no live call has consumed,
-    /// in journal order, each as its first dispatch entry and its latest attempt's terminal:
-    /// what a live call that just missed most likely replaced, when its identity changed.
-    pub fn unconsumed_at_cursor(&self, scope: &ScopePath) -> Vec<(Arc<Entry>, Option<Arc<Entry>>)> {
-        let Some(state) = self.scopes.get(scope) else { return Vec::new() };
-        state.records[state.cursor.min(state.records.len())..]
+    /// The journaled calls of `scope` at or after its cursor that no live call has consumed
+    /// and that `wanted` accepts, in journal order: what a live call that just missed most
+    /// likely replaced, when its identity changed.
+    pub(crate) fn unconsumed_at_cursor(
+        &mut self,
+        scope: &ScopePath,
+        wanted: impl Fn(&Candidate) -> bool,
+    ) -> Vec<Candidate> {
+        let Some(&scope_id) = self.scope_ids.get(scope) else { return Vec::new() };
+        let state = &mut self.scopes[scope_id as usize];
+        while state.at_cursor != NONE && state.at_cursor < state.cursor {
+            state.at_cursor = self.records[state.at_cursor as usize].next_scope;
+        }
+        let mut index = state.at_cursor;
+        let mut out = Vec::new();
+        while index != NONE {
+            let record = &self.records[index as usize];
+            if !record.consumed() {
+                let candidate = Candidate::of(record);
+                if wanted(&candidate) {
+                    out.push(candidate);
+                }
+            }
+            index = record.next_scope;
+        }
+        out
+    }
+
+    /// The completed agent calls no live call consumed whose caller key or prompt hash has
+    /// [`super::recognition`] `ident`, journaled at another scope of the same shape as
+    /// `scope`, differing only in `parallel` site or workflow call numbers (an unlabelled
+    /// `parallel` or `workflow` call inserted or removed before it moved them), in journal
+    /// order, as their first dispatch entry and their terminal: where a caller looks for the
+    /// call a live one is (it compares model, agent type and identity on the entries).
+    pub(crate) fn moved(&self, scope: &ScopePath, ident: u32) -> Vec<(Seq, Seq)> {
+        let segments = scope.segments();
+        let mut shapes: HashMap<u32, bool> = HashMap::default();
+        let bodies = self.superseded_bodies();
+        let mut out = Vec::new();
+        for record in &self.records {
+            if record.kind != super::Kind::Agent
+                || record.ident != ident
+                || record.consumed()
+                || Replay::is_superseded(record, &bodies)
+                || record.terminal_status() != Some(Status::Ok)
+            {
+                continue;
+            }
+            let path = &self.scopes[record.scope as usize].path;
+            let shifted = *shapes
+                .entry(record.scope)
+                .or_insert_with(|| path != scope && super::entry::shifted(&path.segments(), &segments));
+            if let (true, Some(terminal)) = (shifted, record.terminal()) {
+                out.push((record.first, terminal));
+            }
+        }
+        out
+    }
+
+    /// The first entries of the records no live call consumed, in journal order (at most `limit`).
+    pub(crate) fn orphans(&self, limit: usize) -> Vec<Seq> {
+        let (covered, bodies) = (self.covered_scopes(), self.superseded_bodies());
+        self.records
             .iter()
-            .map(|&index| &self.records[index])
-            .filter(|record| !record.consumed)
-            .map(|record| (record.first.clone(), record.terminal.clone()))
+            .filter(|r| Replay::is_orphan(r, &covered, &bodies))
+            .take(limit)
+            .map(|r| r.first)
             .collect()
     }
-
-    /// A completed agent call no live call consumed whose identity is `live`'s (the same model,
-    /// agent type and identity summary) but which was journaled at another scope of the same
-    /// shape, differing only in `parallel` site or workflow call numbers: an unlabelled
-    /// `parallel` or `workflow` call inserted or removed before it moved it. As its first
-    /// dispatch entry and its terminal.
-    pub fn moved(
-        &self,
-        scope: &ScopePath,
-        model: &str,
-        agent_type: Option<&str>,
-        live: &IdentitySummary,
-    ) -> Option<(Arc<Entry>, Arc<Entry>)> {
-        let indices = self.agents.get(live.call_id()?)?;
-        let segments = scope.segments();
-        indices.iter().map(|&index| &self.records[index]).find_map(|record| {
-            let first = &record.first;
-            let terminal = record.terminal.as_ref().filter(|t| t.status == Status::Ok)?;
-            let same = !record.consumed
-                && !record.superseded
-                && first.scope != *scope
-                && first.model.as_deref() == Some(model)
-                && first.agent_type.as_deref() == agent_type
-                && first.identity.as_deref() == Some(live)
-                && super::entry::shifted(&first.scope.segments(), &segments);
-            same.then(|| (first.clone(), terminal.clone()))
-        })
-    }
-
-    /// The first entries of the records no live call consumed, in journal order.
-    pub fn orphans(&self) -> Vec<Arc<Entry>> {
-        self.records.iter().filter(|r| self.is_orphan(r)).map(|r| r.first.clone()).collect()
-    }
-
-    /// The first `limit` orphans, in journal order, as a report names them.
-    pub fn first_orphans(&self, limit: usize) -> Vec<Orphan> {
-        self.records.iter().filter(|r| self.is_orphan(r)).take(limit).map(|r| Orphan::of(&r.first)).collect()
-    }
 }
 
-/// The call-key prefix of a tool approval's wait name (`approve:<12 hex>:<tool call id>`).
-fn approval_prefix(name: &str) -> Option<&str> {
-    let rest = name.strip_prefix("approve:")?;
-    rest.get(..12).filter(|_| rest.as_bytes().get(12) == Some(&b':'))
-}
-
-/// Facts about a segment (a ceiling raised at its start, who asked for it) that no call ever
-/// matches.
-fn is_segment_fact(entry: &Entry) -> bool {
-    entry.kind == super::Kind::Decision
-        && matches!(
-            entry.value().as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str()),
-            Some(super::fold::BUDGET_OVERRIDE_DECISION | super::fold::ACTION_DECISION)
-        )
-}
-
-/// The call an accepted re-key decision names as superseded.
-fn rekey_target(entry: &Entry) -> Option<Seq> {
-    if entry.kind != super::Kind::Decision {
-        return None;
+/// Whether `scope` is one of `scopes` or lies beneath one.
+fn within(scopes: &HashSet<Box<str>>, scope: &ScopePath) -> bool {
+    if scopes.is_empty() {
+        return false;
     }
-    let value = entry.value()?;
-    if value.get("type")?.as_str()? != super::fold::REKEY_DECISION {
-        return None;
-    }
-    value.get("supersedes")?.as_u64().map(Seq)
+    let text = scope.as_str();
+    text.match_indices('/')
+        .map(|(at, _)| &text[..at])
+        .chain(std::iter::once(text))
+        .any(|prefix| scopes.contains(prefix))
 }
 
-/// Settlement decisions record how a segment ended; no call ever matches them.
-fn is_settlement(entry: &Entry) -> bool {
-    entry.kind == super::Kind::Decision
-        && entry.value().as_ref().and_then(|v| v.get("type")).and_then(|t| t.as_str())
-            == Some(super::fold::SETTLE_DECISION)
+impl Candidate {
+    fn of(record: &Record) -> Candidate {
+        Candidate {
+            first: record.first,
+            terminal: record.terminal(),
+            terminal_status: record.terminal_status(),
+            kind: record.kind,
+            label: record.label,
+            ident: record.ident,
+        }
+    }
 }
 
 fn effective_status(record: &Record, resolutions: &Resolutions) -> Effective {
-    if record.latest.status == Status::Suspended {
-        return Effective::Suspended { resolved: resolutions.is_closed(record.latest.seq) };
+    if record.latest_status == Status::Suspended {
+        return Effective::Suspended { resolved: resolutions.is_closed(record.latest) };
     }
-    let entry = match &record.terminal {
-        Some(terminal) => terminal,
-        // A single-phase fact is its own terminal.
-        None if record.latest.status != Status::Running => &record.latest,
-        None => return Effective::Running,
-    };
-    let class = entry.error.as_ref().map_or(ErrorClass::Transport, |e| e.class());
-    match entry.status {
+    let Some(end) = record.end else { return Effective::Running };
+    let class: ErrorClass = record.class;
+    match end {
         Status::Ok => Effective::Ok,
         Status::Error => Effective::Error(class),
         Status::Limit => Effective::Limit(class),
         Status::Cancelled => Effective::Cancelled,
         Status::Running => Effective::Running,
-        Status::Suspended => Effective::Suspended { resolved: resolutions.is_closed(entry.seq) },
+        Status::Suspended => {
+            let at = record.terminal().unwrap_or(record.latest);
+            Effective::Suspended { resolved: resolutions.is_closed(at) }
+        }
     }
 }

@@ -53,11 +53,14 @@ pub(crate) fn fold(state: &mut State, decision: &Decision) {
 impl Orch {
     /// Folds the journaled decisions back, in order, and starts the children they admitted
     /// and never cancelled: each replays from its own scope (a completed one at zero cost).
-    pub(crate) fn restore(self: &std::sync::Arc<Self>) {
+    ///
+    /// # Errors
+    /// `internal` when the store cannot give back a journaled decision.
+    pub(crate) fn restore(self: &std::sync::Arc<Self>) -> Result<(), Error> {
         let run = &self.ctx.run;
         let mut n = 0usize;
         while let Ok(key) = key(n)
-            && let crate::journal::Outcome::Replay(entry) = run.lookup_fact(&self.ctx.scope, key).outcome
+            && let crate::journal::Outcome::Replay(entry) = run.lookup_fact(&self.ctx.scope, key)?.outcome
             && let Some(decision) = entry.value().as_ref().and_then(parse)
         {
             fold(&mut self.lock(), &decision);
@@ -77,6 +80,7 @@ impl Orch {
         for child in to_start {
             self.start(child);
         }
+        Ok(())
     }
 
     /// The verdict of `(call, item)`: the journaled one when a resume restored it, else
@@ -129,7 +133,8 @@ pub(crate) fn parse(value: &Value) -> Option<Decision> {
 /// Each orchestration of a journal, folded from its decision entries and its children's
 /// terminal entries: `{scope, children: [{handle, profile, status, cost_usd}], decisions:
 /// [{seq, n, call, decision, ...}]}`, in journal order. What `cairn inspect` shows.
-pub fn journal_report(entries: &[Entry]) -> Vec<Value> {
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
+pub(crate) fn journal_report(entries: &[Entry]) -> Vec<Value> {
     let mut scopes: Vec<String> = Vec::new();
     let mut decided: Vec<(String, u64, Decision)> = Vec::new();
     for entry in entries.iter().filter(|e| e.kind == Kind::Decision) {

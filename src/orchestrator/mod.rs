@@ -14,7 +14,7 @@
 //!
 //! ```no_run
 //! # async fn demo(ctx: cairn::Ctx) -> Result<(), cairn::Error> {
-//! use cairn::orchestrator::{Acceptance, ChildPolicy, OrchestrateOptions};
+//! use cairn::{Acceptance, ChildPolicy, OrchestrateOptions};
 //! let opts = OrchestrateOptions {
 //!     profiles: vec!["researcher".into(), "writer".into()],
 //!     acceptance: Some(Acceptance { policy: ChildPolicy::MinSuccessful(2), min_spawned_children: Some(3) }),
@@ -45,7 +45,8 @@ use crate::error::{Error, ErrorCode};
 use crate::model::InvocationRole;
 
 pub use acceptance::{Acceptance, ChildPolicy};
-pub use decisions::journal_report;
+#[cfg(feature = "cli")]
+pub(crate) use decisions::journal_report;
 pub use options::{AtCap, ClaimPolicy, OrchestrateOptions};
 pub use roster::{ChildStatus, ChildSummary};
 pub use validate::{ChildView, FinishValidation, FinishValidator, PatternRule};
@@ -100,7 +101,7 @@ impl Orchestration {
 impl Ctx {
     /// Hands `goal` to a dynamic orchestrator: an agent (role `orchestrate`) that spawns and
     /// steers child agents with typed tools until it calls `finish`. Children run in this
-    /// run (journal, budget tree, scheduler, events); see [`crate::orchestrator`].
+    /// run (journal, budget tree, scheduler, events); see the guide's orchestrator chapter.
     ///
     /// # Errors
     /// `acceptance_failed` when the acceptance policy, the finish validators (repairs spent)
@@ -169,7 +170,7 @@ async fn run(parent: &Ctx, goal: &str, opts: OrchestrateOptions) -> Result<Orche
     // The orchestration's own scope: `at:orchestrate:K`, the K-th here.
     let scope = parent.labelled_site(Some("orchestrate"))?.unwrap_or_else(|| parent.clone());
     let orch = Orch::new(scope, goal, opts, profiles);
-    orch.restore();
+    orch.restore()?;
     // Restored children settle first (a completed one replays at once; one a crash left in
     // flight runs again), so the orchestrator continues from the roster as it stood.
     let outcome = match orch.wait_until(|state| state.roster.iter().all(|c| c.settled())).await {

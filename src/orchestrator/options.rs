@@ -19,7 +19,7 @@ pub enum AtCap {
     Fail,
 }
 
-/// Options of [`orchestrate`] and [`Ctx::orchestrate`]. Policy only: none of them enters a
+/// Options of [`orchestrate`](crate::orchestrate) and [`Ctx::orchestrate`](crate::Ctx::orchestrate). Policy only: none of them enters a
 /// call's identity except `profiles` (the spawn tool's allowlist is in its contract), `schema`
 /// (the finish tool's contract) and `max_spawns` (in the orchestrator's prompt).
 #[derive(Debug, Clone)]

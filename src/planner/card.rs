@@ -26,9 +26,9 @@ use crate::engine::{Described, Engine};
 ///     .profile("researcher", AgentProfile { description: "Finds primary sources.".into(), ..Default::default() })
 ///     .build()
 ///     .unwrap();
-/// let card = cairn::planner::profile_card(&engine);
+/// let card = cairn::profile_card(&engine);
 /// assert!(card.contains("- researcher: Finds primary sources."));
-/// assert_eq!(card, cairn::planner::profile_card(&engine)); // byte-stable
+/// assert_eq!(card, cairn::profile_card(&engine)); // byte-stable
 /// ```
 pub fn profile_card(engine: &Engine) -> String {
     let inner = engine.inner();

@@ -8,14 +8,6 @@ use std::fmt::Write as _;
 
 /// The compact form of a dialect's API card (`cairn card --compact`). Byte-stable: a pure
 /// function of the full card.
-///
-/// ```
-/// let full = cairn::script::api_card();
-/// let compact = cairn::planner::compact_card(full);
-/// assert!(compact.len() * 5 < full.len() * 2);
-/// assert!(compact.contains("- agent(prompt, opts?):"));
-/// assert!(compact.contains("profile (string)"));
-/// ```
 pub fn compact_card(full: &str) -> String {
     let mut out = String::with_capacity(full.len() / 3);
     let mut lines = full.lines().peekable();
@@ -170,6 +162,9 @@ mod tests {
         let full = crate::script::api_card();
         let compact = compact_card(full);
         assert_eq!(compact, compact_card(full), "byte-stable");
+        assert!(compact.len() * 5 < full.len() * 2);
+        assert!(compact.contains("- agent(prompt, opts?):"));
+        assert!(compact.contains("profile (string)"));
         for line in full.lines() {
             if let Some(signature) = line.strip_prefix("### ") {
                 assert!(compact.contains(&format!("- {signature}:")), "{signature} is missing:\n{compact}");

@@ -6,12 +6,6 @@
 
 /// The script in `reply`: the body of its first fenced code block, else the whole reply
 /// (trimmed).
-///
-/// ```
-/// let reply = "Here it is:\n```rhai\nlet x = agent(\"hi\");\nx\n```\nDone.";
-/// assert_eq!(cairn::planner::extract_script(reply), "let x = agent(\"hi\");\nx\n");
-/// assert_eq!(cairn::planner::extract_script("  agent(\"hi\")  "), "agent(\"hi\")");
-/// ```
 pub fn extract_script(reply: &str) -> &str {
     for (start, end) in LineSpans::new(reply) {
         let line = &reply[start..end];
@@ -112,6 +106,9 @@ mod tests {
 
     #[test]
     fn first_fenced_block_any_info_string() {
+        let reply = "Here it is:\n```rhai\nlet x = agent(\"hi\");\nx\n```\nDone.";
+        assert_eq!(extract_script(reply), "let x = agent(\"hi\");\nx\n");
+        assert_eq!(extract_script("  agent(\"hi\")  "), "agent(\"hi\")");
         let reply = "text\n```js\nfirst\n```\n```rhai\nsecond\n```\n";
         assert_eq!(extract_script(reply), "first\n");
         assert_eq!(extract_script("~~~\nbody\n~~~"), "body\n");

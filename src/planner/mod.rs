@@ -37,9 +37,12 @@ pub use compact::compact_card;
 pub use extract::extract_script;
 use fit::{UNSIZED_SHOWN, cut_off, draft_cap, estimate_tokens};
 pub use rejection::{DraftReport, PlanError, RejectCause, Rejection};
-pub use repair::{PLANNER_RULES, first_prompt, repair_prompt, repair_prompt_shown, system_prompt};
+pub use repair::repair_prompt;
+pub(crate) use repair::{PLANNER_RULES, first_prompt, repair_prompt_shown, system_prompt};
+#[cfg(any(test, feature = "cli"))]
+pub(crate) use stored::stored_planning;
 use stored::stored_ref;
-pub use stored::{StoredOptions, StoredPlanning, stored_planning};
+pub(crate) use stored::{StoredOptions, StoredPlanning};
 
 use crate::engine::{
     AgentOptions, Ctx, Engine, OnError, ResumeOptions, RunHandle, RunOptions, RunOutcome, Script,
@@ -53,13 +56,13 @@ use crate::script::{Diagnostic, LintContext, Severity};
 use crate::store::{RunId, RunStatus};
 
 /// The most repair rounds a plan may ask for: each round is a paid model call.
-pub const MAX_REPAIR_ROUNDS: u32 = 10;
+pub(crate) const MAX_REPAIR_ROUNDS: u32 = 10;
 
 /// The output cap of a draft when the options name none.
-pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8192;
+pub(crate) const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8192;
 
 /// The dialect a plan is written in when the options name none.
-pub const DEFAULT_DIALECT: &str = "rhai";
+pub(crate) const DEFAULT_DIALECT: &str = "rhai";
 
 /// Options of [`plan`]. Every field but `budget_usd`'s effect on admission enters the
 /// planning run's id, so changing any of them starts a new planning conversation.
@@ -79,7 +82,7 @@ pub struct PlanOptions {
     /// The output cap of each draft (default 8192 tokens). A draft whose output reaches it was
     /// cut off, and planning stops with that cause.
     pub max_output_tokens: u32,
-    /// The authored part of the system prompt; [`PLANNER_RULES`] when `None`.
+    /// The authored part of the system prompt; cairn's own rules when `None`.
     pub rules: Option<String>,
     /// The arguments the script will run with, for the cost bound (an `args`-sized fan-out is
     /// bounded by them); null when `None`. Not a planning input: drafts never see them.
@@ -291,7 +294,7 @@ pub struct PendingVerdict {
 ///
 /// # Errors
 /// `config` for a model that does not parse or names an unregistered provider.
-pub fn planner_model(engine: &Engine, options: &PlanOptions) -> Result<ModelRef, Error> {
+pub(crate) fn planner_model(engine: &Engine, options: &PlanOptions) -> Result<ModelRef, Error> {
     let inner = engine.inner();
     let model = match &options.model {
         Some(text) => {
@@ -481,9 +484,8 @@ impl PendingVerdict {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use cairn::planner::{plan, PlanOptions};
 /// use cairn::testing::{FakeProvider, FakeScript};
-/// use cairn::{Engine, MemoryStore, model::ModelRef};
+/// use cairn::{Engine, MemoryStore, ModelRef, PlanOptions, plan};
 ///
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// // A scripted planner: a JavaScript draft first, then Rhai after reading the diagnostics.

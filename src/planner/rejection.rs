@@ -94,7 +94,7 @@ impl Rejection {
     }
 }
 
-/// Why [`plan`] or [`run_planned`] produced no accepted script or no run.
+/// Why [`plan`](crate::plan) or [`run_planned`](crate::run_planned) produced no accepted script or no run.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PlanError {
     /// Bad options (an unknown dialect or model, too many repair rounds, a bad ceiling):
@@ -143,7 +143,7 @@ impl PlanError {
 
     /// Whether replaying a settled planning conversation missed: its drafts no longer replay as
     /// they were journaled (the dialect's diagnostics changed a repair prompt). Planning again
-    /// with [`Planning::start_live`] pays for the changed drafts only.
+    /// with [`Planning::start_live`](crate::Planning::start_live) pays for the changed drafts only.
     pub fn is_replay_miss(&self) -> bool {
         matches!(
             self,

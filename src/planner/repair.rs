@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use crate::script::Diagnostic;
 
 /// The authored part of the planner's system prompt.
-pub const PLANNER_RULES: &str = "You write one workflow script that achieves the goal the user gives you. \
+pub(crate) const PLANNER_RULES: &str = "You write one workflow script that achieves the goal the user gives you. \
 The script runs once, in a sandbox, exactly as you write it: it reaches models and the host only through \
 the globals on the API card below, and it may use only the names on the profile card below.
 
@@ -24,7 +24,7 @@ Rules:
 - When your previous draft was rejected, you get it back with the linter's diagnostics as JSON (rule_id, message, line, column). Fix every error and reply with the whole corrected script.";
 
 /// The system prompt: the authored rules, then the dialect's API card, then the profile card.
-pub fn system_prompt(rules: &str, dialect: &str, api_card: &str, profile_card: &str) -> String {
+pub(crate) fn system_prompt(rules: &str, dialect: &str, api_card: &str, profile_card: &str) -> String {
     let mut text = String::with_capacity(rules.len() + api_card.len() + profile_card.len() + 128);
     text.push_str(rules.trim_end());
     let _ = write!(text, "\n\nThe script's language is {dialect}.\n\n# API card ({dialect})\n\n");
@@ -36,7 +36,7 @@ pub fn system_prompt(rules: &str, dialect: &str, api_card: &str, profile_card: &
 }
 
 /// The first request: the goal, fenced off as data.
-pub fn first_prompt(goal: &str, dialect: &str) -> String {
+pub(crate) fn first_prompt(goal: &str, dialect: &str) -> String {
     let mut text = String::with_capacity(goal.len() + 160);
     let _ = write!(text, "Write a {dialect} workflow script for this goal.\n\n");
     goal_block(&mut text, goal);
@@ -52,7 +52,7 @@ pub fn repair_prompt(goal: &str, dialect: &str, draft: &str, errors: &[Diagnosti
 /// A repair request that shows only the first `shown` of `errors` (at least one), saying how
 /// many more there are: for a model whose context window cannot hold them all. Showing them
 /// all gives exactly [`repair_prompt`].
-pub fn repair_prompt_shown(
+pub(crate) fn repair_prompt_shown(
     goal: &str,
     dialect: &str,
     draft: &str,

@@ -17,7 +17,7 @@ pub(super) fn stored_ref(run_id: &RunId) -> String {
 /// A planning run's goal and the options it was started with, as stored with it: what a
 /// resume after a kill needs to plan the same conversation again ([`stored_planning`]).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct StoredPlanning {
+pub(crate) struct StoredPlanning {
     /// The goal.
     pub goal: String,
     /// The options; `None` for a planning run that did not record them.
@@ -26,7 +26,7 @@ pub struct StoredPlanning {
 
 /// The options of a planning run, resolved (the planner model as `provider:model`).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct StoredOptions {
+pub(crate) struct StoredOptions {
     /// The dialect.
     pub dialect: String,
     /// The repair rounds.
@@ -61,7 +61,8 @@ impl StoredOptions {
     }
 
     /// The [`PlanOptions`] these were stored from (with the default rules).
-    pub fn to_options(&self) -> PlanOptions {
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
+    pub(crate) fn to_options(&self) -> PlanOptions {
         PlanOptions {
             dialect: self.dialect.clone(),
             repair_rounds: self.repair_rounds,
@@ -80,7 +81,8 @@ impl StoredOptions {
 ///
 /// # Errors
 /// `store_io`/`internal` when the store cannot be read or the record is unreadable.
-pub fn stored_planning(engine: &Engine, run_id: &RunId) -> Result<Option<StoredPlanning>, Error> {
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
+pub(crate) fn stored_planning(engine: &Engine, run_id: &RunId) -> Result<Option<StoredPlanning>, Error> {
     let Some(meta) = engine.journal_store().get_meta(run_id)? else { return Ok(None) };
     if meta.name.as_deref() != Some("plan") || !meta.tags.iter().any(|t| t == "plan") {
         return Ok(None);

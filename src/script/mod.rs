@@ -8,13 +8,15 @@
 //! alike.
 
 pub(crate) mod args_check;
-pub mod bound;
+pub(crate) mod bound;
+pub(crate) mod call_check;
 pub(crate) mod captured;
 pub(crate) mod child_args;
 pub(crate) mod host;
-pub mod lua;
+#[cfg(feature = "lua")]
+pub(crate) mod lua;
 pub(crate) mod options;
-pub mod rhai;
+pub(crate) mod rhai;
 mod schema_check;
 pub(crate) mod source;
 mod suggest;
@@ -24,48 +26,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
-use serde::{Deserialize, Serialize};
-
-/// One finding of lint or compile, in the wire shape the planner's repair prompt and
-/// `cairn lint --json` carry.
-///
-/// Lines and columns are 1-based and count characters; the end, when known, is exclusive.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Diagnostic {
-    /// The rule that fired; each rule has a folder of examples under `lint/`.
-    pub rule_id: String,
-    /// What is wrong and what to write instead, lowercase, no final period.
-    pub message: String,
-    /// Line of the start.
-    pub line: u32,
-    /// Column of the start.
-    pub column: u32,
-    /// Line of the end, when the finding covers a known span.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_line: Option<u32>,
-    /// Column just past the end, when the finding covers a known span.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_column: Option<u32>,
-    /// Whether the finding rejects the script.
-    pub severity: Severity,
-}
-
-impl Diagnostic {
-    /// Whether this finding rejects the script.
-    pub fn is_error(&self) -> bool {
-        self.severity == Severity::Error
-    }
-}
-
-/// How much a [`Diagnostic`] matters: a script with any error is rejected; warnings are reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// The script is rejected.
-    Error,
-    /// The script runs; the finding is reported beside it.
-    Warning,
-}
+pub use crate::diagnostic::{Diagnostic, Severity};
 
 /// Every lint rule, by id, with what it reports. Each has a folder of examples under `lint/`.
 /// Besides these, `internal` reports a failure of the linter itself (a bug, never the script's).
@@ -186,7 +147,7 @@ pub fn api_card() -> &'static str {
 /// The JSON Schema of a global's options map, by the global's name (`"agent"`, `"parallel"`,
 /// `"pipeline"`, `"step"`, `"call"` or its Rhai name `"host_call"`, `"workflow"`,
 /// `"await_external"`); `None` for a global that takes no options.
-pub fn option_schema(global: &str) -> Option<&'static serde_json::Value> {
+pub(crate) fn option_schema(global: &str) -> Option<&'static serde_json::Value> {
     let index = SCHEMA_SOURCES.iter().position(|(name, _)| *name == schema_name(global))?;
     schemas().get(index)
 }
@@ -231,7 +192,7 @@ fn schemas() -> &'static [serde_json::Value] {
 /// A script global: its name, signature and argument shapes, as the card shows it and lint
 /// checks calls against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Global {
+pub(crate) struct Global {
     /// The name scripts call (Rhai spelling).
     pub name: &'static str,
     /// The signature as the card shows it.
@@ -244,19 +205,19 @@ pub struct Global {
 
 impl Global {
     /// Fewest arguments a call may pass.
-    pub fn min_args(&self) -> usize {
+    pub(crate) fn min_args(&self) -> usize {
         self.params.iter().filter(|param| !param.optional).count()
     }
 
     /// Most arguments a call may pass.
-    pub fn max_args(&self) -> usize {
+    pub(crate) fn max_args(&self) -> usize {
         self.params.len()
     }
 }
 
 /// One positional parameter of a [`Global`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Param {
+pub(crate) struct Param {
     /// The name the signature and messages use.
     pub name: &'static str,
     /// What the argument must be.
@@ -268,7 +229,7 @@ pub struct Param {
 /// What a global's argument must be. Values cross the sandbox boundary as JSON, so every kind
 /// but the closure kinds rejects closures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ParamKind {
+pub(crate) enum ParamKind {
     /// A string.
     Text,
     /// Any JSON value.
@@ -298,7 +259,7 @@ const fn optional(name: &'static str, kind: ParamKind) -> Param {
 ///
 /// `parallel` is listed in its list form; its map form takes [`PARALLEL_MAP_FORM`] and is told
 /// apart by a closure in second position.
-pub const GLOBALS: &[Global] = &[
+pub(crate) const GLOBALS: &[Global] = &[
     Global {
         name: "agent",
         signature: "agent(prompt, opts?)",
@@ -397,16 +358,16 @@ pub const GLOBALS: &[Global] = &[
 
 /// The parameters of `parallel(items, |item| ..., opts?)`, which runs the closure once per item,
 /// concurrently: the fan-out form that binds each item afresh (see the `loop-capture` rule).
-pub const PARALLEL_MAP_FORM: &[Param] = &[
+pub(crate) const PARALLEL_MAP_FORM: &[Param] = &[
     required("items", ParamKind::Items),
     required("body", ParamKind::Body),
     optional("opts", ParamKind::Options),
 ];
 
 /// Looks a global up by its Rhai name.
-pub fn global(name: &str) -> Option<&'static Global> {
+pub(crate) fn global(name: &str) -> Option<&'static Global> {
     GLOBALS.iter().find(|global| global.name == name)
 }
 
 /// The levels `log` accepts.
-pub const LOG_LEVELS: [&str; 4] = ["debug", "info", "warn", "error"];
+pub(crate) const LOG_LEVELS: [&str; 4] = ["debug", "info", "warn", "error"];

@@ -101,5 +101,18 @@ pub(crate) fn parallel(opts: &Value) -> ParallelOptions {
         concurrency: opts.get("concurrency").and_then(Value::as_u64).map(|n| n.clamp(1, 10_000) as usize),
         on_error: on_error(opts),
         label: str_opt(opts, "label"),
+        bodies: None,
     }
+}
+
+/// The identity of a fan-out's code ([`ParallelOptions::bodies`]) from the source identity of
+/// each of its branches or stages, in order; `None` when one of them has none.
+pub(crate) fn fanout_code<I: IntoIterator<Item = Option<String>>>(bodies: I) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for body in bodies {
+        hasher.update(body?.as_bytes());
+        hasher.update(b"\n");
+    }
+    Some(hex::encode(hasher.finalize()))
 }

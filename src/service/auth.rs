@@ -80,7 +80,11 @@ fn bearer(value: &str) -> Option<&str> {
 
 /// Answers 401 unless the request carries one of the service's tokens (or the service has
 /// none), 403 when that token lacks the route's scope.
-pub async fn require_token(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+pub(super) async fn require_token(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let tokens = &state.options.tokens;
     if tokens.is_empty() {
         request.extensions_mut().insert(Caller(None));
@@ -121,7 +125,7 @@ pub async fn require_token(State(state): State<AppState>, mut request: Request, 
 }
 
 /// Whether `a == b`, in time that depends on their lengths only.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();
     for i in 0..a.len().max(b.len()) {
         let x = a.get(i).copied().unwrap_or(0);

@@ -98,7 +98,7 @@ impl IntoResponse for ApiError {
 /// Makes every error response JSON: what axum or hyper answer on their own (405, a path or
 /// query that does not parse, a body past its limit) becomes `{code, message}` with the same
 /// status and headers (`Allow`, `WWW-Authenticate`).
-pub async fn json_errors(request: Request, next: Next) -> Response {
+pub(super) async fn json_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {

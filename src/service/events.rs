@@ -32,7 +32,7 @@ use crate::store::{RunChanges, RunId, RunStatus};
 
 /// The query of `GET /v1/runs/{id}/events`.
 #[derive(Debug, serde::Deserialize)]
-pub struct EventsQuery {
+pub(super) struct EventsQuery {
     /// `1` (or `true`) adds the `token` events.
     pub tokens: Option<String>,
 }
@@ -40,7 +40,7 @@ pub struct EventsQuery {
 type Tokens = tokio::sync::broadcast::Receiver<crate::engine::LiveToken>;
 
 /// `GET /v1/runs/{id}/events`.
-pub async fn events(
+pub(super) async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
@@ -70,7 +70,7 @@ pub async fn events(
         let run = run.clone();
         blocking(&state, move |engine| {
             let meta = meta_of(engine, &run)?;
-            let raw = engine.journal_store().load_since(&run, after)?;
+            let raw = engine.journal_store().load_page(&run, after, PAGE)?;
             Ok((meta, raw))
         })
         .await?
@@ -93,8 +93,14 @@ pub async fn events(
 
 type Tx = mpsc::Sender<Result<Event, Infallible>>;
 
-/// Sends the entries past `after`, then, woken by the store's change notifications (or its
-/// bounded poll), reads the entries past the last one sent until the run settles.
+/// How many entries the stream reads at a time: a long run's backlog is sent page by page,
+/// never read whole.
+const PAGE: usize = crate::store::PAGE_ENTRIES;
+
+/// Sends the entries past `after` (read a page at a time, `raw` the first), then, woken by the
+/// store's change notifications (or its bounded poll), reads the entries past the last one
+/// sent until the run settles. Entries of the backlog (read before the stream first caught
+/// up) are marked `replayed`.
 async fn follow(
     state: AppState,
     run: RunId,
@@ -104,7 +110,8 @@ async fn follow(
     (mut changes, mut live): (Option<RunChanges>, Option<Tokens>),
     mut tx: Tx,
 ) {
-    let replayed_up_to = raw.last().map_or(after, |e| e.seq());
+    // Reading what the journal held when the stream began, until the first short page.
+    let mut backlog = true;
     let mut status = status;
     if !send_status(&mut tx, &run, status).await {
         return;
@@ -122,7 +129,7 @@ async fn follow(
             }
             let mut value: Value = serde_json::from_str(entry.json()).unwrap_or(Value::Null);
             if let Value::Object(map) = &mut value {
-                map.insert("replayed".into(), Value::Bool(entry.seq() <= replayed_up_to));
+                map.insert("replayed".into(), Value::Bool(backlog));
             }
             let tool = tool_event(&value, entry.seq());
             let event = Event::default().event("entry").id(entry.seq().to_string()).data(value.to_string());
@@ -136,16 +143,36 @@ async fn follow(
             }
             after = entry.seq();
         }
+        if batch.len() >= PAGE {
+            // More follows at once: the rest of the backlog, or of a burst (a failed read is
+            // tried again after a poll's wait; what follows is never skipped).
+            loop {
+                let run = run.clone();
+                let next = blocking(&state, move |engine| {
+                    Ok(engine.journal_store().load_page(&run, after, PAGE)?)
+                })
+                .await;
+                if let Ok(raw) = next {
+                    batch = raw;
+                    break;
+                }
+                tokio::time::sleep(state.options.poll_interval).await;
+                if tx.is_closed() {
+                    return;
+                }
+            }
+            continue;
+        }
+        backlog = false;
         if settled(status) {
             let settled = {
                 let run = run.clone();
                 blocking(&state, move |engine| {
-                    let entries = super::runs::entries_of(engine, &run)?;
-                    let error = meta_of(engine, &run)?
-                        .extra
-                        .remove(super::plan::ERROR_FIELD)
-                        .or_else(|| crate::journal::last_settlement_error(&entries));
-                    Ok((crate::engine::CostReport::fold(entries.iter()), error))
+                    let digest =
+                        crate::engine::RunDigest::read(engine.journal_store().as_ref(), &run, |_| {})?;
+                    let error =
+                        meta_of(engine, &run)?.extra.remove(super::plan::ERROR_FIELD).or(digest.error);
+                    Ok((digest.cost, error))
                 })
                 .await
                 .ok()
@@ -226,7 +253,7 @@ async fn follow(
             blocking(&state, move |engine| {
                 // The status first: entries read after it include every entry a settled run wrote.
                 let meta = meta_of(engine, &run)?;
-                let raw = engine.journal_store().load_since(&run, after)?;
+                let raw = engine.journal_store().load_page(&run, after, PAGE)?;
                 Ok((meta.status, raw))
             })
             .await

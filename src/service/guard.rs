@@ -111,7 +111,7 @@ fn has_body(headers: &HeaderMap) -> bool {
 
 /// The checks, in order: `Host`, then (for a request that changes something) the browser's
 /// cross-site marks, then the body's type.
-pub async fn refuse_drive_by(
+pub(super) async fn refuse_drive_by(
     State(allowed): State<std::sync::Arc<AllowedHosts>>,
     request: Request,
     next: Next,

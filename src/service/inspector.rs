@@ -10,7 +10,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 /// The page's policy: its own origin only, no inline script or style, no framing.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+pub(super) const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
 img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; \
 frame-ancestors 'none'";
 
@@ -30,17 +30,17 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 /// `GET /`: the page.
-pub async fn index() -> Response {
+pub(super) async fn index() -> Response {
     asset("text/html; charset=utf-8", INDEX)
 }
 
 /// `GET /inspector.js`.
-pub async fn script() -> Response {
+pub(super) async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
 }
 
 /// `GET /inspector.css`.
-pub async fn style() -> Response {
+pub(super) async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
 }
 

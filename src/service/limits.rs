@@ -118,7 +118,7 @@ pub async fn serve(
 
 /// How large a request body may be and how long it may take.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimits {
+pub(super) struct BodyLimits {
     /// The largest body accepted, in bytes.
     pub max_bytes: usize,
     /// How long it may take to arrive.
@@ -127,7 +127,11 @@ pub struct BodyLimits {
 
 /// Reads a request's whole body within `limits.timeout` (408 when it does not arrive in
 /// time, 413 past `limits.max_bytes`), so a handler never waits on a slow client.
-pub async fn read_body_in_time(State(limits): State<BodyLimits>, request: Request, next: Next) -> Response {
+pub(super) async fn read_body_in_time(
+    State(limits): State<BodyLimits>,
+    request: Request,
+    next: Next,
+) -> Response {
     let headers = request.headers();
     let declared = headers
         .get(header::CONTENT_LENGTH)

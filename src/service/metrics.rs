@@ -22,7 +22,7 @@ const STATUSES: [RunStatus; 7] = [
 ];
 
 /// `GET /metrics`.
-pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let text = blocking(&state, |engine| {
         let store = engine.journal_store();
         // The store's own counters when it keeps them (one short read, however many runs it
@@ -37,8 +37,10 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
                 let by_status = STATUSES.map(|status| runs.iter().filter(|m| m.status == status).count() as u64);
                 let (mut calls, mut spend) = (0u64, 0f64);
                 for meta in &runs {
-                    let entries = super::runs::entries_of(engine, &meta.run_id)?;
-                    let cost = crate::engine::CostReport::fold(entries.iter());
+                    let mut cost = crate::engine::CostReport::default();
+                    for entry in crate::journal::entries(store.as_ref(), &meta.run_id, 0) {
+                        cost.add(&entry.map_err(ApiError::from)?);
+                    }
                     calls += cost.total.entries;
                     spend += cost.total.cost.as_usd();
                 }

@@ -3,27 +3,27 @@
 //! the same store); clients follow a run live over Server-Sent Events read from the store's
 //! journal, so a run driven by another process streams the same way.
 //!
-//! One concept per file: [`error`] the `{code, message}` body (every error is JSON),
-//! [`auth`] the bearer tokens and their scopes, [`guard`] the refusal of drive-by requests
-//! (`Host`, cross-site, non-JSON bodies), [`limits`] the accept loop's bounds and the body
-//! read timeout, [`runs`] the run routes, [`turns`] an agent call's turns, [`plan`] a planner goal's run, [`events`] the SSE stream, [`metrics`] the Prometheus text,
-//! [`openapi`] the OpenAPI document, [`inspector`] the browser inspector at `/`.
+//! One concept per file: `error` the `{code, message}` body (every error is JSON),
+//! `auth` the bearer tokens and their scopes, `guard` the refusal of drive-by requests
+//! (`Host`, cross-site, non-JSON bodies), `limits` the accept loop's bounds and the body
+//! read timeout, `runs` the run routes, `turns` an agent call's turns, `plan` a planner goal's run, `events` the SSE stream, `metrics` the Prometheus text,
+//! `openapi` the OpenAPI document, `inspector` the browser inspector at `/`.
 
-pub mod auth;
-pub mod error;
-pub mod events;
-pub mod guard;
-pub mod inspector;
-pub mod limits;
-pub mod metrics;
-pub mod openapi;
-pub mod plan;
-pub mod runs;
+mod auth;
+mod error;
+mod events;
+mod guard;
+mod inspector;
+mod limits;
+mod metrics;
+mod openapi;
+mod plan;
+mod runs;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_scale;
-pub mod turns;
+mod turns;
 
 use std::sync::Arc;
 
@@ -79,7 +79,7 @@ impl Default for ServiceOptions {
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     pub(crate) engine: Engine,
     pub(crate) options: Arc<ServiceOptions>,
     /// Bounds the planner goals planned at once (the rest wait their turn, queued).

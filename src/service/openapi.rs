@@ -5,10 +5,10 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 /// The document's text.
-pub const DOCUMENT: &str = include_str!("openapi.json");
+pub(super) const DOCUMENT: &str = include_str!("openapi.json");
 
 /// `GET /openapi.json`.
-pub async fn document() -> Response {
+pub(super) async fn document() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], DOCUMENT).into_response()
 }
 

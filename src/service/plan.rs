@@ -17,10 +17,10 @@ use crate::{Engine, RunOptions, Script};
 
 /// The meta field of a planned run: its goal and planning run, and (when the plan failed)
 /// why.
-pub const PLANNING_FIELD: &str = "planning";
+pub(super) const PLANNING_FIELD: &str = "planning";
 
 /// The meta field of a run that settled without running: its `{code, message}`.
-pub const ERROR_FIELD: &str = "error";
+pub(super) const ERROR_FIELD: &str = "error";
 
 /// A goal's run, between its acceptance and its script.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
-use crate::engine::{CostReport, Resolution};
+use crate::engine::{Resolution, RunDigest};
 use crate::error::Error;
 use crate::journal;
 use crate::money::Money;
@@ -21,7 +21,7 @@ use crate::{RunOptions, Script};
 /// The body of `POST /v1/runs`: a script (`source`) or a planner goal (`goal`), exactly one.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SubmitRun {
+pub(super) struct SubmitRun {
     /// The script's source.
     #[serde(default)]
     pub source: Option<String>,
@@ -89,7 +89,7 @@ pub(crate) fn meta_of(engine: &crate::Engine, run: &RunId) -> Result<RunMeta, Ap
 }
 
 /// `POST /v1/runs`: validates and queues a script's run; `202 {run_id}`.
-pub async fn submit(
+pub(super) async fn submit(
     State(state): State<AppState>,
     caller: Option<axum::Extension<super::Caller>>,
     body: Result<Bytes, BytesRejection>,
@@ -240,7 +240,7 @@ fn diagnostics_of(engine: &crate::Engine, dialect: &str, source: &str) -> Value 
 
 /// The query of `GET /v1/runs`.
 #[derive(Debug, Deserialize)]
-pub struct ListQuery {
+pub(super) struct ListQuery {
     /// Only runs in this status.
     pub status: Option<String>,
     /// Only runs carrying this tag.
@@ -254,13 +254,13 @@ pub struct ListQuery {
 }
 
 /// How many runs a page of `GET /v1/runs` holds by default.
-pub const LIST_DEFAULT: usize = 100;
+pub(super) const LIST_DEFAULT: usize = 100;
 /// The most a page of `GET /v1/runs` holds.
-pub const LIST_MAX: usize = 1000;
+pub(super) const LIST_MAX: usize = 1000;
 
 /// `GET /v1/runs`: a page of the runs, newest first, with their status; `next` is the
 /// cursor of the following page (absent on the last).
-pub async fn list(
+pub(super) async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
@@ -302,13 +302,15 @@ pub async fn list(
         let next = if listed.len() > limit { page.last().map(|m| m.run_id.clone()) } else { None };
         let mut runs = Vec::with_capacity(page.len());
         for meta in page {
-            let mut value = serde_json::to_value(meta).map_err(|e| {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("a run's meta: {e}"))
-            })?;
+            let mut value = meta.to_output_json();
             if with_cost {
-                let entries = entries_of(engine, &meta.run_id)?;
-                let cost = journal::Ledger::fold(entries.iter()).spent;
-                value["cost_nano_usd"] = json!(cost.nano_usd());
+                // Read page by page: a long run's journal is never held whole.
+                let mut ledger = journal::Ledger::default();
+                for entry in journal::entries(engine.journal_store().as_ref(), &meta.run_id, 0) {
+                    ledger.add(&entry.map_err(ApiError::from)?);
+                }
+                value["cost_nano_usd"] = json!(ledger.spent.nano_usd());
+                value["cost_usd"] = json!(ledger.spent.as_usd());
             }
             runs.push(value);
         }
@@ -323,13 +325,16 @@ pub async fn list(
 
 /// `GET /v1/runs/{id}`: the run's meta, status, pending waits, outcome and cost report (what
 /// `cairn inspect --json` prints, less the entries).
-pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let run = parse_run_id(&id)?;
     blocking(&state, move |engine| {
         let meta = meta_of(engine, &run)?;
-        let entries = entries_of(engine, &run)?;
-        let cost = CostReport::fold(entries.iter());
-        let pending = journal::pending_waits(&entries);
+        // The journal read page by page into what this route shows of it.
+        let digest = RunDigest::read(engine.journal_store().as_ref(), &run, |_| {})?;
+        let pending = digest.pending();
         // The script the run executes (a planned run's accepted source), as stored with it.
         let source = match &meta.source_ref {
             Some(reference) => engine
@@ -342,16 +347,16 @@ pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Resu
         Ok(Json(json!({
             "run_id": meta.run_id,
             "status": meta.status,
-            "meta": meta,
+            "meta": meta.to_output_json(),
             "source": source,
             // A plan's failure (the run never ran), else the one its settlement journaled.
-            "error": meta.extra.get(super::plan::ERROR_FIELD).cloned().or_else(|| journal::last_settlement_error(&entries)),
+            "error": meta.extra.get(super::plan::ERROR_FIELD).cloned().or(digest.error),
             "planning": super::plan::planning_of(engine, &meta)?,
             "pending": pending,
-            "cost": cost,
+            "cost": digest.cost,
             // Who (which service token) started, resumed, resolved and cancelled it.
-            "actions": journal::actions(&entries),
-            "entries": entries.len(),
+            "actions": digest.actions,
+            "entries": digest.entries,
         })))
     })
     .await
@@ -364,7 +369,7 @@ pub(crate) fn entries_of(engine: &crate::Engine, run: &RunId) -> Result<Vec<jour
 
 /// The query of `GET /v1/runs/{id}/journal`.
 #[derive(Debug, Deserialize)]
-pub struct JournalQuery {
+pub(super) struct JournalQuery {
     /// Only entries after this seq (0 by default: from the start).
     pub after: Option<u64>,
     /// At most this many ([`JOURNAL_DEFAULT`] by default, [`JOURNAL_MAX`] at most).
@@ -372,13 +377,13 @@ pub struct JournalQuery {
 }
 
 /// How many entries a page of `GET /v1/runs/{id}/journal` holds by default.
-pub const JOURNAL_DEFAULT: usize = 1000;
+pub(super) const JOURNAL_DEFAULT: usize = 1000;
 /// The most a page of `GET /v1/runs/{id}/journal` holds.
-pub const JOURNAL_MAX: usize = 10_000;
+pub(super) const JOURNAL_MAX: usize = 10_000;
 
 /// `GET /v1/runs/{id}/journal?after=SEQ&limit=N`: a page of the run's journal entries, in
 /// seq order; `next_after` is the `after` of the following page (absent on the last).
-pub async fn journal(
+pub(super) async fn journal(
     State(state): State<AppState>,
     Path(id): Path<String>,
     query: Result<Query<JournalQuery>, axum::extract::rejection::QueryRejection>,
@@ -411,7 +416,7 @@ pub async fn journal(
 /// body; a parked queued run returns to the queue. The first resolution wins: any later one
 /// is answered 409 `already_resolved` with the value that won. 404 `unknown_wait` for a key
 /// the run never waited on; 409 `no_open_wait` when its wait is no longer open.
-pub async fn resolve(
+pub(super) async fn resolve(
     State(state): State<AppState>,
     caller: Option<axum::Extension<super::Caller>>,
     Path((id, key)): Path<(String, String)>,
@@ -494,7 +499,7 @@ fn closed_with(entries: &[journal::Entry], key: &str) -> Option<Option<Value>> {
 /// another, is asked to cancel through the store and its worker cancels it within a poll (202,
 /// `cancel: requested`; follow the run to see it settle); 409 once it settled, or while a
 /// process outside the run queue drives it.
-pub async fn cancel(
+pub(super) async fn cancel(
     State(state): State<AppState>,
     caller: Option<axum::Extension<super::Caller>>,
     Path(id): Path<String>,
@@ -535,7 +540,7 @@ fn driven(engine: &crate::Engine, run: &RunId) -> Result<bool, ApiError> {
 /// The optional body of `POST /v1/runs/{id}/resume`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ResumeBody {
+pub(super) struct ResumeBody {
     /// A new ceiling in USD from the resume on: within the server's maximum, and not below
     /// what the run has spent.
     #[serde(default)]
@@ -547,7 +552,7 @@ pub struct ResumeBody {
 /// its journal. With `{"budget_usd": X}` the run's ceiling is raised
 /// to X from that resume on (refused above the server's `--max-budget` or below the run's
 /// settled spend, with nothing written).
-pub async fn resume(
+pub(super) async fn resume(
     State(state): State<AppState>,
     caller: Option<axum::Extension<super::Caller>>,
     Path(id): Path<String>,

@@ -15,8 +15,14 @@ use crate::store::{
 struct PagesOnly(MemoryStore);
 
 impl JournalStore for PagesOnly {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> store::Result<()> {
-        self.0.append(run, entries, lease)
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: store::Tally,
+    ) -> store::Result<()> {
+        self.0.append_tallied(run, entries, lease, tally)
     }
     fn load(&self, _run: &RunId) -> store::Result<Vec<RawEntry>> {
         Err(store::Error::Config("a whole journal was loaded".into()))
@@ -42,11 +48,13 @@ impl JournalStore for PagesOnly {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_journal_route_reads_one_page_from_the_store() {
+async fn the_run_routes_read_the_journal_page_by_page() {
+    // Longer than a page of the event stream's backlog.
+    const JOURNAL: u64 = 1_200;
     let inner = MemoryStore::new();
     let run = RunId::parse("paged").unwrap();
     let key = journal::content_key(&serde_json::json!("x")).unwrap();
-    let raw: Vec<RawEntry> = (1..=25)
+    let raw: Vec<RawEntry> = (1..=JOURNAL)
         .map(|seq| {
             let mut entry = Entry::new(Seq(seq), Kind::Rand, Status::Ok, ScopePath::root(), key, seq as u32);
             entry.set_value(Some(&Value::from(seq)));
@@ -54,23 +62,7 @@ async fn the_journal_route_reads_one_page_from_the_store() {
         })
         .collect();
     inner.append(&run, &raw, None).unwrap();
-    let meta = RunMeta {
-        run_id: run.clone(),
-        status: RunStatus::Ok,
-        name: None,
-        tags: Vec::new(),
-        created_at_ms: 1,
-        updated_at_ms: 1,
-        hash_version: 1,
-        budget_ceiling: None,
-        dialect: None,
-        source_ref: None,
-        source_hash: None,
-        args_hash: None,
-        segments: 1,
-        extra: serde_json::Map::new(),
-    };
-    inner.put_meta(&meta, None).unwrap();
+    inner.put_meta(&crate::store::conformance::fixtures::meta("paged", RunStatus::Ok, 1), None).unwrap();
     let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryStore::new());
     let engine = crate::Engine::builder(Arc::new(PagesOnly(inner)), transcripts).build().unwrap();
     let app = super::router(engine, super::ServiceOptions::default());
@@ -81,19 +73,40 @@ async fn the_journal_route_reads_one_page_from_the_store() {
     let mut seqs = Vec::new();
     let mut after = 0;
     loop {
-        let page: Value = reqwest::get(format!("{base}/v1/runs/paged/journal?after={after}&limit=10"))
+        let page: Value = reqwest::get(format!("{base}/v1/runs/paged/journal?after={after}&limit=500"))
             .await
             .unwrap()
             .json()
             .await
             .unwrap();
         let entries = page["entries"].as_array().unwrap_or_else(|| panic!("{page}"));
-        assert!(entries.len() <= 10, "{page}");
+        assert!(entries.len() <= 500, "{page}");
         seqs.extend(entries.iter().map(|e| e["seq"].as_u64().unwrap()));
         match page["next_after"].as_u64() {
             Some(next) => after = next,
             None => break,
         }
     }
-    assert_eq!(seqs, (1..=25).collect::<Vec<u64>>());
+    assert_eq!(seqs, (1..=JOURNAL).collect::<Vec<u64>>());
+    // The run's record: its digest, read page by page.
+    let shown: Value = reqwest::get(format!("{base}/v1/runs/paged")).await.unwrap().json().await.unwrap();
+    assert_eq!(shown["entries"], JOURNAL, "{shown}");
+    // The event stream's backlog, page by page, then the outcome of the settled run.
+    let text = reqwest::get(format!("{base}/v1/runs/paged/events")).await.unwrap().text().await.unwrap();
+    let entries: Vec<Value> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .filter(|data| data.get("seq").is_some())
+        .collect();
+    assert_eq!(
+        entries.iter().map(|e| e["seq"].as_u64().unwrap()).collect::<Vec<u64>>(),
+        (1..=JOURNAL).collect::<Vec<u64>>()
+    );
+    assert!(entries.iter().all(|e| e["replayed"] == true), "a backlog entry was not marked replayed");
+    assert!(
+        text.contains("event: outcome") || text.contains("event:outcome"),
+        "{}",
+        &text[text.len().saturating_sub(300)..]
+    );
 }

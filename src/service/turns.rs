@@ -19,13 +19,13 @@ use crate::error::Error;
 use crate::journal::{self, Kind, Status};
 
 /// The most messages one answer holds (the latest ones).
-pub const MAX_MESSAGES: usize = 200;
+pub(super) const MAX_MESSAGES: usize = 200;
 /// The most characters of one part's text.
-pub const MAX_TEXT: usize = 4000;
+pub(super) const MAX_TEXT: usize = 4000;
 
 /// `GET /v1/runs/{id}/calls/{seq}/turns`: `seq` is the agent call's `running` entry or its
 /// terminal entry.
-pub async fn turns(
+pub(super) async fn turns(
     State(state): State<AppState>,
     Path((id, seq)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
@@ -94,7 +94,10 @@ pub async fn turns(
             .or_else(|| checkpoint.as_ref().and_then(|c| c.get("turn_log")))
             .and_then(Value::as_array)
             .cloned()
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .map(with_cost_usd)
+            .collect::<Vec<_>>();
         // The k-th assistant message is the k-th turn's output.
         let mut turn = 0u64;
         for message in &mut messages {
@@ -131,6 +134,7 @@ pub async fn turns(
             "usage": entry.usage,
             "cost_nano_usd": entry.cost.map(crate::money::Money::nano_usd),
             "turn_log": turn_log,
+            "cost_usd": entry.cost.map(crate::money::Money::as_usd),
             "omitted": omitted,
             "messages": messages,
         })))
@@ -193,6 +197,15 @@ fn text_part(kind: &str, text: &str) -> Value {
         out["truncated"] = Value::Bool(true);
     }
     out
+}
+
+/// A stored turn record as the API shows it: its `cost_nano_usd` with `cost_usd` beside it, as
+/// every amount the API shows.
+fn with_cost_usd(mut turn: Value) -> Value {
+    if let Some(nanos) = turn.get("cost_nano_usd").and_then(Value::as_i64) {
+        turn["cost_usd"] = json!(crate::money::Money::from_nano_usd(nanos).as_usd());
+    }
+    turn
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ mod common;
 pub mod conformance;
 mod jsonl;
 mod memory;
+mod pages;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
 mod sqlite;
@@ -27,6 +29,8 @@ mod watch;
 
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
+pub use pages::{JournalPages, PAGE_ENTRIES, last_seq};
+#[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use queue::{Claim, RunQueue};
 pub use sqlite::{DEFAULT_SQLITE_PATH, SqliteOptions, SqliteStore};
@@ -225,8 +229,15 @@ pub struct RunMeta {
     pub updated_at_ms: i64,
     /// The hash version the run's new entries are written at.
     pub hash_version: u32,
-    /// The budget ceiling, fixed at run start; `None` means unbounded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The budget ceiling, fixed at run start; `None` means unbounded. Stored as
+    /// `budget_ceiling_nano_usd`; records written before 0.1 named it `budget_ceiling` (read
+    /// still).
+    #[serde(
+        default,
+        rename = "budget_ceiling_nano_usd",
+        alias = "budget_ceiling",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub budget_ceiling: Option<Money>,
     /// The script dialect (`rhai`, `lua`), for script runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,6 +257,18 @@ pub struct RunMeta {
     /// Fields this version does not know, kept for the round trip.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RunMeta {
+    /// The record as the CLI's `--json` and the service show it: the stored fields, with the
+    /// ceiling in USD beside its exact nano-USD (`budget_ceiling_usd`).
+    pub fn to_output_json(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(self).unwrap_or_else(|_| serde_json::json!({}));
+        if let (Some(ceiling), Some(fields)) = (self.budget_ceiling, value.as_object_mut()) {
+            fields.insert("budget_ceiling_usd".into(), serde_json::json!(ceiling.as_usd()));
+        }
+        value
+    }
 }
 
 /// Which runs [`JournalStore::list_runs`] returns. Every set field must match.
@@ -505,20 +528,22 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
     /// current, unexpired holder, checked in the same atomic unit as the write, else
     /// [`Error::LeaseHeld`]. Returns once the batch is durable (to the store's durability
     /// setting). An empty batch is a no-op.
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()>;
+    ///
+    /// The default appends with an empty tally ([`JournalStore::append_tallied`]).
+    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
+        self.append_tallied(run, entries, lease, Tally::default())
+    }
 
     /// [`JournalStore::append`], adding `tally` to the store's counters in the same atomic
-    /// unit. The default (a store that keeps no counters) ignores the tally.
+    /// unit (a store that keeps no counters ignores it). Every store implements this one; a
+    /// store wrapping another hands the tally on, so the counters see every batch.
     fn append_tallied(
         &self,
         run: &RunId,
         entries: &[RawEntry],
         lease: Option<&Lease>,
         tally: Tally,
-    ) -> Result<()> {
-        let _ = tally;
-        self.append(run, entries, lease)
-    }
+    ) -> Result<()>;
 
     /// The store's counters, `None` when it keeps none or they do not cover all it holds
     /// (a database written before it counted): the caller folds the journals then.
@@ -549,6 +574,15 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
         Ok(entries)
     }
 
+    /// The run's entry at seq `seq`, `None` when the run has none there (an unknown run, a
+    /// seq past the tail or in a gap, seq 0): what a resumed run reads when it serves a
+    /// journaled call, instead of keeping every value in memory. The default reads the page of
+    /// one entry after `seq - 1`; every shipped store reads only that entry's neighbourhood.
+    fn load_entry(&self, run: &RunId, seq: u64) -> Result<Option<RawEntry>> {
+        let Some(after) = seq.checked_sub(1) else { return Ok(None) };
+        Ok(self.load_page(run, after, 1)?.into_iter().next().filter(|entry| entry.seq() == seq))
+    }
+
     /// The store's change notifications, when it has them: a follower of a run waits on them
     /// instead of polling. SQLite notifies the writes made through this store; PostgreSQL the
     /// writes of every process on the database. The default has none.
@@ -575,6 +609,20 @@ pub trait JournalStore: Send + Sync + fmt::Debug {
     /// grants none (the default) leaves single-driver to its user.
     fn leases(&self) -> Option<&dyn LeasableStore> {
         None
+    }
+
+    /// Who drives the run, as a reader sees it: `Some(Some(lease))` while a live lease holds
+    /// it, `Some(None)` when none does (a driver that died without settling the run left it
+    /// so), `None` when the store keeps no leases it can read. Writes nothing, so a store
+    /// opened read-only answers too.
+    ///
+    /// # Errors
+    /// The store's read failure.
+    fn lease_holder(&self, run: &RunId) -> Result<Option<Option<Lease>>> {
+        match self.leases() {
+            Some(leases) => leases.holder(run).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The store's run queue, when it keeps one (SQLite and PostgreSQL do): runs enqueued
@@ -680,5 +728,23 @@ mod tests {
         assert_eq!(meta.extra["future"], serde_json::json!({"x":[1,2]}));
         let back: serde_json::Value = serde_json::to_value(&meta).unwrap();
         assert_eq!(back, serde_json::from_str::<serde_json::Value>(text).unwrap());
+    }
+
+    /// A record written before the ceiling carried its unit still reads; it is written back,
+    /// and shown, with the unit.
+    #[test]
+    fn meta_ceiling_carries_its_unit_and_old_records_read() {
+        let old = r#"{"run_id":"r1","status":"ok","created_at_ms":1,"updated_at_ms":2,"hash_version":1,"budget_ceiling":1500000000}"#;
+        let meta: RunMeta = serde_json::from_str(old).unwrap();
+        assert_eq!(meta.budget_ceiling, Some(Money::from_nano_usd(1_500_000_000)));
+        assert!(meta.extra.is_empty(), "{:?}", meta.extra);
+        let stored = serde_json::to_value(&meta).unwrap();
+        assert_eq!(stored["budget_ceiling_nano_usd"], 1_500_000_000);
+        assert!(stored.get("budget_ceiling").is_none() && stored.get("budget_ceiling_usd").is_none());
+        let shown = meta.to_output_json();
+        assert_eq!(shown["budget_ceiling_nano_usd"], 1_500_000_000);
+        assert_eq!(shown["budget_ceiling_usd"], 1.5);
+        let again: RunMeta = serde_json::from_value(stored).unwrap();
+        assert_eq!(again, meta);
     }
 }

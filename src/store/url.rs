@@ -5,9 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{
-    DEFAULT_SQLITE_PATH, Durability, Error, JournalStore, JsonlStore, LeasableStore, MemoryStore,
-    PostgresOptions, PostgresStore, Result, RunQueue, SqliteOptions, SqliteStore, TranscriptStore,
+    DEFAULT_SQLITE_PATH, Durability, Error, JournalStore, JsonlStore, LeasableStore, MemoryStore, Result,
+    RunQueue, SqliteOptions, SqliteStore, TranscriptStore,
 };
+#[cfg(feature = "postgres")]
+use super::{PostgresOptions, PostgresStore};
 
 /// One opened store, seen through each seam it implements. All three handles share the
 /// same underlying object.
@@ -50,15 +52,7 @@ pub fn open(url: &str) -> Result<OpenedStore> {
                 queue: None,
             })
         }
-        ("postgres" | "postgresql", Some(_)) => {
-            let store = Arc::new(PostgresStore::open(url, PostgresOptions::new())?);
-            Ok(OpenedStore {
-                journal: store.clone(),
-                leases: Some(store.clone()),
-                transcripts: store.clone(),
-                queue: Some(store),
-            })
-        }
+        ("postgres" | "postgresql", Some(_)) => open_postgres(url),
         ("sqlite", rest) => {
             let path = rest.filter(|path| !path.is_empty()).unwrap_or(DEFAULT_SQLITE_PATH);
             if path.starts_with("//") {
@@ -113,18 +107,42 @@ pub fn open_read_only(url: &str) -> Result<Option<OpenedStore>> {
             let store = Arc::new(store);
             Ok(Some(OpenedStore { journal: store.clone(), leases: None, transcripts: store, queue: None }))
         }
-        ("postgres" | "postgresql", Some(_)) => {
-            let Some(store) = PostgresStore::open_read_only(url, PostgresOptions::new())? else {
-                return Ok(None);
-            };
-            let store = Arc::new(store);
-            Ok(Some(OpenedStore { journal: store.clone(), leases: None, transcripts: store, queue: None }))
-        }
+        ("postgres" | "postgresql", Some(_)) => open_postgres_read_only(url),
         ("jsonl", Some(dir)) if !dir.is_empty() && !dir.starts_with("//") && !Path::new(dir).is_dir() => {
             Ok(None)
         }
         _ => open(url).map(Some),
     }
+}
+
+#[cfg(feature = "postgres")]
+fn open_postgres(url: &str) -> Result<OpenedStore> {
+    let store = Arc::new(PostgresStore::open(url, PostgresOptions::new())?);
+    Ok(OpenedStore {
+        journal: store.clone(),
+        leases: Some(store.clone()),
+        transcripts: store.clone(),
+        queue: Some(store),
+    })
+}
+
+#[cfg(feature = "postgres")]
+fn open_postgres_read_only(url: &str) -> Result<Option<OpenedStore>> {
+    let Some(store) = PostgresStore::open_read_only(url, PostgresOptions::new())? else {
+        return Ok(None);
+    };
+    let store = Arc::new(store);
+    Ok(Some(OpenedStore { journal: store.clone(), leases: None, transcripts: store, queue: None }))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn open_postgres(url: &str) -> Result<OpenedStore> {
+    Err(bad_url(url, "this cairn was built without the `postgres` feature"))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn open_postgres_read_only(url: &str) -> Result<Option<OpenedStore>> {
+    open_postgres(url).map(Some)
 }
 
 fn bad_url(url: &str, hint: &str) -> Error {
@@ -134,6 +152,16 @@ fn bad_url(url: &str, hint: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn postgres_urls_need_the_postgres_feature() {
+        for url in ["postgres://h/db", "postgresql://u@h:5432/db?schema=cairn"] {
+            let Err(Error::Config(message)) = open(url) else { panic!("{url}: not a config error") };
+            assert!(message.contains("`postgres` feature"), "{message}");
+            assert!(matches!(open_read_only(url), Err(Error::Config(_))), "{url}");
+        }
+    }
 
     #[test]
     fn bad_urls_are_config_errors() {

@@ -30,7 +30,8 @@ pub const CAPTURE_CONTENT_VAR: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAG
 const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How long [`Telemetry::shutdown`] waits for the last spans by default.
-pub const DEFAULT_FLUSH_DEADLINE: Duration = Duration::from_secs(2);
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
+pub(crate) const DEFAULT_FLUSH_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Why telemetry could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -69,7 +69,7 @@ pub(super) fn build(root: &Path) -> Result<Graph, String> {
 fn read_crate(root: &Path) -> Result<Vec<SourceFile>, String> {
     let src = root.join("src");
     let mut paths = Vec::new();
-    collect_rs(&src, &mut paths)?;
+    rust_files(&src, &mut paths)?;
     paths.sort();
     let mut parsed = Vec::new();
     for path in paths {
@@ -100,12 +100,13 @@ fn read_crate(root: &Path) -> Result<Vec<SourceFile>, String> {
     Ok(parsed)
 }
 
-fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+/// Every `.rs` file under `dir`, test files included.
+pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for entry in entries {
         let path = entry.map_err(|e| e.to_string())?.path();
         if path.is_dir() {
-            collect_rs(&path, out)?;
+            rust_files(&path, out)?;
         } else if path.extension().is_some_and(|ext| ext == "rs") {
             out.push(path);
         }

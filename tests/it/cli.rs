@@ -115,7 +115,7 @@ fn lint_reports_json_diagnostics_and_exit_6() {
 fn card_prints_the_dialect() {
     let out = cairn().arg("card").assert().success();
     let stdout = String::from_utf8(out.get_output().stdout.clone()).unwrap();
-    assert_eq!(stdout, cairn::script::api_card());
+    assert_eq!(stdout, cairn::api_card());
     assert!(stdout.contains("### agent(prompt, opts?)"));
 }
 

@@ -44,7 +44,7 @@ async fn two_hundred_concurrent_streams_through_one_engine() {
     let store = Arc::new(MemoryStore::new());
     let engine = Engine::builder(store.clone(), store)
         .provider(Arc::new(provider))
-        .default_model(cairn::model::ModelRef::parse("local:m").unwrap())
+        .default_model(cairn::ModelRef::parse("local:m").unwrap())
         .max_concurrency(STREAMS)
         .max_spawns(1_000)
         .build()

@@ -105,8 +105,14 @@ struct KillingStore {
 }
 
 impl JournalStore for KillingStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> cairn::store::Result<()> {
-        self.inner.append(run, entries, lease)?;
+    fn append_tallied(
+        &self,
+        run: &RunId,
+        entries: &[RawEntry],
+        lease: Option<&Lease>,
+        tally: cairn::Tally,
+    ) -> cairn::store::Result<()> {
+        self.inner.append_tallied(run, entries, lease, tally)?;
         for entry in entries {
             if !self.needles.is_empty() && self.needles.iter().all(|n| entry.json().contains(n)) {
                 let count = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
@@ -230,7 +236,7 @@ fn tool_engine(db: &Path, dir: &Path) -> Engine {
         Arc::new(Boom { marker: dir.join("boom.marker"), parameters: json!({"type": "object"}) });
     Engine::builder(store.clone(), store)
         .provider(Arc::new(ToolModel { log: dir.join("calls.log") }))
-        .default_model(cairn::model::ModelRef::parse("tm:m").unwrap())
+        .default_model(cairn::ModelRef::parse("tm:m").unwrap())
         .toolset(cairn::Toolset::new("boom", vec![tool]))
         .workflow(tool_workflow())
         .build()
@@ -244,7 +250,7 @@ fn engine(db: &Path, log: &Path, point: Option<&str>) -> Engine {
     let provider = Arc::new(LoggingProvider { log: log.to_owned() });
     Engine::builder(journal, store)
         .provider(provider)
-        .default_model(cairn::model::ModelRef::parse("log:m").unwrap())
+        .default_model(cairn::ModelRef::parse("log:m").unwrap())
         .workflow(workflow())
         .build()
         .unwrap()

@@ -163,14 +163,15 @@ mod host_crash {
     struct SlowStore(Arc<SqliteStore>);
 
     impl JournalStore for SlowStore {
-        fn append(
+        fn append_tallied(
             &self,
             run: &RunId,
             entries: &[RawEntry],
             lease: Option<&Lease>,
+            tally: cairn::Tally,
         ) -> cairn::store::Result<()> {
             std::thread::sleep(Duration::from_millis(30));
-            self.0.append(run, entries, lease)
+            self.0.append_tallied(run, entries, lease, tally)
         }
         fn load(&self, run: &RunId) -> cairn::store::Result<Vec<RawEntry>> {
             self.0.load(run)

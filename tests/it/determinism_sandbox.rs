@@ -45,14 +45,22 @@ pub(crate) fn journal_projection(path: &Path) -> Vec<String> {
 
 /// Drops from a fail-fast decision which branch failed first and which siblings it cancelled:
 /// a fresh run's timing decides them, and the journal records them so a replay serves the
-/// same ones (they are journaled, not reproduced). Everything else must match.
+/// same ones (they are journaled, not reproduced). Drops from a settlement the `seq` of the
+/// entry its error came from: entries of concurrent branches take seqs in the order they
+/// finish, and the entry is named by its scope beside it. Everything else must match.
 fn without_timing_choices(entry: &mut Value) {
-    if entry.get("kind").and_then(Value::as_str) == Some("decision")
-        && let Some(value) = entry.get_mut("value").and_then(Value::as_object_mut)
-        && value.contains_key("cancelled")
-    {
+    if entry.get("kind").and_then(Value::as_str) != Some("decision") {
+        return;
+    }
+    let Some(value) = entry.get_mut("value").and_then(Value::as_object_mut) else { return };
+    if value.contains_key("cancelled") {
         value.remove("cancelled");
         value.remove("failed");
+    }
+    if let Some(place) =
+        value.get_mut("error").and_then(|e| e.get_mut("where")).and_then(Value::as_object_mut)
+    {
+        place.remove("seq");
     }
 }
 
@@ -167,7 +175,7 @@ let p = agent(`closure ${f} ${f.to_debug()} ${[f]} ${#{f: f}} caught ${caught} q
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn::script::rhai::RhaiDialect;
+use cairn::RhaiDialect;
 use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunOutcome, RunStatus, Script};
 
 /// An engine on the memory store whose Rhai dialect skips lint when `lint` is false, so the
@@ -193,7 +201,7 @@ pub(crate) fn run_in_process_dialect(dialect: &str, source: &str) -> RunOutcome 
     let store = Arc::new(MemoryStore::new());
     let engine = Engine::builder(store.clone(), store)
         .dialect(Arc::new(RhaiDialect::new().without_lint()))
-        .dialect(Arc::new(cairn::script::lua::LuaDialect::new().without_lint()))
+        .dialect(Arc::new(cairn::LuaDialect::new().without_lint()))
         .build()
         .unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -326,11 +334,11 @@ fn nested_fan_outs_near_the_thread_cap_end_the_same_way_every_run() {
     // memory account: under the standard limits one of those can end a branch first, and which
     // of several failing branches' errors a fail-fast fan-out raises depends on timing (that is
     // journaled, not promised). So the other budgets are set out of the thread cap's way.
-    let limits = cairn::script::rhai::sandbox::SandboxLimits {
+    let limits = cairn::SandboxLimits {
         max_operations: 1 << 40,
         max_memory: 1 << 36,
         max_allocations: 1 << 40,
-        ..cairn::script::rhai::sandbox::SandboxLimits::STANDARD
+        ..cairn::SandboxLimits::STANDARD
     };
     let store = Arc::new(MemoryStore::new());
     let engine = Engine::builder(store.clone(), store)

@@ -29,6 +29,12 @@ impl Ran {
     pub(crate) fn text(&self) -> String {
         format!("{}{}", self.stdout, self.stderr)
     }
+
+    /// What the command said of the run's end on stderr (its `cairn: ...` lines), leaving out
+    /// diagnostics a loaded machine may add (a late lease renewal, say).
+    pub(crate) fn ending(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|line| line.starts_with("cairn: ")).collect()
+    }
 }
 
 /// Runs `cairn ARGS` in `dir` on the JSONL store `j/`.
@@ -427,5 +433,59 @@ fn indirect_writes_are_refused_by_lint_in_both_dialects() {
             "{}: the refused run wrote a journal",
             path.display()
         );
+    }
+}
+
+/// A fail-fast fan-out's journaled decision holds for the code it was taken for. An edit of a
+/// branch (here the error it throws) makes a resume run the fan-out again, so the edited
+/// script's failure is the one raised, not the old code's; a fan-out that only moved (a line
+/// inserted above it) keeps its decision, and nothing in it runs again.
+#[test]
+fn a_fail_fast_decision_holds_only_for_the_code_it_was_taken_for_in_both_dialects() {
+    let cases = [
+        (
+            "rhai",
+            "let r = \"\";\ntry { parallel([|| { throw \"old\" }, || 2]); } catch (e) { r = e.message; }\nr",
+            "let r = \"\";\ntry { parallel([|| { throw \"new\" }, || 2]); } catch (e) { r = e.message; }\nr",
+            "// moved\nlet r = \"\";\ntry { parallel([|| { throw \"old\" }, || 2]); } catch (e) { r = e.message; }\nr",
+        ),
+        (
+            "lua",
+            "local ok, e = pcall(parallel, {function() error('old', 0) end, function() return 2 end})\nreturn e.message",
+            "local ok, e = pcall(parallel, {function() error('new', 0) end, function() return 2 end})\nreturn e.message",
+            "-- moved\nlocal ok, e = pcall(parallel, {function() error('old', 0) end, function() return 2 end})\n\
+             return e.message",
+        ),
+    ];
+    for (ext, original, edited, moved) in cases {
+        let (dir, name) = script_dir(ext, original);
+        let path = dir.path();
+        let first = cairn(path, &["run", &name, "--run-id", "r1", "-q", "--json"]);
+        assert_eq!(first.code, Some(0), "{ext}: {}", first.text());
+        let decisions = || {
+            std::fs::read_to_string(path.join("j/r1.jsonl"))
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains("\"type\":\"fail_fast\""))
+                .count()
+        };
+        assert_eq!(decisions(), 1, "{ext}");
+        for (file, text) in [("moved", moved), ("edited", edited)] {
+            std::fs::write(path.join(format!("{file}.{ext}")), text).unwrap();
+        }
+        let kept = cairn(path, &["resume", "r1", "--script", &format!("moved.{ext}"), "--json", "-q"]);
+        assert_eq!(kept.code, Some(0), "{ext}: {}", kept.text());
+        let value: serde_json::Value = serde_json::from_str(&kept.stdout).unwrap();
+        assert!(value["value"].as_str().is_some_and(|v| v.contains("old")), "{ext}: {value:#}");
+        assert_eq!(decisions(), 1, "{ext}: the moved fan-out ran again");
+
+        let rerun = cairn(path, &["resume", "r1", "--script", &format!("edited.{ext}"), "--json", "-q"]);
+        assert_eq!(rerun.code, Some(0), "{ext}: {}", rerun.text());
+        let value: serde_json::Value = serde_json::from_str(&rerun.stdout).unwrap();
+        assert!(
+            value["value"].as_str().is_some_and(|v| v.contains("new")),
+            "{ext}: the old decision answered: {value:#}"
+        );
+        assert_eq!(decisions(), 2, "{ext}: the edited fan-out journaled no decision of its own");
     }
 }

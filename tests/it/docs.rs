@@ -13,7 +13,27 @@ fn every_error_code_is_documented() {
     assert!(unknown.is_empty(), "sections in docs/reference/errors.md naming no error code: {unknown:?}");
 }
 
-/// The `console` examples of README.md run against the binary and print what they show.
+/// Every markdown file of the docs: README.md and each page under `docs/`.
+fn doc_files() -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The `console` examples of README.md and of every page of the guide run against the binary
+/// and print what they show.
 ///
 /// Each ```console block runs in a fresh directory holding a copy of `scripts/`, with the
 /// `cairn` under test first on `PATH` and no provider key set. A `$ ` line is a command, run by
@@ -23,15 +43,23 @@ fn every_error_code_is_documented() {
 /// exits N (any other command must exit 0). trycmd does the same for one directory per file;
 /// these blocks need one per block and a shell for `cd`, so the few lines below do it.
 #[test]
-fn the_readme_console_examples_run_as_shown() {
+fn every_console_example_in_the_readme_and_the_guide_runs_as_shown() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
-    let blocks = console_blocks(&readme);
-    assert!(blocks.len() >= 2, "README.md has {} console blocks", blocks.len());
+    let mut blocks = Vec::new();
+    for file in doc_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let found = console_blocks(&text);
+        let name = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+        if name == "README.md" || name.ends_with("guide/tour.md") {
+            assert!(!found.is_empty(), "{name} has no console block: its quickstart is not tested");
+        }
+        blocks.extend(found.into_iter().map(|block| (name.clone(), block)));
+    }
+    assert!(blocks.len() >= 3, "{} console blocks", blocks.len());
     #[allow(deprecated)]
     let bin = assert_cmd::cargo::cargo_bin("cairn");
     let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
-    for block in blocks {
+    for (file, block) in blocks {
         let dir = tempfile::tempdir().unwrap();
         copy_dir(std::path::Path::new(&format!("{root}/scripts")), &dir.path().join("scripts"));
         let mut cwd = dir.path().to_path_buf();
@@ -56,10 +84,10 @@ fn the_readme_console_examples_run_as_shown() {
                 .map_or(0, |n| n.parse::<i32>().unwrap());
             let shown: Vec<&str> =
                 expected.iter().map(String::as_str).filter(|l| !l.starts_with("[exit ")).collect();
-            assert_eq!(out.status.code(), Some(want_exit), "$ {command}\n{actual}");
+            assert_eq!(out.status.code(), Some(want_exit), "{file}: $ {command}\n{actual}");
             assert!(
                 lines_match(&shown, &actual.lines().collect::<Vec<_>>()),
-                "$ {command}\nexpected:\n{}\nactual:\n{actual}",
+                "{file}: $ {command}\nexpected:\n{}\nactual:\n{actual}",
                 shown.join("\n")
             );
         }
@@ -137,4 +165,135 @@ fn the_line_matcher_follows_its_rules() {
     assert!(line_matches("cost [..]", "cost bound: x"));
     assert!(!line_matches("run [..] ok", "run 01ABC failed"));
     assert!(line_matches("exact", "exact") && !line_matches("exact", "exactly"));
+}
+
+/// The logical lines (backslash continuations joined) of every ```sh block of `markdown`.
+fn sh_lines(markdown: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut inside = false;
+    let mut pending = String::new();
+    for line in markdown.lines() {
+        match (inside, line.trim_end()) {
+            (false, "```sh") => inside = true,
+            (true, "```") => inside = false,
+            (true, text) => match text.strip_suffix('\\') {
+                Some(head) => pending.push_str(head),
+                None => lines.push(std::mem::take(&mut pending) + text),
+            },
+            _ => {}
+        }
+    }
+    lines
+}
+
+/// Words of a shell line, quotes kept together (`'{"a": 1}'` is one word); a comment ends it.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quote: Option<char> = None;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '#') if word.is_empty() => break,
+            (None, c) if c.is_whitespace() => {
+                words.extend((!word.is_empty()).then(|| std::mem::take(&mut word)))
+            }
+            (None, c) => word.push(c),
+        }
+    }
+    words.extend((!word.is_empty()).then_some(word));
+    words
+}
+
+/// Every `cairn` command in the ```sh blocks of README.md and the guide names a subcommand
+/// the binary has, and every `--flag` it passes is one that subcommand's help (or the global
+/// flags) lists; a script path under `scripts/` exists, and `cargo` lines name a real profile
+/// and example. The blocks hold placeholders (`RUN`, `GOAL`), so they are checked, not run.
+#[test]
+fn every_cairn_command_in_a_shell_block_names_real_flags() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    #[allow(deprecated)]
+    let bin = assert_cmd::cargo::cargo_bin("cairn");
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(&bin).args(args).arg("--help").output().unwrap();
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let global = help(&[]).unwrap();
+    let cargo_toml = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let mut checked = 0;
+    for file in doc_files() {
+        let name = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+        for line in sh_lines(&std::fs::read_to_string(&file).unwrap()) {
+            let words = shell_words(&line);
+            let ends = ["|", "&", "&&", ";", ">", "2>&1"];
+            let mut at = 0;
+            while at < words.len() {
+                let word = words[at].trim_start_matches("$(");
+                let rest: Vec<&str> = words[at + 1..]
+                    .iter()
+                    .map(String::as_str)
+                    .take_while(|w| !ends.contains(w) && !w.starts_with('>'))
+                    .collect();
+                match word {
+                    "cairn" => check_cairn(&name, &line, &rest, &global, &help, root),
+                    "cargo" => {
+                        if let Some(i) = rest.iter().position(|w| *w == "--profile") {
+                            let profile = rest.get(i + 1).copied().unwrap_or_default();
+                            assert!(
+                                cargo_toml.contains(&format!("[profile.{profile}]")),
+                                "{name}: no profile {profile}: {line}"
+                            );
+                        }
+                        if rest.first() == Some(&"run")
+                            && let Some(i) = rest.iter().position(|w| *w == "--")
+                        {
+                            check_cairn(&name, &line, &rest[i + 1..], &global, &help, root);
+                        }
+                    }
+                    _ => {
+                        at += 1;
+                        continue;
+                    }
+                }
+                checked += 1;
+                at += 1 + rest.len();
+            }
+        }
+    }
+    assert!(checked >= 30, "only {checked} commands checked");
+}
+
+fn check_cairn(
+    file: &str,
+    line: &str,
+    words: &[&str],
+    global: &str,
+    help: &dyn Fn(&[&str]) -> Option<String>,
+    root: &std::path::Path,
+) {
+    let words: Vec<&str> = words.iter().map(|w| w.trim_matches(|c| c == '[' || c == ']')).collect();
+    // Global flags come before the subcommand.
+    let mut at = 0;
+    while words.get(at).is_some_and(|w| w.starts_with("--")) {
+        let flag = words[at].split('=').next().unwrap_or_default();
+        assert!(global.contains(flag), "{file}: cairn has no global flag {flag}: {line}");
+        at += if words[at].contains('=') { 1 } else { 2 };
+    }
+    let Some(command) = words.get(at) else { return };
+    let Some(text) = help(&[command]) else { panic!("{file}: cairn has no subcommand {command}: {line}") };
+    for word in &words[at + 1..] {
+        if let Some(flag) = word.strip_prefix("--").map(|f| f.split('=').next().unwrap_or_default()) {
+            if flag.is_empty() {
+                break;
+            }
+            assert!(
+                text.contains(&format!("--{flag}")) || global.contains(&format!("--{flag}")),
+                "{file}: cairn {command} has no flag --{flag}: {line}"
+            );
+        } else if word.starts_with("scripts/") {
+            assert!(root.join(word).exists(), "{file}: {word} does not exist: {line}");
+        }
+    }
 }

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn::script::rhai::RhaiDialect;
-use cairn::script::rhai::sandbox::SandboxLimits;
+use cairn::RhaiDialect;
+use cairn::SandboxLimits;
 use cairn::{Engine, ErrorCode, MemoryStore, RunHandle, RunOptions, RunStatus, Script};
 use serde_json::json;
 
@@ -187,7 +187,7 @@ fn every_hostile_lua_script_is_rejected_or_stopped_in_bounded_time() {
     };
     let store = Arc::new(MemoryStore::new());
     let engine = Engine::builder(store.clone(), store)
-        .dialect(Arc::new(cairn::script::lua::LuaDialect::with_limits(limits)))
+        .dialect(Arc::new(cairn::LuaDialect::with_limits(limits)))
         .build()
         .unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

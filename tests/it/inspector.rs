@@ -943,3 +943,30 @@ async fn the_run_list_and_the_journal_are_paged_and_the_page_is_guarded() {
     assert!(script.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
     assert_eq!(reqwest::get(format!("{}/v1/runs", server.base)).await.unwrap().status(), 401);
 }
+
+/// A priced run's money reaches the page in dollars: the run list's cost column, the run's
+/// `spent` and its cost charts read the cost report's `cost_nano_usd` (#29).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priced_runs_cost_shows_in_dollars_on_the_list_and_its_page() {
+    let Some(browser) = browser().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\nprice = [1.0, 2.0]\n")
+        .unwrap();
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let server = start_on(dir, store, Some(TOKEN), &[]).await;
+    // 3 input tokens at $1/M and 5 output tokens at $2/M.
+    let run = submitted(&server, "agent(\"hello there\")").await;
+    let shown = server.wait_for(&run, "ok").await;
+    assert_eq!(shown["cost"]["total"]["cost_nano_usd"], 13_000, "{shown}");
+
+    browser.open(&server, "").await;
+    let row = browser.wait_for(&format!("tr.run[data-run=\"{run}\"][data-status=\"ok\"]")).await;
+    assert!(row.text().await.unwrap().contains("$0.000013"), "the list's cost column");
+    browser.client.goto(&format!("{}/#/runs/{run}", server.base)).await.unwrap();
+    browser.wait_for("#run-status[data-status=\"ok\"]").await;
+    let chart = browser.wait_for("#costs svg.chart").await;
+    let facts = browser.wait_for("#run-facts").await.text().await.unwrap();
+    assert!(facts.contains("spent $0.000013"), "{facts}");
+    let chart = chart.text().await.unwrap();
+    assert!(chart.contains("$0.000013"), "{chart}");
+}

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cairn::script::RULES;
-use cairn::script::rhai::{compile, lint};
+use cairn::__internal::RULES;
+use cairn::__internal::rhai::{compile, lint};
 use cairn::{Diagnostic, LintContext};
 use proptest::prelude::*;
 
@@ -70,7 +70,7 @@ fn every_rule_folder_matches_its_expected_diagnostics() {
             }
             let source = fs::read_to_string(&path).expect("readable script");
             let diagnostics =
-                if is_lua { cairn::script::lua::lint::lint(&source, &ctx) } else { lint(&source, &ctx) };
+                if is_lua { cairn::__internal::lua::lint(&source, &ctx) } else { lint(&source, &ctx) };
             let has_error = diagnostics.iter().any(Diagnostic::is_error);
             if !is_lua && compile(&source, &ctx).is_ok() == has_error {
                 failures.push(format!("{rule}/{file}: compile and lint disagree on acceptance"));
@@ -164,7 +164,7 @@ proptest! {
     /// Lua lint never fails on arbitrary text either: no panic, no `internal`, real positions.
     #[test]
     fn lua_lint_returns_diagnostics_for_any_text(source in "\\PC{0,120}") {
-        let diagnostics = cairn::script::lua::lint::lint(&source, &context());
+        let diagnostics = cairn::__internal::lua::lint(&source, &context());
         prop_assert!(diagnostics.iter().all(|d| d.line >= 1 && d.column >= 1 && d.rule_id != "internal"));
     }
 
@@ -181,7 +181,7 @@ proptest! {
         let mut source: String = LUA_SAMPLE.chars().take(at).collect();
         source.push_str(splice);
         source.extend(LUA_SAMPLE.chars().skip(at + cut));
-        let diagnostics = cairn::script::lua::lint::lint(&source, &context());
+        let diagnostics = cairn::__internal::lua::lint(&source, &context());
         prop_assert!(diagnostics.iter().all(|d| d.line >= 1 && d.rule_id != "internal"), "{:?}", diagnostics);
     }
 }
@@ -194,13 +194,13 @@ const LUA_SAMPLE: &str = include_str!("../../lint/parallel-capture-assign/good_r
 #[test]
 fn a_backquote_where_the_lua_parser_starts_a_token_is_a_syntax_error() {
     for source in ["0E' \"\"`", "0E'`", "return 1 `x`", "x = 0e`"] {
-        let diagnostics = cairn::script::lua::lint::lint(source, &context());
+        let diagnostics = cairn::__internal::lua::lint(source, &context());
         assert!(!diagnostics.is_empty(), "{source:?}");
         assert!(
             diagnostics.iter().all(|d| d.rule_id != "internal" && d.line >= 1),
             "{source:?}: {diagnostics:?}"
         );
         // The cost analysis parses the same text: it answers instead of panicking.
-        let _ = cairn::script::lua::lint::bound::call_bound(source, &serde_json::Value::Null);
+        let _ = cairn::__internal::lua::call_bound(source, &serde_json::Value::Null);
     }
 }

@@ -33,7 +33,7 @@ fn engine(url: &str, model: &str) -> Engine {
     let store = Arc::new(MemoryStore::new());
     Engine::builder(store.clone(), store)
         .provider(Arc::new(provider))
-        .default_model(cairn::model::ModelRef::parse(&format!("local:{model}")).unwrap())
+        .default_model(cairn::ModelRef::parse(&format!("local:{model}")).unwrap())
         // A llama.cpp server busy with another test's request answers an incomplete stream
         // (a role chunk, then `[DONE]`): a retryable error, so give the busy server time.
         .retries(8, std::time::Duration::from_millis(250))

@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn::script::lua::LuaDialect;
-use cairn::script::rhai::sandbox::SandboxLimits;
+use cairn::LuaDialect;
+use cairn::SandboxLimits;
 use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunStatus, Script};
 use serde_json::{Value, json};
 

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn::model::{Price, PriceTable};
 use cairn::provider::FinishReason;
 use cairn::testing::{FakeProvider, FakeReply, FakeScript, FakeTurn};
 use cairn::{
     AgentOptions, ChatEvent, ChatRequest, Engine, ErrorCode, MemoryStore, Money, ParallelOptions, RunOptions,
     Usage, Workflow, branch,
 };
+use cairn::{Price, PriceTable};
 use serde_json::json;
 
 fn usd(x: f64) -> Money {
@@ -314,10 +314,7 @@ async fn a_failovers_abandoned_attempt_is_in_the_journaled_usage() {
     let engine = Engine::builder(store.clone(), store.clone())
         .provider(Arc::new(fake.clone()))
         .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
-        .fallbacks(
-            cairn::model::ModelRef::parse("fake:a").unwrap(),
-            vec![cairn::model::ModelRef::parse("fake:b").unwrap()],
-        )
+        .fallbacks(cairn::ModelRef::parse("fake:a").unwrap(), vec![cairn::ModelRef::parse("fake:b").unwrap()])
         .retries(0, Duration::from_millis(1))
         .build()
         .unwrap();

@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn::journal::{Entry, Kind, Status};
-use cairn::model::{Price, PriceTable};
 use cairn::testing::sim::{Attempt, Bill, Directive, FaultMix, SimConfig, Simulator};
 use cairn::{
     AgentOptions, Engine, JournalStore, LeasableStore, MemoryStore, Money, OnError, ParallelOptions,
     ResumeOptions, RunId, RunOptions, RunStatus, Workflow, branch,
 };
+use cairn::{Price, PriceTable};
 use proptest::prelude::*;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -241,8 +241,8 @@ impl Harness {
             .retry_limits(Duration::from_millis(5), Duration::from_millis(20));
         if self.scenario.failover {
             builder = builder.fallbacks(
-                cairn::model::ModelRef::parse(MODELS[0].0).unwrap(),
-                vec![cairn::model::ModelRef::parse(MODELS[1].0).unwrap()],
+                cairn::ModelRef::parse(MODELS[0].0).unwrap(),
+                vec![cairn::ModelRef::parse(MODELS[1].0).unwrap()],
             );
         }
         builder.build().unwrap()
@@ -427,7 +427,13 @@ pub(crate) fn check(
                 ));
             }
         } else {
-            let at_risk = Bill::of(in_killed.iter().map(|a| **a)).total;
+            // A call's attempts are sequential, and each one's charge is durable (journaled or
+            // checkpointed) before the next goes out: a kill can take from cairn's books only the
+            // call's last attempt in each killed segment (the one on the wire, or just ended).
+            let last_in_killed = killed.iter().filter_map(|segment| {
+                in_killed.iter().filter(|a| a.segment == *segment).max_by_key(|a| a.seq).map(|a| **a)
+            });
+            let at_risk = Bill::of(last_in_killed).total;
             if charge > bill.total + bill.tolerance || charge + at_risk < bill.total {
                 broken.push(format!(
                     "call {} (killed mid-call): charged {charge}, billed {}, at risk {at_risk}\n  billed: {mine_short:?}\n  journal: {journaled:?}",

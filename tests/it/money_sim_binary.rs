@@ -429,7 +429,7 @@ fn drive(b: &BinaryScenario, sim: &Simulator, dir: &Path) -> Result<Driven, Stri
 /// The printed cost report against the journal's: the total and every split, line by line.
 fn printed_matches_the_journal(outcome: &Value, report: &CostReport) -> Result<(), String> {
     let money = |v: &Value| v.as_i64().map(Money::from_nano_usd);
-    let total = money(&outcome["cost"]["total"]["cost"]);
+    let total = money(&outcome["cost"]["total"]["cost_nano_usd"]);
     if total != Some(report.total.cost) {
         return Err(format!(
             "the binary printed a total of {total:?}, its journal folds to {}",
@@ -438,7 +438,7 @@ fn printed_matches_the_journal(outcome: &Value, report: &CostReport) -> Result<(
     }
     for (name, split) in [("by_model", &report.by_model), ("by_phase", &report.by_phase)] {
         for (key, line) in split {
-            let printed = money(&outcome["cost"][name][key]["cost"]);
+            let printed = money(&outcome["cost"][name][key]["cost_nano_usd"]);
             if printed != Some(line.cost) {
                 return Err(format!(
                     "the binary printed {name}[{key}] = {printed:?}, its journal {}",

@@ -8,17 +8,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cairn::journal::{Entry, Kind};
-use cairn::model::{ModelRef, Price, PriceTable};
-use cairn::orchestrator::{
+use cairn::provider::{ChatRequest, Part, Role};
+use cairn::testing::{FakeProvider, FakeReply, FakeScript, FakeToolCall, FakeTurn};
+use cairn::{
     Acceptance, ChildPolicy, ChildView, ClaimPolicy, FinishValidator, OrchestrateOptions, orchestrate,
     orchestrate_workflow,
 };
-use cairn::provider::{ChatRequest, Part, Role};
-use cairn::testing::{FakeProvider, FakeReply, FakeScript, FakeToolCall, FakeTurn};
 use cairn::{
     AgentProfile, Engine, ErrorCode, JournalStore, MemoryStore, Money, ResumeOptions, RunId, RunOptions,
     RunOutcome, RunStatus, Usage,
 };
+use cairn::{ModelRef, Price, PriceTable};
 use serde_json::{Value, json};
 
 fn tool(name: &str, arguments: Value) -> FakeTurn {
@@ -458,7 +458,7 @@ fn the_termination_account_finishes_partial_under_a_tight_budget() {
             ..Usage::default()
         }));
     let engine = engine_on(&fake, Arc::new(MemoryStore::new()), Some(prices));
-    let fail = OrchestrateOptions { at_cap: cairn::orchestrator::AtCap::Fail, ..opts };
+    let fail = OrchestrateOptions { at_cap: cairn::AtCap::Fail, ..opts };
     let outcome = run(&engine, "goal", fail, RunOptions { budget_usd: Some(1.0), ..RunOptions::default() });
     assert_eq!(outcome.error.map(|e| e.code), Some(ErrorCode::BudgetExhausted));
     assert!(fake.calls().iter().all(|c| c.label.as_deref() != Some("orchestrator-finalize")));

@@ -55,7 +55,7 @@ fn a_resume_raises_the_ceiling_once_and_refuses_below_the_spend() {
         let out = run(root, &store, &["run", script, "--budget", "0.02", "--run-id", id, "-q"]);
         assert_eq!(out.status.code(), Some(3), "{script} ends exhausted: {}", text(&out.stderr));
         let before = inspect(root, &store, id);
-        assert_eq!(before["meta"]["budget_ceiling"], 20_000_000);
+        assert_eq!(before["meta"]["budget_ceiling_nano_usd"], 20_000_000);
         // Below the settled spend ($0.01): refused typed, exit 2, nothing written.
         for bad in ["0.005", "-1", "NaN"] {
             let out = run(root, &store, &["resume", id, "--budget", bad, "-q"]);
@@ -74,7 +74,7 @@ fn a_resume_raises_the_ceiling_once_and_refuses_below_the_spend() {
         assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
         let bare = inspect(root, &store, id);
         assert!(overrides(&bare).is_empty());
-        assert_eq!(bare["meta"]["budget_ceiling"], 20_000_000);
+        assert_eq!(bare["meta"]["budget_ceiling_nano_usd"], 20_000_000);
         // Raised once: the run finishes, paying only the rounds it had not paid.
         let out = run(root, &store, &["resume", id, "--budget", "0.5", "--json", "-q"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -95,7 +95,7 @@ fn a_resume_raises_the_ceiling_once_and_refuses_below_the_spend() {
             .iter()
             .filter(|e| e["kind"] == "agent" && e["status"] == "ok");
         assert_eq!(paid.count(), 3, "round 0 was paid once");
-        assert_eq!(report["cost"]["total"]["cost"], 30_000_000);
+        assert_eq!(report["cost"]["total"]["cost_nano_usd"], 30_000_000);
         let ceilings: Vec<(Value, Value)> = report["segments"]
             .as_array()
             .unwrap()
@@ -154,7 +154,7 @@ async fn the_service_raises_a_ceiling_on_resume_within_its_maximum() {
         let (code, body) = resume(json!({"budget_usd": 0.5})).await;
         assert_eq!(code, 202, "{body}");
         let done = wait_status(&server.base, &id, "ok").await;
-        assert_eq!(done["cost"]["total"]["cost"], 30_000_000, "each round paid once: {done}");
+        assert_eq!(done["cost"]["total"]["cost_nano_usd"], 30_000_000, "each round paid once: {done}");
         let report = inspect(root, &store, &id);
         let raised = overrides(&report);
         assert_eq!(raised.len(), 1, "{raised:?}");
@@ -182,6 +182,6 @@ fn the_review_loop_sample_raises_its_ceiling_once_in_both_dialects() {
         assert_eq!(outcome["value"].as_array().map(Vec::len), Some(3), "{file}: {outcome}");
         let report = inspect(root, &store, id);
         assert_eq!(overrides(&report).len(), 1, "{file}");
-        assert_eq!(report["cost"]["total"]["cost"], 75_000_000, "{file}: each round paid once");
+        assert_eq!(report["cost"]["total"]["cost_nano_usd"], 75_000_000, "{file}: each round paid once");
     }
 }

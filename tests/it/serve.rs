@@ -193,7 +193,7 @@ async fn bad_bodies_get_typed_json_errors() {
     let run = body["run_id"].as_str().unwrap().to_owned();
     let shown = server.wait_for(&run, "suspended").await;
     assert!(
-        shown["meta"]["budget_ceiling"].is_string() || shown["meta"]["budget_ceiling"].is_number(),
+        shown["meta"]["budget_ceiling_nano_usd"].is_i64() && shown["meta"]["budget_ceiling_usd"].is_f64(),
         "{shown}"
     );
     let (code, body) = server.submit(json!({ "source": "1", "run_id": run })).await;
@@ -337,7 +337,9 @@ async fn goal_planned_queued_and_resumed(store: Option<String>) {
     assert_eq!(shown["planning"]["planning_run_id"], body["planning_run_id"], "{shown}");
     assert_eq!(shown["meta"]["name"], "planned");
     assert_eq!(shown["pending"][0]["key"], "approve", "{shown}");
-    assert!(shown["meta"]["budget_ceiling"].is_string() || shown["meta"]["budget_ceiling"].is_number());
+    assert!(
+        shown["meta"]["budget_ceiling_nano_usd"].is_i64() && shown["meta"]["budget_ceiling_usd"].is_f64()
+    );
     // Resolving resumes the run from its stored source: the paid call replays.
     let (code, resolved) = server.post(&format!("/v1/runs/{run}/resolve/approve"), json!("yes")).await;
     assert_eq!(code, 200, "{resolved}");

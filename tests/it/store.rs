@@ -186,6 +186,8 @@ fn jsonl_repairs_a_torn_last_line() {
     let loaded = store.load(&run("r")).unwrap();
     assert_eq!(seqs(&loaded), [1, 2]);
     assert_eq!(loaded[1].json(), r#"{"seq":2,"v":[1.50]}"#);
+    assert_eq!(store.load_page(&run("r"), 0, 10).unwrap(), loaded);
+    assert_eq!(store.load_entry(&run("r"), 3).unwrap(), None);
     assert_eq!(fs::read_to_string(&path).unwrap(), torn);
     // The lease holder repairs it.
     let lease = store.acquire(&run("r"), "w", Duration::from_secs(1)).unwrap();
@@ -226,6 +228,11 @@ fn jsonl_salvages_glued_records() {
     assert_eq!(seqs(&loaded), [1, 2, 3, 4, 5]);
     assert_eq!(loaded[0].json(), r#"{"seq":1,"a":"}{"}"#);
     assert_eq!(loaded[2].json(), r#"{"seq":3}"#);
+    // Paged one by one, glued records are served one page each.
+    for (after, want) in loaded.iter().enumerate() {
+        assert_eq!(store.load_page(&run("r"), after as u64, 1).unwrap(), std::slice::from_ref(want));
+        assert_eq!(store.load_entry(&run("r"), want.seq()).unwrap().as_ref(), Some(want));
+    }
     store.append(&run("r"), &[entry(6)], None).unwrap();
     let loaded = store.load(&run("r")).unwrap();
     assert_eq!(seqs(&loaded), [1, 2, 3, 4, 5, 6]);
@@ -247,6 +254,8 @@ fn jsonl_refuses_a_corrupt_middle_line() {
             matches!(&err, Error::Corrupt { what, .. } if what.contains("run r")),
             "{content:?}: {err:?}"
         );
+        let err = store.load_page(&run("r"), 0, 100).unwrap_err();
+        assert!(matches!(&err, Error::Corrupt { .. }), "{content:?} paged: {err:?}");
         assert!(matches!(store.append(&run("r"), &[entry(9)], None), Err(Error::Corrupt { .. })));
         assert_eq!(fs::read_to_string(&path).unwrap(), content, "a corrupt journal was modified");
     }
@@ -278,6 +287,34 @@ fn jsonl_keeps_many_runs_correct_past_its_open_file_limit() {
         assert_eq!(seqs(&store.load(run).unwrap()), [1, 2, 3]);
         assert!(matches!(store.append(run, &[entry(3)], None), Err(Error::OrderViolation { .. })));
     }
+}
+
+#[test]
+fn jsonl_pages_a_journal_another_process_wrote_again() {
+    // One instance reads pages (and learns where they lie in the file); another deletes the
+    // run and writes it again, shorter lines and all: the first reads what is there now.
+    let dir = tempfile::tempdir().unwrap();
+    let writer = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    let reader = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    let padded = |seq: u64, pad: usize| {
+        RawEntry::new(seq, format!(r#"{{"seq":{seq},"pad":"{}"}}"#, "p".repeat(pad))).unwrap()
+    };
+    let first: Vec<RawEntry> = (1..=300).map(|seq| padded(seq, 900)).collect();
+    writer.append(&run("r"), &first, None).unwrap();
+    let mut after = 0;
+    while let Some(last) = reader.load_page(&run("r"), after, 17).unwrap().last() {
+        after = last.seq();
+    }
+    assert_eq!(after, 300);
+    assert_eq!(reader.load_entry(&run("r"), 250).unwrap().as_ref(), Some(&first[249]));
+    JournalStore::delete(&writer, &run("r"), None).unwrap();
+    let again: Vec<RawEntry> = (1..=400).map(|seq| padded(seq, 7 + (seq as usize % 5) * 300)).collect();
+    writer.append(&run("r"), &again, None).unwrap();
+    for seq in [299, 250, 120, 3, 400, 301] {
+        assert_eq!(reader.load_entry(&run("r"), seq).unwrap().as_ref(), Some(&again[seq as usize - 1]));
+    }
+    assert_eq!(reader.load_page(&run("r"), 290, 200).unwrap(), again[290..]);
+    assert_eq!(reader.load_since(&run("r"), 0).unwrap(), again);
 }
 
 #[test]
@@ -515,4 +552,24 @@ fn sqlite_checkpoints_in_the_writers_pause() {
     }
     assert!(after >= before + 60 * 2_000, "the database file stayed at {after} bytes (was {before})");
     assert_eq!(store.load(&r).unwrap().len(), 60);
+}
+
+/// Another instance over the same directory (as another process sees it) reads who holds a
+/// run's lock while it is held, and nobody once it is released or never taken; reading takes
+/// nothing (`cairn runs` tells a stalled run from a driven one by it).
+#[cfg(target_os = "linux")]
+#[test]
+fn jsonl_holder_is_read_without_taking_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    let reader = JsonlStore::open(dir.path(), Durability::Normal).unwrap();
+    let run = run("held");
+    assert_eq!(reader.holder(&run).unwrap(), None, "never leased");
+    let lease = driver.acquire(&run, "pid 1 on elsewhere", Duration::from_secs(30)).unwrap();
+    assert_eq!(reader.holder(&run).unwrap(), Some(lease.clone()));
+    assert_eq!(reader.lease_holder(&run).unwrap(), Some(Some(lease.clone())));
+    driver.renew(&lease, Duration::from_secs(30)).unwrap();
+    assert!(reader.acquire(&run, "other", Duration::from_secs(30)).is_err());
+    driver.release(&lease).unwrap();
+    assert_eq!(reader.holder(&run).unwrap(), None, "released");
 }

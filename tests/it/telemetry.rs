@@ -147,7 +147,7 @@ fn run_traced(dir: &std::path::Path, endpoint: &str, envs: &[(&str, &str)]) -> (
     let mut cmd = cairn_in(dir);
     cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-        .env_remove(cairn::telemetry::CAPTURE_CONTENT_VAR)
+        .env_remove(cairn::__internal::CAPTURE_CONTENT_VAR)
         .env("OTEL_BSP_SCHEDULE_DELAY", "100");
     for (key, value) in envs {
         cmd.env(key, value);
@@ -268,7 +268,7 @@ fn message_content_is_exported_only_when_asked_and_json_is_spoken() {
     let dir = notes_project(&server);
     let receiver = Receiver::start();
     let envs =
-        [(cairn::telemetry::CAPTURE_CONTENT_VAR, "true"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")];
+        [(cairn::__internal::CAPTURE_CONTENT_VAR, "true"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")];
     let (code, stderr, _) = run_traced(dir.path(), &receiver.endpoint, &envs);
     assert_eq!(code, 0, "{stderr}");
     let spans = receiver.wait_for("run s", Duration::from_secs(10));

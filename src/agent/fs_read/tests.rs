@@ -3,8 +3,15 @@
 use std::io::Cursor;
 use std::os::unix::fs::symlink;
 
+use std::fs::File;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::read::{BINARY_SNIFF, LIST_CAP, read_window};
+use super::search::Limits;
 use super::*;
 use crate::agent::toolset_hash;
+use crate::error::ErrorCode;
 
 /// A marker only the files outside the root contain: it must never reach any output.
 const SECRET: &str = "TOPSECRET";

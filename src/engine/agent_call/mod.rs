@@ -73,7 +73,7 @@ impl Ctx {
         };
         let key = call.key(prompt, &opts)?;
         let span = self.run.new_span();
-        let matched = self.run.lookup(&self.scope, key);
+        let matched = self.run.lookup(&self.scope, key)?;
         let site = (key, matched.ordinal);
         if matches!(matched.outcome, Outcome::Replay(_) | Outcome::Skip) {
             // The loop will not run: its approval waits are served by the call's result.

@@ -58,6 +58,7 @@ impl Ctx {
                 "status": "limit",
                 "usage": Usage::default(),
                 "cost_nano_usd": 0,
+                "cost_usd": 0.0,
                 "served_by": null,
                 "finish_reason": null,
             }),
@@ -67,15 +68,20 @@ impl Ctx {
     }
 }
 
-/// The record `result: "full"` returns. It holds only what the journal holds, so a replay
-/// returns the same record: whether the call was served from the journal is not in it (a
-/// script could branch on that, and its value would differ on replay).
+/// The record `result: "full"` returns, the fields `dialect/agent.schema.json`'s `result`
+/// option names (a test holds the two together, in both dialects): `status`, `value`, `error`
+/// (null unless it failed), `usage`, `cost_usd` and `cost_nano_usd`, `served_by`,
+/// `finish_reason`, and `partial` for an answer cut at its output limit. It holds only what the
+/// journal holds, so a replay returns the same record: whether the call was served from the
+/// journal is not in it (a script could branch on that, and its value would differ on replay).
 pub(super) fn full_result(entry: &Entry, value: Value) -> Value {
     json!({
         "value": value,
         "status": entry.status.as_str(),
+        "error": null,
         "usage": entry.usage.unwrap_or_default(),
         "cost_nano_usd": entry.cost,
+        "cost_usd": entry.cost.map(crate::money::Money::as_usd),
         "served_by": entry.served_by,
         "finish_reason": entry.finish_reason,
     })

@@ -5,8 +5,12 @@ fn the_wire_shape_is_calls_and_usd_or_unbounded_with_a_reason() {
     let bounded = CostBound::Bounded { max_agent_calls: 3, worst_case: Money::from_nano_usd(1_500_000_000) };
     assert_eq!(
         serde_json::to_value(&bounded).unwrap(),
-        serde_json::json!({"max_agent_calls": 3, "worst_case_usd": 1.5})
+        serde_json::json!({"max_agent_calls": 3, "worst_case_nano_usd": 1_500_000_000_i64, "worst_case_usd": 1.5})
     );
+    // A bound written before the exact amount was added still reads.
+    let older: CostBound =
+        serde_json::from_value(serde_json::json!({"max_agent_calls": 3, "worst_case_usd": 1.5})).unwrap();
+    assert_eq!(older, bounded);
     let unbounded = CostBound::Unbounded { reason: "a `while` loop".into() };
     assert_eq!(serde_json::to_value(&unbounded).unwrap(), serde_json::json!({"unbounded": "a `while` loop"}));
     for bound in [bounded, unbounded] {

@@ -52,7 +52,7 @@ async fn submit(
 /// Runs one job as a coroutine: a private copy of its function, its input as a fresh table.
 async fn run_job(lua: Lua, shared: Rc<Shared>, function: Function, job: Job) {
     let result = async {
-        let isolation = Isolation::new(&lua, &shared.hidden, &shared.internals, &shared.guard, Place::Branch);
+        let isolation = Isolation::new(&lua, &shared.hidden, &shared.internals, Place::Branch);
         let frame = Frame::branch(isolation.clone());
         let private = isolation.function(&lua, &function)?;
         let input = match &job.input {
@@ -206,7 +206,8 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
             };
             branch_work(&lua, &shared, inputs.len().max(functions.len()), "parallel")?;
             let value = opts(&shared, "parallel", arg(&args, options_at))?;
-            let popts = options::parallel(&value);
+            let mut popts = options::parallel(&value);
+            popts.bodies = crate::script::options::fanout_code(functions.iter().map(super::body::identity));
             let single = functions.len() == 1 && matches!(arg(&args, 1), Lv::Function(_));
             let (tx, rx) = mpsc::unbounded::<Job>();
             let tx = Arc::new(tx);
@@ -257,6 +258,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
                 on_item_error: mode,
                 concurrency,
                 label: options::str_opt(&value, "label"),
+                bodies: crate::script::options::fanout_code(stages.iter().map(super::body::identity)),
             };
             let fanout = async move { ctx.pipeline(items, engine_stages, popts).await };
             let results = drive(&lua, &shared, fanout, rx, &stages).await?;

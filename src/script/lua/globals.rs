@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Table, Value as Lv};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::frame::Frame;
 use super::guard::EngineWork;
@@ -84,19 +84,8 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
             let prompt = text(&args, 0, "agent", "prompt")?;
             let value = opts(&shared, "agent", arg(&args, 1))?;
             let options = options::agent(&value)?;
-            let full = options.full;
             let result =
                 EngineWork::new(&shared.guard, async move { ctx.agent(&prompt, options).await }).await?;
-            let result = match result {
-                Value::Object(mut map) if full => {
-                    // The card's shape: {status, value, error, usage, cost_usd}.
-                    let cost_usd = map.get("cost_nano_usd").and_then(Value::as_i64).map(|n| n as f64 / 1e9);
-                    map.insert("cost_usd".into(), json!(cost_usd));
-                    map.entry("error").or_insert(Value::Null);
-                    Value::Object(map)
-                }
-                other => other,
-            };
             Ok(one(shared.to_lua(&lua, &result)?))
         })?,
     )?;
@@ -130,8 +119,7 @@ pub(super) fn register(lua: &Lua, shared: &Rc<Shared>, table: &Table) -> mlua::R
             // private copy whose captured values are read-only (a replay skips the body, so a
             // write there would be lost and what follows would differ).
             let inner = ctx.step_body(&live);
-            let isolation =
-                Isolation::new(&lua, &shared.hidden, &shared.internals, &shared.guard, Place::Step);
+            let isolation = Isolation::new(&lua, &shared.hidden, &shared.internals, Place::Step);
             let result = async {
                 let private = isolation.function(&lua, &body)?;
                 let values =

@@ -16,6 +16,9 @@ pub(super) enum Kind {
 /// metatables, and the metatables that remember a table's JSON kind.
 pub(super) struct Internals {
     pub(super) private: Table,
+    /// The key marking the metatable of a branch's or step body's read-only view of a captured
+    /// table (`isolate`), as opposed to a table read-only for everyone (a library, `args`).
+    pub(super) view: Table,
     pub(super) array_mt: Table,
     pub(super) object_mt: Table,
 }

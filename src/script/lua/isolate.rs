@@ -20,7 +20,11 @@
 //!
 //! The libraries, `args`, `budget` and the cairn globals are read-only already and are shared
 //! as they are. Values created inside the branch are the branch's own and may be written
-//! freely. Like the Rhai runtime's rule, the violation ends the run the same way on every run.
+//! freely. As in Rhai, the violation is uncatchable (`pcall` re-raises it: see
+//! `sandbox::uncatchable`) and ends its branch or step body, the same way on every run; it
+//! does not stop the siblings, which run to their own ends before the fan-out raises the first
+//! violation in branch order (`engine::fanout`), so what they journaled never depends on when
+//! the write happened.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,7 +32,6 @@ use std::rc::{Rc, Weak};
 
 use mlua::{Function, Lua, Table, Value as Lv};
 
-use super::guard::Guard;
 use super::internals::{Hidden, Internals};
 use crate::error::{Error, ErrorCode};
 
@@ -39,7 +42,6 @@ const MAX_COPY_DEPTH: usize = 128;
 pub(super) struct Isolation {
     hidden: Rc<Hidden>,
     internals: Rc<Internals>,
-    guard: Rc<Guard>,
     globals: Table,
     this: Weak<Isolation>,
     /// Original table or function (by address; the original is alive for the whole fan-out,
@@ -111,13 +113,11 @@ impl Isolation {
         lua: &Lua,
         hidden: &Rc<Hidden>,
         internals: &Rc<Internals>,
-        guard: &Rc<Guard>,
         place: Place,
     ) -> Rc<Isolation> {
         Rc::new_cyclic(|this| Isolation {
             hidden: hidden.clone(),
             internals: internals.clone(),
-            guard: guard.clone(),
             globals: lua.globals(),
             this: this.clone(),
             copies: RefCell::new(HashMap::new()),
@@ -147,7 +147,7 @@ impl Isolation {
                 } else {
                     format!("assignment to '{name}'")
                 };
-                return Err(self.guard.trip(violation(self.place, &what)));
+                return Err(violation(self.place, &what));
             }
         }
         Ok(())
@@ -160,6 +160,20 @@ impl Isolation {
                 format!("the functions a branch captured nest deeper than {MAX_COPY_DEPTH} levels"),
             ));
         }
+        let value = match value {
+            // Another isolation's view (a step body or a nested fan-out's branch reaching what its
+            // enclosing branch captured): this isolation views the captured table itself, so
+            // what it copies from there (a function and its upvalue cells) is its own, and a
+            // write through it is seen by this isolation's checks, not shared with its siblings
+            // or left for the enclosing branch to find after a step's result was journaled.
+            Lv::Table(table) if self.is_view(&table) => {
+                match table.metatable().map(|mt| mt.raw_get::<Lv>(&self.internals.private)) {
+                    Some(Ok(backing @ Lv::Table(_))) => backing,
+                    _ => return Err(Error::internal("a captured table's view has no table behind it")),
+                }
+            }
+            value => value,
+        };
         match &value {
             Lv::Table(table) => {
                 if let Some(mt) = table.metatable()
@@ -187,9 +201,7 @@ impl Isolation {
                 }
                 self.clone_function(lua, function, key, depth).map(Lv::Function)
             }
-            Lv::Thread(_) => {
-                Err(self.guard.trip(violation(self.place, "use of a coroutine created outside the branch")))
-            }
+            Lv::Thread(_) => Err(violation(self.place, "use of a coroutine created outside the branch")),
             Lv::UserData(_) | Lv::Error(_) => {
                 Err(Error::validation("a branch captured a value it cannot copy"))
             }
@@ -240,11 +252,19 @@ impl Isolation {
         Ok(copy)
     }
 
+    /// Whether `table` is a view an isolation made (this one's or another's).
+    fn is_view(&self, table: &Table) -> bool {
+        table
+            .metatable()
+            .is_some_and(|mt| matches!(mt.raw_get::<Lv>(&self.internals.view), Ok(Lv::Boolean(true))))
+    }
+
     /// A read-only view of `table`: reads are private copies, writes are violations.
     fn view(&self, lua: &Lua, table: &Table, depth: usize) -> mlua::Result<Table> {
         let is_globals = *table == self.globals;
         let mt = lua.create_table()?;
         mt.raw_set(&self.internals.private, table.clone())?;
+        mt.raw_set(&self.internals.view, true)?;
         let user_mt = if is_globals { None } else { table.metatable() };
         if let Some(user_mt) = &user_mt {
             for pair in user_mt.pairs::<Lv, Lv>() {
@@ -253,7 +273,9 @@ impl Isolation {
                     s.as_bytes().as_ref(),
                     b"__index" | b"__newindex" | b"__len" | b"__gc" | b"__mode" | b"__close" | b"__metatable"
                 ));
-                if !reserved && !matches!(&key, Lv::Table(t) if *t == self.internals.private) {
+                let internal =
+                    matches!(&key, Lv::Table(t) if *t == self.internals.private || *t == self.internals.view);
+                if !reserved && !internal {
                     let value = self.copy(lua, value, depth + 1).map_err(mlua::Error::external)?;
                     mt.raw_set(key, value)?;
                 }
@@ -287,7 +309,6 @@ impl Isolation {
                 Ok(value)
             })?,
         )?;
-        let guard = self.guard.clone();
         let place = self.place;
         mt.raw_set(
             "__newindex",
@@ -299,7 +320,7 @@ impl Isolation {
                     }
                     _ => "a write to a captured table".to_owned(),
                 };
-                Err(mlua::Error::external(guard.trip(violation(place, &what))))
+                Err(mlua::Error::external(violation(place, &what)))
             })?,
         )?;
         let backing = table.clone();

@@ -13,7 +13,7 @@ mod guard;
 mod internals;
 mod isolate;
 mod json;
-pub mod lint;
+pub(crate) mod lint;
 mod options;
 mod order;
 mod pattern;

@@ -121,12 +121,8 @@ impl ScriptDialect for LuaDialect {
         } else {
             sandbox::compile_check(source, &self.limits)
         };
-        let errors: Vec<_> = diagnostics.into_iter().filter(Diagnostic::is_error).collect();
-        if !errors.is_empty() {
-            return Err(Error::validation(format!(
-                "script rejected: {}",
-                serde_json::to_string(&errors).unwrap_or_else(|_| "unprintable diagnostics".into())
-            )));
+        if diagnostics.iter().any(Diagnostic::is_error) {
+            return Err(Error::script_rejected(diagnostics));
         }
         let source: Arc<str> = Arc::from(source);
         let chunk: Arc<str> = Arc::from(sandbox::chunk_name(name));

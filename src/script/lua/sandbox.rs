@@ -57,7 +57,8 @@ pub(super) fn open() -> mlua::Result<(Lua, Rc<Internals>, Hidden)> {
     array_mt.raw_set(&private, "array")?;
     let object_mt = lua.create_table()?;
     object_mt.raw_set(&private, "object")?;
-    Ok((lua, Rc::new(Internals { private, array_mt, object_mt }), hidden))
+    let view = lua.create_table()?;
+    Ok((lua, Rc::new(Internals { private, view, array_mt, object_mt }), hidden))
 }
 
 /// What the prelude needs from the runner.
@@ -139,18 +140,35 @@ pub(super) fn install(lua: &Lua, install: Install<'_>) -> mlua::Result<()> {
 }
 
 /// The error a caught error value stands for when it must not be caught: a latched sandbox
-/// error, a cancellation, the frame's uncatchable error, or one of Lua's own resource errors
-/// (out of memory, stack overflow), which end the run like Rhai's limits.
+/// error, a cancellation, the frame's uncatchable error, a sandbox violation (a write to what
+/// a branch or step body captured, raised where it happens: it ends the frame, which is
+/// latched here), or one of Lua's own resource errors (out of memory, stack overflow), which
+/// end the run like Rhai's limits.
 pub(super) fn uncatchable(guard: &Guard, error: &Lv) -> Option<Error> {
     if let Some(error) = guard.check() {
         return Some(error);
     }
-    if let Some(frame) = frame::current_frame()
-        && let Some(error) = frame.latch.get()
-    {
+    let frame = frame::current_frame();
+    if let Some(error) = frame.as_ref().and_then(|frame| frame.latch.get()) {
         return Some(error.clone());
     }
+    if let Lv::Error(raised) = error
+        && let Some(violation) = violation_of(raised)
+    {
+        return Some(frame.map_or(violation.clone(), |frame| frame.latch(violation)));
+    }
     resource_error(guard, error)
+}
+
+/// The sandbox violation an mlua error carries, if it is one.
+fn violation_of(error: &mlua::Error) -> Option<Error> {
+    match error {
+        mlua::Error::CallbackError { cause, .. } => violation_of(cause),
+        mlua::Error::ExternalError(inner) => {
+            inner.downcast_ref::<Error>().filter(|e| e.code == ErrorCode::SandboxViolation).cloned()
+        }
+        _ => None,
+    }
 }
 
 /// Lua's own resource errors, raised by the interpreter (never by cairn) as these texts.

@@ -143,7 +143,8 @@ impl Shared {
 
     /// What a global hands back to its Lua wrapper: `true` and its values, `false` and a
     /// catchable `{code, message, retryable}` table, or an uncatchable error raised at once
-    /// (latched in the frame, and run-wide for sandbox errors).
+    /// (latched in the frame, and run-wide for sandbox limits; a sandbox violation ends its
+    /// frame only, see `isolate`).
     pub(super) fn reply(
         &self,
         lua: &Lua,
@@ -156,11 +157,8 @@ impl Shared {
                 Ok(values)
             }
             Err(error) if crate::script::host::uncatchable(&error) => {
-                let error = if matches!(error.code, ErrorCode::SandboxLimit | ErrorCode::SandboxViolation) {
-                    self.guard.trip(error)
-                } else {
-                    error
-                };
+                let error =
+                    if error.code == ErrorCode::SandboxLimit { self.guard.trip(error) } else { error };
                 let error = frame.map_or(error.clone(), |frame| frame.latch(error));
                 Err(mlua::Error::external(error))
             }

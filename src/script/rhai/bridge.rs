@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::pin::pin;
 
 use ::rhai::{Dynamic, EvalAltResult, Map, Position};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::runtime::Handle;
 
 use super::sandbox::SandboxLimits;
@@ -269,16 +269,4 @@ pub(super) fn options(global: &str, opts: &Map) -> Result<Value, Error> {
     let value = to_json(&Dynamic::from_map(opts.clone()))
         .map_err(|e| Error::validation(format!("{global} options: {}", e.message)))?;
     validate(global, value)
-}
-
-/// An agent call's value as the script sees it.
-pub(super) fn agent_value(result: Value, full: bool) -> Value {
-    if full && let Value::Object(mut map) = result {
-        // The card's shape: #{status, value, error, usage, cost_usd}.
-        let cost_usd = map.get("cost_nano_usd").and_then(Value::as_i64).map(|n| n as f64 / 1e9);
-        map.insert("cost_usd".into(), json!(cost_usd));
-        map.entry("error").or_insert(Value::Null);
-        return Value::Object(map);
-    }
-    result
 }

@@ -10,8 +10,8 @@ use ::rhai::{Array, Dynamic, Engine as Rhai, FnPtr, Map, NativeCallContext};
 use serde_json::{Value, json};
 
 use super::bridge::{
-    MAX_BRANCH_RESULT, MAX_BRANCH_THREADS, MAX_FANOUT_RESULT, MAX_RUN_THREADS, RhaiResult, Shared,
-    agent_value, bounded, current, from_rhai, host_work, options, to_dynamic, to_json, to_rhai, with_ctx,
+    MAX_BRANCH_RESULT, MAX_BRANCH_THREADS, MAX_FANOUT_RESULT, MAX_RUN_THREADS, RhaiResult, Shared, bounded,
+    current, from_rhai, host_work, options, to_dynamic, to_json, to_rhai, with_ctx,
 };
 use crate::engine::{Branch, Ctx, OnItemError, ParallelOptions, PipelineOptions, Stage};
 use crate::error::{Error, ErrorCode};
@@ -26,7 +26,6 @@ use crate::script::options::{parallel as parallel_options, str_opt};
 /// the account on, as a branch thread makes it, so the account neither misses it nor is
 /// credited for memory it never counted.
 pub(super) async fn deferred_branch(ctx: Ctx, deferred: super::defer::Deferred) -> Result<Value, Error> {
-    let full = deferred.options.full;
     let mut call = pin!(ctx.agent(&deferred.prompt, deferred.options));
     let outcome = std::future::poll_fn(|cx| {
         let _engine_work = crate::alloc::MemoryAccount::suspend();
@@ -35,10 +34,6 @@ pub(super) async fn deferred_branch(ctx: Ctx, deferred: super::defer::Deferred) 
     .await;
     let (branch, engine_made) = match outcome {
         Ok(value) => {
-            let value = {
-                let _engine_work = crate::alloc::MemoryAccount::suspend();
-                agent_value(value, full)
-            };
             let branch =
                 to_json(&to_dynamic(&value)).and_then(|v| bounded(v, MAX_BRANCH_RESULT, "a branch's result"));
             (branch, Ok(value))
@@ -77,7 +72,7 @@ fn with_workers<R>(
     let granted = grant.workers;
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Mutex::new(rx);
-    let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
+    let isolation = super::isolate::Isolation::new(&shared.closure_params);
     let rx = &rx;
     let isolation = &isolation;
     // Every worker runs this (it captures only references, so it is `Copy`).
@@ -174,14 +169,17 @@ fn parallel(
     // Each branch is a journal scope, state and a result the host keeps.
     host_work(0, 0, args.len().max(fns.len()) as u64)?;
     let opts = options("parallel", opts).map_err(to_rhai)?;
-    let popts = parallel_options(&opts);
+    let mut popts = parallel_options(&opts);
     let single_fn = fns.len() == 1 && args.len() != 1;
     let count = args.len();
+    // The map form runs one closure (given twice for a single item); the list form one each.
+    let code = if single_fn || fns.len() > count { &fns[..1.min(fns.len())] } else { &fns[..] };
+    popts.bodies = crate::script::options::fanout_code(code.iter().map(|f| shared.bodies.get(f)));
     let workers = popts.concurrency.unwrap_or(count).min(count).min(MAX_BRANCH_THREADS);
     // Branches that are one agent call are evaluated here up to their call and need no thread;
     // the others keep their arguments for a thread (see `defer`).
     let fn_of = |i: usize| &fns[if single_fn { 0 } else { i }];
-    let isolation = super::isolate::Isolation::new(&shared.closure_params, &shared.guard);
+    let isolation = super::isolate::Isolation::new(&shared.closure_params);
     let mut threaded = 0;
     let branches: Vec<Result<super::defer::Deferred, Vec<Dynamic>>> = args
         .into_iter()
@@ -274,7 +272,12 @@ fn pipeline(
         let outcome = shared.handle.block_on(pin!(ctx.pipeline(
             items,
             stages,
-            PipelineOptions { on_item_error: engine_mode, concurrency, label: str_opt(&opts, "label") },
+            PipelineOptions {
+                on_item_error: engine_mode,
+                concurrency,
+                label: str_opt(&opts, "label"),
+                bodies: crate::script::options::fanout_code(fns.iter().map(|f| shared.bodies.get(f))),
+            },
         )));
         drop(jobs);
         outcome

@@ -10,8 +10,11 @@
 //! its own. A branch then shares no cell with any other thread; a write to a captured value,
 //! by whatever route (an assignment, a mutating method, a user method changing `this`, a
 //! closure called from the branch), is refused by Rhai's read-only check at the write, the
-//! same way on every run; inside a branch that refusal ends the run with a `sandbox_limit`
-//! error that names the variable and says to return values instead.
+//! same way on every run. The refusal is uncatchable: it ends the branch (or step body) there
+//! with a `sandbox_violation` error that names the variable and says to return values
+//! instead. It does not stop the branch's siblings: the fan-out lets each run to its own end
+//! and then raises the first violation in branch order (`engine::fanout`), so what the
+//! siblings journaled never depends on when the write happened.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -19,7 +22,6 @@ use std::sync::Mutex;
 
 use ::rhai::{AST, Dynamic, EvalAltResult, FnPtr, Map, NativeCallContext};
 
-use super::guard::RunGuard;
 use crate::error::{Error, ErrorCode};
 
 /// How deep a captured value may nest before the copy refuses it (as the JSON boundary does).
@@ -60,20 +62,19 @@ pub(crate) enum Place {
 /// branches of a fan-out read a shared cell at once (reading a cell takes its lock).
 pub(crate) struct Isolation<'p> {
     params: &'p ClosureParams,
-    guard: &'p RunGuard,
     copying: Mutex<()>,
     place: Place,
 }
 
 impl<'p> Isolation<'p> {
-    pub(crate) fn new(params: &'p ClosureParams, guard: &'p RunGuard) -> Isolation<'p> {
-        Isolation { params, guard, copying: Mutex::new(()), place: Place::Branch }
+    pub(crate) fn new(params: &'p ClosureParams) -> Isolation<'p> {
+        Isolation { params, copying: Mutex::new(()), place: Place::Branch }
     }
 
     /// The isolation of a step body: what it captured is read-only inside it, since a replay
     /// skips the body and a write there would be lost.
-    pub(crate) fn step(params: &'p ClosureParams, guard: &'p RunGuard) -> Isolation<'p> {
-        Isolation { params, guard, copying: Mutex::new(()), place: Place::Step }
+    pub(crate) fn step(params: &'p ClosureParams) -> Isolation<'p> {
+        Isolation { params, copying: Mutex::new(()), place: Place::Step }
     }
 
     /// Calls `pointer` as a branch: with private, read-only copies of what it captured and
@@ -100,7 +101,8 @@ impl<'p> Isolation<'p> {
         let previous = BRANCH.with(|branch| branch.replace(Some((names, self.place))));
         let result = pointer.call_within_context::<Dynamic>(context, args).map_err(|error| {
             match violation(error.unwrap_inner()) {
-                Some(violation) => terminated(self.guard.trip(violation)),
+                // Uncatchable, and this branch's alone: its siblings run on (see the module).
+                Some(violation) => terminated(violation),
                 None => error,
             }
         });

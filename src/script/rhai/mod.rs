@@ -19,7 +19,7 @@ mod isolate;
 mod json;
 mod lint;
 mod runner;
-pub mod sandbox;
+pub(crate) mod sandbox;
 mod split;
 mod teardown;
 mod text;

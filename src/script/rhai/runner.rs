@@ -26,8 +26,8 @@ use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 use super::bridge::{
-    RhaiResult, Shared, agent_value, block, block_host, current, error_token, from_rhai, host_work,
-    json_size, options, to_dynamic, to_json, to_rhai, with_ctx,
+    RhaiResult, Shared, block, block_host, current, error_token, from_rhai, host_work, json_size, options,
+    to_dynamic, to_json, to_rhai, with_ctx,
 };
 use super::fanout::register_fanout;
 use super::sandbox::{SandboxLimits, sandbox_engine};
@@ -100,13 +100,7 @@ impl ScriptDialect for RhaiDialect {
         } else {
             super::parse_only(source, &self.limits)
         };
-        let compiled = compiled.map_err(|diagnostics| {
-            let errors: Vec<_> = diagnostics.into_iter().filter(|d| d.is_error()).collect();
-            Error::validation(format!(
-                "script rejected: {}",
-                serde_json::to_string(&errors).unwrap_or_else(|_| "unprintable diagnostics".into())
-            ))
-        })?;
+        let compiled = compiled.map_err(Error::script_rejected)?;
         let ast = Arc::new(compiled.into_ast());
         let limits = self.limits;
         Ok(Workflow::new(name, move |ctx, args| {
@@ -149,7 +143,8 @@ fn execute(
         bodies: super::body::BodyHashes::of(ast),
     });
     let _charged = shared.guard.enter();
-    let engine = build_engine(&shared);
+    let mut engine = build_engine(&shared);
+    let cells = super::teardown::keep_captured_cells(&mut engine, ast);
     let mut scope = Scope::new();
     scope.push_constant("args", to_dynamic(&args));
     scope.push_constant("budget", BudgetView);
@@ -161,8 +156,9 @@ fn execute(
         ),
         Err(err) => (Err(from_rhai(*err)), None),
     };
-    // Deeply nested values (a chain of closures capturing closures) dropped without recursion.
-    super::teardown::dismantle(scope.into_iter().map(|(_, value, _)| value).chain(value));
+    // Deeply nested values (a chain of closures capturing closures) dropped without recursion,
+    // with every cell a closure captured.
+    super::teardown::dismantle(scope.into_iter().map(|(_, value, _)| value).chain(value).chain(cells.take()));
     // A sandbox error in a branch whose errors were dropped (a pipeline) still ends the run.
     if let Some(error) = shared.guard.tripped() {
         return Err(error);
@@ -198,9 +194,8 @@ fn register_agent(engine: &mut Rhai, shared: &Arc<Shared>) {
         let ctx = current()?;
         let value = options("agent", opts).map_err(to_rhai)?;
         let options = agent_options(&value).map_err(to_rhai)?;
-        let full = options.full;
         let result = block(shared, pin!(ctx.agent(prompt, options)))?;
-        Ok(to_dynamic(&agent_value(result, full)))
+        Ok(to_dynamic(&result))
     }
     let s = shared.clone();
     engine.register_fn("agent", move |prompt: &str| agent(&s, prompt, &Map::new()));
@@ -241,7 +236,7 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
         // What the body captured is read-only inside it (a replay skips the body, so a write
         // there would be lost and what follows would differ).
         let inner = ctx.step_body(&live);
-        let isolation = super::isolate::Isolation::step(&shared.closure_params, &shared.guard);
+        let isolation = super::isolate::Isolation::step(&shared.closure_params);
         let result = with_ctx(inner, || isolation.call_branch(&body, context, Vec::new()))
             .map_err(|e| from_rhai(*e))
             .and_then(|v| to_json(&v));

@@ -99,7 +99,7 @@ impl SandboxLimits {
 pub(crate) const DISABLED_SYMBOLS: [&str; 5] = ["eval", "import", "export", "print", "debug"];
 
 /// Names of the read-only variables every script sees: the run's input and the budget reader.
-pub const SCRIPT_VARIABLES: [&str; 2] = ["args", "budget"];
+pub(crate) const SCRIPT_VARIABLES: [&str; 2] = ["args", "budget"];
 
 /// Builds the engine scripts execute in: parser limits and strict variables as lint uses them,
 /// the disabled symbols, and the pure packages.
@@ -107,7 +107,7 @@ pub const SCRIPT_VARIABLES: [&str; 2] = ["args", "budget"];
 /// The runner configures the rest on the returned engine: the cairn globals, `on_progress`
 /// (the shared operation budget, cancellation and the deadline), and the `args` and `budget`
 /// constants in the evaluation scope.
-pub fn sandbox_engine(limits: &SandboxLimits) -> Engine {
+pub(crate) fn sandbox_engine(limits: &SandboxLimits) -> Engine {
     let mut engine = parser_engine(limits);
     for symbol in DISABLED_SYMBOLS {
         engine.disable_symbol(symbol);
@@ -144,9 +144,10 @@ pub(crate) fn parser_engine(limits: &SandboxLimits) -> Engine {
 /// is random per process unless one is set, so without this a closure's name (and any text
 /// built from it) would differ from process to process. Scripts never see these names (closures
 /// print as `<closure>`, errors drop them), but Rhai's own caught-error maps may carry them.
-pub const HASHING_SEED: [u64; 4] = [0x6361_6972_6e00_0001, 0x7361_6e64_626f_7801, 0x0123_4567_89ab_cdef, 0x1];
+pub(crate) const HASHING_SEED: [u64; 4] =
+    [0x6361_6972_6e00_0001, 0x7361_6e64_626f_7801, 0x0123_4567_89ab_cdef, 0x1];
 
-/// Fixes Rhai's hashing seed to [`HASHING_SEED`], process-wide, once.
+/// Fixes Rhai's hashing seed to a constant of cairn's, process-wide, once.
 ///
 /// Rhai allows the seed to be set only once and only before any Rhai engine exists, since
 /// engines cache hashes computed with it. cairn calls this before it builds its first engine
@@ -165,7 +166,7 @@ pub fn stable_hashing() -> Option<[u64; 4]> {
 /// The scope a script is compiled against: `args` and `budget` as constants, so strict
 /// variables accepts them and assignment to them is a compile error. The runner evaluates with
 /// a scope holding the same names bound to the real values.
-pub fn compile_scope() -> Scope<'static> {
+pub(crate) fn compile_scope() -> Scope<'static> {
     let mut scope = Scope::new();
     for name in SCRIPT_VARIABLES {
         scope.push_constant(name, ());

@@ -533,7 +533,7 @@
 
   // ---- cost chart (own SVG) ----
   function costChart(title, lines) {
-    const rows = Object.entries(lines || {}).map(([k, v]) => [k, v.cost || 0, v.usage || {}]);
+    const rows = Object.entries(lines || {}).map(([k, v]) => [k, v.cost_nano_usd || 0, v.usage || {}]);
     rows.sort((a, b) => b[1] - a[1]);
     // Room for the longest bar and its label after it ("$0.000046 · 38 tok").
     const width = 370;
@@ -596,7 +596,7 @@
       setStatus(shown.status);
       const meta = shown.meta || {};
       facts.textContent =
-        (meta.name || "") + " · started " + when(meta.created_at_ms) + " · " + shown.entries + " entries · spent " + usd(shown.cost && shown.cost.total && shown.cost.total.cost);
+        (meta.name || "") + " · started " + when(meta.created_at_ms) + " · " + shown.entries + " entries · spent " + usd(shown.cost && shown.cost.total && shown.cost.total.cost_nano_usd);
       clear(charts);
       if (shown.cost) {
         charts.append(costChart("phase", shown.cost.by_phase), costChart("model", shown.cost.by_model), costChart("role", shown.cost.by_role));

@@ -18,7 +18,7 @@
 
 mod blobs;
 mod counters;
-mod fixtures;
+pub(crate) mod fixtures;
 mod lease;
 mod paging;
 
@@ -82,6 +82,7 @@ pub fn journal_store_conformance(make: &dyn Fn() -> Box<dyn JournalStore>) {
         ("load-since-reads-only-later-entries", load_since_reads_only_later_entries),
         ("watch-wakes-on-writes", watch_wakes_on_writes),
         ("load-page-reads-bounded-pages", paging::load_page_reads_bounded_pages),
+        ("load-entry-reads-by-seq", paging::load_entry_reads_by_seq),
         ("list-runs-pages", paging::list_runs_pages),
         ("counters-follow-writes", counters::counters_follow_writes),
     ];

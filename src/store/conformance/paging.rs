@@ -1,8 +1,8 @@
 //! The paging checks: a journal read page by page, and the run listing read page by page,
 //! give exactly what one whole read gives, in the same order, with no page over its limit.
 
-use super::fixtures::{Outcome, ensure, entries, meta, ok, run_id, seqs};
-use crate::store::{JournalStore, RunCursor, RunFilter, RunStatus};
+use super::fixtures::{Outcome, ensure, entries, entry, meta, ok, raw, run_id, seqs};
+use crate::store::{JournalStore, RawEntry, RunCursor, RunFilter, RunStatus};
 
 pub(super) fn load_page_reads_bounded_pages(store: &dyn JournalStore) -> Outcome {
     let (run, other) = (run_id("paged"), run_id("paged-other"));
@@ -101,5 +101,79 @@ pub(super) fn list_runs_pages(store: &dyn JournalStore) -> Outcome {
         cursor.to_string().parse::<RunCursor>().ok() == Some(cursor.clone()),
         "cursor {cursor} does not round-trip through its text"
     );
+    Ok(())
+}
+
+/// An entry whose payload is `pad` bytes long, so a journal of a few dozen spans pages of a
+/// file store's reads.
+fn padded(seq: u64, tag: &str, pad: usize) -> RawEntry {
+    let filler = "x".repeat(pad);
+    raw(
+        seq,
+        &format!(
+            r#"{{"seq":{seq},"hash_version":1,"kind":"step","status":"ok","value":{{"tag":"{tag}","pad":"{filler}"}}}}"#
+        ),
+    )
+}
+
+pub(super) fn load_entry_reads_by_seq(store: &dyn JournalStore) -> Outcome {
+    let (run, other) = (run_id("by-seq"), run_id("by-seq-other"));
+    // Gaps, several batches, and entries big enough to span a file store's read chunks.
+    let written: Vec<u64> = (1..=60).map(|n| n * 2 + n / 10).collect();
+    let first: Vec<RawEntry> = written.iter().map(|&seq| padded(seq, "first", 3_000)).collect();
+    for chunk in first.chunks(7) {
+        ok("append", store.append(&run, chunk, None))?;
+    }
+    ok("append", store.append(&other, &entries(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]), None))?;
+    let check_all = |want: &[RawEntry], order: &mut dyn Iterator<Item = usize>| -> Outcome {
+        for index in order {
+            let wanted = &want[index];
+            let got = ok("load_entry", store.load_entry(&run, wanted.seq()))?;
+            ensure!(got.as_ref() == Some(wanted), "load_entry({}) returned {got:?}", wanted.seq());
+        }
+        Ok(())
+    };
+    // Forward, backward and scattered: a reader serving values out of order.
+    check_all(&first, &mut (0..first.len()))?;
+    check_all(&first, &mut (0..first.len()).rev())?;
+    check_all(&first, &mut (0..first.len()).map(|i| (i * 37) % first.len()))?;
+    let stored: std::collections::HashSet<u64> = written.iter().copied().collect();
+    let last = written.last().copied().unwrap_or(0);
+    for seq in (0..=last + 3).filter(|seq| !stored.contains(seq)).chain([u64::MAX]) {
+        let got = ok("load_entry", store.load_entry(&run, seq))?;
+        ensure!(got.is_none(), "load_entry({seq}) of a seq the run does not hold returned {got:?}");
+    }
+    ensure!(
+        ok("load_entry", store.load_entry(&run_id("by-seq-unknown"), 1))?.is_none(),
+        "load_entry of an unknown run is not None"
+    );
+    ensure!(
+        ok("load_entry", store.load_entry(&other, 13))? == Some(entry(13)),
+        "load_entry read another run's journal"
+    );
+    // Read your writes: what is appended after the reads is read too.
+    let more: Vec<RawEntry> = (1..=5).map(|n| padded(last + n, "more", 100)).collect();
+    ok("append", store.append(&run, &more, None))?;
+    for wanted in &more {
+        let got = ok("load_entry", store.load_entry(&run, wanted.seq()))?;
+        ensure!(
+            got.as_ref() == Some(wanted),
+            "after an append, load_entry({}) returned {got:?}",
+            wanted.seq()
+        );
+    }
+    let page = ok("load_page", store.load_page(&run, last, 10))?;
+    ensure!(page == more, "after an append, load_page(after {last}) returned {:?}", seqs(&page));
+    // A run deleted and written again is read as it is now, not as it was.
+    ok("delete", store.delete(&run, None))?;
+    ensure!(
+        ok("load_entry", store.load_entry(&run, written[30]))?.is_none(),
+        "a deleted run's entry was read"
+    );
+    let again: Vec<RawEntry> = (1..=40).map(|seq| padded(seq, "again", 1_500)).collect();
+    ok("append", store.append(&run, &again, None))?;
+    check_all(&again, &mut (0..again.len()).rev())?;
+    let paged = ok("load_page", store.load_page(&run, 20, 100))?;
+    ensure!(paged == again[20..], "after the run was written again, load_page returned {:?}", seqs(&paged));
     Ok(())
 }

@@ -40,9 +40,11 @@ use serde::Deserialize;
 
 mod blobs;
 mod counters;
+mod holder;
+mod pages;
 mod scan;
 
-use self::scan::{Scan, scan, text_seq};
+use self::scan::{Scan, scan, scan_tail, text_seq};
 use super::common::{self, HeldLease};
 use super::{
     Durability, Error, JournalStore, LeasableStore, Lease, RawEntry, Result, RunFilter, RunId, RunMeta,
@@ -55,7 +57,7 @@ const MAX_OPEN_JOURNALS: usize = 64;
 /// How many runs' slots the store remembers before it forgets the idle ones.
 const MAX_SLOTS: usize = 1_024;
 
-/// A [`JournalStore`] and [`TranscriptStore`] over a directory of JSONL files.
+/// A [`JournalStore`] and [`TranscriptStore`](crate::TranscriptStore) over a directory of JSONL files.
 pub struct JsonlStore {
     dir: PathBuf,
     durability: Durability,
@@ -70,6 +72,8 @@ pub struct JsonlStore {
     locks: Mutex<HashMap<RunId, HeldLock>>,
     /// The counters' tally log, opened for appending at the first append (see `counters`).
     counter_log: Mutex<Option<File>>,
+    /// Where page reads of each run's journal may start (see `pages`).
+    marks: pages::Marks,
 }
 
 /// A run's lease as this store holds it: the open, exclusively locked `<run>.lock` file.
@@ -125,6 +129,7 @@ impl JsonlStore {
             open_journals: AtomicUsize::new(0),
             temp_counter: AtomicU64::new(0),
             locks: Mutex::new(HashMap::new()),
+            marks: pages::Marks::default(),
         })
     }
 
@@ -192,8 +197,15 @@ impl JsonlStore {
 
     /// Scans the run's journal, repairing a torn tail, and keeps the file open for the
     /// appends that usually follow (a resume loads, then appends). `None` when the run has
-    /// no journal and `create` is off.
-    fn scan_journal(&self, run: &RunId, slot: &mut RunSlot, create: bool) -> Result<Option<Vec<RawEntry>>> {
+    /// no journal and `create` is off. The entries are kept only when `keep` asks for them:
+    /// an append needs the tail alone, and a long journal's entries would all be in memory.
+    fn scan_journal(
+        &self,
+        run: &RunId,
+        slot: &mut RunSlot,
+        create: bool,
+        keep: bool,
+    ) -> Result<Option<Vec<RawEntry>>> {
         if slot.journal.is_none() {
             let path = self.journal_path(run);
             let file = match OpenOptions::new().read(true).append(true).create(create).open(&path) {
@@ -215,7 +227,8 @@ impl JsonlStore {
         let scanned = (|| -> Result<Scan> {
             // Appends ignore the read position (the file is in append mode); reads start over.
             journal.file.seek(SeekFrom::Start(0))?;
-            let scanned = scan(run, &mut journal.file)?;
+            let scanned =
+                if keep { scan(run, &mut journal.file)? } else { scan_tail(run, &mut journal.file)? };
             if scanned.keep_len < journal.file.metadata()?.len() {
                 // Repair now, so that what this scan served is exactly what stays on disk.
                 journal.file.set_len(scanned.keep_len)?;
@@ -226,7 +239,7 @@ impl JsonlStore {
         match scanned {
             Ok(scanned) => {
                 journal.len = scanned.keep_len;
-                journal.tail = scanned.entries.last().map(RawEntry::seq);
+                journal.tail = scanned.tail;
                 journal.unterminated = scanned.unterminated;
                 Ok(Some(scanned.entries))
             }
@@ -335,10 +348,6 @@ impl fmt::Debug for JsonlStore {
 }
 
 impl JournalStore for JsonlStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
-        self.append_tallied(run, entries, lease, super::Tally::default())
-    }
-
     fn append_tallied(
         &self,
         run: &RunId,
@@ -377,7 +386,7 @@ impl JournalStore for JsonlStore {
         let slot = self.slot(run);
         let mut slot = lock(&slot);
         if slot.journal.is_none() {
-            self.scan_journal(run, &mut slot, true)?;
+            self.scan_journal(run, &mut slot, true, false)?;
         }
         let tail = slot.journal.as_ref().and_then(|journal| journal.tail);
         common::check_tail(run, tail, entries)?;
@@ -407,7 +416,15 @@ impl JournalStore for JsonlStore {
         if slot.journal.is_none() && !self.holds(run) {
             return self.read_journal(run);
         }
-        Ok(self.scan_journal(run, &mut slot, false)?.unwrap_or_default())
+        Ok(self.scan_journal(run, &mut slot, false, true)?.unwrap_or_default())
+    }
+
+    fn load_since(&self, run: &RunId, after: u64) -> Result<Vec<RawEntry>> {
+        self.load_page(run, after, usize::MAX)
+    }
+
+    fn load_page(&self, run: &RunId, after: u64, limit: usize) -> Result<Vec<RawEntry>> {
+        pages::read_page(&self.journal_path(run), run, &self.marks, after, limit)
     }
 
     fn put_meta(&self, meta: &RunMeta, lease: Option<&Lease>) -> Result<()> {
@@ -459,6 +476,7 @@ impl JournalStore for JsonlStore {
         let slot = self.slot(run);
         let mut slot = lock(&slot);
         self.close_journal(&mut slot);
+        self.marks.forget(run);
         // Journal first: a crash in between leaves a listed run with an empty journal,
         // which a second delete clears, never a hidden journal a recreated run would inherit.
         remove_if_present(&self.journal_path(run))?;
@@ -538,6 +556,25 @@ impl LeasableStore for JsonlStore {
 
     fn renew(&self, lease: &Lease, _ttl: std::time::Duration) -> Result<()> {
         self.check_held(&lease.run_id, lease)
+    }
+
+    /// The run's lock holder, read without taking the lock (see `holder.rs`): the lock file's
+    /// record while some process holds the lock. Where that cannot be told, a record that
+    /// names an owner is taken as held, the cautious answer.
+    fn holder(&self, run: &RunId) -> Result<Option<Lease>> {
+        if let Some(held) = lock(&self.locks).get(run) {
+            return Ok(Some(held.lease.clone()));
+        }
+        let mut file = match File::open(self.lock_path(run)) {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        let record: LockRecord = serde_json::from_str(&text).unwrap_or_default();
+        let held = holder::locked(&file).unwrap_or(!record.owner.is_empty());
+        Ok(held.then(|| Lease { run_id: run.clone(), owner: record.owner, epoch: record.epoch }))
     }
 
     fn release(&self, lease: &Lease) -> Result<()> {

@@ -15,7 +15,10 @@ struct SeqField {
 
 /// What a scan of a journal file found.
 pub(super) struct Scan {
+    /// The entries (empty for [`scan_tail`]).
     pub(super) entries: Vec<RawEntry>,
+    /// The last entry's seq.
+    pub(super) tail: Option<u64>,
     /// How many leading bytes are sound; a torn tail lies beyond.
     pub(super) keep_len: u64,
     /// Whether the last kept record lacks its newline.
@@ -52,8 +55,72 @@ pub(super) fn scan(run: &RunId, reader: &mut dyn Read) -> Result<Scan> {
     scan_in_chunks(run, reader, READ_CHUNK)
 }
 
+/// Like [`scan`], keeping nothing of the entries but the last seq: what a writer opening a
+/// journal needs.
+pub(super) fn scan_tail(run: &RunId, reader: &mut dyn Read) -> Result<Scan> {
+    let mut tail = None;
+    let end = scan_from(run, reader, READ_CHUNK, Position::START, &mut |seq, _, _| {
+        tail = Some(seq);
+        Ok(Visit::Continue)
+    })?;
+    Ok(Scan { entries: Vec::new(), tail, keep_len: end.keep_len, unterminated: end.unterminated })
+}
+
 fn scan_in_chunks(run: &RunId, reader: &mut dyn Read, chunk: usize) -> Result<Scan> {
-    let mut scanner = Scanner { run, entries: Vec::new(), offset: 0, line_no: 0 };
+    let mut entries = Vec::new();
+    let mut keep = |seq: u64, text: &str| -> Result<Visit> {
+        entries.push(RawEntry::new(seq, text).map_err(|err| corrupt(run, 0, err.to_string()))?);
+        Ok(Visit::Continue)
+    };
+    let end = scan_from(run, reader, chunk, Position::START, &mut |seq, text, _| keep(seq, text))?;
+    let tail = entries.last().map(RawEntry::seq);
+    Ok(Scan { entries, tail, keep_len: end.keep_len, unterminated: end.unterminated })
+}
+
+/// Where a scan starts (or a visited record's line starts): a line start and a seq every
+/// record before it is at most (`None` at the file's start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Position {
+    pub(super) offset: u64,
+    pub(super) tail: Option<u64>,
+}
+
+impl Position {
+    /// The start of the file.
+    pub(super) const START: Position = Position { offset: 0, tail: None };
+}
+
+/// What a visitor of a scan says after a line's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Visit {
+    Continue,
+    /// Stop once the current line's records are visited.
+    Stop,
+}
+
+/// How a scan ended.
+pub(super) struct ScanEnd {
+    /// How many leading bytes are sound (for a stopped scan: where it stopped).
+    pub(super) keep_len: u64,
+    /// Whether the last kept record lacks its newline.
+    pub(super) unterminated: bool,
+}
+
+/// A record's visitor: its seq, its text (borrowed: a visitor skipping records allocates
+/// nothing) and where its line starts.
+pub(super) type Visitor<'v> = dyn FnMut(u64, &str, Position) -> Result<Visit> + 'v;
+
+/// Reads a journal file from `from`, handing each record to `visit` in order. The reader must
+/// be positioned at `from.offset`. Stops at the end of the file, or after a line's records
+/// when `visit` says so.
+pub(super) fn scan_from(
+    run: &RunId,
+    reader: &mut dyn Read,
+    chunk: usize,
+    from: Position,
+    visit: &mut Visitor<'_>,
+) -> Result<ScanEnd> {
+    let mut scanner = Scanner { run, visit, tail: from.tail, offset: from.offset, line_no: 0, stop: false };
     let mut buffer: Vec<u8> = Vec::with_capacity(chunk);
     // The unconsumed bytes start at `start`; none before `searched` is a newline.
     let (mut start, mut searched) = (0, 0);
@@ -67,6 +134,9 @@ fn scan_in_chunks(run: &RunId, reader: &mut dyn Read, chunk: usize) -> Result<Sc
             return scanner.finish(&buffer[start..]);
         }
         loop {
+            if scanner.stop {
+                return Ok(ScanEnd { keep_len: scanner.offset, unterminated: false });
+            }
             // Framing finds the end of a line as the kernel writes it in the same pass that
             // checks it; other lines are cut at their newline and parsed.
             if let Some((seq, end)) = framed_line(&buffer[start..]) {
@@ -87,32 +157,33 @@ fn scan_in_chunks(run: &RunId, reader: &mut dyn Read, chunk: usize) -> Result<Sc
     }
 }
 
-/// The line-by-line state of a [`scan`].
-struct Scanner<'r> {
+/// The line-by-line state of a [`scan_from`].
+struct Scanner<'r, 'v> {
     run: &'r RunId,
-    entries: Vec<RawEntry>,
-    /// The length of the newline-terminated lines seen so far.
+    visit: &'v mut Visitor<'v>,
+    /// The largest seq seen so far (records must follow it).
+    tail: Option<u64>,
+    /// The file offset just past the newline-terminated lines seen so far.
     offset: u64,
+    /// Lines seen by this scan (a scan from an offset counts from there, for messages).
     line_no: usize,
+    /// The visitor asked to stop after the current line.
+    stop: bool,
 }
 
-impl Scanner<'_> {
-    fn tail(&self) -> Option<u64> {
-        self.entries.last().map(RawEntry::seq)
-    }
-
+impl Scanner<'_, '_> {
     /// Takes a newline-terminated line that [`framed_line`] framed as one record.
     fn framed(&mut self, line: &[u8], seq: u64) -> Result<()> {
-        let in_order = self.tail().is_none_or(|tail| seq > tail);
-        match std::str::from_utf8(line)
-            .ok()
-            .filter(|_| in_order)
-            .and_then(|text| RawEntry::new(seq, text).ok())
-        {
-            Some(entry) => {
+        let in_order = self.tail.is_none_or(|tail| seq > tail);
+        match std::str::from_utf8(line).ok().filter(|text| in_order && RawEntry::new(seq, *text).is_ok()) {
+            Some(text) => {
+                let at = Position { offset: self.offset, tail: self.tail };
                 self.line_no += 1;
                 self.offset += line.len() as u64 + 1;
-                self.entries.push(entry);
+                self.tail = Some(seq);
+                if (self.visit)(seq, text, at)? == Visit::Stop {
+                    self.stop = true;
+                }
                 Ok(())
             }
             // Let the parsing path find (and name) what is wrong.
@@ -122,27 +193,46 @@ impl Scanner<'_> {
 
     /// Takes one newline-terminated line: damage here is corruption, never a tear.
     fn line(&mut self, line: &[u8]) -> Result<()> {
+        let at = Position { offset: self.offset, tail: self.tail };
         self.line_no += 1;
         self.offset += line.len() as u64 + 1;
         if line.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
         let records =
-            split_line(line, self.tail()).map_err(|damage| corrupt(self.run, self.line_no, damage.detail))?;
-        push_records(&mut self.entries, line, &records)
-            .map_err(|detail| corrupt(self.run, self.line_no, detail))
+            split_line(line, self.tail).map_err(|damage| corrupt(self.run, self.line_no, damage.detail))?;
+        self.visit_records(line, &records, at)
+    }
+
+    /// Hands a line's records to the visitor: the whole line verbatim when it holds one
+    /// record, else each record's own bytes.
+    fn visit_records(&mut self, line: &[u8], records: &[Record], at: Position) -> Result<()> {
+        let whole_line = records.len() == 1;
+        for &(seq, start, end) in records {
+            let bytes = if whole_line { line } else { line[start..end].trim_ascii() };
+            let text = std::str::from_utf8(bytes)
+                .map_err(|err| corrupt(self.run, self.line_no, format!("not UTF-8: {err}")))?;
+            // A CRLF line ending (an editor's) is not part of the entry.
+            let text = text.strip_suffix('\r').unwrap_or(text);
+            RawEntry::new(seq, text).map_err(|err| corrupt(self.run, self.line_no, err.to_string()))?;
+            self.tail = Some(seq);
+            if (self.visit)(seq, text, at)? == Visit::Stop {
+                self.stop = true;
+            }
+        }
+        Ok(())
     }
 
     /// Takes what follows the last newline, where a crash tears: a complete record there is
     /// served (unterminated), a fragment is cut off with whole records before it kept.
-    fn finish(mut self, rest: &[u8]) -> Result<Scan> {
+    fn finish(mut self, rest: &[u8]) -> Result<ScanEnd> {
         let line_start = self.offset;
         if rest.iter().all(u8::is_ascii_whitespace) {
             // Nothing, or trailing blanks: drop them with the rest of a tear.
-            return Ok(Scan { entries: self.entries, keep_len: line_start, unterminated: false });
+            return Ok(ScanEnd { keep_len: line_start, unterminated: false });
         }
         self.line_no += 1;
-        let (records, keep, unterminated) = match split_line(rest, self.tail()) {
+        let (records, keep, unterminated) = match split_line(rest, self.tail) {
             Ok(records) => (records, rest.len(), true),
             Err(Damage { detail, torn: false, .. }) => return Err(corrupt(self.run, self.line_no, detail)),
             Err(Damage { records, .. }) => {
@@ -151,9 +241,9 @@ impl Scanner<'_> {
                 (records, keep, unterminated)
             }
         };
-        push_records(&mut self.entries, rest, &records)
-            .map_err(|detail| corrupt(self.run, self.line_no, detail))?;
-        Ok(Scan { entries: self.entries, keep_len: line_start + keep as u64, unterminated })
+        let at = Position { offset: line_start, tail: self.tail };
+        self.visit_records(rest, &records, at)?;
+        Ok(ScanEnd { keep_len: line_start + keep as u64, unterminated })
     }
 }
 
@@ -267,20 +357,6 @@ fn split_line(line: &[u8], mut tail: Option<u64>) -> Result<Vec<Record>, Damage>
             }
         }
     }
-}
-
-/// Turns a line's records into entries: the whole line verbatim when it holds one record,
-/// else each record's own bytes.
-fn push_records(entries: &mut Vec<RawEntry>, line: &[u8], records: &[Record]) -> Result<(), String> {
-    let whole_line = records.len() == 1;
-    for &(seq, start, end) in records {
-        let bytes = if whole_line { line } else { line[start..end].trim_ascii() };
-        let text = std::str::from_utf8(bytes).map_err(|err| format!("not UTF-8: {err}"))?;
-        // A CRLF line ending (an editor's) is not part of the entry.
-        let text = text.strip_suffix('\r').unwrap_or(text);
-        entries.push(RawEntry::new(seq, text).map_err(|err| err.to_string())?);
-    }
-    Ok(())
 }
 
 fn corrupt(run: &RunId, line_no: usize, detail: String) -> Error {

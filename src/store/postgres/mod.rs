@@ -76,7 +76,7 @@ impl PostgresOptions {
     }
 }
 
-/// A [`JournalStore`], [`LeasableStore`], [`TranscriptStore`] and
+/// A [`JournalStore`], [`LeasableStore`], [`TranscriptStore`](crate::TranscriptStore) and
 /// [`RunQueue`](super::RunQueue) over one PostgreSQL schema.
 pub struct PostgresStore {
     /// Where, for messages: host, port, database and schema (never a password).
@@ -472,10 +472,6 @@ fn parse_meta(run: &str, json: &str) -> Result<RunMeta> {
 }
 
 impl JournalStore for PostgresStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
-        self.append_tallied(run, entries, lease, super::Tally::default())
-    }
-
     fn append_tallied(
         &self,
         run: &RunId,
@@ -637,6 +633,11 @@ impl JournalStore for PostgresStore {
 
     fn leases(&self) -> Option<&dyn LeasableStore> {
         if self.read_only { None } else { Some(self) }
+    }
+
+    /// Read-only opens answer too: reading the lease table writes nothing.
+    fn lease_holder(&self, run: &RunId) -> Result<Option<Option<Lease>>> {
+        LeasableStore::holder(self, run).map(Some)
     }
 
     fn queue(&self) -> Option<&dyn super::RunQueue> {

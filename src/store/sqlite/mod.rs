@@ -251,10 +251,6 @@ impl fmt::Debug for SqliteStore {
 }
 
 impl JournalStore for SqliteStore {
-    fn append(&self, run: &RunId, entries: &[RawEntry], lease: Option<&Lease>) -> Result<()> {
-        self.append_tallied(run, entries, lease, super::Tally::default())
-    }
-
     fn append_tallied(
         &self,
         run: &RunId,
@@ -413,6 +409,11 @@ impl JournalStore for SqliteStore {
 
     fn leases(&self) -> Option<&dyn LeasableStore> {
         if self.read_only { None } else { Some(self) }
+    }
+
+    /// Read-only opens answer too: reading the lease table writes nothing.
+    fn lease_holder(&self, run: &RunId) -> Result<Option<Option<Lease>>> {
+        LeasableStore::holder(self, run).map(Some)
     }
 
     fn queue(&self) -> Option<&dyn super::RunQueue> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::clock::{SharedClock, SystemClock};
 use crate::store::Durability;
 
-/// How to open a [`SqliteStore`].
+/// How to open a [`SqliteStore`](crate::SqliteStore).
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
     /// `synchronous=NORMAL` (the default) or `FULL`.
@@ -16,7 +16,7 @@ pub struct SqliteOptions {
     /// without sleeping.
     pub clock: SharedClock,
     /// How long a write waits for another connection's (or process's) write lock before
-    /// failing with [`Error::Sqlite`] (`SQLITE_BUSY`).
+    /// failing with [`Error::Sqlite`](crate::store::Error::Sqlite) (`SQLITE_BUSY`).
     pub busy_timeout: Duration,
     /// Whether concurrent appends share a transaction. On by default; off measures (and
     /// tests) the one-transaction-per-append path.

@@ -44,7 +44,7 @@
 //! # Example
 //! ```
 //! use std::sync::Arc;
-//! use cairn::model::{Price, PriceTable};
+//! use cairn::{Price, PriceTable};
 //! use cairn::testing::sim::{Directive, FaultMix, SimConfig, Simulator};
 //! use cairn::{AgentOptions, Engine, MemoryStore, Money, RunOptions, Workflow};
 //!

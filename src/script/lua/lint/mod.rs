@@ -28,7 +28,7 @@
 //!   in every process, so a prompt made from it could never be replayed.
 
 mod aliases;
-pub mod bound;
+pub(crate) mod bound;
 mod calls;
 mod escapes;
 mod names;
@@ -38,7 +38,15 @@ mod walk;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::script::{Diagnostic, LintContext, Severity, sort_diagnostics};
+use crate::script::{Diagnostic, LintContext, sort_diagnostics};
+use syntax::span_diagnostic;
+
+/// The Lua card's list of the names a script may use and the ones lint refuses (see
+/// `names::card_block`).
+#[cfg(test)]
+pub(crate) fn card_libraries_block() -> String {
+    names::card_block()
+}
 
 /// The largest source lint accepts, the limit the Rhai dialect sets.
 pub(super) const MAX_SOURCE_SIZE: usize = 1 << 20;
@@ -122,24 +130,5 @@ fn parse_and_walk(source: &str, ctx: &LintContext) -> Vec<Diagnostic> {
     walk::check(block, ctx, source)
 }
 
-/// A diagnostic at a line and column, covering `len` characters when given.
-pub(super) fn span_diagnostic(
-    rule_id: &str,
-    message: String,
-    line: u32,
-    column: u32,
-    len: Option<usize>,
-) -> Diagnostic {
-    let end_column = len.map(|len| column.saturating_add(u32::try_from(len).unwrap_or(u32::MAX)));
-    Diagnostic {
-        rule_id: rule_id.to_owned(),
-        message,
-        line,
-        column,
-        end_line: end_column.map(|_| line),
-        end_column,
-        severity: Severity::Error,
-    }
-}
 #[cfg(test)]
 mod tests;

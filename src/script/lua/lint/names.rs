@@ -88,6 +88,95 @@ const IO: &str = "scripts have no I/O; call a registered host function with host
                   an agent tools";
 const CODE: &str = "scripts have no modules and cannot build code at run time; write the code directly";
 
+/// The globals the sandbox leaves out on purpose, each refused by lint with what to use
+/// instead ([`forbidden_global`]). Some exist at run time all the same (`coroutine`, `rawget`,
+/// `rawset`, `_G`): lint is what a script must pass, so the card lists them as not available.
+#[cfg(test)]
+pub(super) const REFUSED_GLOBALS: &[&str] = &[
+    "coroutine",
+    "rawget",
+    "rawset",
+    "_G",
+    "_ENV",
+    "io",
+    "os",
+    "debug",
+    "print",
+    "require",
+    "package",
+    "dofile",
+    "loadfile",
+    "load",
+    "loadstring",
+    "module",
+    "collectgarbage",
+    "gcinfo",
+    "newproxy",
+    "setfenv",
+    "getfenv",
+];
+
+/// The members of kept libraries the sandbox leaves out, each refused by lint with what to use
+/// instead ([`forbidden_member`]).
+#[cfg(test)]
+pub(super) const REFUSED_MEMBERS: &[(&str, &str)] =
+    &[("math", "random"), ("math", "randomseed"), ("string", "dump")];
+
+/// The Lua card's list of what a script may use, made from the lists above (the ones lint
+/// checks against): the base functions and values, each kept library with its functions, and
+/// what is refused with what to use instead, grouped by that advice, wrapped at 100 columns.
+/// `dialect/card.lua.md` holds it between `<!-- libraries -->` markers; a test checks it is this
+/// text and that the runtime has everything it lists as available.
+#[cfg(test)]
+pub(super) fn card_block() -> String {
+    let code = |names: &[&str]| names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+    let mut out = String::new();
+    wrap(&mut out, &format!("Base functions: {}; the value {}.", code(BASE_FUNCTIONS), code(BASE_VALUES)));
+    for (library, functions) in LIBRARIES {
+        let methods = if *library == "string" { " (also as methods, `s:upper()`)" } else { "" };
+        wrap(&mut out, &format!("`{library}`{methods}: {}.", code(functions)));
+    }
+    out.push_str("Not available (lint refuses each and says what to use instead):\n");
+    let mut groups: Vec<(&str, Vec<String>)> = Vec::new();
+    let refused = REFUSED_GLOBALS.iter().map(|name| (name.to_string(), forbidden_global(name))).chain(
+        REFUSED_MEMBERS
+            .iter()
+            .map(|(library, name)| (format!("{library}.{name}"), forbidden_member(library, name))),
+    );
+    for (name, instead) in refused {
+        let instead = instead.unwrap_or("not available");
+        match groups.iter_mut().find(|(advice, _)| *advice == instead) {
+            Some((_, names)) => names.push(name),
+            None => groups.push((instead, vec![name])),
+        }
+    }
+    for (instead, names) in groups {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        wrap(&mut out, &format!("- {}: {instead}", code(&names)));
+    }
+    out
+}
+
+/// Appends `text` as lines of at most 100 characters, broken at spaces (continuation lines of a
+/// `- ` item indented by two).
+#[cfg(test)]
+fn wrap(out: &mut String, text: &str) {
+    let indent = if text.starts_with("- ") { "  " } else { "" };
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > 100 {
+            out.push_str(&line);
+            out.push('\n');
+            line = indent.to_owned();
+        } else if !line.is_empty() && line != indent {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out.push('\n');
+}
+
 /// What to use instead of a global the sandbox leaves out on purpose (a whole library or a base
 /// function), by name.
 pub(super) fn forbidden_global(name: &str) -> Option<&'static str> {

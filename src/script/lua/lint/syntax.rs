@@ -5,8 +5,7 @@
 
 use full_moon::Error;
 
-use super::span_diagnostic;
-use crate::script::Diagnostic;
+use crate::script::{Diagnostic, Severity};
 
 /// The deepest nesting lint accepts, counting each open bracket and block and each operator of
 /// an unbroken operator chain (the parser recurses on both). Far beyond any workflow; a script
@@ -390,4 +389,24 @@ fn line_hint(before: &str, after: &str) -> Option<&'static str> {
         return None;
     };
     Some(hint)
+}
+
+/// A diagnostic at a line and column, covering `len` characters when given.
+pub(super) fn span_diagnostic(
+    rule_id: &str,
+    message: String,
+    line: u32,
+    column: u32,
+    len: Option<usize>,
+) -> Diagnostic {
+    let end_column = len.map(|len| column.saturating_add(u32::try_from(len).unwrap_or(u32::MAX)));
+    Diagnostic {
+        rule_id: rule_id.to_owned(),
+        message,
+        line,
+        column,
+        end_line: end_column.map(|_| line),
+        end_column,
+        severity: Severity::Error,
+    }
 }

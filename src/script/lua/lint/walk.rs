@@ -14,7 +14,7 @@ use full_moon::ast::{
 use full_moon::node::Node;
 
 use super::names::{self, SCRIPT_VARIABLES};
-use super::span_diagnostic;
+use super::syntax::span_diagnostic;
 use super::values::{Pos, Static, ident, node_pos, peek_literal, string_literal, token_pos};
 use crate::script::{Diagnostic, GLOBALS, LintContext, Severity, global, suggest};
 

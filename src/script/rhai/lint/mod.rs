@@ -265,6 +265,11 @@ struct Linter<'c, 'f> {
     visited: HashSet<ImmutableString>,
     /// Named functions that change `this` (called as methods, they write their receiver).
     this_writers: HashSet<ImmutableString>,
+    /// Set just before walking a closure literal a cairn global runs before it returns (a
+    /// `parallel` branch or map-form body, a `pipeline` stage, a `step` or `phase` body), taken
+    /// by that closure: it cannot outlive the loop iteration it was made in, so capturing the
+    /// loop variable is no hazard. Its result crosses as JSON, so no closure escapes through it.
+    immediate: bool,
 }
 
 /// How many scope entries at the bottom are the script variables, visible in every body.
@@ -282,6 +287,7 @@ impl<'c, 'f> Linter<'c, 'f> {
             frames: Vec::new(),
             closures: Vec::new(),
             visited: HashSet::new(),
+            immediate: false,
             this_writers: functions
                 .named
                 .iter()
@@ -585,6 +591,7 @@ impl<'c, 'f> Linter<'c, 'f> {
         name: &ImmutableString,
         captures: &[(ImmutableString, Position)],
     ) -> Option<usize> {
+        let immediate = std::mem::take(&mut self.immediate);
         let mut aliases = Vec::with_capacity(captures.len());
         for (captured, captured_pos) in captures {
             self.check_visible(captured, *captured_pos);
@@ -592,6 +599,7 @@ impl<'c, 'f> Linter<'c, 'f> {
             if let Some(entry) = &entry
                 && self.bindings[entry.binding].kind == BindingKind::LoopVariable
                 && !entry.captured
+                && !immediate
             {
                 let message = format!(
                     "closure captures the for-loop variable '{captured}' by reference, so it sees the loop's \
@@ -743,6 +751,15 @@ fn root_variable(expr: &Expr) -> Option<(ImmutableString, Position)> {
 }
 
 /// The anonymous function a function-pointer constant names, if it is a closure.
+/// Whether `expr` is a closure literal (`|x| ...`, with or without captures).
+fn is_closure_literal(expr: &Expr) -> bool {
+    match expr {
+        Expr::DynamicConstant(value, _) => closure_name(value).is_some(),
+        Expr::Stmt(block) => closure_parts(block).is_some(),
+        _ => false,
+    }
+}
+
 fn closure_name(value: &Dynamic) -> Option<ImmutableString> {
     let pointer = value.read_lock::<FnPtr>()?;
     pointer.is_anonymous().then(|| pointer.fn_name().into())

@@ -2,6 +2,15 @@
 //! once at startup and turned into an engine. Unknown keys are errors (a typo in a budget
 //! must not pass silently).
 
+mod builder;
+mod host_fn;
+mod prices;
+mod providers;
+#[cfg(feature = "cli")]
+mod server;
+mod tools;
+mod workflows;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,8 +19,6 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::host_fn::HostFunctionConfig;
-use super::provider_config::{ProfileConfig, ProviderConfig, parse_model};
 use crate::engine::EngineBuilder;
 use crate::error::Error;
 use crate::model::{InvocationRole, ModelRef, PriceTable};
@@ -19,11 +26,35 @@ use crate::money::Money;
 use crate::provider::anthropic::AnthropicProvider;
 use crate::provider::openai_chat::OpenAiChatProvider;
 use crate::provider::openai_compatible::OpenAiCompatibleProvider;
+use host_fn::HostFunctionConfig;
+use providers::{ProfileConfig, ProviderConfig, parse_model};
 
-/// The parsed config file.
+/// A `cairn.toml`, parsed and checked: the store, providers, prices, routing, fallbacks,
+/// profiles, toolsets (host functions, MCP servers, `fs-read`), permissions, retries, the
+/// sandbox's bounds, budgets and child workflows. The reference is the guide's `cairn.toml`
+/// page; unknown keys are errors, so a typo never passes silently.
+///
+/// [`EngineBuilder::from_config`](crate::EngineBuilder::from_config) opens the store it names
+/// and wires everything else; [`EngineBuilder::config`](crate::EngineBuilder::config) wires
+/// it onto a builder over a store of your own. `cairn` reads the same file the same way.
+///
+/// ```
+/// use std::sync::Arc;
+/// use cairn::{Config, EngineBuilder, MemoryStore};
+///
+/// let config = Config::from_toml(r#"
+///     [routing]
+///     default = "echo:default"
+///     [profiles.researcher]
+///     description = "Finds primary sources."
+/// "#)?;
+/// let engine = EngineBuilder::new(Arc::new(MemoryStore::new())).config(&config)?.build()?;
+/// assert_eq!(engine.registered().profiles, ["researcher"]);
+/// # Ok::<(), cairn::Error>(())
+/// ```
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct Config {
+pub struct Config {
     #[serde(default)]
     pub(crate) store: Option<String>,
     /// Providers are built without their API keys (a key that is unset is no error): for the
@@ -44,7 +75,7 @@ pub(crate) struct Config {
     pub(crate) host_functions: BTreeMap<String, HostFunctionConfig>,
     /// MCP servers whose tools toolsets offer (`[mcp.NAME]`).
     #[serde(default)]
-    pub(crate) mcp: BTreeMap<String, super::tools_config::McpServerConfig>,
+    pub(crate) mcp: BTreeMap<String, tools::McpServerConfig>,
     /// Fallback models per requested model: `"anthropic:x" = ["openai:y"]`.
     #[serde(default)]
     pub(crate) fallbacks: BTreeMap<String, Vec<String>>,
@@ -63,8 +94,13 @@ pub(crate) struct Config {
     #[serde(default)]
     pub(crate) sandbox: SandboxConfig,
     /// `[server]`: what `cairn serve` reads (named tokens with scopes, allowed hosts).
+    #[cfg(feature = "cli")]
     #[serde(default)]
-    pub(crate) server: super::server_config::ServerConfig,
+    pub(crate) server: server::ServerConfig,
+    /// `[server]` in a build without the CLI: accepted unread, so one file serves every build.
+    #[cfg(not(feature = "cli"))]
+    #[serde(default, rename = "server")]
+    _server: Option<toml::Table>,
     /// Script child workflows: `NAME = "path.rhai"` or `.lua`, relative to this file; the
     /// scripts of a `workflows/` folder beside it register under their stems too.
     #[serde(default)]
@@ -198,6 +234,34 @@ pub(crate) struct BudgetConfig {
 }
 
 impl Config {
+    /// Reads and checks the file at `path`. Relative paths in it (the store, the price
+    /// table, toolset roots, host-function commands, child workflows) resolve against the
+    /// file's directory, and host functions and MCP servers run there.
+    ///
+    /// # Errors
+    /// `config` naming the file, the key and the value: a missing or unreadable file, bad
+    /// TOML, an unknown key, a value out of range.
+    pub fn from_file(path: &Path) -> Result<Config, Error> {
+        Config::load(path, true)
+    }
+
+    /// Parses and checks a config's text. Relative paths in it resolve against the working
+    /// directory when they are used.
+    ///
+    /// # Errors
+    /// `config` naming the key and the value: bad TOML, an unknown key, a value out of range.
+    pub fn from_toml(text: &str) -> Result<Config, Error> {
+        let config = Config::parse(text)?;
+        config.validate().map_err(Error::config)?;
+        Ok(config)
+    }
+
+    /// The store the file names (`store = "sqlite:PATH"`, `jsonl:DIR`, `memory`,
+    /// `postgres://...`), with a relative path resolved as [`Config::from_file`] says.
+    pub fn store_url(&self) -> Option<&str> {
+        self.store.as_deref()
+    }
+
     /// Reads `path`; a missing file is an empty config when `required` is false.
     pub(crate) fn load(path: &Path, required: bool) -> Result<Config, Error> {
         let text = match std::fs::read_to_string(path) {
@@ -278,14 +342,14 @@ impl Config {
             ));
         }
         for (name, path) in &self.workflows {
-            super::workflows_config::check_entry(name, path)?;
+            workflows::check_entry(name, path)?;
         }
-        super::tools_config::validate(&self.tools())
+        tools::validate(&self.tools())
     }
 
     /// What of this file the toolsets read.
-    pub(crate) fn tools(&self) -> super::tools_config::ToolsConfig<'_> {
-        super::tools_config::ToolsConfig {
+    pub(crate) fn tools(&self) -> tools::ToolsConfig<'_> {
+        tools::ToolsConfig {
             toolsets: &self.toolsets,
             host_functions: &self.host_functions,
             mcp: &self.mcp,
@@ -379,12 +443,15 @@ impl Config {
         };
         builder =
             builder.dialect(Arc::new(crate::script::rhai::RhaiDialect::with_limits(self.sandbox.limits()?)));
-        builder =
-            builder.dialect(Arc::new(crate::script::lua::LuaDialect::with_limits(self.sandbox.limits()?)));
+        #[cfg(feature = "lua")]
+        {
+            builder = builder
+                .dialect(Arc::new(crate::script::lua::LuaDialect::with_limits(self.sandbox.limits()?)));
+        }
         let mut registered: Vec<String> = vec!["echo".into()];
         for (name, provider) in &self.providers {
             let built = provider.build(name, self.keyless)?;
-            super::price_config::apply_provider_prices(
+            prices::apply_provider_prices(
                 &mut prices,
                 name,
                 &provider.kind,
@@ -482,15 +549,14 @@ impl Config {
                     .accepts
                     .as_ref()
                     .map(|accepts| {
-                        super::tools_config::accepts_schema(name, accepts, self.dir.as_deref())
-                            .map_err(Error::config)
+                        tools::accepts_schema(name, accepts, self.dir.as_deref()).map_err(Error::config)
                     })
                     .transpose()?;
                 let description = host.description.as_deref().unwrap_or_default();
                 builder = builder.describe_host_function(name, description, accepts);
             }
         }
-        for toolset in super::tools_config::build_toolsets(&self.tools(), &functions)? {
+        for toolset in tools::build_toolsets(&self.tools(), &functions)? {
             builder = builder.toolset(toolset);
         }
         if let Some(n) = self.concurrency {
@@ -508,17 +574,19 @@ impl Config {
         if let Some(depth) = self.max_workflow_depth {
             builder = builder.max_workflow_depth(depth);
         }
-        builder = super::workflows_config::register(&self.workflows, self.dir.as_deref(), builder)?;
+        builder = workflows::register(&self.workflows, self.dir.as_deref(), builder)?;
         Ok((builder.prices(prices.allow_unpriced(self.budget.allow_unpriced)), uses_echo))
     }
 
     /// The same config, its providers built without their API keys (see `keyless`).
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
     pub(crate) fn keyless(mut self) -> Config {
         self.keyless = true;
         self
     }
 
     /// Names for lint: profiles, toolsets, host functions.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
     pub(crate) fn names(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
         (
             self.profiles.keys().cloned().collect(),

@@ -32,10 +32,10 @@ pub(crate) struct ProviderConfig {
     /// Prices in USD per million tokens for this provider's models (`model = [in, out]` or
     /// `model = { input, output, cache_read, cache_write, max_output }`).
     #[serde(default)]
-    pub(crate) prices: BTreeMap<String, super::price_config::PriceSpec>,
+    pub(crate) prices: BTreeMap<String, super::prices::PriceSpec>,
     /// A price for every model of this provider not in `prices` (e.g. a demo price for echo).
     #[serde(default)]
-    pub(crate) price: Option<super::price_config::PriceSpec>,
+    pub(crate) price: Option<super::prices::PriceSpec>,
     /// openai-compatible only: what the server's models support (native structured output,
     /// tools, reasoning); unset fields keep the conservative default.
     #[serde(default)]

@@ -62,7 +62,7 @@ impl HostFunctionConfig {
 
 /// One configured command.
 #[derive(Debug, Clone)]
-pub(super) struct HostCommand {
+pub(crate) struct HostCommand {
     /// The function's name, for errors.
     pub(super) name: String,
     /// The program and its arguments.
