@@ -342,10 +342,18 @@ fn a_driver_that_lost_its_lease_writes_nothing_more() {
 
     let clock = ManualClock::new(1_000_000);
     let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    // The nap lasts until the run was taken (a timed nap raced the theft: a test thread kept
+    // waiting past it let the driver write before it lost anything).
+    let (napping, woken) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let (napping_here, woken_here) = (napping.clone(), woken.clone());
     let engine = Engine::builder(store.clone(), store.clone())
-        .host_function("nap", |_| async {
-            tokio::time::sleep(Duration::from_millis(600)).await;
-            Ok(Value::Null)
+        .host_function("nap", move |_| {
+            let (napping, woken) = (napping_here.clone(), woken_here.clone());
+            async move {
+                napping.notify_one();
+                woken.notified().await;
+                Ok(Value::Null)
+            }
         })
         .lease_ttl(Duration::from_millis(90))
         .build()
@@ -359,10 +367,11 @@ fn a_driver_that_lost_its_lease_writes_nothing_more() {
     let outcome = rt.block_on(async {
         let options = RunOptions { run_id: Some(run.clone()), ..RunOptions::default() };
         let handle = engine.run(&workflow, json_null(), options).unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        napping.notified().await;
         // The lease expires (by the store's clock) and someone else takes the run.
         clock.advance(10_000);
         let thief = store.acquire(&run, "thief", Duration::from_secs(600)).unwrap();
+        woken.notify_one();
         let outcome = handle.result().await.unwrap();
         (outcome, thief)
     });
