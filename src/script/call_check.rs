@@ -53,6 +53,7 @@ impl Words {
     };
 
     /// Lua's words.
+    #[cfg_attr(not(feature = "lua"), allow(dead_code))]
     pub(crate) const LUA: Words = Words {
         closure: "function",
         list: "a list (a table like {a, b})",
@@ -68,6 +69,7 @@ impl Words {
 }
 
 /// A global's signature in Lua's words: closures as `function() ... end`.
+#[cfg_attr(not(feature = "lua"), allow(dead_code))]
 pub(crate) fn lua_signature(global: &Global) -> String {
     global.signature.replace("|item| ...", "function(item) ... end").replace("|| ...", "function() ... end")
 }
@@ -80,6 +82,7 @@ pub(crate) enum Seen<'a> {
     /// A value of a known JSON type.
     Type(&'a str),
     /// Lua's `{}`: an empty list or an empty map.
+    #[cfg_attr(not(feature = "lua"), allow(dead_code))]
     EmptyTable,
     /// A function (a Rhai closure).
     Function,
