@@ -24,6 +24,7 @@ mod options;
 mod recover;
 mod scan;
 mod shared;
+mod this;
 
 pub(super) use recover::analyze;
 
@@ -32,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use ::rhai::{AST, ASTFlags, ASTNode, Dynamic, Expr, FnPtr, ImmutableString, Position, Stmt, StmtBlock};
 use serde_json::Value;
 
-use super::line_column;
+use super::diagnostic::line_column;
 use super::sandbox::{MUTATING_METHODS, SCRIPT_VARIABLES};
 use crate::script::{Diagnostic, LintContext, Severity, global};
 
@@ -291,7 +292,7 @@ impl<'c, 'f> Linter<'c, 'f> {
             this_writers: functions
                 .named
                 .iter()
-                .filter(|function| shared::writes_this(&function.body))
+                .filter(|function| this::writes_this(&function.body))
                 .map(|function| function.name.clone())
                 .collect(),
         };
