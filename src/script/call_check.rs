@@ -6,6 +6,8 @@
 //! its own phrase for it: "a list" in Lua, "an array" in Rhai); the decisions and the
 //! messages are made here, once, in the dialect's words ([`Words`]).
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 
 use serde_json::Value;
@@ -237,22 +239,31 @@ pub(crate) fn log_level(level: &str) -> Option<String> {
     })
 }
 
-/// What tells an agent call apart from an identical one in the same body: its literal
-/// arguments, canonical, unless it has a `key` (then nothing needs telling apart).
-pub(crate) fn agent_identity(literals: Vec<Value>) -> Option<String> {
-    if literals.get(1).and_then(|options| options.get("key")).is_some() {
-        return None;
-    }
-    Some(Value::Array(literals).to_string())
-}
+/// The agent calls of one body whose arguments are all literals and that have no `key`, each
+/// with the line it first stands on: a later identical call is told apart only by its order.
+#[derive(Debug, Default)]
+pub(crate) struct AgentCalls(HashMap<String, u32>);
 
-/// The warning on an agent call that repeats the one on `first_line`.
-pub(crate) fn repeated_agent(first_line: u32, words: &Words) -> String {
-    format!(
-        "this agent call repeats the identical call on line {first_line}; the journal tells them apart only by \
-         order, so give each a distinct key option ({})",
-        words.key
-    )
+impl AgentCalls {
+    /// Notes an agent call at `line` with the literal arguments `literals`; the warning when it
+    /// repeats an earlier call of the body.
+    pub(crate) fn repeats(&mut self, literals: Vec<Value>, line: u32, words: &Words) -> Option<String> {
+        if literals.get(1).and_then(|options| options.get("key")).is_some() {
+            return None;
+        }
+        match self.0.entry(Value::Array(literals).to_string()) {
+            Entry::Occupied(first) => Some(format!(
+                "this agent call repeats the identical call on line {}; the journal tells them apart only by \
+                 order, so give each a distinct key option ({})",
+                first.get(),
+                words.key
+            )),
+            Entry::Vacant(slot) => {
+                slot.insert(line);
+                None
+            }
+        }
+    }
 }
 
 /// The message of a write, inside a branch or stage of `global`, to a captured variable.
