@@ -28,8 +28,9 @@ use futures::channel::mpsc;
 use futures::{SinkExt as _, Stream};
 use serde_json::{Value, json};
 
-use super::runs::{blocking, meta_of, parse_run_id};
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::runs::{meta_of, parse_run_id};
+use super::state::{AppState, blocking};
 use crate::store::{RunChanges, RunId, RunStatus};
 
 /// The query of `GET /v1/runs/{id}/events`.

@@ -2,6 +2,12 @@
 //! scope's `Ctx`, the conversions across the sandbox boundary (values and errors), the
 //! host-work charge and the blocking bridge onto the async engine, and the boundary's size
 //! limits.
+//!
+//! Lua's counterpart is `lua/shared.rs`. What an engine call's error is to a script and what
+//! host work costs are one set of rules for both (`script::host`); the bridge itself is not
+//! shared, because the runtimes differ: a Rhai script blocks its own thread on the engine's
+//! future ([`block`], the script clock paused) and raises `EvalAltResult`s, where a Lua
+//! coroutine yields to it and answers `(ok, ...)`.
 
 use std::cell::RefCell;
 use std::pin::pin;
@@ -122,7 +128,7 @@ pub(super) fn current() -> Result<Ctx, Box<EvalAltResult>> {
     }
     CURRENT
         .with(|stack| stack.borrow().last().cloned())
-        .ok_or_else(|| to_rhai(Error::internal("a cairn global was called outside a run")))
+        .ok_or_else(|| to_rhai(crate::script::host::outside_run()))
 }
 
 pub(super) type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
@@ -151,7 +157,7 @@ pub(super) fn to_json(value: &Dynamic) -> Result<Value, Error> {
 }
 
 pub(super) fn error_token(error: &Error) -> Dynamic {
-    to_dynamic(&serde_json::to_value(error).unwrap_or(Value::Null))
+    to_dynamic(&crate::script::host::error_record(error))
 }
 
 /// A cairn error as a script error. Budget exhaustion, cancellation, sandbox limits and
@@ -167,8 +173,7 @@ pub(super) fn to_rhai(error: Error) -> Box<EvalAltResult> {
 }
 
 pub(super) fn error_from_token(token: &Dynamic) -> Option<Error> {
-    let value = to_json(token).ok()?;
-    serde_json::from_value::<Error>(value).ok()
+    crate::script::host::error_of_record(to_json(token).ok()?)
 }
 
 pub(super) fn at(pos: Position) -> String {
