@@ -115,7 +115,7 @@ pub use planner::{
     start_planned,
 };
 pub use provider::{ChatEvent, ChatRequest, Provider};
-pub use script::bound::{AgentSite, CallBound, CostBound, cost_bound};
+pub use script::bound::{AgentSite, CallBound, CallPaths, CostBound, cost_bound};
 #[cfg(feature = "lua")]
 pub use script::lua::LuaDialect;
 pub use script::rhai::RhaiDialect;

@@ -13,6 +13,12 @@
 //! Every guard reads [`Ledger::spent`] and [`Ledger::in_flight`]: the turn guard grants the
 //! next attempt against the first, the live cut compares the second with the ceiling (through
 //! [`super::BudgetHooks`], which puts it on the call's reservation where siblings see it).
+//!
+//! The ledger sits on every stream event of every attempt, so it is kept cheap (#23: at most
+//! 1 µs per attempt, `benches/ledger.rs`) without changing a result: the running estimate is
+//! priced again only when an event changes what is priced (the streamed tokens or the
+//! provider's running usage), [`Price::cost`] takes a 64-bit path, and the models that served
+//! the call are interned, so an attempt by a model already seen allocates nothing.
 
 use crate::model::Price;
 use crate::money::Money;
@@ -22,7 +28,8 @@ use crate::usage::{AttemptEnd, AttemptRecord, Usage};
 /// The attempt on the wire.
 #[derive(Debug)]
 struct Open {
-    model: String,
+    /// Its model, as an index into [`Ledger::models`].
+    model: usize,
     price: Option<Price>,
     /// The estimate weight streamed of every kind billed as output (text, reasoning, tool
     /// arguments).
@@ -33,9 +40,24 @@ struct Open {
     observed: bool,
     /// The request's input estimate, made once per attempt (it walks the conversation).
     input_estimate: std::cell::OnceCell<u64>,
+    /// The running estimate's cost as of the last event that changed what is priced; `None`
+    /// before the first observation and for an unpriced model.
+    running: Option<Money>,
 }
 
 impl Open {
+    /// Adds streamed estimate weight; whether the streamed token count changed.
+    fn stream(&mut self, weight: usize) -> bool {
+        let before = crate::provider::estimate_tokens_for_chars(self.streamed_chars);
+        self.streamed_chars += weight;
+        crate::provider::estimate_tokens_for_chars(self.streamed_chars) != before
+    }
+
+    /// What the running estimate costs now.
+    fn price_running(&self, request: &ChatRequest) -> Option<Money> {
+        Some(self.price?.cost(&self.partial(request)))
+    }
+
     fn partial(&self, request: &ChatRequest) -> Usage {
         let estimate =
             || *self.input_estimate.get_or_init(|| crate::provider::estimate_request_tokens(request));
@@ -50,8 +72,20 @@ pub(crate) struct Ledger {
     spent: Option<Money>,
     /// The usage of every ended attempt.
     usage: Usage,
-    attempts: Vec<AttemptRecord>,
+    attempts: Vec<Attempt>,
+    /// Every model that served an attempt, each once (attempts name them by index).
+    models: Vec<String>,
     open: Option<Open>,
+}
+
+/// An ended attempt, as the ledger keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    /// Its model, as an index into [`Ledger::models`].
+    model: usize,
+    end: AttemptEnd,
+    usage: Usage,
+    cost: Option<Money>,
 }
 
 impl Default for Ledger {
@@ -63,7 +97,13 @@ impl Default for Ledger {
 impl Ledger {
     /// An empty ledger.
     pub(crate) fn new() -> Ledger {
-        Ledger { spent: Some(Money::ZERO), usage: Usage::default(), attempts: Vec::new(), open: None }
+        Ledger {
+            spent: Some(Money::ZERO),
+            usage: Usage::default(),
+            attempts: Vec::new(),
+            models: Vec::new(),
+            open: None,
+        }
     }
 
     /// What the ended attempts cost (zero for unpriced usage: an unpriced model's guard is
@@ -89,13 +129,22 @@ impl Ledger {
 
     /// Opens an attempt served by `model` at `price` (after the turn guard granted it).
     pub(crate) fn open(&mut self, model: &str, price: Option<Price>) {
+        // A call's attempts are served by one model, or a few on failover: the latest first.
+        let model = match self.models.iter().rposition(|seen| seen == model) {
+            Some(index) => index,
+            None => {
+                self.models.push(model.to_owned());
+                self.models.len() - 1
+            }
+        };
         self.open = Some(Open {
-            model: model.to_owned(),
+            model,
             price,
             streamed_chars: 0,
             live: Usage::default(),
             observed: false,
             input_estimate: std::cell::OnceCell::new(),
+            running: None,
         });
     }
 
@@ -104,15 +153,20 @@ impl Ledger {
     pub(crate) fn observe(&mut self, event: &ChatEvent, request: &ChatRequest) -> Option<Money> {
         let open = self.open.as_mut()?;
         open.observed = true;
-        match event {
+        let changed = match event {
             ChatEvent::TextDelta(delta) | ChatEvent::ReasoningDelta(delta) => {
-                open.streamed_chars += crate::provider::estimate_weight(delta)
+                open.stream(crate::provider::estimate_weight(delta))
             }
             ChatEvent::ToolCallDelta { arguments_delta, .. } => {
-                open.streamed_chars += crate::provider::estimate_weight(arguments_delta)
+                open.stream(crate::provider::estimate_weight(arguments_delta))
             }
-            ChatEvent::Usage(usage) => open.live = *usage,
-            _ => {}
+            ChatEvent::Usage(usage) => std::mem::replace(&mut open.live, *usage) != *usage,
+            _ => false,
+        };
+        // The estimate depends on nothing else while the attempt is open (its input estimate
+        // is made once): an event that changed none of it leaves its cost as it was.
+        if changed || open.running.is_none() {
+            open.running = open.price_running(request);
         }
         self.in_flight(request)
     }
@@ -121,9 +175,11 @@ impl Ledger {
     /// the open attempt's model is unpriced.
     pub(crate) fn in_flight(&self, request: &ChatRequest) -> Option<Money> {
         let open = self.open.as_ref()?;
-        let price = open.price?;
-        let partial = open.partial(request);
-        Some(self.spent().saturating_add(price.cost(&partial)))
+        let running = match open.running {
+            Some(running) => running,
+            None => open.price_running(request)?,
+        };
+        Some(self.spent().saturating_add(running))
     }
 
     /// Settles the open attempt with the provider's billed usage; returns it.
@@ -164,7 +220,7 @@ impl Ledger {
                 _ => None,
             };
         }
-        self.attempts.push(AttemptRecord { model: open.model, end, usage, cost });
+        self.attempts.push(Attempt { model: open.model, end, usage, cost });
     }
 
     /// Where the next attempt will be, to measure a turn by ([`Ledger::since`]).
@@ -189,12 +245,19 @@ impl Ledger {
     /// `usage` and `cost` say everything).
     pub(crate) fn journaled_attempts(&self) -> Vec<AttemptRecord> {
         let charged = || self.attempts.iter().filter(|a| a.end != AttemptEnd::Refused);
-        let mut models = charged().map(|a| a.model.as_str());
+        let mut models = charged().map(|a| a.model);
         let Some(first) = models.next() else { return Vec::new() };
         if models.all(|m| m == first) {
             return Vec::new();
         }
-        charged().cloned().collect()
+        charged()
+            .map(|a| AttemptRecord {
+                model: self.models[a.model].clone(),
+                end: a.end,
+                usage: a.usage,
+                cost: a.cost,
+            })
+            .collect()
     }
 }
 
@@ -269,5 +332,52 @@ mod tests {
         assert_eq!(ledger.since(1).1, None, "an unpriced attempt leaves the turn unpriced");
         assert_eq!(attempts[0].model, "p:a");
         assert_eq!(attempts[1].cost, Some(Money::from_usd(0.01).unwrap()));
+    }
+
+    fn event() -> impl proptest::strategy::Strategy<Value = ChatEvent> {
+        use proptest::prelude::*;
+        prop_oneof![
+            "[a-z\u{e9}\u{65e5} ]{0,9}".prop_map(ChatEvent::TextDelta),
+            "[a-z]{0,5}".prop_map(ChatEvent::ReasoningDelta),
+            (0u64..50, 0u64..50, 0u64..5).prop_map(|(input_tokens, output_tokens, cache_read_tokens)| {
+                ChatEvent::Usage(Usage { input_tokens, output_tokens, cache_read_tokens, ..Usage::default() })
+            }),
+            "[a-z{}]{0,6}".prop_map(|arguments_delta| ChatEvent::ToolCallDelta {
+                wire_id: "w".into(),
+                arguments_delta
+            }),
+            Just(ChatEvent::ToolCallStart { wire_id: "w".into(), name: "t".into() }),
+            Just(ChatEvent::Opened),
+        ]
+    }
+
+    proptest::proptest! {
+        /// What `observe` returns, from the estimate it keeps, is what pricing the attempt's
+        /// running estimate afresh gives after every event, across attempts and models.
+        #[test]
+        fn the_kept_estimate_is_always_the_fresh_one(
+            attempts in proptest::collection::vec(
+                (0usize..3, proptest::collection::vec(event(), 0..12), proptest::bool::ANY),
+                1..5,
+            ),
+        ) {
+            let request = ChatRequest::new("m", vec![Message::user("write at length")]);
+            let prices = [Some(price(1000.0)), Some(price(3.0)), None];
+            let mut ledger = Ledger::new();
+            for (model, events, settle) in attempts {
+                ledger.open(["p:a", "p:b", "p:c"][model], prices[model]);
+                for event in &events {
+                    let kept = ledger.observe(event, &request);
+                    let open = ledger.open.as_ref().unwrap();
+                    let fresh = open.price_running(&request).map(|r| ledger.spent().saturating_add(r));
+                    proptest::prop_assert_eq!(kept, fresh);
+                }
+                if settle {
+                    ledger.settle(Usage { output_tokens: 7, ..Usage::default() });
+                } else {
+                    ledger.abandon(&request);
+                }
+            }
+        }
     }
 }

@@ -195,7 +195,10 @@ async fn run_turns(
         *last = None;
         hooks.turn_started(state.turns, &spec.request);
         let mark = ledger.mark();
-        let turn = turn_with_retries(&mut spec, &mut ledger, hooks, cancel, on_delta).await;
+        let mut on_charged = |messages: &mut Vec<Message>, charged| {
+            state.save_charged(hooks, messages, charged, reprompts, invalid_calls)
+        };
+        let turn = turn_with_retries(&mut spec, &mut ledger, hooks, cancel, on_delta, &mut on_charged).await;
         drop(slot);
         let (charged, cost) = ledger.since(mark);
         let turn = match turn {

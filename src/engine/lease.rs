@@ -15,10 +15,12 @@
 //! between records the same resolution twice, and the second attempt is recorded as not
 //! applied.
 
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::registry::EngineInner;
 use super::resolution::{check_stored_resolution, claim_first, resolve_stored, target_of};
@@ -146,6 +148,122 @@ pub(crate) fn renew(engine: &EngineInner, lease: &Lease) -> Result<(), Error> {
         Some(leases) => leases.renew(lease, engine.lease_ttl).map_err(Error::from),
         None => Ok(()),
     }
+}
+
+/// Stops what keeps a segment's lease: its renewal thread and its inbox drain. Dropped with
+/// the segment's state, it stops them too.
+#[derive(Debug, Default)]
+pub(crate) struct Keeper {
+    /// Set once stopped; the renewal thread waits on it between renewals.
+    stopped: Arc<(Mutex<bool>, Condvar)>,
+    /// The same, for the inbox drain (a task).
+    token: CancellationToken,
+    /// Why the segment lost its lease, once it did.
+    loss: Mutex<Option<Error>>,
+}
+
+impl Keeper {
+    /// Stops renewing and draining.
+    pub(crate) fn stop(&self) {
+        let (stopped, wake) = &*self.stopped;
+        *lock(stopped) = true;
+        wake.notify_all();
+        self.token.cancel();
+    }
+
+    /// Records why the segment lost its lease (the first reason stands).
+    pub(crate) fn lost(&self, error: &Error) {
+        self.loss.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| error.clone());
+    }
+
+    /// Why the segment lost its lease, if it did.
+    pub(crate) fn loss(&self) -> Option<Error> {
+        self.loss.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Fires once stopped (what the inbox drain waits on).
+    pub(crate) fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn lock(stopped: &Mutex<bool>) -> MutexGuard<'_, bool> {
+    stopped.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How often a lease of `ttl` is renewed: three times per ttl, so one late renewal never lets
+/// it lapse.
+fn renewal_interval(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(10))
+}
+
+/// Renews `lease` every third of its ttl on a thread of its own until `keeper` stops, and
+/// calls `lost` once the store refuses a renewal (the lease lapsed and may be another
+/// driver's): nothing the segment writes afterwards can land.
+///
+/// A thread, not a task: a lease must outlive anything that holds up the run's async
+/// runtime (a blocking call in a task, a host that blocks its own runtime, every worker busy),
+/// which would otherwise stop the renewal while the run goes on, until its next write finds
+/// the lease gone. The renewal shares nothing with the inbox drain either, whose store reads
+/// and appends may take their time. A store failure other than the refusal (a busy
+/// database, a dropped connection) is tried again at the next interval: the lease holds
+/// until its ttl runs out, and a renewal after that is refused.
+///
+/// # Errors
+/// `internal` when the thread cannot be started.
+pub(super) fn keep_renewed(
+    keeper: &Keeper,
+    engine: Arc<EngineInner>,
+    lease: Lease,
+    lost: impl FnOnce(Error) + Send + 'static,
+) -> Result<(), Error> {
+    let stopped = keeper.stopped.clone();
+    let every = renewal_interval(engine.lease_ttl);
+    let ttl = engine.lease_ttl;
+    let renewing = move || {
+        let (flag, wake) = &*stopped;
+        let mut renewed = Instant::now();
+        loop {
+            let due = Instant::now() + every;
+            let mut held = lock(flag);
+            while !*held {
+                let now = Instant::now();
+                if now >= due {
+                    break;
+                }
+                held = wake.wait_timeout(held, due - now).unwrap_or_else(|p| p.into_inner()).0;
+            }
+            if *held {
+                return;
+            }
+            drop(held);
+            match renew(&engine, &lease) {
+                Ok(()) => renewed = Instant::now(),
+                Err(e) if e.code == ErrorCode::RunBusy => {
+                    // How long this process went without renewing says why it lost the run.
+                    let message = format!(
+                        "{} (last renewed {} ms before, ttl {} ms)",
+                        e.message,
+                        renewed.elapsed().as_millis(),
+                        ttl.as_millis()
+                    );
+                    return lost(Error::new(e.code, message));
+                }
+                Err(_) => {}
+            }
+        }
+    };
+    std::thread::Builder::new()
+        .name("cairn-lease".into())
+        .spawn(renewing)
+        .map(drop)
+        .map_err(|e| Error::internal(format!("cannot start the thread that renews the run's lease: {e}")))
 }
 
 fn inbox_prefix(run: &RunId) -> String {

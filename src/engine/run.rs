@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -78,8 +78,8 @@ pub(crate) struct RunState {
     /// The run's lease, when the store grants leases: every write of this segment is fenced
     /// with it.
     pub(super) lease: Option<Lease>,
-    /// Stops the task that renews the lease and drains the inbox.
-    keeper: CancellationToken,
+    /// Stops the thread that renews the lease and the task that drains the inbox.
+    keeper: lease::Keeper,
     /// Whether re-keyed calls may run, and the ones refused.
     pub(crate) rekeys: Rekeys,
     /// How far ahead a wait's deadline may lie for the run to stay live, holding its timer,
@@ -98,6 +98,8 @@ pub(super) enum Stop {
     Refused,
     Deadline,
     Suspended,
+    /// The lease lapsed or was taken (`RunState::lease_lost`).
+    LeaseLost,
 }
 
 /// What one segment of a run starts from.
@@ -190,7 +192,7 @@ impl RunState {
             span_base: segment_base(segment.index),
             policy: segment.policy,
             lease: segment.lease,
-            keeper: CancellationToken::new(),
+            keeper: lease::Keeper::default(),
             rekeys: Rekeys::new(segment.accept_rekey),
             hold_timers: segment.hold_timers,
             call_records,
@@ -385,6 +387,12 @@ impl RunState {
                 ErrorCode::Cancelled,
                 "the resume stopped: a call's identity changed since it was paid",
             ),
+            Some(Stop::LeaseLost) => self.keeper.loss().unwrap_or_else(|| {
+                Error::new(
+                    ErrorCode::RunBusy,
+                    format!("run {} lost its lease, so this process stopped driving it", self.run_id),
+                )
+            }),
             _ => Error::new(ErrorCode::Cancelled, "the run was cancelled"),
         }
     }
@@ -530,42 +538,37 @@ impl RunState {
                 self.run_id, error.message
             ),
         );
+        self.keeper.lost(&error);
         self.writer.latch(error);
-        self.cancel.cancel();
+        self.stop_with(Stop::LeaseLost);
     }
 
-    /// Keeps the segment's lease alive (renewed every third of its ttl) and drains the run's
-    /// inbox while it has open waits, until the run settles or is gone.
+    /// Keeps the segment's lease alive (renewed every third of its ttl, on a thread of its
+    /// own: `lease::keep_renewed`) and drains the run's inbox while it has open waits, until
+    /// the run settles or is gone.
     pub(super) fn keep_lease(self: &Arc<Self>) {
+        if let Some(lease) = &self.lease {
+            let weak: Weak<RunState> = Arc::downgrade(self);
+            let lost = move |e| {
+                if let Some(state) = weak.upgrade() {
+                    // Every later write is fenced off anyway: stop dispatching now.
+                    state.lease_lost(e);
+                }
+            };
+            if let Err(e) = lease::keep_renewed(&self.keeper, self.engine.clone(), lease.clone(), lost) {
+                self.lease_lost(e);
+                return;
+            }
+        }
         let weak: Weak<RunState> = Arc::downgrade(self);
-        let lease = self.lease.clone();
-        let stop = self.keeper.clone();
-        let ttl = self.engine.lease_ttl;
-        let renew_every = (ttl / 3).max(Duration::from_millis(10));
+        let stop = self.keeper.token();
         tokio::spawn(async move {
-            let mut renewed = Instant::now();
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(INBOX_POLL.min(renew_every)) => {}
+                    _ = tokio::time::sleep(INBOX_POLL) => {}
                     _ = stop.cancelled() => return,
                 }
                 let Some(state) = weak.upgrade() else { return };
-                if let Some(lease) = &lease
-                    && renewed.elapsed() >= renew_every
-                {
-                    let engine = state.engine.clone();
-                    let held = lease.clone();
-                    let renewal = tokio::task::spawn_blocking(move || lease::renew(&engine, &held)).await;
-                    match renewal {
-                        Ok(Ok(())) => renewed = Instant::now(),
-                        Ok(Err(e)) => {
-                            // Every later write is fenced off anyway: stop dispatching now.
-                            state.lease_lost(e);
-                            return;
-                        }
-                        Err(_) => {}
-                    }
-                }
                 if state.has_waits() && !stop.is_cancelled() {
                     let drained = state.clone();
                     let _ = tokio::task::spawn_blocking(move || drained.drain_inbox()).await;
@@ -590,7 +593,7 @@ impl RunState {
 
     /// Stops keeping the lease and gives it up: the run is free for the next driver.
     pub(super) fn release_lease(&self) {
-        self.keeper.cancel();
+        self.keeper.stop();
         lease::release(&self.engine, self.lease.as_ref());
     }
 }

@@ -136,15 +136,42 @@ impl Price {
     }
 
     /// The cost of `usage` at this price, rounded up to the next nano-USD.
+    ///
+    /// Every live cut prices a streaming turn's running estimate, so this is on the hot path:
+    /// when the rates are not negative and the products fit in 64 bits (any real usage at
+    /// any real price) it is computed in `u64`, whose division by a constant compiles to a
+    /// multiply; otherwise in `i128`, which cannot overflow. Both give the same result
+    /// (a proptest holds them equal).
     pub fn cost(&self, usage: &Usage) -> Money {
+        self.cost_narrow(usage).unwrap_or_else(|| self.cost_wide(usage))
+    }
+
+    /// [`Price::cost`] in `u64`; `None` when a rate is negative or anything overflows.
+    fn cost_narrow(&self, usage: &Usage) -> Option<Money> {
+        let rate = |money: Money| u64::try_from(money.nano_usd()).ok();
         let cached = usage.cache_read_tokens.saturating_add(usage.cache_write_tokens);
         let plain_input = usage.input_tokens.saturating_sub(cached);
-        let nanos_times_million: i128 = plain_input as i128 * self.input_per_mtok.nano_usd() as i128
-            + usage.cache_read_tokens as i128 * self.cache_read_per_mtok.nano_usd() as i128
-            + usage.cache_write_tokens as i128 * self.cache_write_per_mtok.nano_usd() as i128
-            + usage.output_tokens as i128 * self.output_per_mtok.nano_usd() as i128;
-        let nanos = (nanos_times_million + 999_999) / 1_000_000;
-        Money::from_nano_usd(nanos.min(i64::MAX as i128) as i64)
+        let nanos_times_million = plain_input
+            .checked_mul(rate(self.input_per_mtok)?)?
+            .checked_add(usage.cache_read_tokens.checked_mul(rate(self.cache_read_per_mtok)?)?)?
+            .checked_add(usage.cache_write_tokens.checked_mul(rate(self.cache_write_per_mtok)?)?)?
+            .checked_add(usage.output_tokens.checked_mul(rate(self.output_per_mtok)?)?)?;
+        let nanos = nanos_times_million.checked_add(999_999)? / 1_000_000;
+        Some(Money::from_nano_usd(nanos.min(i64::MAX as u64) as i64))
+    }
+
+    /// [`Price::cost`] in `i128`: each product fits (a `u64` count times an `i64` rate), and
+    /// their sum saturates instead of wrapping, so any usage at any rates has a cost.
+    fn cost_wide(&self, usage: &Usage) -> Money {
+        let cached = usage.cache_read_tokens.saturating_add(usage.cache_write_tokens);
+        let plain_input = usage.input_tokens.saturating_sub(cached);
+        let product = |tokens: u64, rate: Money| i128::from(tokens) * i128::from(rate.nano_usd());
+        let nanos_times_million = product(plain_input, self.input_per_mtok)
+            .saturating_add(product(usage.cache_read_tokens, self.cache_read_per_mtok))
+            .saturating_add(product(usage.cache_write_tokens, self.cache_write_per_mtok))
+            .saturating_add(product(usage.output_tokens, self.output_per_mtok));
+        let nanos = nanos_times_million.saturating_add(999_999) / 1_000_000;
+        Money::from_nano_usd(nanos.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
     }
 }
 
@@ -339,6 +366,62 @@ mod tests {
         // $3 / Mtok input, $15 / Mtok output: 1000 in + 100 out = $0.003 + $0.0015.
         let usage = Usage { input_tokens: 1000, output_tokens: 100, ..Usage::default() };
         assert_eq!(price.cost(&usage), Money::from_nano_usd(4_500_000));
+    }
+
+    /// Any token count below 2^40 or anywhere in `u64`, so both paths are exercised: the
+    /// narrow one for real usage, the wide one past what 64 bits hold.
+    fn tokens() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![0u64..(1 << 40), any::<u64>()]
+    }
+
+    /// Rates in nano-USD per million tokens: real ones, negative ones (which only the wide
+    /// path takes) and extreme ones.
+    fn rate() -> impl proptest::strategy::Strategy<Value = Money> {
+        use proptest::prelude::*;
+        prop_oneof![0i64..200_000_000_000, any::<i64>()].prop_map(Money::from_nano_usd)
+    }
+
+    proptest::proptest! {
+        /// The `u64` fast path of `Price::cost` gives exactly what the `i128` path gives,
+        /// whenever it answers at all.
+        #[test]
+        fn the_narrow_cost_equals_the_wide_one(
+            input in tokens(), output in tokens(), cache_read in tokens(), cache_write in tokens(),
+            rates in (rate(), rate(), rate(), rate()),
+        ) {
+            let price = Price {
+                input_per_mtok: rates.0,
+                output_per_mtok: rates.1,
+                cache_read_per_mtok: rates.2,
+                cache_write_per_mtok: rates.3,
+                max_output_tokens: None,
+            };
+            let usage = Usage {
+                input_tokens: input,
+                output_tokens: output,
+                cache_read_tokens: cache_read,
+                cache_write_tokens: cache_write,
+                ..Usage::default()
+            };
+            if let Some(narrow) = price.cost_narrow(&usage) {
+                proptest::prop_assert_eq!(narrow, price.cost_wide(&usage));
+            }
+            proptest::prop_assert_eq!(price.cost(&usage), price.cost_wide(&usage));
+        }
+    }
+
+    #[test]
+    fn the_narrow_path_answers_for_real_usage_and_steps_aside_past_64_bits() {
+        let price = Price::flat(Money::from_usd(3.0).unwrap(), Money::from_usd(15.0).unwrap());
+        let usage = Usage { input_tokens: 200_000, output_tokens: 64_000, ..Usage::default() };
+        assert_eq!(price.cost_narrow(&usage), Some(Money::from_nano_usd(1_560_000_000)));
+        let huge = Usage { output_tokens: u64::MAX, ..Usage::default() };
+        assert_eq!(price.cost_narrow(&huge), None);
+        assert_eq!(price.cost(&huge), Money::MAX);
+        let negative = Price::flat(Money::from_nano_usd(-1), Money::ZERO);
+        assert_eq!(negative.cost_narrow(&usage), None);
+        assert_eq!(negative.cost(&usage), Money::ZERO);
     }
 
     #[test]

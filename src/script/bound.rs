@@ -6,18 +6,23 @@
 //! construct whose count it cannot bound (a `while` loop that calls agents, a child workflow, a
 //! loop over a value of unknown size), with its position. The count is priced
 //! ([`cost_bound`], in `bound/price.rs`) with the engine's registries and price table, the way
-//! admission does. This file holds the data both sides share; beside it, what both dialects'
-//! analyses share: the per-site counts (`count.rs`), the sites and how a site reached in several
-//! contexts merges (`sites.rs`), every unbounded reason's wording (`reason.rs`), and how an
-//! analysis runs (`guard.rs`).
+//! admission does. This file holds the data both sides share; beside it, the one analysis
+//! both dialects share: each dialect's front end lowers its syntax tree into a shape
+//! (`shape.rs`) that `eval.rs` walks over the values of `value.rs`, counting per site
+//! (`count.rs`) and merging what a site's options say over the contexts that reach it
+//! (`sites.rs`); every unbounded reason is worded in `reason.rs`, and `guard.rs` says how an
+//! analysis runs.
 
 pub(crate) mod count;
+pub(crate) mod eval;
 pub(crate) mod guard;
 mod price;
 pub(crate) mod reason;
+pub(crate) mod shape;
 pub(crate) mod sites;
 #[cfg(test)]
 mod tests;
+pub(crate) mod value;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -32,8 +37,12 @@ pub enum CallBound {
     /// Every agent call site, with how many times it can run at most.
     Bounded {
         /// The call sites, in source order; a site inside a function called from two places
-        /// appears once, with both counts summed.
+        /// appears once, with both counts summed, and a site in a branch with its count in
+        /// its branch's arm.
         sites: Vec<AgentSite>,
+        /// How the sites' calls add up along the paths a run can take: of a branch's arms,
+        /// one runs.
+        paths: CallPaths,
     },
     /// Some construct makes the count unbounded.
     Unbounded {
@@ -47,14 +56,43 @@ pub enum CallBound {
 }
 
 impl CallBound {
-    /// The most agent calls the script can make, when bounded.
+    /// The most agent calls the script can make, when bounded: calls in sequence add, loops
+    /// multiply, and a branch counts its larger arm.
     pub fn max_agent_calls(&self) -> Option<u64> {
         match self {
-            CallBound::Bounded { sites } => {
-                Some(sites.iter().fold(0u64, |sum, site| sum.saturating_add(site.max_calls)))
-            }
+            CallBound::Bounded { paths, .. } => Some(paths.max_calls()),
             CallBound::Unbounded { .. } => None,
         }
+    }
+}
+
+/// How a bounded script's agent calls add up along the paths a run can take: calls one after
+/// the other add, a loop multiplies its body, and of a branch's arms one runs. Each
+/// [`AgentSite::max_calls`] is the most its site can run on any path; summing them would count
+/// every arm of every branch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallPaths(count::SiteCounts);
+
+impl CallPaths {
+    /// The most agent calls along any path.
+    pub fn max_calls(&self) -> u64 {
+        self.0.total(&count::Weigh {
+            zero: 0u64,
+            weight: &|_| 1,
+            times: &|calls: u64, n| calls.saturating_mul(n),
+            plus: &|a: u64, b| a.saturating_add(b),
+        })
+    }
+
+    /// The most a run can cost along any path, each call of the site at (line, column)
+    /// costing `per_call(line, column)`.
+    pub(crate) fn worst(&self, per_call: &dyn Fn((u32, u32)) -> Money) -> Money {
+        self.0.total(&count::Weigh {
+            zero: Money::ZERO,
+            weight: per_call,
+            times: &|cost: Money, n| cost.times(n),
+            plus: &|a: Money, b| a.saturating_add(b),
+        })
     }
 }
 

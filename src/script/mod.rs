@@ -9,6 +9,7 @@
 
 pub(crate) mod args_check;
 pub(crate) mod bound;
+pub(crate) mod call_check;
 pub(crate) mod captured;
 pub(crate) mod child_args;
 pub(crate) mod host;

@@ -60,23 +60,7 @@ async fn the_journal_route_reads_one_page_from_the_store() {
         })
         .collect();
     inner.append(&run, &raw, None).unwrap();
-    let meta = RunMeta {
-        run_id: run.clone(),
-        status: RunStatus::Ok,
-        name: None,
-        tags: Vec::new(),
-        created_at_ms: 1,
-        updated_at_ms: 1,
-        hash_version: 1,
-        budget_ceiling: None,
-        dialect: None,
-        source_ref: None,
-        source_hash: None,
-        args_hash: None,
-        segments: 1,
-        extra: serde_json::Map::new(),
-    };
-    inner.put_meta(&meta, None).unwrap();
+    inner.put_meta(&crate::store::conformance::fixtures::meta("paged", RunStatus::Ok, 1), None).unwrap();
     let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryStore::new());
     let engine = crate::Engine::builder(Arc::new(PagesOnly(inner)), transcripts).build().unwrap();
     let app = super::router(engine, super::ServiceOptions::default());

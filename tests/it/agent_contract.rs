@@ -278,7 +278,7 @@ fn kill_at_request(dir: &std::path::Path, id: &str, server: &ScriptedServer, n: 
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
-        .env("CAIRN_LEASE_TTL_MS", "300")
+        .env_remove("CAIRN_LEASE_TTL_MS")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -72,15 +72,16 @@ const CORPUS: &[(&str, &str, Option<u64>)] = &[
     (r#"parallel([|| agent("a"), || agent("b"), || 1])"#, "{}", Some(2)),
     (r#"pipeline(args.xs, [|x| agent(`${x}`), |y| agent(`s2 ${y}`)])"#, r#"{"xs": [1, 2, 3]}"#, Some(6)),
     (r#"step("one", || agent("a")); phase("two", || agent("b"))"#, "{}", Some(2)),
+    // One arm of a branch runs: the larger.
     (
         r#"let r = agent("q"); if r.len() > 3 { agent("long"); agent("l2") } else { agent("short") }"#,
         "{}",
-        Some(4),
+        Some(3),
     ),
     (
         r#"let n = agent("q").len(); switch n % 2 { 0 => agent("even"), _ => { agent("odd"); agent("odd2") } }"#,
         "{}",
-        Some(4),
+        Some(3),
     ),
     (r#"try { agent("a"); throw "no"; } catch (e) { agent("b") }"#, "{}", Some(2)),
     (
@@ -248,10 +249,10 @@ fn the_bench_script_is_bounded_by_its_args() {
     let source = include_str!("../../benches/bound.rhai");
     let args = json!({"repos": ["cairn", "rulvar", "pma-core"], "reviewers": ["ana", "bo"], "rounds": 2});
     // 3 × 3 classifications, 3 sections × 2 agent stages, 2 + 2 reviews, 2 rounds × 2,
-    // 3 announcements, the largest `switch` case per site (2).
-    assert_eq!(rhai.call_bound(source, &args).max_agent_calls(), Some(28));
+    // 3 announcements, one `switch` case (1: its two agent cases exclude each other).
+    assert_eq!(rhai.call_bound(source, &args).max_agent_calls(), Some(27));
     let args = json!({"repos": ["one"], "reviewers": [], "rounds": 5, "sections": ["fix"]});
-    assert_eq!(rhai.call_bound(source, &args).max_agent_calls(), Some(1 + 2 + 2 + 10 + 3 + 2));
+    assert_eq!(rhai.call_bound(source, &args).max_agent_calls(), Some(1 + 2 + 2 + 10 + 3 + 1));
     // Without reviewers the fan-out over them has no size.
     let CallBound::Unbounded { reason, line, .. } = rhai.call_bound(source, &json!({"repos": ["one"]}))
     else {
@@ -321,4 +322,59 @@ fn lint_bound_prints_the_bound_and_puts_it_in_json() {
     assert!(serde_json::from_slice::<Value>(&out.get_output().stdout).unwrap().is_array());
     cairn_in(dir.path()).args(["lint", "fan.rhai", "--args", "{}"]).assert().code(2);
     cairn_in(dir.path()).args(["lint", "fan.rhai", "--bound", "--args", "{nope"]).assert().code(2);
+}
+
+/// `cairn lint --bound` in both dialects (#29): a default (`args.x ?? [...]`, `args.x or {...}`)
+/// bounds a loop over it by the args given, else by its own length; a loop over an args value
+/// the run is not given, with no default, says so; a branch counts its larger arm.
+#[test]
+fn lint_bound_reads_defaults_and_takes_the_larger_arm_in_both_dialects() {
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = [
+        (
+            "flow.rhai",
+            "let topics = args.topics ?? [\"a\", \"b\", \"c\"];\nparallel(topics, |t| agent(`about ${t}`));\n\
+             if agent(\"q\") == \"y\" { agent(\"a\"); agent(\"b\") } else { agent(\"c\") }\n",
+            "parallel(args.topics, |t| agent(t))\n",
+        ),
+        (
+            "flow.lua",
+            "local topics = args.topics or { \"a\", \"b\", \"c\" }\n\
+             parallel(topics, function(t) return agent(\"about \" .. t) end)\n\
+             if agent(\"q\") == \"y\" then agent(\"a\") agent(\"b\") else agent(\"c\") end\nreturn 1\n",
+            "return parallel(args.topics, function(t) return agent(t) end)\n",
+        ),
+    ];
+    let bound = |file: &str, args: Option<&str>| -> Value {
+        let mut cmd = cairn_in(dir.path());
+        cmd.args(["lint", file, "--bound", "--json"]);
+        if let Some(args) = args {
+            cmd.args(["--args", args]);
+        }
+        let out = cmd.assert().success();
+        serde_json::from_slice::<Value>(&out.get_output().stdout).unwrap()["cost_bound"].clone()
+    };
+    for (file, with_default, without) in scripts {
+        std::fs::write(dir.path().join(file), with_default).unwrap();
+        // No args: the default's three topics, the question, the larger arm (2).
+        assert_eq!(bound(file, None)["max_agent_calls"], 6, "{file}");
+        // The args give one topic: the default is not read.
+        assert_eq!(bound(file, Some(r#"{"topics": ["x"]}"#))["max_agent_calls"], 4, "{file}");
+        assert_eq!(
+            bound(file, Some(r#"{"topics": ["x", "y", "z", "w", "v"]}"#))["max_agent_calls"],
+            8,
+            "{file}"
+        );
+        // The text form says the same.
+        let out = cairn_in(dir.path()).args(["lint", file, "--bound"]).assert().success();
+        let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+        assert!(text.starts_with("cost bound: at most 6 agent calls, worst case $"), "{file}: {text}");
+        std::fs::write(dir.path().join(file), without).unwrap();
+        let reason = bound(file, None)["unbounded"].as_str().unwrap().to_owned();
+        assert!(
+            reason.contains("`parallel` fan-out") && reason.contains("missing") && reason.contains("default"),
+            "{file}: {reason}"
+        );
+        assert_eq!(bound(file, Some(r#"{"topics": ["x", "y"]}"#))["max_agent_calls"], 2, "{file}");
+    }
 }

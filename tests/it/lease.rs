@@ -308,7 +308,7 @@ fn a_file_size_limit_ends_the_run_with_a_typed_store_error_and_a_resume_finishes
             .arg("-c")
             .arg(&script)
             .current_dir(dir.path())
-            .env("CAIRN_LEASE_TTL_MS", "300")
+            .env_remove("CAIRN_LEASE_TTL_MS")
             .output()
             .unwrap();
         let stderr = text(&out.stderr);
@@ -318,7 +318,7 @@ fn a_file_size_limit_ends_the_run_with_a_typed_store_error_and_a_resume_finishes
         assert!(stderr.contains("cairn resume full"), "jsonl={jsonl}: {stderr}");
         let out = cairn(dir.path(), &store)
             .args(["resume", "full", "--wait", "--json", "-q"])
-            .env("CAIRN_LEASE_TTL_MS", "300")
+            .env_remove("CAIRN_LEASE_TTL_MS")
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "jsonl={jsonl}: {}", text(&out.stderr));
@@ -377,4 +377,93 @@ fn a_driver_that_lost_its_lease_writes_nothing_more() {
 
 fn json_null() -> Value {
     Value::Null
+}
+
+/// A journal store that counts the renewals of its leases (the rest is a [`MemoryStore`]'s).
+#[derive(Debug)]
+struct CountingRenewals {
+    inner: std::sync::Arc<cairn::store::MemoryStore>,
+    renewals: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl cairn::JournalStore for CountingRenewals {
+    fn append_tallied(
+        &self,
+        run: &cairn::RunId,
+        entries: &[cairn::RawEntry],
+        lease: Option<&cairn::Lease>,
+        tally: cairn::Tally,
+    ) -> cairn::store::Result<()> {
+        self.inner.append_tallied(run, entries, lease, tally)
+    }
+    fn load(&self, run: &cairn::RunId) -> cairn::store::Result<Vec<cairn::RawEntry>> {
+        self.inner.load(run)
+    }
+    fn put_meta(&self, meta: &cairn::RunMeta, lease: Option<&cairn::Lease>) -> cairn::store::Result<()> {
+        self.inner.put_meta(meta, lease)
+    }
+    fn get_meta(&self, run: &cairn::RunId) -> cairn::store::Result<Option<cairn::RunMeta>> {
+        self.inner.get_meta(run)
+    }
+    fn list_runs(&self, filter: &cairn::RunFilter) -> cairn::store::Result<Vec<cairn::RunMeta>> {
+        self.inner.list_runs(filter)
+    }
+    fn delete(&self, run: &cairn::RunId, lease: Option<&cairn::Lease>) -> cairn::store::Result<()> {
+        cairn::JournalStore::delete(&*self.inner, run, lease)
+    }
+    fn leases(&self) -> Option<&dyn cairn::LeasableStore> {
+        Some(self)
+    }
+}
+
+impl cairn::LeasableStore for CountingRenewals {
+    fn acquire(&self, run: &cairn::RunId, owner: &str, ttl: Duration) -> cairn::store::Result<cairn::Lease> {
+        self.inner.acquire(run, owner, ttl)
+    }
+    fn renew(&self, lease: &cairn::Lease, ttl: Duration) -> cairn::store::Result<()> {
+        self.renewals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.renew(lease, ttl)
+    }
+    fn release(&self, lease: &cairn::Lease) -> cairn::store::Result<()> {
+        self.inner.release(lease)
+    }
+}
+
+/// The lease of a run whose async runtime is held up is still renewed: here the runtime has
+/// one worker, and the workflow blocks it (as a blocking call in async code, or a host that
+/// blocks its own runtime, does) until three renewals have landed. A renewal that ran as a
+/// task of that runtime never ran while it was blocked, and under load a `cairn resume` found
+/// its lease expired (`agent_contract::an_unanswered_ask_past_its_deadline_is_denied`). The
+/// store's clock stands still, so the lease cannot expire here: what is tested is that renewals
+/// happen, however slowly a loaded machine runs the renewal thread (30 s at most).
+#[test]
+fn a_lease_is_renewed_while_every_worker_of_the_runtime_is_blocked() {
+    use cairn::store::MemoryStore;
+    use cairn::{Engine, ManualClock, RunOptions, RunStatus, Workflow};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let memory = Arc::new(MemoryStore::with_clock(Arc::new(ManualClock::new(1_000_000))));
+    let renewals = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(CountingRenewals { inner: memory.clone(), renewals: renewals.clone() });
+    let engine = Engine::builder(store, memory).lease_ttl(Duration::from_millis(90)).build().unwrap();
+    let workflow = Workflow::new("blocked", move |_ctx, _| {
+        let renewals = renewals.clone();
+        async move {
+            let before = renewals.load(Ordering::SeqCst);
+            let give_up = Instant::now() + Duration::from_secs(30);
+            while renewals.load(Ordering::SeqCst) < before + 3 && Instant::now() < give_up {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(Value::from(renewals.load(Ordering::SeqCst) - before))
+        }
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let outcome = runtime.block_on(async {
+        let handle = engine.run(&workflow, Value::Null, RunOptions::default()).unwrap();
+        handle.result().await.unwrap()
+    });
+    assert_eq!(outcome.status, RunStatus::Ok, "{outcome:?}");
+    let renewed = outcome.value.as_ref().and_then(Value::as_u64).unwrap_or(0);
+    assert!(renewed >= 3, "the lease was renewed {renewed} times while the runtime was blocked");
 }

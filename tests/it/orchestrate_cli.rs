@@ -168,7 +168,7 @@ fn cairn(dir: &Path, args: &[&str]) -> Command {
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
-        .env("CAIRN_LEASE_TTL_MS", "300")
+        .env_remove("CAIRN_LEASE_TTL_MS")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd

@@ -41,7 +41,7 @@ fn a_resume_routes_calls_as_the_run_started() {
     let store = sqlite(dir.path());
     let mut child = cairn(dir.path(), &store)
         .args(["run", "flow.rhai", "--model", "echo:other", "--run-id", "routed", "-q"])
-        .env("CAIRN_LEASE_TTL_MS", "300")
+        .env_remove("CAIRN_LEASE_TTL_MS")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -213,8 +213,10 @@ pub fn cairn_in(dir: &Path) -> assert_cmd::Command {
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
-        // A killed driver's run lease frees quickly (resumes after a kill pass `--wait`).
-        .env("CAIRN_LEASE_TTL_MS", "300")
+        // The default lease: a resume takes a killed driver's run over at once (its process is
+        // gone), and a short ttl lapses while a loaded machine keeps the live driver waiting,
+        // which stopped its run (`finish_reason::*` failed "cancelled" at 300 ms).
+        .env_remove("CAIRN_LEASE_TTL_MS")
         .timeout(Duration::from_secs(60));
     cmd
 }

@@ -1,5 +1,6 @@
 //! Pricing a script's call bound: the worst case of each agent site, the way admission
-//! reserves for it (`engine/admit.rs`, `agent/cost.rs`), summed over the sites.
+//! reserves for it (`engine/admit.rs`, `agent/cost.rs`), added up along the paths a run can
+//! take ([`super::CallPaths`]: calls in sequence add, a branch costs its dearer arm).
 //!
 //! # The worst case of one call
 //!
@@ -32,7 +33,7 @@
 
 use serde_json::Value;
 
-use super::{AgentSite, CallBound, CostBound, Known};
+use super::{AgentSite, CallBound, CallPaths, CostBound, Known};
 use crate::engine::{Engine, EngineInner, ScriptDialect};
 use crate::model::{InvocationRole, ModelRef, Price};
 use crate::money::Money;
@@ -79,25 +80,28 @@ pub fn cost_bound(
         CallBound::Unbounded { reason, line, column } => {
             CostBound::Unbounded { reason: format!("{reason} (line {line}, column {column})") }
         }
-        CallBound::Bounded { sites } => price_sites(engine.inner(), &sites),
+        CallBound::Bounded { sites, paths } => price_sites(engine.inner(), &sites, &paths),
     }
 }
 
-/// Prices every site and sums.
-fn price_sites(engine: &EngineInner, sites: &[AgentSite]) -> CostBound {
-    let mut calls = 0u64;
-    let mut worst = Money::ZERO;
+/// Prices every site, and adds the calls up along the paths a run can take.
+fn price_sites(engine: &EngineInner, sites: &[AgentSite], paths: &CallPaths) -> CostBound {
+    let mut per_call = std::collections::HashMap::new();
     for site in sites {
         if site.max_calls == 0 {
             continue;
         }
         match call_worst_case(engine, site) {
-            Ok(cost) => worst = worst.saturating_add(cost.times(site.max_calls)),
+            Ok(cost) => {
+                per_call.insert((site.line, site.column), cost);
+            }
             Err(reason) => return CostBound::Unbounded { reason },
         }
-        calls = calls.saturating_add(site.max_calls);
     }
-    CostBound::Bounded { max_agent_calls: calls, worst_case: worst }
+    CostBound::Bounded {
+        max_agent_calls: paths.max_calls(),
+        worst_case: paths.worst(&|pos| per_call.get(&pos).copied().unwrap_or(Money::ZERO)),
+    }
 }
 
 /// The worst case of one call of `site`, or why it has none.

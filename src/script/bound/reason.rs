@@ -24,6 +24,9 @@ pub(crate) enum Reason {
     Loop(Construct),
     /// A loop or fan-out over a value of unknown size calls agents per element.
     UnknownSize(Construct),
+    /// A loop or fan-out over a missing value (an args value the run is not given, with no
+    /// default) calls agents per element.
+    Missing(Construct),
     /// A numeric `for` loop whose bounds are not known before the run calls agents.
     UnknownBounds,
     /// A `for` loop over an iterator (no list to count) calls agents.
@@ -120,6 +123,12 @@ impl fmt::Display for Reason {
                 f,
                 "{what} calls agents once per element of a value whose size is not known before the run \
                  (a literal, a range or an args value is)"
+            ),
+            Reason::Missing(what) => write!(
+                f,
+                "{what} calls agents once per element of a value whose size is not known before the run: \
+                 it is missing (an args value the run is not given?); give it in the run's args, or give it \
+                 a default (`args.x ?? [...]` in Rhai, `args.x or {{...}}` in Lua)"
             ),
             Reason::UnknownBounds => {
                 f.write_str("a numeric `for` loop calls agents and its bounds are not known before the run")

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::count::SiteCounts;
-use super::{AgentSite, CallBound, Known};
+use super::{AgentSite, CallBound, CallPaths, Known};
 
 /// The options argument of an `agent` call, as far as it is static.
 #[derive(Debug)]
@@ -91,10 +91,11 @@ impl Sites {
         largest(&mut old.est_cost, site.est_cost);
     }
 
-    /// The bound: every site the count says can run, in source order, with its count.
+    /// The bound: every site the count says can run, in source order, with its count, and how
+    /// their calls add up.
     pub(crate) fn finish(mut self, count: SiteCounts) -> CallBound {
         let mut sites: Vec<AgentSite> = count
-            .0
+            .per_site()
             .into_iter()
             .filter(|(_, calls)| *calls > 0)
             .map(|(pos, calls)| {
@@ -104,6 +105,6 @@ impl Sites {
             })
             .collect();
         sites.sort_by_key(|site| (site.line, site.column));
-        CallBound::Bounded { sites }
+        CallBound::Bounded { sites, paths: CallPaths(count) }
     }
 }

@@ -143,7 +143,8 @@ fn execute(
         bodies: super::body::BodyHashes::of(ast),
     });
     let _charged = shared.guard.enter();
-    let engine = build_engine(&shared);
+    let mut engine = build_engine(&shared);
+    let cells = super::teardown::keep_captured_cells(&mut engine, ast);
     let mut scope = Scope::new();
     scope.push_constant("args", to_dynamic(&args));
     scope.push_constant("budget", BudgetView);
@@ -155,8 +156,9 @@ fn execute(
         ),
         Err(err) => (Err(from_rhai(*err)), None),
     };
-    // Deeply nested values (a chain of closures capturing closures) dropped without recursion.
-    super::teardown::dismantle(scope.into_iter().map(|(_, value, _)| value).chain(value));
+    // Deeply nested values (a chain of closures capturing closures) dropped without recursion,
+    // with every cell a closure captured.
+    super::teardown::dismantle(scope.into_iter().map(|(_, value, _)| value).chain(value).chain(cells.take()));
     // A sandbox error in a branch whose errors were dropped (a pipeline) still ends the run.
     if let Some(error) = shared.guard.tripped() {
         return Err(error);

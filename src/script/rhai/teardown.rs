@@ -2,23 +2,34 @@
 //!
 //! A closure that captures another closure holds it through a shared cell, so a loop of
 //! `let g = f; f = || g.call();` builds a chain as long as the loop, and Rust drops it
-//! recursively: 300k links overflow the script thread's stack and abort the process. At the
-//! end of a run the runner hands the scope and the result to [`dismantle`], which takes every
+//! recursively: 300k links overflow the script thread's stack and abort the process, and a
+//! chain the stack does hold touches about twice its own size in stack pages, memory the run's
+//! account never sees. Rhai drops values itself wherever the script lets go of them (a
+//! function's locals when it returns, a block's when it ends, a variable's old value when it is
+//! reassigned, a branch's values on its thread), out of the runner's reach. So the chain is
+//! cut where it is made instead: only a shared cell makes a link cheap (without one, nesting a
+//! value copies it whole, so a chain of n links costs n²/2 copies, and the operation and time
+//! budgets end it long before its depth matters), and Rhai makes a cell only when a closure
+//! captures a variable. [`keep_captured_cells`] holds every such cell for the rest of the run
+//! (a variable resolver sees each captured variable as the closure takes it), so whatever drops
+//! a closure drops one link at most: the next cell is still held. At the end of the run the
+//! runner hands the kept cells, the scope and the result to [`dismantle`], which takes every
 //! nested value out of its container (a shared cell's value, a closure's captured values, an
 //! array's items, a map's values) onto a worklist first, so each value is dropped shallow.
 //!
-//! Rhai drops every other value itself: a function's locals when it returns, a block's when
-//! it ends, a variable's old value when it is reassigned, a branch's values on its thread.
-//! Those drops cannot be reached from here, so the script threads get a stack deep enough for
-//! the longest chain the run's memory limit lets a script build ([`script_stack`]): a link
-//! holds at least about 175 bytes the memory account charges (a function pointer, its curry
-//! and a shared cell) and takes about 370 bytes of stack to drop in a debug build (less when
-//! optimized), so three bytes of stack per byte of memory limit drop any chain that fits. The
-//! stack is reserved, not used: only a deep drop touches its pages. (Without
-//! [`crate::CountingAlloc`] as the global allocator the memory limit does not hold, and
-//! neither does this bound.)
+//! The price is that a captured variable's value lives until the run ends, charged to the
+//! run's memory account like the rest of its heap; a run's peak is its memory limit plus the
+//! stack a bounded drop takes, whatever chain a script builds. The script threads still
+//! reserve a stack sized by the run's memory limit ([`script_stack`]: three bytes per byte of
+//! limit, about what dropping the longest chain the limit holds would take), reserved address
+//! space that only a deep drop would touch: the backstop, should a cell ever escape the
+//! resolver. (Without [`crate::CountingAlloc`] as the global allocator the memory limit does not
+//! hold, and neither does this bound.)
 
-use ::rhai::{Array, Dynamic, FnPtr, Map};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use ::rhai::{AST, ASTNode, Array, Dynamic, Engine, FnPtr, Map, Stmt};
 
 use super::sandbox::SandboxLimits;
 
@@ -36,6 +47,87 @@ const MAX_STACK: u64 = 1 << 30;
 pub(crate) fn script_stack(limits: &SandboxLimits) -> usize {
     let deep = limits.max_memory.saturating_mul(STACK_PER_MEMORY_BYTE).min(MAX_STACK);
     BASE_STACK.saturating_add(usize::try_from(deep).unwrap_or(usize::MAX))
+}
+
+/// The shared cells a run's closures captured, held until the run ends.
+#[derive(Debug, Default)]
+pub(crate) struct Cells(Mutex<Kept>);
+
+#[derive(Debug, Default)]
+struct Kept {
+    cells: Vec<Dynamic>,
+    /// Where each kept cell's value lives: a cell is kept once, however often it is read.
+    /// (A kept cell is never freed before the run ends, so its address is never reused.)
+    seen: HashSet<usize>,
+}
+
+impl Cells {
+    /// Keeps the cell `value` holds, unless it is kept already.
+    fn keep(&self, value: &Dynamic) {
+        // A cell locked for writing (a method on the captured value calling a closure) is
+        // read when it is free again: it was kept when the closure took it.
+        if !value.is_shared() || value.is_locked() {
+            return;
+        }
+        let Some(address) = value.read_lock::<Dynamic>().map(|inner| std::ptr::from_ref(&*inner) as usize)
+        else {
+            return;
+        };
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.seen.insert(address) {
+            kept.cells.push(value.clone());
+        }
+    }
+
+    /// Every kept cell, for [`dismantle`].
+    pub(crate) fn take(&self) -> Vec<Dynamic> {
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        kept.seen = HashSet::new();
+        std::mem::take(&mut kept.cells)
+    }
+}
+
+/// Makes `engine` keep every shared cell a closure of `ast` captures, until the run hands
+/// them to [`dismantle`] (see the module's comment). A script with no capturing closure gets
+/// no resolver, so its variable reads cost nothing more.
+pub(crate) fn keep_captured_cells(engine: &mut Engine, ast: &AST) -> Arc<Cells> {
+    let cells = Arc::new(Cells::default());
+    let names = captured_names(ast);
+    if names.is_empty() {
+        return cells;
+    }
+    let kept = cells.clone();
+    // Rhai calls the resolver for each variable a closure captures, just before it makes the
+    // variable's cell (`Stmt::Share`), and again as the closure takes the cell (the curried
+    // argument): the second sighting keeps it. Every later read of a captured name finds its
+    // cell kept already.
+    #[allow(deprecated)] // `on_var` is marked volatile, not deprecated; rhai is pinned.
+    engine.on_var(move |name, _, context| {
+        if names.iter().any(|captured| captured == name)
+            && let Some(value) = context.scope().get(name)
+        {
+            kept.keep(value);
+        }
+        Ok(None)
+    });
+    cells
+}
+
+/// The names of the variables the closures of `ast` capture (anywhere: the script's body and
+/// every function's, closures' included).
+fn captured_names(ast: &AST) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Stmt(Stmt::Share(shared))) = path.last() {
+            for (variable, _) in shared.iter() {
+                if !names.iter().any(|n| n == variable.name.as_str()) {
+                    names.push(variable.name.to_string());
+                }
+            }
+        }
+        true
+    });
+    names
 }
 
 /// Drops `values` and everything they hold, iteratively.
@@ -92,6 +184,41 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(dropped.unwrap(), 0);
+    }
+
+    /// Every cell a chain's closures captured is kept: dropping the chain's head (as Rhai
+    /// drops a function's local) frees one link, whatever the chain's length, on a thread with
+    /// a stack far too small for a recursive drop of it.
+    #[test]
+    fn a_chain_whose_cells_are_kept_drops_one_link_at_a_time() {
+        for source in [
+            "fn build(n) { let f = || 0; for i in 0..n { let g = f; f = || g.call(); } 0 } build(50000)",
+            // The chain grows by assignment into cells captured while they held nothing.
+            "fn build(n) { let prev = 0; for i in 0..n { let c = 0; let f = || c; c = prev; prev = f; } 0 } build(50000)",
+            // Through constants and arrays.
+            "fn build(n) { let f = || 0; for i in 0..n { const g = [f]; f = || g[0].call(); } 0 } build(50000)",
+        ] {
+            let kept = std::thread::Builder::new()
+                .stack_size(4 << 20)
+                .spawn(move || {
+                    let mut engine = ::rhai::Engine::new();
+                    engine.set_max_call_levels(64);
+                    let ast = engine.compile(source).unwrap();
+                    let cells = keep_captured_cells(&mut engine, &ast);
+                    let value = engine.eval_ast::<Dynamic>(&ast).unwrap();
+                    let cells = cells.take();
+                    let count = cells.len();
+                    dismantle(cells.into_iter().chain([value]));
+                    count
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+            assert!(kept >= 50_000, "{kept} cells kept: {source}");
+        }
+        // No capturing closure: nothing to keep, no resolver.
+        let engine = ::rhai::Engine::new();
+        assert!(captured_names(&engine.compile("let f = |x| x + 1; f.call(2)").unwrap()).is_empty());
     }
 
     #[test]

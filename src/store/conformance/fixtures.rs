@@ -40,7 +40,7 @@ pub(super) fn lease_held(err: &Error) -> bool {
     matches!(err, Error::LeaseHeld { .. })
 }
 
-pub(super) fn run_id(id: &str) -> RunId {
+pub(crate) fn run_id(id: &str) -> RunId {
     RunId::parse(id).unwrap_or_else(|err| panic!("conformance suite bug: {err}"))
 }
 
@@ -68,7 +68,8 @@ pub(super) fn load_seqs(store: &dyn JournalStore, run: &RunId) -> std::result::R
     Ok(seqs(&ok(&format!("load of run {run}"), store.load(run))?))
 }
 
-pub(super) fn meta(run: &str, status: RunStatus, created_at_ms: i64) -> RunMeta {
+/// A meta record with the listing keys set and nothing else (the lib's other tests use it too).
+pub(crate) fn meta(run: &str, status: RunStatus, created_at_ms: i64) -> RunMeta {
     RunMeta {
         run_id: run_id(run),
         status,

@@ -18,7 +18,7 @@
 
 mod blobs;
 mod counters;
-mod fixtures;
+pub(crate) mod fixtures;
 mod lease;
 mod paging;
 

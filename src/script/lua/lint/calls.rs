@@ -14,8 +14,9 @@ use super::values::{
 };
 use super::walk::{BindingKind, Linter, Resolved, pos_of};
 use crate::script::args_check::{ArgKey, ArgsProblem, Form, workflow_args_problems};
+use crate::script::call_check::{self, Place, Problem, Seen, Words};
 use crate::script::schema_check::{self, Registry, Shape, registered_problem};
-use crate::script::{Global, LOG_LEVELS, PARALLEL_MAP_FORM, Param, ParamKind, Severity, global, suggest};
+use crate::script::{Global, Param, ParamKind, Severity, global, suggest};
 
 /// One argument of a call, in any of Lua's three call forms.
 #[derive(Debug, Clone, Copy)]
@@ -480,22 +481,4 @@ impl Linter<'_, '_> {
     fn binding_name(&self, binding: usize) -> String {
         self.lookup_name(binding).unwrap_or_else(|| "function".to_owned())
     }
-}
-
-/// How a message names an argument position: "the prompt of agent", "the options of step".
-#[derive(Debug, Clone, Copy)]
-struct Place<'g> {
-    noun: &'static str,
-    global: &'g str,
-}
-
-impl std::fmt::Display for Place<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the {} of {}", self.noun, self.global)
-    }
-}
-
-/// A global's signature in Lua's words: closures as `function() ... end`.
-pub(super) fn lua_signature(global: &Global) -> String {
-    global.signature.replace("|item| ...", "function(item) ... end").replace("|| ...", "function() ... end")
 }

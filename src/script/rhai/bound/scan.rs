@@ -47,14 +47,6 @@ impl Functions {
     pub(super) fn has(&self, name: &str) -> bool {
         self.by_name.contains_key(name)
     }
-
-    /// A function by name: the one of that arity, else (closures have unique names) the only one.
-    pub(super) fn get(&self, name: &ImmutableString, arity: usize) -> Option<&Body> {
-        self.bodies.get(&(name.clone(), arity)).or_else(|| match self.by_name.get(name)?.as_slice() {
-            [only] => self.bodies.get(&(name.clone(), *only)),
-            _ => None,
-        })
-    }
 }
 
 // ----- the pre-scan: variables written anywhere -----

@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::script::bound::Known;
 
 fn calls(source: &str, args: Value) -> Option<u64> {
     call_bound(source, &args).max_agent_calls()
@@ -9,7 +10,7 @@ fn calls(source: &str, args: Value) -> Option<u64> {
 fn reason(source: &str, args: Value) -> (String, u32, u32) {
     match call_bound(source, &args) {
         CallBound::Unbounded { reason, line, column } => (reason, line, column),
-        CallBound::Bounded { sites } => panic!("expected unbounded, got {sites:?}"),
+        CallBound::Bounded { sites, .. } => panic!("expected unbounded, got {sites:?}"),
     }
 }
 
@@ -54,16 +55,32 @@ fn fan_outs_count_items_branches_and_stages() {
     assert_eq!(calls(r#"let r = args.xs.filter(|x| x != "a"); r"#, args), Some(0));
 }
 
+/// Each site at its count.
+fn per_site(source: &str, args: Value) -> Vec<u64> {
+    match call_bound(source, &args) {
+        CallBound::Bounded { sites, .. } => sites.iter().map(|site| site.max_calls).collect(),
+        CallBound::Unbounded { reason, .. } => panic!("unbounded: {reason}"),
+    }
+}
+
 #[test]
-fn branches_count_their_largest_per_site_and_known_conditions_pick_one() {
+fn branches_count_their_larger_arm_and_known_conditions_pick_one() {
     let src = r#"if args.deep { agent("a"); agent("a2") } else { agent("b") }"#;
     assert_eq!(calls(src, json!({"deep": true})), Some(2));
     assert_eq!(calls(src, json!({"deep": false})), Some(1));
-    // Unknown condition: every site at its most.
+    // Unknown condition: one arm runs, the larger; each site keeps its own most.
     let src = r#"let x = agent("q"); if x == "y" { agent("a"); agent("a2") } else { agent("b") }"#;
-    assert_eq!(calls(src, json!({})), Some(4));
+    assert_eq!(calls(src, json!({})), Some(3));
+    assert_eq!(per_site(src, json!({})), vec![1, 1, 1, 1]);
     let src =
         r#"let x = agent("q"); switch x { "a" => agent("1"), "b" => { agent("2"); agent("3") }, _ => () }"#;
+    assert_eq!(calls(src, json!({})), Some(3));
+    // In a loop, each iteration takes one arm: three iterations of the larger.
+    let src = r#"for i in 0..3 { if agent("q") == "y" { agent("a"); agent("b") } else { agent("c") } }"#;
+    assert_eq!(calls(src, json!({})), Some(9));
+    // Nested branches: the larger arm of the larger arm.
+    let src = r#"let x = agent("q");
+        if x == "a" { if x == "b" { agent("1"); agent("2"); agent("3") } else { agent("4") } } else { agent("5"); agent("6") }"#;
     assert_eq!(calls(src, json!({})), Some(4));
     let src = r#"try { agent("a") } catch (e) { agent("b") }"#;
     assert_eq!(calls(src, json!({})), Some(2));
@@ -164,7 +181,7 @@ fn sites_carry_their_literal_options_and_merge_over_contexts() {
         }
         agent(args.prompt, #{max_turns: 3, est_cost: 0.05})
     "#;
-    let CallBound::Bounded { sites } = call_bound(src, &json!({"topics": ["a", "bbbb"], "prompt": "hi"}))
+    let CallBound::Bounded { sites, .. } = call_bound(src, &json!({"topics": ["a", "bbbb"], "prompt": "hi"}))
     else {
         panic!("bounded");
     };
@@ -183,7 +200,8 @@ fn sites_carry_their_literal_options_and_merge_over_contexts() {
     assert_eq!(second.max_turns, Known::Literal(3));
     assert_eq!(second.est_cost, Known::Literal(crate::Money::from_usd(0.05).unwrap()));
     assert_eq!(second.model, Known::Unset);
-    let CallBound::Bounded { sites } = call_bound(r#"let o = agent("o"); agent("x", o)"#, &json!({})) else {
+    let CallBound::Bounded { sites, .. } = call_bound(r#"let o = agent("o"); agent("x", o)"#, &json!({}))
+    else {
         panic!("bounded");
     };
     assert_eq!(sites[1].model, Known::Computed);
@@ -267,4 +285,25 @@ fn functions_rhai_calls_implicitly_may_not_call_agents() {
     let (why, ..) = reason(r#"fn to_string() { agent("hidden") } let m = #{a: 1}; `${m}`"#, json!({}));
     assert!(why.contains("'to_string' is called implicitly"), "{why}");
     assert_eq!(calls(r#"fn to_string() { "x" } agent("a")"#, json!({})), Some(1));
+}
+
+#[test]
+fn a_default_is_bounded_by_the_args_given_else_by_its_own_length() {
+    let src = r#"for t in args.topics ?? ["a", "b", "c"] { agent(t) }"#;
+    assert_eq!(calls(src, json!({})), Some(3));
+    assert_eq!(calls(src, json!({"topics": ["x"]})), Some(1));
+    assert_eq!(calls(src, json!({"topics": ["x", "y", "z", "w", "v"]})), Some(5));
+    let src = r#"let topics = args.topics ?? ["a", "b"]; parallel(topics, |t| agent(t))"#;
+    assert_eq!(calls(src, json!({})), Some(2));
+    // A computed left side: the default says nothing of its size.
+    let src = r#"for t in agent("list").split(",") ?? ["a"] { agent(t) }"#;
+    let (why, ..) = reason(src, json!({}));
+    assert!(why.contains("size is not known"), "{why}");
+    // No default: a loop over an args value the run is not given says so.
+    let (why, line, _) = reason("\nparallel(args.topics, |t| agent(t))", json!({}));
+    assert!(
+        why.contains("`parallel` fan-out") && why.contains("missing") && why.contains("default"),
+        "{why}"
+    );
+    assert_eq!(line, 2);
 }

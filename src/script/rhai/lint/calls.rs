@@ -6,12 +6,11 @@ use serde_json::Value;
 
 use super::options::type_phrase;
 use super::{Arg, Linter, Receiver, SEQUENTIAL_CALLERS, Static, Use, is_closure_literal, line_column};
+use crate::script::call_check::{self, Place, Problem, Seen, Words};
 use crate::script::rhai::sandbox::{BUILTIN_FUNCTIONS, is_builtin};
 pub(super) use crate::script::schema_check::Registry;
 use crate::script::schema_check::registered_problem;
-use crate::script::{
-    GLOBALS, Global, LOG_LEVELS, PARALLEL_MAP_FORM, Param, ParamKind, Severity, global, suggest,
-};
+use crate::script::{GLOBALS, Global, Param, ParamKind, Severity, global, suggest};
 
 impl Linter<'_, '_> {
     /// Checks a call (a method call passes its receiver as the first argument) and walks its
@@ -186,16 +185,7 @@ impl Linter<'_, '_> {
             self.walk_args(args);
             return Static::Unknown;
         };
-        let (min, max) = arity(params);
-        if args.len() < min || args.len() > max {
-            let expected = match (min, max) {
-                (0, 0) => "no arguments".to_owned(),
-                (min, max) if min == max => format!("{min} argument{}", if min == 1 { "" } else { "s" }),
-                (min, max) if max == min + 1 => format!("{min} or {max} arguments"),
-                (min, max) => format!("{min} to {max} arguments"),
-            };
-            let message =
-                format!("{} takes {expected} ({}), got {}", global.name, global.signature, args.len());
+        if let Some(message) = call_check::arity(global, params, args.len(), false, &Words::RHAI) {
             self.error_at("arity", pos, Some(global.name.len()), message);
             self.walk_args(args);
             return Static::Unknown;
@@ -223,13 +213,8 @@ impl Linter<'_, '_> {
             }
             "log" => {
                 if let Some((level, pos)) = first_literal
-                    && !LOG_LEVELS.contains(&level)
+                    && let Some(message) = call_check::log_level(level)
                 {
-                    let message = format!(
-                        "log level '{level}' is not one of {}{}",
-                        LOG_LEVELS.join(", "),
-                        suggest::suffix(level, LOG_LEVELS)
-                    );
                     self.error_at("arg-type", pos, None, message);
                 }
             }
@@ -243,25 +228,17 @@ impl Linter<'_, '_> {
     /// is the map form. `None` when a `parallel` call could be either form, so only the
     /// arguments' own contents are checked.
     fn params_for(&self, global: &'static Global, args: &[Arg<'_>]) -> Option<&'static [Param]> {
-        if global.name != "parallel" {
-            return Some(global.params);
-        }
         let second = args.get(1).and_then(|arg| arg.expr).map(|expr| self.peek(expr));
-        match (args.len(), second) {
-            (3, _) | (_, Some(Static::Closure(_))) => Some(PARALLEL_MAP_FORM),
-            (2, Some(Static::Unknown)) => {
-                // A computed second argument is options (list form) when the first is a list of
-                // closures; otherwise it may be a closure the walk cannot see.
-                let first_is_branches = match args.first().and_then(|arg| arg.expr) {
-                    Some(Expr::Array(elements, _)) => {
-                        elements.iter().any(|element| matches!(self.peek(element), Static::Closure(_)))
-                    }
-                    _ => false,
-                };
-                first_is_branches.then_some(global.params)
+        call_check::params_for(global, args.len(), second.as_ref().map(seen), || {
+            // A computed second argument is options (list form) when the first is a list of
+            // closures; otherwise it may be a closure the walk cannot see.
+            match args.first().and_then(|arg| arg.expr) {
+                Some(Expr::Array(elements, _)) => {
+                    elements.iter().any(|element| matches!(self.peek(element), Static::Closure(_)))
+                }
+                _ => false,
             }
-            _ => Some(global.params),
-        }
+        })
     }
 
     fn check_arg(&mut self, global: &Global, param: &Param, arg: &Arg<'_>) {
@@ -269,28 +246,12 @@ impl Linter<'_, '_> {
         let place = Place::of(global, param);
         match param.kind {
             ParamKind::Text => {
-                match self.peek(expr) {
-                    Static::Closure(_) => self.closure_in_json(expr.position(), place),
-                    Static::Known(Value::String(_)) | Static::Type("string") | Static::Unknown => {}
-                    other => {
-                        let message = format!("{place} must be a string, got {}", type_phrase(&other));
-                        self.error_at("arg-type", expr.position(), None, message);
-                    }
-                }
+                self.check_shape(param.kind, place, expr);
                 self.walk_arg(arg);
             }
             ParamKind::Json => self.check_json(arg, place),
             ParamKind::Items => {
-                match self.peek(expr) {
-                    Static::Known(Value::Array(_))
-                    | Static::Type("array")
-                    | Static::Unknown
-                    | Static::Closure(_) => {}
-                    other => {
-                        let message = format!("{place} must be an array, got {}", type_phrase(&other));
-                        self.error_at("arg-type", expr.position(), None, message);
-                    }
-                }
+                self.check_shape(param.kind, place, expr);
                 self.check_json(arg, place);
             }
             ParamKind::Options => match expr {
@@ -302,27 +263,12 @@ impl Linter<'_, '_> {
                     }
                 }
                 _ => {
-                    match self.peek(expr) {
-                        Static::Closure(_) => self.closure_in_json(expr.position(), place),
-                        Static::Known(Value::Object(_)) | Static::Type("object") | Static::Unknown => {}
-                        other => {
-                            let message = format!(
-                                "{place} must be a map like #{{label: \"...\"}}, got {}",
-                                type_phrase(&other)
-                            );
-                            self.error_at("arg-type", expr.position(), None, message);
-                        }
-                    }
+                    self.check_shape(param.kind, place, expr);
                     self.walk_arg(arg);
                 }
             },
             ParamKind::Body => {
-                let shape = self.peek(expr);
-                if matches!(shape, Static::Known(_) | Static::Type(_)) {
-                    let message =
-                        format!("{place} must be a closure like || {{ ... }}, got {}", type_phrase(&shape));
-                    self.error_at("arg-type", expr.position(), None, message);
-                }
+                self.check_shape(param.kind, place, expr);
                 let used = if global.name == "parallel" { Use::Reported } else { Use::Sequential };
                 self.immediate = !arg.walked && is_closure_literal(expr);
                 let walked = self.walk_arg_as(arg, used);
@@ -342,21 +288,13 @@ impl Linter<'_, '_> {
                 Expr::Array(elements, _) if !arg.walked => {
                     for element in elements {
                         let shape = self.peek(element);
-                        if matches!(shape, Static::Known(_) | Static::Type(_)) {
-                            let message = if param.kind == ParamKind::Branches {
-                                format!(
-                                    "each branch of {} must be a closure like || agent(...), got {}; to fan out \
-                                     over data use parallel(items, |item| ...)",
-                                    global.name,
-                                    type_phrase(&shape)
-                                )
-                            } else {
-                                format!(
-                                    "each stage of {} must be a closure like |item| ..., got {}",
-                                    global.name,
-                                    type_phrase(&shape)
-                                )
-                            };
+                        if let Some(message) = call_check::element(
+                            param.kind,
+                            global.name,
+                            seen(&shape),
+                            type_phrase(&shape),
+                            &Words::RHAI,
+                        ) {
                             self.error_at("arg-type", element.position(), None, message);
                         }
                         self.immediate = is_closure_literal(element);
@@ -368,12 +306,7 @@ impl Linter<'_, '_> {
                     }
                 }
                 _ => {
-                    let shape = self.peek(expr);
-                    if matches!(shape, Static::Known(_) | Static::Type(_) | Static::Closure(_)) {
-                        let message =
-                            format!("{place} must be an array of closures, got {}", type_phrase(&shape));
-                        self.error_at("arg-type", expr.position(), None, message);
-                    }
+                    self.check_shape(param.kind, place, expr);
                     self.walk_arg(arg);
                 }
             },
@@ -408,12 +341,18 @@ impl Linter<'_, '_> {
         }
     }
 
+    /// Checks what an argument that is not a literal list or map is, against its parameter.
+    fn check_shape(&mut self, kind: ParamKind, place: Place<'_>, expr: &Expr) {
+        let shape = self.peek(expr);
+        match call_check::argument(kind, place, seen(&shape), type_phrase(&shape), &Words::RHAI) {
+            Some(Problem::Function) => self.closure_in_json(expr.position(), place),
+            Some(Problem::Shape(message)) => self.error_at("arg-type", expr.position(), None, message),
+            None => {}
+        }
+    }
+
     fn closure_in_json(&mut self, pos: Position, place: Place<'_>) {
-        let message = format!(
-            "a closure cannot go in {place}: only JSON values cross into the engine; closures go only in \
-             parallel branches, pipeline stages, and step and phase bodies"
-        );
-        self.error_at("closure-in-options", pos, None, message);
+        self.error_at("closure-in-options", pos, None, call_check::function_in_json(place, &Words::RHAI));
     }
 
     /// Reports a literal name the engine has not registered.
@@ -431,18 +370,12 @@ impl Linter<'_, '_> {
             let Some(Static::Known(value)) = arg.expr.map(|expr| self.peek(expr)) else { return };
             values.push(value);
         }
-        if values.get(1).and_then(|options| options.get("key")).is_some() {
-            return;
-        }
-        let canonical = Value::Array(values).to_string();
+        let Some(canonical) = call_check::agent_identity(values) else { return };
         let (line, _) = line_column(pos);
         let Some(frame) = self.frames.last_mut() else { return };
         match frame.agent_calls.get(&canonical) {
             Some(first_line) => {
-                let message = format!(
-                    "this agent call repeats the identical call on line {first_line}; the journal tells them \
-                     apart only by order, so give each a distinct key option (key: \"...\")"
-                );
+                let message = call_check::repeated_agent(*first_line, &Words::RHAI);
                 self.report(Severity::Warning, "duplicate-agent-call", pos, Some(5), message);
             }
             None => {
@@ -481,21 +414,11 @@ impl Linter<'_, '_> {
     /// Reports every write a closure run concurrently makes to a variable from outside it.
     fn report_races(&mut self, closure: Option<usize>, global: &str) {
         let Some(facts) = closure.and_then(|id| self.closures.get(id)) else { return };
-        let (site, others, unit) = if global == "pipeline" {
-            ("pipeline stage", "items", "stage")
-        } else {
-            ("parallel branch", "branches", "branch")
-        };
         let messages: Vec<(Position, usize, String)> = facts
             .escaping
             .iter()
             .map(|mutation| {
-                let message = format!(
-                    "{} captured variable '{}' inside a {site} races with the other {others}; return a value \
-                     from each {unit} and combine the results after {global} returns",
-                    mutation.what, mutation.name
-                );
-                (mutation.pos, mutation.len, message)
+                (mutation.pos, mutation.len, call_check::race(&mutation.what, &mutation.name, global))
             })
             .collect();
         for (pos, len, message) in messages {
@@ -504,28 +427,13 @@ impl Linter<'_, '_> {
     }
 }
 
-fn arity(params: &[Param]) -> (usize, usize) {
-    (params.iter().filter(|param| !param.optional).count(), params.len())
-}
-
-/// How a message names an argument position: "the prompt of agent", "the options of step".
-/// Formatted only when a message needs it.
-#[derive(Debug, Clone, Copy)]
-struct Place<'g> {
-    noun: &'static str,
-    global: &'g str,
-}
-
-impl<'g> Place<'g> {
-    fn of(global: &'g Global, param: &Param) -> Self {
-        let noun = if param.kind == ParamKind::Options { "options" } else { param.name };
-        Place { noun, global: global.name }
-    }
-}
-
-impl std::fmt::Display for Place<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the {} of {}", self.noun, self.global)
+/// What the shared checks see of a value.
+fn seen(shape: &Static) -> Seen<'_> {
+    match shape {
+        Static::Known(value) => Seen::Known(value),
+        Static::Type(name) => Seen::Type(name),
+        Static::Closure(_) => Seen::Function,
+        Static::Unknown => Seen::Unknown,
     }
 }
 

@@ -4,11 +4,14 @@
 use serde_json::json;
 
 use super::*;
+use crate::script::bound::Known;
 
 /// Each site as (line, max calls), or the unbounded reason and line.
 fn counts(source: &str, args: Value) -> Result<Vec<(u32, u64)>, (String, u32)> {
     match call_bound(source, &args) {
-        CallBound::Bounded { sites } => Ok(sites.iter().map(|site| (site.line, site.max_calls)).collect()),
+        CallBound::Bounded { sites, .. } => {
+            Ok(sites.iter().map(|site| (site.line, site.max_calls)).collect())
+        }
         CallBound::Unbounded { reason, line, .. } => Err((reason, line)),
     }
 }
@@ -126,7 +129,7 @@ fn loops_without_agent_calls_are_fine_whatever_their_size() {
 fn literal_options_reach_the_site() {
     let source = "local m = \"openai:gpt-5\"\n\
                   return agent(\"hi\", {max_turns = 3, tools = {\"web\"}, model = m, profile = args.p, role = compute()})";
-    let CallBound::Bounded { sites } = call_bound(source, &json!({"p": "writer"})) else {
+    let CallBound::Bounded { sites, .. } = call_bound(source, &json!({"p": "writer"})) else {
         panic!("unbounded")
     };
     let site = &sites[0];
@@ -153,4 +156,35 @@ fn hostile_sources_end_in_a_bound_or_a_reason() {
     }
     chain.push_str("return f99()");
     assert!(counts(&chain, json!({})).is_err());
+}
+
+#[test]
+fn a_default_is_bounded_by_the_args_given_else_by_its_own_length() {
+    let source = "local topics = args.topics or {\"a\", \"b\", \"c\"}\nparallel(topics, function(t) return agent(t) end)\nreturn 1";
+    assert_eq!(counts(source, json!({})), Ok(vec![(2, 3)]));
+    assert_eq!(counts(source, json!({"topics": ["x"]})), Ok(vec![(2, 1)]));
+    let source = "for _, t in ipairs(args.topics or {\"a\", \"b\"}) do agent(t) end\nreturn 1";
+    assert_eq!(counts(source, json!({})), Ok(vec![(1, 2)]));
+    assert_eq!(counts(source, json!({"topics": ["x", "y", "z"]})), Ok(vec![(1, 3)]));
+    // `a and b or c`: either branch's list, at its longest.
+    let source =
+        "local xs = args.flag and {1, 2, 3, 4} or {1}\nfor _, x in ipairs(xs) do agent(\"x\") end\nreturn 1";
+    assert_eq!(counts(source, json!({})), Ok(vec![(2, 1)]));
+    assert_eq!(counts(source, json!({"flag": true})), Ok(vec![(2, 4)]));
+    // A computed left side: the default says nothing of its size.
+    let source = "for _, t in ipairs(compute() or {1}) do agent(t) end\nreturn 1";
+    assert!(matches!(counts(source, json!({})), Err((why, 1)) if why.contains("size is not known")));
+    // No default: a loop over an args value the run is not given says so.
+    match counts("return parallel(args.topics, function(t) return agent(t) end)", json!({})) {
+        Err((why, 1)) => assert!(why.contains("missing") && why.contains("default"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn branches_count_their_larger_arm() {
+    let source = "local x = agent(\"q\")\nif x == \"a\" then agent(\"1\") agent(\"2\") elseif x == \"b\" then agent(\"3\") else agent(\"4\") agent(\"5\") agent(\"6\") end\nreturn 1";
+    assert_eq!(call_bound(source, &json!({})).max_agent_calls(), Some(4));
+    // Each site keeps its own most.
+    assert_eq!(counts(source, json!({})), Ok(vec![(1, 1), (2, 1), (2, 1), (2, 1), (2, 1), (2, 1), (2, 1)]));
 }

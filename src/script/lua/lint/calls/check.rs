@@ -17,18 +17,7 @@ impl Linter<'_, '_> {
             self.walk_args(args);
             return Static::Unknown;
         };
-        let min = params.iter().filter(|param| !param.optional).count();
-        let max = params.len();
-        let fixed = if open { args.len().saturating_sub(1) } else { args.len() };
-        if (!open && args.len() < min) || fixed > max {
-            let expected = match (min, max) {
-                (0, 0) => "no arguments".to_owned(),
-                (min, max) if min == max => format!("{min} argument{}", if min == 1 { "" } else { "s" }),
-                (min, max) if max == min + 1 => format!("{min} or {max} arguments"),
-                (min, max) => format!("{min} to {max} arguments"),
-            };
-            let message =
-                format!("{} takes {expected} ({}), got {}", global.name, lua_signature(global), args.len());
+        if let Some(message) = call_check::arity(global, params, args.len(), open, &Words::LUA) {
             self.error_at("arity", pos, Some(global.name.len()), message);
             self.walk_args(args);
             return Static::Unknown;
@@ -56,13 +45,8 @@ impl Linter<'_, '_> {
             }
             "log" => {
                 if let Some((level, pos)) = first_literal
-                    && !LOG_LEVELS.contains(&level.as_str())
+                    && let Some(message) = call_check::log_level(&level)
                 {
-                    let message = format!(
-                        "log level '{level}' is not one of {}{}",
-                        LOG_LEVELS.join(", "),
-                        suggest::suffix(&level, LOG_LEVELS)
-                    );
                     self.error_at("arg-type", pos, None, message);
                 }
             }
@@ -75,83 +59,35 @@ impl Linter<'_, '_> {
     /// The parameters a call of `global` is checked against: `parallel` with a function second
     /// is the map form; `None` when a `parallel` call could be either form.
     pub(super) fn params_for(&self, global: &'static Global, args: &[Arg<'_>]) -> Option<&'static [Param]> {
-        if global.name != "parallel" {
-            return Some(global.params);
-        }
         let second = args.get(1).map(|arg| self.peek_arg(arg));
-        match (args.len(), second) {
-            (3, _) | (_, Some(Static::Function(_))) => Some(PARALLEL_MAP_FORM),
-            (2, Some(Static::Unknown)) => {
-                let first_is_branches = args.first().and_then(Arg::table).is_some_and(|table| {
-                    table.fields().iter().any(|field| matches!(field, Field::NoKey(Expression::Function(_))))
-                });
-                first_is_branches.then_some(global.params)
-            }
-            _ => Some(global.params),
-        }
+        call_check::params_for(global, args.len(), second.as_ref().map(seen), || {
+            args.first().and_then(Arg::table).is_some_and(|table| {
+                table.fields().iter().any(|field| matches!(field, Field::NoKey(Expression::Function(_))))
+            })
+        })
     }
 
     pub(super) fn check_arg(&mut self, global: &Global, param: &Param, arg: &Arg<'_>) {
-        let place = Place {
-            noun: if param.kind == ParamKind::Options { "options" } else { param.name },
-            global: global.name,
-        };
+        let place = Place::of(global, param);
         match param.kind {
             ParamKind::Text => {
-                match self.peek_arg(arg) {
-                    Static::Function(_) => self.closure_in_json(arg.pos(), place),
-                    Static::Known(Value::String(_)) | Static::Type("string") | Static::Unknown => {}
-                    other => {
-                        let message = format!("{place} must be a string, got {}", type_phrase(&other));
-                        self.error_at("arg-type", arg.pos(), None, message);
-                    }
-                }
+                self.check_shape(param.kind, place, arg);
                 self.walk_arg(arg);
             }
             ParamKind::Json => self.check_json(arg, place),
             ParamKind::Items => {
-                match self.peek_arg(arg) {
-                    Static::Known(Value::Array(_))
-                    | Static::Type("array")
-                    | Static::EmptyTable
-                    | Static::Unknown
-                    | Static::Function(_) => {}
-                    other => {
-                        let message = format!(
-                            "{place} must be a list (a table like {{a, b}}), got {}",
-                            type_phrase(&other)
-                        );
-                        self.error_at("arg-type", arg.pos(), None, message);
-                    }
-                }
+                self.check_shape(param.kind, place, arg);
                 self.check_json(arg, place);
             }
             ParamKind::Options => match arg.table() {
                 Some(table) => self.check_options(global, table, place),
                 None => {
-                    match self.peek_arg(arg) {
-                        Static::Function(_) => self.closure_in_json(arg.pos(), place),
-                        Static::Known(Value::Object(_)) | Static::Type("object") | Static::Unknown => {}
-                        other => {
-                            let message = format!(
-                                "{place} must be a table like {{label = \"...\"}}, got {}",
-                                type_phrase(&other)
-                            );
-                            self.error_at("arg-type", arg.pos(), None, message);
-                        }
-                    }
+                    self.check_shape(param.kind, place, arg);
                     self.walk_arg(arg);
                 }
             },
             ParamKind::Body => {
-                let shape = self.peek_arg(arg);
-                if matches!(shape, Static::Known(_) | Static::Type(_) | Static::EmptyTable) {
-                    let message = format!(
-                        "{place} must be a function like function() ... end, got {}",
-                        type_phrase(&shape)
-                    );
-                    self.error_at("arg-type", arg.pos(), None, message);
-                }
+                self.check_shape(param.kind, place, arg);
                 self.immediate = arg.is_function_literal();
                 let walked = self.walk_arg(arg);
                 self.immediate = false;
@@ -189,21 +125,13 @@ impl Linter<'_, '_> {
                                 global.name
                             );
                             self.error_at("arg-type", pos_of(element), None, message);
-                        } else if matches!(shape, Static::Known(_) | Static::Type(_) | Static::EmptyTable) {
-                            let message = if param.kind == ParamKind::Branches {
-                                format!(
-                                    "each branch of {} must be a function like function() return agent(...) end, got \
-                                     {}; to fan out over data use parallel(items, function(item) ... end)",
-                                    global.name,
-                                    type_phrase(&shape)
-                                )
-                            } else {
-                                format!(
-                                    "each stage of {} must be a function like function(item) ... end, got {}",
-                                    global.name,
-                                    type_phrase(&shape)
-                                )
-                            };
+                        } else if let Some(message) = call_check::element(
+                            param.kind,
+                            global.name,
+                            seen(&shape),
+                            type_phrase(&shape),
+                            &Words::LUA,
+                        ) {
                             self.error_at("arg-type", pos_of(element), None, message);
                         }
                         self.immediate = matches!(element, Expression::Function(_));
@@ -215,12 +143,7 @@ impl Linter<'_, '_> {
                     }
                 }
                 None => {
-                    let shape = self.peek_arg(arg);
-                    if matches!(shape, Static::Known(_) | Static::Type(_) | Static::Function(_)) {
-                        let message =
-                            format!("{place} must be a list of functions, got {}", type_phrase(&shape));
-                        self.error_at("arg-type", arg.pos(), None, message);
-                    }
+                    self.check_shape(param.kind, place, arg);
                     self.walk_arg(arg);
                 }
             },
@@ -348,12 +271,18 @@ impl Linter<'_, '_> {
         }
     }
 
+    /// Checks what an argument that is not a literal list or table is, against its parameter.
+    fn check_shape(&mut self, kind: ParamKind, place: Place<'_>, arg: &Arg<'_>) {
+        let shape = self.peek_arg(arg);
+        match call_check::argument(kind, place, seen(&shape), type_phrase(&shape), &Words::LUA) {
+            Some(Problem::Function) => self.closure_in_json(arg.pos(), place),
+            Some(Problem::Shape(message)) => self.error_at("arg-type", arg.pos(), None, message),
+            None => {}
+        }
+    }
+
     pub(super) fn closure_in_json(&mut self, pos: Pos, place: Place<'_>) {
-        let message = format!(
-            "a function cannot go in {place}: only JSON values cross into the engine; functions go only in \
-             parallel branches, pipeline stages, and step and phase bodies"
-        );
-        self.error_at("closure-in-options", pos, None, message);
+        self.error_at("closure-in-options", pos, None, call_check::function_in_json(place, &Words::LUA));
     }
 
     pub(super) fn check_registered(&mut self, registry: Registry, name: &str, pos: Pos) {
@@ -373,17 +302,11 @@ impl Linter<'_, '_> {
                 _ => return,
             }
         }
-        if values.get(1).and_then(|options| options.get("key")).is_some() {
-            return;
-        }
-        let canonical = Value::Array(values).to_string();
+        let Some(canonical) = call_check::agent_identity(values) else { return };
         let Some(frame) = self.frames.last_mut() else { return };
         match frame.agent_calls.get(&canonical) {
             Some(first_line) => {
-                let message = format!(
-                    "this agent call repeats the identical call on line {first_line}; the journal tells them \
-                     apart only by order, so give each a distinct key option (key = \"...\")"
-                );
+                let message = call_check::repeated_agent(*first_line, &Words::LUA);
                 self.report(Severity::Warning, "duplicate-agent-call", pos, Some(5), message);
             }
             None => {
@@ -395,25 +318,26 @@ impl Linter<'_, '_> {
     /// Reports every write a function run concurrently makes to a local from outside it.
     pub(super) fn report_races(&mut self, function: Option<usize>, global: &str) {
         let Some(facts) = function.and_then(|id| self.functions.get(id)) else { return };
-        let (site, others, unit) = if global == "pipeline" {
-            ("pipeline stage", "items", "stage")
-        } else {
-            ("parallel branch", "branches", "branch")
-        };
         let messages: Vec<(Pos, usize, String)> = facts
             .escaping
             .iter()
             .map(|mutation| {
-                let message = format!(
-                    "{} captured variable '{}' inside a {site} races with the other {others}; return a value \
-                     from each {unit} and combine the results after {global} returns",
-                    mutation.what, mutation.name
-                );
-                (mutation.pos, mutation.len, message)
+                (mutation.pos, mutation.len, call_check::race(&mutation.what, &mutation.name, global))
             })
             .collect();
         for (pos, len, message) in messages {
             self.error_at("parallel-capture-assign", pos, Some(len), message);
         }
+    }
+}
+
+/// What the shared checks see of a value.
+fn seen(shape: &Static) -> Seen<'_> {
+    match shape {
+        Static::Known(value) => Seen::Known(value),
+        Static::Type(name) => Seen::Type(name),
+        Static::EmptyTable => Seen::EmptyTable,
+        Static::Function(_) => Seen::Function,
+        Static::Unknown => Seen::Unknown,
     }
 }

@@ -1,0 +1,113 @@
+//! #23, the next round: money under fault schedules and kill points the first round did not
+//! draw, through the real `cairn` binary against the fake provider on the wire
+//! ([`crate::wire_server`]) that keeps the bill of what it served.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::money_wire::{anthropic, openai, project, spent};
+use crate::scripted_server::{Reply, cairn_in};
+use crate::wire_server::*;
+
+/// `cairn run s.rhai` as run `id` with `args`, SIGKILLed once `wire` has received `requests`
+/// requests.
+fn run_killed(dir: &std::path::Path, id: &str, args: &[&str], wire: &WireServer, requests: usize) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .current_dir(dir)
+        .env("CAIRN_WIRE_KEY", "k")
+        .env("CAIRN_LEASE_TTL_MS", "30000")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .args(["run", "s.rhai", "-q", "--run-id", id])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wire.server.wait_for_requests(requests, Duration::from_secs(60));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Points `cairn.toml` in `dir` at another server: every `from` becomes `to`.
+fn repoint(dir: &std::path::Path, from: &str, to: &str) {
+    let path = dir.join("cairn.toml");
+    let config = std::fs::read_to_string(&path).unwrap().replace(from, to);
+    std::fs::write(path, config).unwrap();
+}
+
+/// `cairn resume ID --json` with `args`: the outcome.
+fn resume(dir: &std::path::Path, id: &str, args: &[&str]) -> Value {
+    let out = cairn_in(dir)
+        .env("CAIRN_WIRE_KEY", "k")
+        .env("CAIRN_LEASE_TTL_MS", "30000")
+        .args(["resume", id, "--json", "-q"])
+        .args(args)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "no JSON outcome: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The provider table of `dialect` (`openai` or `anthropic`) at `wire`, model at `[input,
+/// output]` $/M, routed by default; and the URL a later [`repoint`] replaces.
+fn provider(dialect: &str, wire: &WireServer, input: f64, output: f64) -> (String, String) {
+    match dialect {
+        "openai" => (openai(wire.url(), input, output), wire.url().to_owned()),
+        _ => (
+            format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&wire.root_url(), input, output)),
+            wire.root_url(),
+        ),
+    }
+}
+
+/// A stream of `tokens` output tokens that then drops, on `dialect`'s wire.
+fn dropped(dialect: &str, tokens: u64) -> Served {
+    if dialect == "openai" { openai_drop(0, tokens) } else { anthropic_drop(0, tokens) }
+}
+
+/// A finished text answer of `tokens` output tokens, on `dialect`'s wire.
+fn answered(dialect: &str, tokens: u64) -> Served {
+    if dialect == "openai" { openai_text("fine", 0, tokens) } else { anthropic_text("fine", 0, tokens) }
+}
+
+/// Two attempts of a turn stream 400 tokens each ($0.40 at $1000/M) and drop; the third is on
+/// the wire (stalled, nothing billed) when the process is SIGKILLed, under a $1.00 ceiling.
+/// The dropped attempts were paid: the resumed run must know it. It forgot them (they were
+/// charged only in the dead process's ledger, never journaled nor checkpointed), so its
+/// budget started from zero and its calls were granted the whole ceiling again: the provider
+/// billed $1.10 under $1.00 and cairn charged $0.30 of it. A failed attempt's charge is now
+/// checkpointed when it ends, so a resume counts it spent and its call's charge holds it. In
+/// both wire formats.
+#[test]
+fn dropped_attempts_before_a_kill_are_counted_by_the_resume() {
+    for dialect in ["openai", "anthropic"] {
+        let wire = WireServer::start(vec![
+            dropped(dialect, 400),
+            dropped(dialect, 400),
+            Served { reply: Reply::Stall, bill: (0, 0) },
+        ]);
+        let second = WireServer::start(vec![dropped(dialect, 200), answered(dialect, 100)]);
+        let (providers, url) = provider(dialect, &wire, 0.0, 1000.0);
+        let dir = project(&providers, r#"agent("write at length", #{max_output_tokens: 400})"#);
+        run_killed(dir.path(), "dropped", &["--budget", "1.0"], &wire, 3);
+        let first_bill = wire.billed_usd(0.0, 1000.0);
+        assert!((first_bill - 0.8).abs() < 1e-9, "{dialect}: {first_bill}");
+        repoint(dir.path(), &url, &provider(dialect, &second, 0.0, 1000.0).1);
+        let outcome = resume(dir.path(), "dropped", &[]);
+        let billed = first_bill + second.billed_usd(0.0, 1000.0);
+        // The attempt on the wire at the kill billed nothing: no slack is due.
+        assert!(billed <= 1.0 + 1e-9, "{dialect}: billed {billed} under a $1.00 ceiling: {outcome}");
+        assert!(
+            (spent(&outcome) - billed).abs() < 1e-6,
+            "{dialect}: charged {} for a bill of {billed}: {outcome}",
+            spent(&outcome)
+        );
+    }
+}
