@@ -766,7 +766,7 @@ mod tests {
         install(&lua, &string, &guard, &Callbacks::load(&lua).unwrap()).unwrap();
         lua.globals().set("S", string).unwrap();
         let code = "local r, n, raised, e = S.gsub('abc', '%w', function(c) error({c = c}) end) \
-                    local r2, n2, raised2, e2 = S.gsub('abc', 'b', setmetatable({}, {__index = function(_, k) error(k .. '!') end})) \
+                    local r2, n2, raised2, e2 = S.gsub('abc', 'b', setmetatable({}, {__index = function(_, k) error(k .. '!', 0) end})) \
                     return tostring(raised) .. e.c .. tostring(raised2) .. e2";
         assert_eq!(lua.load(code).eval::<String>().unwrap(), "truea".to_owned() + "trueb!");
     }
