@@ -18,6 +18,7 @@ mod guard;
 mod isolate;
 mod json;
 mod lint;
+mod resolver;
 mod runner;
 pub(crate) mod sandbox;
 mod split;

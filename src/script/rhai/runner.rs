@@ -144,7 +144,7 @@ fn execute(
     });
     let _charged = shared.guard.enter();
     let mut engine = build_engine(&shared);
-    let cells = super::teardown::keep_captured_cells(&mut engine, ast);
+    let cells = super::resolver::install(&mut engine, ast);
     let mut scope = Scope::new();
     scope.push_constant("args", to_dynamic(&args));
     scope.push_constant("budget", BudgetView);
