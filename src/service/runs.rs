@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::state::{AppState, blocking};
-use crate::engine::{CostReport, Resolution, RunDigest};
+use crate::engine::{Resolution, RunDigest};
 use crate::error::Error;
 use crate::journal;
 use crate::money::Money;

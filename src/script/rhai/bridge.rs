@@ -234,29 +234,36 @@ pub(super) fn host_work(bytes: usize, kept: usize, entries: u64) -> RhaiResult<(
     }
 }
 
+/// Runs an engine call for the script, blocking its thread. `handed` is the bytes of text the
+/// script hands the call (a prompt, a name, a key, args as JSON): the host hashes them into the
+/// call's identity, copies them into requests and checkpoints and keeps them with the entry, so
+/// they are charged as host work (as Lua charges every engine call's text).
 pub(super) fn block<T>(
     shared: &Shared,
+    handed: usize,
     future: impl std::future::Future<Output = Result<T, Error>>,
 ) -> RhaiResult<T> {
     let _waiting = shared.guard.pause();
-    block_host(shared, future)
+    block_host(shared, handed, future)
 }
 
 /// [`block`] for a call that waits for nothing but the host's own work for the script (`now`,
 /// `random`, `uuid`): its time is the script's.
 pub(super) fn block_host<T>(
     shared: &Shared,
+    handed: usize,
     future: impl std::future::Future<Output = Result<T, Error>>,
 ) -> RhaiResult<T> {
-    // Every engine call writes (or replays) a journal entry the host keeps.
-    if let Some(error) = shared.guard.host_work(0, 0, 1) {
+    // Every engine call writes (or replays) a journal entry the host keeps, with what it was
+    // handed.
+    if let Some(error) = shared.guard.host_work(handed as u64, handed as u64, 1) {
         return Err(to_rhai(error));
     }
     // The engine's buffers are not the script's memory (what it keeps is charged above).
     let _engine_work = crate::alloc::MemoryAccount::suspend();
     // Pinned here, so `block_on` moves a pointer: an engine future is kilobytes large, and
     // moving it by value through tokio's layers copied it three times per call. Callers pin
-    // it where it is made (`block(shared, pin!(ctx.agent(..)))`), so it is never moved.
+    // it where it is made (`block(shared, 0, pin!(ctx.agent(..)))`), so it is never moved.
     let future = pin!(future);
     shared.handle.block_on(future).map_err(to_rhai)
 }

@@ -19,6 +19,7 @@ mod guard;
 mod isolate;
 mod json;
 mod lint;
+mod resolver;
 mod runner;
 pub(crate) mod sandbox;
 mod split;
