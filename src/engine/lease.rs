@@ -203,9 +203,14 @@ fn renewal_interval(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(10))
 }
 
-/// Renews `lease` every third of its ttl on a thread of its own until `keeper` stops, and
-/// calls `lost` once the store refuses a renewal (the lease lapsed and may be another
-/// driver's): nothing the segment writes afterwards can land.
+/// Renews `lease` every third of its ttl on a thread of its own until `keeper` stops or
+/// `alive` is gone, and calls `lost` once the store refuses a renewal (the lease lapsed and
+/// may be another driver's): nothing the segment writes afterwards can land.
+///
+/// `alive` lives as long as the run's task. A task dropped before it settled (its runtime shut
+/// down under it) leaves the lease to run out, as a driver whose process died does; renewed
+/// on, it kept the run from every other driver for as long as the process lived (the
+/// segment's state, and so its keeper, can outlive the task: a leaked handle holds it).
 ///
 /// A thread, not a task: a lease must outlive anything that holds up the run's async
 /// runtime (a blocking call in a task, a host that blocks its own runtime, every worker busy),
@@ -219,6 +224,7 @@ fn renewal_interval(ttl: Duration) -> Duration {
 /// `internal` when the thread cannot be started.
 pub(super) fn keep_renewed(
     keeper: &Keeper,
+    alive: std::sync::Weak<()>,
     engine: Arc<EngineInner>,
     lease: Lease,
     lost: impl FnOnce(Error) + Send + 'static,
@@ -239,7 +245,7 @@ pub(super) fn keep_renewed(
                 }
                 held = wake.wait_timeout(held, due - now).unwrap_or_else(|p| p.into_inner()).0;
             }
-            if *held {
+            if *held || alive.strong_count() == 0 {
                 return;
             }
             drop(held);
