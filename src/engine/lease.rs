@@ -232,6 +232,10 @@ pub(super) fn keep_renewed(
     let stopped = keeper.stopped.clone();
     let every = renewal_interval(engine.lease_ttl);
     let ttl = engine.lease_ttl;
+    // Never the engine's last owner: a thread that held it (and so its store) past the run's
+    // end kept a SQLite store's connections open until the process exited, when it had not yet
+    // woken to see the keeper stopped, so the WAL's files stayed beside the database.
+    let engine = Arc::downgrade(&engine);
     let renewing = move || {
         let (flag, wake) = &*stopped;
         let mut renewed = Instant::now();
@@ -249,6 +253,7 @@ pub(super) fn keep_renewed(
                 return;
             }
             drop(held);
+            let Some(engine) = engine.upgrade() else { return };
             match renew(&engine, &lease) {
                 Ok(()) => renewed = Instant::now(),
                 Err(e) if e.code == ErrorCode::RunBusy => {
