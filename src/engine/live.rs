@@ -220,6 +220,32 @@ mod tests {
         assert!(!relay.lock().contains_key(&run), "a run nobody listens to is forgotten");
     }
 
+    /// A listener that saw the run settle waits for the relay started for it, even one whose
+    /// task has not run yet, and then has its last delta.
+    #[tokio::test]
+    async fn a_relay_counts_from_its_start_and_its_last_delta_comes_before_it_ends() {
+        use futures::FutureExt as _;
+        let relay = Arc::new(LiveRelay::default());
+        let run = RunId::parse("r1").unwrap();
+        let mut rx = relay.subscribe(&run);
+        let log = super::super::events::EventLog::new(run.clone(), 0);
+        let work = super::relay(relay.clone(), run.clone(), log.subscribe());
+        assert!(relay.relayed(&run).now_or_never().is_none(), "at work before its first poll");
+        let start =
+            EventKind::AgentStart { label: None, agent_type: None, model: "m".into(), scope: String::new() };
+        log.emit(0, (7, None), false, start);
+        log.emit(0, (7, None), false, EventKind::AgentDelta { text: "last".into() });
+        log.close();
+        let waiting = {
+            let (relay, run) = (relay.clone(), run.clone());
+            tokio::spawn(async move { relay.relayed(&run).await })
+        };
+        tokio::spawn(work);
+        waiting.await.unwrap();
+        assert_eq!(rx.try_recv().unwrap().text, "last");
+        assert!(relay.relayed(&run).now_or_never().is_some(), "no relay left at work");
+    }
+
     #[tokio::test]
     async fn a_slow_listener_skips_what_it_missed_and_reads_on() {
         let relay = LiveRelay::default();

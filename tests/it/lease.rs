@@ -388,6 +388,41 @@ fn json_null() -> Value {
     Value::Null
 }
 
+/// A run whose task is dropped before it settles (its runtime shut down under it, its handle
+/// leaked: an in-process "crash") stops renewing its lease, which runs out as a dead driver's
+/// does. Renewed on its own thread until the segment's state dropped, it was kept for as long
+/// as the process lived, and every later driver was refused `run_busy`
+/// (`money::each_paid_turn_is_charged_once_across_a_failure_a_crash_and_resumes` failed so).
+#[test]
+fn a_run_dropped_with_its_runtime_stops_renewing_its_lease() {
+    use cairn::store::MemoryStore;
+    use cairn::{Engine, LeasableStore, RunOptions, Workflow};
+    use std::sync::Arc;
+
+    let store = Arc::new(MemoryStore::new());
+    let engine =
+        Engine::builder(store.clone(), store.clone()).lease_ttl(Duration::from_millis(90)).build().unwrap();
+    let workflow = Workflow::new("dropped", |_ctx, _| async {
+        std::future::pending::<()>().await;
+        Ok(Value::Null)
+    });
+    let run = cairn::RunId::parse("dropped").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let options = RunOptions { run_id: Some(run.clone()), ..RunOptions::default() };
+        std::mem::forget(engine.run(&workflow, Value::Null, options).unwrap());
+    });
+    drop(runtime);
+    // Renewed every 30 ms while it was kept: it outlives this wait only if it still is.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store.holder(&run).unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the dropped run's lease is still renewed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Free for the next driver.
+    store.acquire(&run, "next", Duration::from_secs(30)).unwrap();
+}
+
 /// A journal store that counts the renewals of its leases (the rest is a [`MemoryStore`]'s).
 #[derive(Debug)]
 struct CountingRenewals {
