@@ -244,7 +244,7 @@ impl FakeProvider {
 
     fn events(&self, turn: FakeTurn, request: &ChatRequest) -> Vec<ChatEvent> {
         let estimate = |output: &str| Usage {
-            input_tokens: crate::provider::estimate_request_tokens(request),
+            input_tokens: crate::provider::estimate_plain_request_tokens(request),
             output_tokens: (output.chars().count() as u64).div_ceil(4).max(1),
             ..Usage::default()
         };

@@ -131,13 +131,29 @@ fn elide(request: &mut ChatRequest, bound: u64) -> u32 {
                 "\n[cairn: cut here; the rest of this tool result (about {} tokens) was elided to keep the conversation under its bound of {bound} tokens]",
                 super::estimate_tokens(content)
             );
-            let keep = (room.saturating_sub(super::estimate_tokens(&note)) * 4) as usize;
-            let head: String = content.chars().take(keep).collect();
+            let head = head_within(content, room.saturating_sub(super::estimate_tokens(&note)));
             *content = format!("{head}{note}");
             changed += 1;
         }
     }
     changed
+}
+
+/// The longest head of `content` (to within a quarter) whose estimate is at most `tokens`:
+/// four characters a token at best, less for code, JSON or other scripts.
+fn head_within(content: &str, tokens: u64) -> &str {
+    let mut keep = usize::try_from(tokens.saturating_mul(4)).unwrap_or(usize::MAX).min(content.len());
+    loop {
+        let mut end = keep;
+        while !content.is_char_boundary(end) {
+            end -= 1;
+        }
+        let head = &content[..end];
+        if end == 0 || super::estimate_tokens(head) <= tokens {
+            return head;
+        }
+        keep = end - end.div_ceil(4);
+    }
 }
 
 #[cfg(test)]

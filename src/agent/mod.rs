@@ -205,9 +205,10 @@ pub(crate) struct PendingCall {
     malformed: Option<String>,
 }
 
-/// About four characters a token for ASCII, a token per byte of other text.
+/// Estimated tokens of `text` sent as input (the request estimate's rule: at least four
+/// characters a token for ASCII, more for code, JSON and numbers; a token per byte of other text).
 fn estimate_tokens(text: &str) -> u64 {
-    crate::provider::estimate_tokens_for_chars(crate::provider::estimate_weight(text))
+    crate::provider::estimate_text_tokens(text)
 }
 
 /// The JSON value in a reply: the whole text, or the first fenced block, or the span from
@@ -246,7 +247,9 @@ mod tests {
     #[test]
     fn token_estimates_round_up() {
         assert_eq!(estimate_tokens(""), 0);
-        assert_eq!(estimate_tokens("abc"), 1);
-        assert_eq!(estimate_tokens("abcde"), 2);
+        assert_eq!(estimate_tokens("the"), 1);
+        assert_eq!(estimate_tokens("house"), 2);
+        // Letters that make no word: three quarters of a token each.
+        assert_eq!(estimate_tokens("xqzvk"), 4);
     }
 }

@@ -87,7 +87,7 @@ impl Provider for EchoProvider {
             Err(error) => return futures::stream::iter([ChatEvent::Error(error)]).boxed(),
         };
         let usage = Usage {
-            input_tokens: estimate::request_tokens(&request),
+            input_tokens: estimate::plain_request_tokens(&request),
             output_tokens: estimate::tokens_for_chars(reply.chars().count()).max(1),
             ..Usage::default()
         };

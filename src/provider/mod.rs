@@ -35,7 +35,9 @@ use tokio_util::sync::CancellationToken;
 use crate::{Error, Usage};
 
 pub(crate) use echo::split_deltas as split_text_deltas;
+pub(crate) use estimate::plain_request_tokens as estimate_plain_request_tokens;
 pub(crate) use estimate::request_tokens as estimate_request_tokens;
+pub(crate) use estimate::text_tokens as estimate_text_tokens;
 pub(crate) use estimate::tokens_for_chars as estimate_tokens_for_chars;
 pub(crate) use estimate::weight as estimate_weight;
 pub use http::ApiKey;

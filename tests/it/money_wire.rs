@@ -201,6 +201,42 @@ fn a_japanese_prompt_is_never_reserved_below_its_bill() {
     }
 }
 
+/// #23.4, beyond prose: four characters a token is no bound for JSON, code or numbers. A
+/// 3,928-character JSON array (ids, hex skus, quantities) that the OpenAI tokenizers count at
+/// 1,687 tokens (`tiktoken-rs` 0.12, `o200k_base` and `cl100k_base`) was reserved at 982 and
+/// dispatched under a $0.15 ceiling it then crossed; its reservation is now at least its bill,
+/// so it is refused unsent. In both wire formats.
+#[test]
+fn a_json_prompt_is_never_reserved_below_its_bill() {
+    let rows: Vec<String> = (0..100u64)
+        .map(|i| {
+            format!(
+                r#"{{"id":{},"sku":"{:x}","qty":{}}}"#,
+                100_000 + i * 7_919,
+                (i * 2_654_435_761) % (1 << 32),
+                i % 17
+            )
+        })
+        .collect();
+    let json = format!("[{}]", rows.join(","));
+    assert_eq!(json.len(), 3_928);
+    for dialect in ["openai", "anthropic"] {
+        let (reply, providers): (Answer, Providers) = if dialect == "openai" {
+            (openai_text, |w| openai(w.url(), 100.0, 100.0))
+        } else {
+            (anthropic_text, |w| {
+                format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&w.root_url(), 100.0, 100.0))
+            })
+        };
+        let wire = WireServer::start(vec![reply("ok", 1_687, 10)]);
+        let dir = project(&providers(&wire), &format!("agent(`{json}`, #{{max_output_tokens: 100}})"));
+        let outcome = run(dir.path(), &["--budget", "0.15"]);
+        assert!(spent(&outcome) <= 0.15, "{dialect}: spent {} under $0.15: {outcome}", spent(&outcome));
+        assert_eq!(outcome["error"]["code"], "budget_exhausted", "{dialect}: {outcome}");
+        assert!(wire.requests().is_empty(), "{dialect}: the call was dispatched");
+    }
+}
+
 /// #23.6: with `max_context_tokens = 3000` a model passes a 20 KB path on each of six tool
 /// calls. The bound elides the model's own tool-call arguments as it elides results, so no
 /// turn goes out above it (they went out at 5k, 10k … 30k tokens); a prompt the bound cannot

@@ -199,8 +199,10 @@ fn cases() -> Vec<Case> {
             make: compatible,
             ok_body: data_lines(&chat_chunks(false), true),
             // No usage on the wire: estimated from the request and the generated text, flagged.
-            // Prompt: 17 + 11 + 1 + 56 schema characters -> 22; output: 13 + 11 + 16 -> 10.
-            ok_usage: Usage { input_tokens: 22, output_tokens: 10, approximate: true, ..Usage::default() },
+            // Prompt: 17 + 11 + 1 characters and a 56-character JSON schema, counted by their
+            // pieces (the schema's quotes and braces a token each, about) -> 38; output: 13 + 11
+            // + 16 characters -> 10.
+            ok_usage: Usage { input_tokens: 38, output_tokens: 10, approximate: true, ..Usage::default() },
             break_at: "\"Paris\\\"}",
         },
     ]

@@ -13,9 +13,9 @@ use super::support::serve::{serve_in, wait_status};
 const PRICED_ECHO: &str = "[providers.echo]\nkind = \"echo\"\nlatency_ms = 1\nprice = [1000, 1000]\n";
 
 const LOOP_RHAI: &str = "let notes = [];\nfor round in 0..3 {\n    \
-    notes.push(agent(`Review round ${round}.`, #{max_output_tokens: 16, label: `round ${round}`}));\n}\nnotes\n";
+    notes.push(agent(`Review ${round} please`, #{max_output_tokens: 16, label: `round ${round}`}));\n}\nnotes\n";
 const LOOP_LUA: &str = "local notes = {}\nfor round = 0, 2 do\n  \
-    notes[#notes + 1] = agent(\"Review round \" .. round .. \".\", { max_output_tokens = 16, label = \"round \" .. round })\n\
+    notes[#notes + 1] = agent(\"Review \" .. round .. \" please\", { max_output_tokens = 16, label = \"round \" .. round })\n\
     end\nreturn notes\n";
 
 fn project() -> tempfile::TempDir {
@@ -81,7 +81,7 @@ fn a_resume_raises_the_ceiling_once_and_refuses_below_the_spend() {
         let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(
             outcome["value"],
-            json!(["echo: Review round 0.", "echo: Review round 1.", "echo: Review round 2."])
+            json!(["echo: Review 0 please", "echo: Review 1 please", "echo: Review 2 please"])
         );
         let report = inspect(root, &store, id);
         assert_eq!(

@@ -214,7 +214,7 @@ pub(crate) fn call_worst_case(engine: &EngineInner, site: &AgentSite) -> Result<
         schema_tokens: site
             .schema
             .literal()
-            .map_or(0, |schema| crate::provider::estimate_tokens_for_chars(schema.to_string().len())),
+            .map_or(0, |schema| crate::provider::estimate_text_tokens(&schema.to_string())),
     };
     let model_name = model.to_string();
     let fallbacks = match profile.map(|p| &p.fallbacks).filter(|f| !f.is_empty()) {

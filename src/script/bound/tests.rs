@@ -104,9 +104,10 @@ mod pricing {
         let src = format!(
             r#"agent("{prompt}", #{{model: "test:m", max_output_tokens: 100, schema: #{{type: "object"}}}})"#
         );
-        // First turn: (400 + 17 schema chars) / 4 = 105 tokens + 32 for the schema instruction;
-        // each re-prompt adds the reply twice (200), the schema (5) and 256.
-        let inputs = [137u64, 137 + 461, 137 + 2 * 461];
+        // First turn: (400 + 43 quarters for the schema's 17 characters of JSON, counted by its
+        // pieces) / 4 = 111 tokens + 32 for the schema instruction; each re-prompt adds the
+        // reply twice (200), the schema (11) and 256.
+        let inputs = [143u64, 143 + 467, 143 + 2 * 467];
         let expected: u64 = inputs.iter().map(|i| i * 1000 + 1_000_000).sum();
         assert_eq!(worst(&engine, &src), (1, expected as i64));
     }

@@ -111,8 +111,9 @@ pub(crate) struct SimRequest {
     pub(crate) handles: Option<Vec<String>>,
     /// The prompt in the simulator's tokens (see [`prompt_tokens`]).
     pub(crate) input_tokens: u64,
-    /// The body's length in characters (bounds any client-side estimate of the prompt).
-    pub(crate) body_chars: u64,
+    /// The client's input estimate of the whole body (the body holds every part the client
+    /// estimates, and more, so this bounds its estimate of the prompt).
+    pub(crate) body_tokens: u64,
 }
 
 impl SimRequest {
@@ -161,7 +162,7 @@ impl SimRequest {
             offered,
             handles,
             input_tokens: prompt_tokens(chars),
-            body_chars: text.chars().count() as u64,
+            body_tokens: crate::provider::estimate_text_tokens(&text),
         })
     }
 }

@@ -99,8 +99,7 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Re
         },
     };
     let tolerance = if matches!(plan.end, AttemptEnd::Unreported | AttemptEnd::Broken) {
-        let slack =
-            Usage { input_tokens: request.body_chars.div_ceil(4) + 1, output_tokens: 4, ..Usage::default() };
+        let slack = Usage { input_tokens: request.body_tokens + 1, output_tokens: 4, ..Usage::default() };
         price(price_of, &slack)
     } else {
         crate::money::Money::ZERO
