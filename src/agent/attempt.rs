@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ledger::Ledger;
 use super::spec::fails_over;
-use super::{AgentEnd, AgentSpec, Backoff, BudgetHooks, cost};
+use super::{AgentEnd, AgentSpec, Backoff, BudgetHooks, Spend, cost};
 use crate::error::{Error, ErrorCode};
 use crate::provider::{ChatEvent, FinishReason, Message};
 use crate::usage::Usage;
@@ -49,9 +49,9 @@ fn malformed_call(wire_id: String, name: String, raw: &str, error: &str) -> Requ
     }
 }
 
-/// What the turn's failed attempts were charged so far is handed to this (with the
-/// conversation), to be made durable before the next attempt goes out.
-pub(super) type OnCharged<'a> = &'a mut (dyn FnMut(&mut Vec<Message>, Usage) + Send);
+/// What the turn's failed attempts were charged so far, by the model that served each, is
+/// handed to this (with the conversation), to be made durable before the next attempt goes out.
+pub(super) type OnCharged<'a> = &'a mut (dyn FnMut(&mut Vec<Message>, &Spend) + Send);
 
 /// One turn, retried on retryable faults and failed over to the declared fallbacks. Each
 /// failed attempt is charged in `ledger` when it ends, so the next attempt's guard grants only
@@ -67,6 +67,7 @@ pub(super) async fn turn_with_retries(
 ) -> Result<Turn, AgentEnd> {
     let mut attempt = 0;
     let mut wasted = Usage::default();
+    let mark = ledger.mark();
     loop {
         match one_attempt(spec, ledger, budget, cancel, on_delta).await {
             Ok(mut turn) => {
@@ -76,7 +77,7 @@ pub(super) async fn turn_with_retries(
             Err((AgentEnd::Error(error), charged)) if error.retryable && attempt < spec.max_retries => {
                 wasted += charged;
                 if charged.total_tokens() > 0 {
-                    on_charged(&mut spec.request.messages, wasted);
+                    on_charged(&mut spec.request.messages, &ledger.spend_since(mark));
                 }
                 let timing = Backoff { base: spec.retry_base, ..spec.backoff };
                 let backoff = timing.delay(spec.call_key.as_bytes(), attempt, error.retry_after_ms);
@@ -97,7 +98,7 @@ pub(super) async fn turn_with_retries(
                 // model's attempts cost stays in the ledger at that model's price.
                 wasted += charged;
                 if charged.total_tokens() > 0 {
-                    on_charged(&mut spec.request.messages, wasted);
+                    on_charged(&mut spec.request.messages, &ledger.spend_since(mark));
                 }
                 let next = spec.fallbacks.remove(0);
                 tracing::warn!(from = %spec.served_by, to = %next.served_by, code = %error.code, "failing over");

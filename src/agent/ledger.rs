@@ -240,6 +240,17 @@ impl Ledger {
         (usage, cost)
     }
 
+    /// What the attempts ended since `mark` were charged, by the model that served each (a
+    /// checkpoint keeps it, so a resume carries what its turns cost, not their usage priced at
+    /// the requested model).
+    pub(crate) fn spend_since(&self, mark: usize) -> super::spend::Spend {
+        let mut spend = super::spend::Spend::default();
+        for attempt in self.attempts.iter().skip(mark).filter(|a| a.end != AttemptEnd::Refused) {
+            spend.add(&self.models[attempt.model], attempt.usage, attempt.cost);
+        }
+        spend
+    }
+
     /// The attempts worth journaling: all of them when more than one model served the call
     /// (so the cost report can split it by model), none otherwise (the entry's `served_by`,
     /// `usage` and `cost` say everything).

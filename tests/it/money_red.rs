@@ -111,3 +111,71 @@ fn dropped_attempts_before_a_kill_are_counted_by_the_resume() {
         );
     }
 }
+
+/// A refusal before any stream byte on `dialect`'s wire (billed nothing, fails over once the
+/// retries are spent).
+fn refused(dialect: &str) -> Served {
+    if dialect == "openai" { openai_status(503) } else { anthropic_status(529) }
+}
+
+/// A tool call listing the directory, `output` tokens, on `dialect`'s wire.
+fn listed(dialect: &str, n: usize, output: u64) -> Served {
+    let id = format!("call_{n}");
+    if dialect == "openai" {
+        openai_tool_call(&id, "list_dir", r#"{"path": "."}"#, 0, output)
+    } else {
+        anthropic_tool_call(&id, "list_dir", r#"{"path": "."}"#, 0, output)
+    }
+}
+
+/// A cheap primary ($1/M) refuses every attempt (nothing billed) and its call fails over to an
+/// expensive fallback ($1000/M), whose tool loop completes three checkpointed turns of 100
+/// tokens ($0.30) before the process is SIGKILLed, under a $0.50 ceiling; the resume fails
+/// over again and goes on. The checkpoint held usage alone, and the resume priced it at the
+/// requested model: it counted $0.0003 spent, handed the ceiling out again and the provider
+/// billed $0.80; the call was charged $0.50 of it, all under the fallback. A checkpoint now
+/// carries what its turns cost, each attempt at the model that served it. From each wire
+/// format to the other.
+#[test]
+fn checkpointed_turns_of_a_failed_over_call_are_carried_at_the_price_that_served_them() {
+    for (primary, fallback) in [("anthropic", "openai"), ("openai", "anthropic")] {
+        let serve = |turns: std::ops::Range<usize>, tail: Option<Served>| {
+            let mut script: Vec<Served> = (0..4).map(|_| refused(primary)).collect();
+            script.extend(turns.map(|n| listed(fallback, n, 100)));
+            script.extend(tail);
+            WireServer::start(script)
+        };
+        let wire = serve(0..3, Some(Served { reply: Reply::Stall, bill: (0, 0) }));
+        let second = serve(3..20, None);
+        let price_of = |dialect: &str, w: &WireServer, price: f64| match dialect {
+            "openai" => openai(w.url(), 0.0, price).replace("[routing]\ndefault = \"o:small\"\n", ""),
+            _ => anthropic(&w.root_url(), 0.0, price),
+        };
+        let (requested, served) =
+            if primary == "openai" { ("o:small", "a:big") } else { ("a:big", "o:small") };
+        let providers = format!(
+            "{}{}[routing]\ndefault = \"{requested}\"\n\n[fallbacks]\n\"{requested}\" = [\"{served}\"]\n",
+            price_of(primary, &wire, 1.0),
+            price_of(fallback, &wire, 1000.0),
+        );
+        let dir = project(
+            &providers,
+            r#"agent("list forever", #{tools: ["files"], max_output_tokens: 100, max_turns: 20, max_tool_calls: 20})"#,
+        );
+        run_killed(dir.path(), "failover", &["--budget", "0.5"], &wire, 8);
+        let first_bill = wire.billed_usd(0.0, 1000.0);
+        assert!((first_bill - 0.3).abs() < 1e-9, "{primary}: {first_bill}");
+        repoint(dir.path(), &wire.root_url(), &second.root_url());
+        let outcome = resume(dir.path(), "failover", &[]);
+        let billed = first_bill + second.billed_usd(0.0, 1000.0);
+        assert!(billed <= 0.5 + 1e-9, "{primary}: billed {billed} under a $0.50 ceiling: {outcome}");
+        assert!(
+            (spent(&outcome) - billed).abs() < 1e-6,
+            "{primary}: charged {} for a bill of {billed}: {outcome}",
+            spent(&outcome)
+        );
+        let by_model = &outcome["cost"]["by_model"];
+        let on_fallback = crate::money_wire::usd(&by_model[served]["cost_nano_usd"]);
+        assert!((on_fallback - billed).abs() < 1e-6, "{primary}: {on_fallback} under {served}: {by_model}");
+    }
+}
