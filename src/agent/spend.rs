@@ -82,6 +82,11 @@ impl Spend {
         self.0.iter().try_fold(Money::ZERO, |total, r| r.cost.map(|c| total.saturating_add(c)))
     }
 
+    /// What its priced models' part cost.
+    pub(crate) fn priced(&self) -> Money {
+        self.0.iter().filter_map(|r| r.cost).fold(Money::ZERO, Money::saturating_add)
+    }
+
     /// The models that served it, in order.
     pub(crate) fn models(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|r| r.model.as_str())

@@ -439,6 +439,7 @@ fn finish_with(spec: &AgentSpec, end: AgentEnd, ledger: &Ledger, partial: Option
         end,
         usage: ledger.usage(),
         cost: ledger.cost(),
+        priced: ledger.spent(),
         served_by: spec.served_by.clone(),
         finish_reason: None,
         attempts: ledger.journaled_attempts(),

@@ -179,3 +179,61 @@ fn checkpointed_turns_of_a_failed_over_call_are_carried_at_the_price_that_served
         assert!((on_fallback - billed).abs() < 1e-6, "{primary}: {on_fallback} under {served}: {by_model}");
     }
 }
+
+/// A priced primary ($1000/M) drops four attempts of 100 tokens ($0.40) and the call fails
+/// over to a declared fallback with no price, under a $0.50 ceiling and without
+/// `allow_unpriced`; a second call follows. The failover went to the unpriced model unguarded
+/// (no grant, no cut: its spend cannot be bounded), and its unpriced usage made the call's
+/// cost unknown, so the run's books settled it at $0: the $0.40 the primary billed vanished and
+/// the second call was granted the whole ceiling again. The provider billed $0.85 under
+/// $0.50. A fallback that cannot be priced is not failed over to under a finite ceiling unless
+/// unpriced models are allowed (the primary's error ends the call), and a call's priced
+/// attempts are spent whatever else served it. From each wire format to the other.
+#[test]
+fn a_failover_to_an_unpriced_model_never_crosses_the_ceiling_nor_hides_the_priced_spend() {
+    for (primary, fallback) in [("anthropic", "openai"), ("openai", "anthropic")] {
+        let mut script: Vec<Served> = (0..4).map(|_| dropped(primary, 100)).collect();
+        // The fallback's answer: its price is unknown to cairn (billed nothing here, so the
+        // bill below is the primary's alone).
+        script.push(Served { bill: (0, 0), ..answered(fallback, 100) });
+        script.push(answered(primary, 450));
+        let wire = WireServer::start(script);
+        let unpriced = |dialect: &str| match dialect {
+            "openai" => openai(wire.url(), 0.0, 1000.0)
+                .replace("prices = { small = [0, 1000] }\n", "")
+                .replace("[routing]\ndefault = \"o:small\"\n", ""),
+            _ => anthropic(&wire.root_url(), 0.0, 1000.0).replace("prices = { big = [0, 1000] }\n", ""),
+        };
+        let priced = |dialect: &str| match dialect {
+            "openai" => openai(wire.url(), 0.0, 1000.0).replace("[routing]\ndefault = \"o:small\"\n", ""),
+            _ => anthropic(&wire.root_url(), 0.0, 1000.0),
+        };
+        let (requested, served) =
+            if primary == "openai" { ("o:small", "a:big") } else { ("a:big", "o:small") };
+        let providers = format!(
+            "{}{}[routing]\ndefault = \"{requested}\"\n\n[fallbacks]\n\"{requested}\" = [\"{served}\"]\n",
+            priced(primary),
+            unpriced(fallback),
+        );
+        assert!(
+            !providers.contains(&format!("{} = [0, 1000]", served.split(':').nth(1).unwrap())),
+            "{providers}"
+        );
+        let dir = project(
+            &providers,
+            "try { agent(\"first\", #{max_output_tokens: 450}) } catch { }\nagent(\"second\", #{max_output_tokens: 450})",
+        );
+        let outcome = crate::money_wire::run(dir.path(), &["--budget", "0.5"]);
+        let billed = wire.billed_usd(0.0, 1000.0);
+        // One streamed delta of slack (docs/money.md): 25 tokens at $1000/M.
+        assert!(
+            billed <= 0.5 + 0.025 + 1e-9,
+            "{primary}: the primary billed {billed} under $0.50: {outcome}"
+        );
+        assert!(
+            spent(&outcome) + 1e-9 >= billed,
+            "{primary}: charged {} for a priced bill of {billed}: {outcome}",
+            spent(&outcome)
+        );
+    }
+}

@@ -168,7 +168,12 @@ impl Ctx {
                 ..engine.backoff
             },
             price,
-            fallbacks: declared_fallbacks(engine, profile, &call.model),
+            fallbacks: declared_fallbacks(
+                engine,
+                profile,
+                &call.model,
+                self.run.budget.is_bounded(self.account) && !engine.prices.unpriced_allowed(),
+            ),
             tools: call.tools,
             permissions: agent::permissions_for_call(
                 &engine.permissions,

@@ -13,7 +13,6 @@ use crate::engine::ctx::Ctx;
 use crate::engine::options::AgentOptions;
 use crate::error::Error;
 use crate::journal::{self, Status};
-use crate::money::Money;
 use crate::usage::{AttemptEnd, AttemptRecord};
 
 impl Ctx {
@@ -46,6 +45,7 @@ impl Ctx {
                 outcome.attempts = attempts;
             }
             outcome.usage += extra.usage();
+            outcome.priced = outcome.priced.saturating_add(extra.priced());
             outcome.cost = outcome.cost.zip(extra.cost()).map(|(cost, carried)| cost + carried);
         }
         let attempts = settlement.attempts;
@@ -70,7 +70,8 @@ impl Ctx {
         if settlement.wrote_checkpoint {
             terminal.transcript_ref = Some(checkpoint_ref.clone());
         }
-        let cost = outcome.cost.unwrap_or(Money::ZERO);
+        // An unpriced model's part cannot be priced; the priced attempts' part is spent.
+        let cost = outcome.cost.unwrap_or(outcome.priced);
         // Awaited: a paid result is durable before it reaches the workflow.
         let written = self.run.append_one_async(terminal).await;
         // Turns carried into this segment were spent when it began: charge only the rest.
