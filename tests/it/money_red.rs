@@ -237,3 +237,49 @@ fn a_failover_to_an_unpriced_model_never_crosses_the_ceiling_nor_hides_the_price
         );
     }
 }
+
+/// A tool loop is SIGKILLed after three checkpointed turns of 100 tokens ($0.30 at $1000/M)
+/// under a $1.00 ceiling, then resumed with `--budget 0.2`. The override was judged against
+/// the spend the journal had settled alone ($0: the call never settled), so it was accepted:
+/// the resumed run counted the checkpointed turns spent ($0.30) under a $0.20 ceiling and
+/// ended with cairn's own books past the ceiling it had just agreed to. The checkpointed
+/// turns of calls a killed segment left are now spent for the override too: it is refused
+/// (`config`, exit 2) with nothing sent, and `--budget 0.3` is accepted. In both wire
+/// formats.
+#[test]
+fn a_lowered_budget_is_judged_against_the_checkpointed_turns_of_a_killed_call() {
+    for dialect in ["openai", "anthropic"] {
+        let mut script: Vec<Served> = (0..3).map(|n| listed(dialect, n, 100)).collect();
+        script.push(Served { reply: Reply::Stall, bill: (0, 0) });
+        let wire = WireServer::start(script);
+        let second = WireServer::start((3..6).map(|n| listed(dialect, n, 100)).collect());
+        let (providers, url) = provider(dialect, &wire, 0.0, 1000.0);
+        let dir = project(
+            &providers,
+            r#"agent("list forever", #{tools: ["files"], max_output_tokens: 100, max_turns: 20, max_tool_calls: 20})"#,
+        );
+        run_killed(dir.path(), "lowered", &["--budget", "1.0"], &wire, 4);
+        repoint(dir.path(), &url, &provider(dialect, &second, 0.0, 1000.0).1);
+        let out = cairn_in(dir.path())
+            .env("CAIRN_WIRE_KEY", "k")
+            .env("CAIRN_LEASE_TTL_MS", "30000")
+            .args(["resume", "lowered", "--json", "-q", "--budget", "0.2"])
+            .output()
+            .unwrap();
+        let said =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if out.status.code() != Some(2) {
+            let outcome: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            panic!(
+                "{dialect}: a $0.20 ceiling after $0.30 was spent was accepted: spent {}: {said}",
+                spent(&outcome)
+            );
+        }
+        assert!(said.contains("below"), "{dialect}: {said}");
+        assert_eq!(second.requests().len(), 0, "{dialect}: nothing was sent");
+        let outcome = resume(dir.path(), "lowered", &["--budget", "0.3"]);
+        let billed = wire.billed_usd(0.0, 1000.0) + second.billed_usd(0.0, 1000.0);
+        assert!(billed <= 0.3 + 1e-9, "{dialect}: billed {billed} under $0.30: {outcome}");
+        assert!((spent(&outcome) - billed).abs() < 1e-6, "{dialect}: {outcome}");
+    }
+}
