@@ -54,6 +54,11 @@ pub struct Attempt {
     /// four characters a token as input, plus four output tokens (Anthropic's placeholder and
     /// a tool name an adapter counts). Zero for the others, which must be charged exactly.
     pub tolerance: Money,
+    /// How far above the bill a client that lost this attempt's stream may charge it (its
+    /// estimate, as [`Attempt::tolerance`] of a broken stream): an attempt a killed driver had
+    /// on the wire may have been charged so before it died (its connection failed, and its
+    /// charge was checkpointed before the retry).
+    pub drop_tolerance: Money,
     /// Whether the whole planned body was handed to the connection (false: the client hung up first).
     pub delivered: bool,
     /// Whether the turn's answer completed (a finished, non-tool turn).
