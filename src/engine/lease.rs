@@ -203,17 +203,19 @@ fn renewal_interval(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(10))
 }
 
-/// Renews `lease` every third of its ttl on a thread of its own until `keeper` stops, and
-/// calls `lost` once the store refuses a renewal (the lease lapsed and may be another
-/// driver's): nothing the segment writes afterwards can land.
+/// Renews `lease` every third of its ttl on a thread of its own until `keeper` stops or
+/// `alive` is gone, and calls `lost` once the store refuses a renewal (the lease lapsed and
+/// may be another driver's): nothing the segment writes afterwards can land.
+///
+/// `alive` lives as long as the run's task. A task dropped before it settled (its runtime shut
+/// down under it) leaves the lease to run out, as a driver whose process died does; renewed
+/// on, it kept the run from every other driver for as long as the process lived (the
+/// segment's state, and so its keeper, can outlive the task: a leaked handle holds it).
 ///
 /// A thread, not a task: a lease must outlive anything that holds up the run's async
 /// runtime (a blocking call in a task, a host that blocks its own runtime, every worker busy),
 /// which would otherwise stop the renewal while the run goes on, until its next write finds
-/// the lease gone. But not the runtime itself: a task of the runtime holds a token the thread
-/// watches, so when the runtime is shut down under the run (a host that drops it, as a crash
-/// would end the process) the renewals stop and the lease lapses for the next driver, instead
-/// of a thread renewing for a run nobody drives. The renewal shares nothing with the inbox drain either, whose store reads
+/// the lease gone. The renewal shares nothing with the inbox drain either, whose store reads
 /// and appends may take their time. A store failure other than the refusal (a busy
 /// database, a dropped connection) is tried again at the next interval: the lease holds
 /// until its ttl runs out, and a renewal after that is refused.
@@ -222,30 +224,19 @@ fn renewal_interval(ttl: Duration) -> Duration {
 /// `internal` when the thread cannot be started.
 pub(super) fn keep_renewed(
     keeper: &Keeper,
+    alive: std::sync::Weak<()>,
     engine: Arc<EngineInner>,
     lease: Lease,
     lost: impl FnOnce(Error) + Send + 'static,
 ) -> Result<(), Error> {
     let stopped = keeper.stopped.clone();
-    // Held by a task of the run's runtime until the keeper stops: gone once that runtime is.
-    let driven = Arc::new(());
-    let runtime = Arc::downgrade(&driven);
-    let unwatched = match tokio::runtime::Handle::try_current() {
-        Ok(handle) => {
-            let token = keeper.token();
-            handle.spawn(async move {
-                let _driven = driven;
-                token.cancelled().await;
-            });
-            None
-        }
-        // No runtime to watch: only the keeper stops the renewals.
-        Err(_) => Some(driven),
-    };
     let every = renewal_interval(engine.lease_ttl);
     let ttl = engine.lease_ttl;
+    // Never the engine's last owner: a thread that held it (and so its store) past the run's
+    // end kept a SQLite store's connections open until the process exited, when it had not yet
+    // woken to see the keeper stopped, so the WAL's files stayed beside the database.
+    let engine = Arc::downgrade(&engine);
     let renewing = move || {
-        let _unwatched = unwatched;
         let (flag, wake) = &*stopped;
         let mut renewed = Instant::now();
         loop {
@@ -258,10 +249,11 @@ pub(super) fn keep_renewed(
                 }
                 held = wake.wait_timeout(held, due - now).unwrap_or_else(|p| p.into_inner()).0;
             }
-            if *held || runtime.strong_count() == 0 {
+            if *held || alive.strong_count() == 0 {
                 return;
             }
             drop(held);
+            let Some(engine) = engine.upgrade() else { return };
             match renew(&engine, &lease) {
                 Ok(()) => renewed = Instant::now(),
                 Err(e) if e.code == ErrorCode::RunBusy => {

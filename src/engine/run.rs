@@ -574,8 +574,8 @@ impl RunState {
 
     /// Keeps the segment's lease alive (renewed every third of its ttl, on a thread of its
     /// own: `lease::keep_renewed`) and drains the run's inbox while it has open waits, until
-    /// the run settles or is gone.
-    pub(super) fn keep_lease(self: &Arc<Self>) {
+    /// the run settles or is gone, or its task is (`alive` is dropped with it).
+    pub(super) fn keep_lease(self: &Arc<Self>, alive: Weak<()>) {
         if let Some(lease) = &self.lease {
             let weak: Weak<RunState> = Arc::downgrade(self);
             let lost = move |e| {
@@ -584,7 +584,8 @@ impl RunState {
                     state.lease_lost(e);
                 }
             };
-            if let Err(e) = lease::keep_renewed(&self.keeper, self.engine.clone(), lease.clone(), lost) {
+            if let Err(e) = lease::keep_renewed(&self.keeper, alive, self.engine.clone(), lease.clone(), lost)
+            {
                 self.lease_lost(e);
                 return;
             }

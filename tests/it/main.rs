@@ -13,6 +13,7 @@ mod children_args;
 mod cli;
 mod concurrency;
 mod crash;
+mod determinism_callbacks;
 mod determinism_grammar;
 mod determinism_journal;
 mod determinism_runtime;
