@@ -314,8 +314,14 @@ impl Harness {
                     () = killer => None,
                 }
             });
-            // A kill: the runtime goes with everything on it, as a process would.
-            runtime.shutdown_background();
+            // A kill: the runtime goes with everything on it, as a process would, and the next
+            // segment starts only once it is gone. Shutting it down in the background let the
+            // dead segment's tasks run on for a moment: a stream the shutdown failed was charged
+            // and its checkpoint rewritten after the resume had read it, so the resume's budget
+            // counted the call's turns below what its settlement later carried (seed
+            // 16412102846195817932: $0.3002 spent under $0.30). No killed process writes after
+            // its successor started.
+            runtime.shutdown_timeout(Duration::from_secs(60));
             ends.push(self.store.load(&run).unwrap().len());
             match outcome {
                 Some(outcome) => return (outcome, ends, killed),
@@ -418,12 +424,13 @@ pub(crate) fn check(
             .iter()
             .map(|a| {
                 format!(
-                    "[s{} t{} a{} {:?} {:?} in {} out {} = {}]",
+                    "[s{} t{} a{} {:?} {:?}{} in {} out {} = {}]",
                     a.segment,
                     a.turn,
                     a.attempt,
                     a.fault,
                     a.end,
+                    if a.delivered { "" } else { " (hung up)" },
                     a.usage.input_tokens,
                     a.usage.output_tokens,
                     a.cost
