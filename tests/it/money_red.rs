@@ -283,3 +283,35 @@ fn a_lowered_budget_is_judged_against_the_checkpointed_turns_of_a_killed_call() 
         assert!((spent(&outcome) - billed).abs() < 1e-6, "{dialect}: {outcome}");
     }
 }
+
+/// A provider answers 200 and sends its headers, then nothing (a hung upstream behind a proxy
+/// that already flushed them). The idle timeout (300 ms) ends the attempt, which is charged
+/// only what was observed: its prompt, estimated (the provider began it), and no output; the
+/// retry's answer is charged exactly its bill. Nothing waits for the hung connection. In both
+/// wire formats.
+#[test]
+fn a_provider_that_hangs_after_its_headers_is_cut_by_the_idle_timeout_and_charged_what_was_observed() {
+    for dialect in ["openai", "anthropic"] {
+        let hung = Served { reply: Reply::HeadersThenStall, bill: (0, 0) };
+        let answer =
+            if dialect == "openai" { openai_text("fine", 10, 100) } else { anthropic_text("fine", 10, 100) };
+        let wire = WireServer::start(vec![hung, answer]);
+        let (providers, _) = provider(dialect, &wire, 1000.0, 1000.0);
+        let providers = providers.replace("base_url = ", "idle_timeout_ms = 300\nbase_url = ");
+        let dir = project(&providers, r#"agent("say fine", #{max_output_tokens: 200})"#);
+        let began = std::time::Instant::now();
+        let outcome = crate::money_wire::run(dir.path(), &["--budget", "1.0"]);
+        assert!(began.elapsed() < Duration::from_secs(30), "{dialect}: waited {:?}", began.elapsed());
+        assert_eq!(outcome["status"], "ok", "{dialect}: {outcome}");
+        assert_eq!(wire.requests().len(), 2, "{dialect}: one hung attempt, one retry");
+        let usage = &outcome["cost"]["total"]["usage"];
+        // The hung attempt streamed no output: all of it is the retry's.
+        assert_eq!(usage["output_tokens"], 100, "{dialect}: {outcome}");
+        let input = usage["input_tokens"].as_u64().unwrap();
+        assert!(input > 10, "{dialect}: the hung attempt's prompt is charged: {outcome}");
+        assert_eq!(usage["approximate"], true, "{dialect}: {outcome}");
+        let expected = (input + 100) as f64 * 1000.0 / 1e6;
+        assert!((spent(&outcome) - expected).abs() < 1e-9, "{dialect}: {expected}: {outcome}");
+        assert!(spent(&outcome) >= wire.billed_usd(1000.0, 1000.0), "{dialect}: {outcome}");
+    }
+}
