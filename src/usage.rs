@@ -45,6 +45,18 @@ impl Usage {
     pub fn total_tokens(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
     }
+
+    /// `self − other`, field by field, never below zero.
+    pub(crate) fn minus(&self, other: &Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_sub(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(other.output_tokens),
+            cache_read_tokens: self.cache_read_tokens.saturating_sub(other.cache_read_tokens),
+            cache_write_tokens: self.cache_write_tokens.saturating_sub(other.cache_write_tokens),
+            reasoning_tokens: self.reasoning_tokens.saturating_sub(other.reasoning_tokens),
+            approximate: self.approximate,
+        }
+    }
 }
 
 impl AddAssign for Usage {

@@ -68,8 +68,11 @@ impl Open {
 /// The ledger of one agent call.
 #[derive(Debug)]
 pub(crate) struct Ledger {
-    /// The cost of every ended attempt; `None` once an unpriced model served usage.
-    spent: Option<Money>,
+    /// The cost of every ended priced attempt: an unpriced attempt never hides what the
+    /// priced ones were charged.
+    spent: Money,
+    /// Whether an unpriced model served usage (the call's cost is then unknown).
+    unpriced: bool,
     /// The usage of every ended attempt.
     usage: Usage,
     attempts: Vec<Attempt>,
@@ -98,7 +101,8 @@ impl Ledger {
     /// An empty ledger.
     pub(crate) fn new() -> Ledger {
         Ledger {
-            spent: Some(Money::ZERO),
+            spent: Money::ZERO,
+            unpriced: false,
             usage: Usage::default(),
             attempts: Vec::new(),
             models: Vec::new(),
@@ -106,15 +110,15 @@ impl Ledger {
         }
     }
 
-    /// What the ended attempts cost (zero for unpriced usage: an unpriced model's guard is
-    /// not priced).
+    /// What the ended priced attempts cost (an unpriced attempt's usage adds nothing: it
+    /// cannot be priced, and it never hides what the priced ones were charged).
     pub(crate) fn spent(&self) -> Money {
-        self.spent.unwrap_or(Money::ZERO)
+        self.spent
     }
 
     /// What the ended attempts cost; `None` once any was served by an unpriced model.
     pub(crate) fn cost(&self) -> Option<Money> {
-        self.spent
+        (!self.unpriced).then_some(self.spent)
     }
 
     /// The usage of every ended attempt.
@@ -215,10 +219,10 @@ impl Ledger {
         let cost = open.price.map(|p| p.cost(&usage));
         if end != AttemptEnd::Refused {
             self.usage += usage;
-            self.spent = match (self.spent, cost) {
-                (Some(total), Some(cost)) => Some(total.saturating_add(cost)),
-                _ => None,
-            };
+            match cost {
+                Some(cost) => self.spent = self.spent.saturating_add(cost),
+                None => self.unpriced = true,
+            }
         }
         self.attempts.push(Attempt { model: open.model, end, usage, cost });
     }
@@ -238,6 +242,17 @@ impl Ledger {
             cost = cost.zip(attempt.cost).map(|(total, one)| total.saturating_add(one));
         }
         (usage, cost)
+    }
+
+    /// What the attempts ended since `mark` were charged, by the model that served each (a
+    /// checkpoint keeps it, so a resume carries what its turns cost, not their usage priced at
+    /// the requested model).
+    pub(crate) fn spend_since(&self, mark: usize) -> super::spend::Spend {
+        let mut spend = super::spend::Spend::default();
+        for attempt in self.attempts.iter().skip(mark).filter(|a| a.end != AttemptEnd::Refused) {
+            spend.add(&self.models[attempt.model], attempt.usage, attempt.cost);
+        }
+        spend
     }
 
     /// The attempts worth journaling: all of them when more than one model served the call

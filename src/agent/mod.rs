@@ -22,6 +22,7 @@ mod permissions;
 mod retry;
 mod schema;
 mod spec;
+mod spend;
 mod tools;
 mod turn;
 
@@ -33,6 +34,7 @@ pub(crate) use host_tool::{HostFunction, HostFunctionTool};
 pub(crate) use permissions::{PermissionsConfig, permissions_for_call};
 pub(crate) use retry::Backoff;
 pub(crate) use spec::{AgentEnd, AgentRun, AgentSpec, Fallback};
+pub(crate) use spend::Spend;
 pub use tools::{
     Permission, PermissionHook, Permissions, Tool, ToolJournaling, ToolSource, Toolset, toolset_hash,
 };
@@ -145,6 +147,10 @@ pub(crate) struct Checkpoint {
     pub(crate) tool_calls: u32,
     /// Usage of the completed turns.
     pub(crate) usage: Usage,
+    /// What `usage` cost, by the model that served each attempt (empty in checkpoints written
+    /// before it was kept: those are priced at the requested model).
+    #[serde(default, skip_serializing_if = "Spend::is_empty")]
+    pub(crate) spend: Spend,
     /// Tool calls the last turn requested that have not all produced results yet.
     #[serde(default)]
     pub(crate) pending: Vec<PendingCall>,
@@ -177,11 +183,46 @@ impl Checkpoint {
         reprompts: u32,
         corrections: u32,
     ) {
+        let spent = (self.turns, self.usage, self.spend.clone());
+        self.write(hooks, messages, spent, pending, (reprompts, corrections));
+    }
+
+    /// Checkpoints the turn in flight (number `self.turns`) once its failed attempts have been
+    /// charged `charged` (by the model that served each): the conversation and counters as the
+    /// turn began, the usage and spend with the charge. A failed attempt was paid whatever happens next; this way a process killed
+    /// before the turn ends leaves it durable, so the resume counts it spent and the call's
+    /// terminal entry carries it (the dead process's ledger held it alone, and the resume
+    /// handed the ceiling out again).
+    fn save_charged(
+        &self,
+        hooks: &dyn BudgetHooks,
+        messages: &mut Vec<Message>,
+        charged: &Spend,
+        reprompts: u32,
+        corrections: u32,
+    ) {
+        let mut usage = self.usage;
+        usage += charged.usage();
+        let mut spend = self.spend.clone();
+        spend.merge(charged);
+        let completed = self.turns.saturating_sub(1);
+        self.write(hooks, messages, (completed, usage, spend), Vec::new(), (reprompts, corrections));
+    }
+
+    fn write(
+        &self,
+        hooks: &dyn BudgetHooks,
+        messages: &mut Vec<Message>,
+        (turns, usage, spend): (u32, Usage, Spend),
+        pending: Vec<PendingCall>,
+        (reprompts, corrections): (u32, u32),
+    ) {
         let mut checkpoint = Checkpoint {
             messages: std::mem::take(messages),
-            turns: self.turns,
+            turns,
             tool_calls: self.tool_calls,
-            usage: self.usage,
+            usage,
+            spend,
             pending,
             reprompts,
             corrections,

@@ -80,6 +80,9 @@ pub(crate) struct AgentRun {
     pub(crate) usage: Usage,
     /// `None` when the serving model is unpriced.
     pub(crate) cost: Option<Money>,
+    /// What its priced attempts cost (all of `cost` when every model was priced): spent on the
+    /// run's budget whatever an unpriced model added.
+    pub(crate) priced: Money,
     pub(crate) served_by: String,
     /// Why the last model turn ended, as the provider said; [`StopReason::Incomplete`] when
     /// the call failed because its stream broke off or ended without a finish reason; `None`

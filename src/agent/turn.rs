@@ -11,7 +11,7 @@ use super::attempt::turn_with_retries;
 use super::ledger::Ledger;
 use super::{
     AgentEnd, AgentRun, AgentSpec, ApprovalRequest, BudgetHooks, PendingCall, Permission, SCHEMA_REPROMPTS,
-    TOOL_CORRECTIONS, TurnReport, context_bound, ending, extract_json, schema,
+    Spend, TOOL_CORRECTIONS, TurnReport, context_bound, ending, extract_json, schema,
 };
 use crate::error::{Error, ErrorCode};
 use crate::provider::{FinishReason, Message, Part, Role, StopReason, ToolChoice, ToolSpec};
@@ -51,6 +51,11 @@ async fn run_turns(
     let mut state = spec.resume_from.take().unwrap_or_default();
     if !state.messages.is_empty() {
         spec.request.messages = std::mem::take(&mut state.messages);
+    }
+    if state.spend.is_empty() && state.usage.total_tokens() > 0 {
+        // A checkpoint written before spend was kept: its turns at the requested model.
+        let cost = spec.price.map(|p| p.cost(&state.usage));
+        state.spend = Spend::of(&spec.served_by, state.usage, cost);
     }
     let mut reprompts = state.reprompts;
     let mut invalid_calls = state.corrections;
@@ -195,7 +200,10 @@ async fn run_turns(
         *last = None;
         hooks.turn_started(state.turns, &spec.request);
         let mark = ledger.mark();
-        let turn = turn_with_retries(&mut spec, &mut ledger, hooks, cancel, on_delta).await;
+        let mut on_charged = |messages: &mut Vec<Message>, charged: &Spend| {
+            state.save_charged(hooks, messages, charged, reprompts, invalid_calls)
+        };
+        let turn = turn_with_retries(&mut spec, &mut ledger, hooks, cancel, on_delta, &mut on_charged).await;
         drop(slot);
         let (charged, cost) = ledger.since(mark);
         let turn = match turn {
@@ -232,6 +240,7 @@ async fn run_turns(
             }
         };
         state.usage += turn.usage;
+        state.spend.merge(&ledger.spend_since(mark));
         *last = Some(StopReason::from(&turn.reason));
         if turn.reason == FinishReason::ContentFilter {
             let error =
@@ -430,6 +439,7 @@ fn finish_with(spec: &AgentSpec, end: AgentEnd, ledger: &Ledger, partial: Option
         end,
         usage: ledger.usage(),
         cost: ledger.cost(),
+        priced: ledger.spent(),
         served_by: spec.served_by.clone(),
         finish_reason: None,
         attempts: ledger.journaled_attempts(),

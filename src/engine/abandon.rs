@@ -16,15 +16,15 @@ use super::carry;
 use super::ctx::Ctx;
 use crate::error::{Error, ErrorCode};
 use crate::journal::{Entry, Kind, Status};
+use crate::money::Money;
 use crate::store::RunId;
-use crate::usage::Usage;
 
 /// A terminal entry for an abandoned `running` entry, and the checkpoint usage it covers.
 pub(super) struct Abandoned {
     pub(super) entry: Entry,
     /// The checkpoint whose turns terminal entries now hold, with its whole usage (what
     /// [`carry::mark_journaled`] records).
-    pub(super) covered: Option<(String, Usage)>,
+    pub(super) covered: Option<(String, carry::Covered)>,
 }
 
 /// The terminal entries for `open`, the `running` entries read back that nothing ended.
@@ -43,15 +43,25 @@ pub(super) fn abandoned(engine: &EngineInner, run_id: &RunId, open: &[Arc<Entry>
         if running.kind == Kind::Agent {
             let reference = carry::checkpoint_ref(run_id, running);
             let checkpoint = carry::checkpoint_at(engine, &reference);
-            let usage = checkpoint
+            let requested = carry::requested(engine, running);
+            let spend = checkpoint
                 .as_ref()
-                .and_then(|c| carry::unjournaled(engine.transcripts.as_ref(), &reference, false, Some(c)))
+                .and_then(|c| {
+                    carry::unjournaled(engine.transcripts.as_ref(), &reference, false, Some(c), requested)
+                })
                 .unwrap_or_default();
-            let price = running.model.as_deref().and_then(|m| engine.prices.price(m));
-            entry.usage = Some(usage);
-            entry.cost = price.map(|p| p.cost(&usage));
-            entry.served_by = running.model.clone();
-            covered = checkpoint.map(|c| (reference, c.usage));
+            entry.usage = Some(spend.usage());
+            // What its turns cost, each at the model that served it (a failover's included).
+            entry.cost = if spend.is_empty() { requested.1.map(|_| Money::ZERO) } else { spend.cost() };
+            let models: Vec<&str> = spend.models().collect();
+            entry.served_by = match models.as_slice() {
+                [one] => Some(crate::journal::intern(one)),
+                _ => running.model.clone(),
+            };
+            if models.len() > 1 {
+                entry.attempts = spend.into_records();
+            }
+            covered = checkpoint.map(|c| (reference, carry::Covered::of(&c)));
         }
         out.push(Abandoned { entry, covered });
     }

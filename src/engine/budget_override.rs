@@ -1,8 +1,9 @@
 //! A ceiling raised on resume: the one explicit door through a run's immutable ceiling. A
 //! resume may give a new ceiling (`ResumeOptions::budget_usd`, `cairn resume --budget`, or one
 //! the service left in run meta for the worker that resumes the run); it is validated like a
-//! run's `--budget`, judged against the spend the journal has settled (refused below it, typed
-//! `config`, before anything is written), journaled as a `run_budget_override` decision (the
+//! run's `--budget`, judged against the spend the journal has settled and the checkpointed
+//! turns of calls a killed segment left unsettled (refused below it, typed `config`, before
+//! anything is written), journaled as a `run_budget_override` decision (the
 //! recorded and applied ceilings and the spend it was judged against) before anything else of
 //! the segment, and applies from that segment on: never mid-segment. A bare resume keeps the
 //! recorded ceiling.
@@ -30,7 +31,7 @@ pub(super) struct Override {
     pub(super) recorded: Option<Money>,
     /// The ceiling from this segment on.
     pub(super) applied: Money,
-    /// The settled spend it was judged against.
+    /// The spend it was judged against: settled, and the checkpointed turns carried.
     pub(super) spent: Money,
 }
 

@@ -9,12 +9,19 @@
 //! the checkpoint (`<checkpoint>/journaled`). Adding the whole checkpoint usage counted the
 //! turns before a failure twice (#18.3).
 //!
+//! Both the checkpoint and the marker keep what that usage cost by serving model
+//! ([`Spend`]): a call that failed over was served at several prices, and its carried turns
+//! are counted at theirs, not at the requested model's.
+//!
 //! The marker is written after the terminal entry: a crash between the two makes the next
 //! attempt count that attempt's turns again (an overcount, never an undercount, so the
 //! ceiling still holds).
 
-use crate::agent::Checkpoint;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{Checkpoint, Spend};
 use crate::journal::{Entry, Name, Seq};
+use crate::model::Price;
 use crate::money::Money;
 use crate::store::{RunId, TranscriptStore};
 use crate::usage::Usage;
@@ -31,9 +38,9 @@ fn checkpoint_ref_at(run_id: &RunId, first: Seq) -> String {
 }
 
 /// The checkpointed turns of every agent call a crashed segment left unsettled (a `running`
-/// entry with no terminal entry), priced at the call's model: a resume counts them spent
-/// before anything runs, so the resumed budget never hands out again what they paid (#23.2).
-/// One item per checkpoint, by its ref.
+/// entry with no terminal entry), at what they cost (each attempt at the model that served it):
+/// a resume counts them spent before anything runs, so the resumed budget never hands out again
+/// what they paid (#23.2). One item per checkpoint, by its ref.
 pub(crate) fn unsettled(
     engine: &super::EngineInner,
     run_id: &RunId,
@@ -42,19 +49,31 @@ pub(crate) fn unsettled(
     let mut carried = Vec::new();
     for (first, model) in unended {
         let reference = checkpoint_ref_at(run_id, *first);
-        let Some(usage) = open_turns(engine, &reference) else { continue };
-        let price = model.as_deref().and_then(|m| engine.prices.price(m));
-        if let Some(price) = price {
-            carried.push((reference, price.cost(&usage)));
+        let model = model.as_deref().unwrap_or_default();
+        let requested = (model, engine.prices.price(model).copied());
+        if let Some(cost) = open_turns(engine, &reference, requested).and_then(|spend| spend.cost()) {
+            carried.push((reference, cost));
         }
     }
     carried
 }
 
-/// The usage of the turns the checkpoint at `reference` holds that no terminal entry does.
-pub(crate) fn open_turns(engine: &super::EngineInner, reference: &str) -> Option<Usage> {
+/// What the turns the checkpoint at `reference` holds that no terminal entry does cost, by
+/// serving model; `requested` (the call's model and its price) prices a checkpoint written
+/// before spend was kept.
+pub(crate) fn open_turns(
+    engine: &super::EngineInner,
+    reference: &str,
+    requested: (&str, Option<Price>),
+) -> Option<Spend> {
     let checkpoint = checkpoint_at(engine, reference)?;
-    unjournaled(engine.transcripts.as_ref(), reference, false, Some(&checkpoint))
+    unjournaled(engine.transcripts.as_ref(), reference, false, Some(&checkpoint), requested)
+}
+
+/// The model a call asked for and its price, for checkpoints that kept no spend.
+pub(crate) fn requested<'a>(engine: &super::EngineInner, running: &'a Entry) -> (&'a str, Option<Price>) {
+    let model = running.model.as_deref().unwrap_or_default();
+    (model, engine.prices.price(model).copied())
 }
 
 /// The checkpoint at `reference`, when one was written.
@@ -71,48 +90,60 @@ fn marker_ref(checkpoint_ref: &str) -> String {
     format!("{checkpoint_ref}/journaled")
 }
 
-/// The usage of turns a crashed attempt completed that no terminal entry holds yet.
+/// What terminal entries hold of a call's checkpoint: its usage and what that cost by model
+/// (a marker written before spend was kept holds the usage alone).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Covered {
+    #[serde(flatten)]
+    pub(crate) usage: Usage,
+    #[serde(default, skip_serializing_if = "Spend::is_empty")]
+    pub(crate) spend: Spend,
+}
+
+impl Covered {
+    /// What a checkpoint holds.
+    pub(crate) fn of(checkpoint: &Checkpoint) -> Covered {
+        Covered { usage: checkpoint.usage, spend: checkpoint.spend.clone() }
+    }
+
+    /// Its spend, or (kept before spend was) its usage at `requested`'s price.
+    fn spend(&self, (model, price): (&str, Option<Price>)) -> Spend {
+        if !self.spend.is_empty() || self.usage.total_tokens() == 0 {
+            return self.spend.clone();
+        }
+        Spend::of(model, self.usage, price.map(|p| p.cost(&self.usage)))
+    }
+}
+
+/// What the turns a crashed attempt completed that no terminal entry holds yet cost, by the
+/// model that served them; `requested` (the call's model and price) prices a checkpoint or
+/// marker that kept usage alone.
 pub(crate) fn unjournaled(
     transcripts: &dyn TranscriptStore,
     checkpoint_ref: &str,
     previous_attempt_ended: bool,
     checkpoint: Option<&Checkpoint>,
-) -> Option<Usage> {
+    requested: (&str, Option<Price>),
+) -> Option<Spend> {
     // The latest attempt wrote a terminal entry: it covered the checkpoint as it stands.
     if previous_attempt_ended {
         return None;
     }
-    let checkpoint = checkpoint?;
-    let journaled: Usage = transcripts
+    let checkpoint = Covered::of(checkpoint?);
+    let journaled: Covered = transcripts
         .get(&marker_ref(checkpoint_ref))
         .ok()
         .flatten()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default();
-    let carried = minus(&checkpoint.usage, &journaled);
-    (carried.total_tokens() > 0).then_some(carried)
+    let carried = checkpoint.spend(requested).minus(&journaled.spend(requested));
+    (carried.usage().total_tokens() > 0).then_some(carried)
 }
 
-/// Records that terminal entries now hold every turn of `checkpoint_usage`.
-pub(crate) fn mark_journaled(
-    transcripts: &dyn TranscriptStore,
-    checkpoint_ref: &str,
-    checkpoint_usage: &Usage,
-) {
+/// Records that terminal entries now hold every turn of the checkpoint `covered`.
+pub(crate) fn mark_journaled(transcripts: &dyn TranscriptStore, checkpoint_ref: &str, covered: &Covered) {
     // A lost marker costs at most an overcount on a later crash.
-    if let Ok(bytes) = serde_json::to_vec(checkpoint_usage) {
+    if let Ok(bytes) = serde_json::to_vec(covered) {
         let _ = transcripts.put(&marker_ref(checkpoint_ref), &bytes);
-    }
-}
-
-/// `a − b`, field by field, never below zero.
-fn minus(a: &Usage, b: &Usage) -> Usage {
-    Usage {
-        input_tokens: a.input_tokens.saturating_sub(b.input_tokens),
-        output_tokens: a.output_tokens.saturating_sub(b.output_tokens),
-        cache_read_tokens: a.cache_read_tokens.saturating_sub(b.cache_read_tokens),
-        cache_write_tokens: a.cache_write_tokens.saturating_sub(b.cache_write_tokens),
-        reasoning_tokens: a.reasoning_tokens.saturating_sub(b.reasoning_tokens),
-        approximate: a.approximate,
     }
 }

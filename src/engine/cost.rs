@@ -23,7 +23,7 @@ pub struct CostLine {
 
 impl CostLine {
     fn add(&mut self, entry: &Entry) {
-        self.cost += entry.cost.unwrap_or(Money::ZERO);
+        self.cost += entry.priced_cost();
         if let Some(usage) = entry.usage {
             self.usage += usage;
         }

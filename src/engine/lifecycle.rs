@@ -158,8 +158,13 @@ fn resume_leased(
     // A ceiling raised by this resume (or left for it by the service) applies from this
     // segment on, journaled before anything else of it; the admissions earlier ceilings
     // refused are asked again.
+    // The checkpointed turns of calls a killed segment left unsettled are spent from the start
+    // (`carry`), for an override's judgement too: a ceiling below them is refused.
+    let carried = super::carry::unsettled(&engine, run_id, &summary.unended_agents());
+    let spent_so_far =
+        carried.iter().fold(summary.ledger.spent, |total, (_, cost)| total.saturating_add(*cost));
     let raised = match options.budget_usd.or_else(|| budget_override::pending(&meta)) {
-        Some(usd) => Some(budget_override::judge(run_id, usd, meta.budget_ceiling, summary.ledger.spent)?),
+        Some(usd) => Some(budget_override::judge(run_id, usd, meta.budget_ceiling, spent_so_far)?),
         None => None,
     };
     let mut invalidate: Vec<Seq> = options.invalidate.iter().map(|&s| Seq(s)).collect();
@@ -190,7 +195,6 @@ fn resume_leased(
     } else {
         ErrorPolicy::Strict
     };
-    let carried = super::carry::unsettled(&engine, run_id, &summary.unended_agents());
     let (spent, spawns) = (summary.ledger.spent, summary.spawns);
     let segment = SegmentStart {
         summary,

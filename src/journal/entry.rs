@@ -675,6 +675,15 @@ pub(crate) fn shifted(a: &[Segment], b: &[Segment]) -> bool {
 }
 
 impl Entry {
+    /// What the entry paid that a price is known for: its cost, or (for a call an unpriced
+    /// model served part of, whose cost is unknown) its priced attempts' costs.
+    pub(crate) fn priced_cost(&self) -> Money {
+        match self.cost {
+            Some(cost) => cost,
+            None => self.attempts.iter().filter_map(|a| a.cost).fold(Money::ZERO, Money::saturating_add),
+        }
+    }
+
     /// The entry's value, parsed.
     pub fn value(&self) -> Option<Value> {
         self.raw_value.as_ref().and_then(|raw| serde_json::from_str(raw.0.get()).ok())

@@ -144,9 +144,8 @@ impl Ledger {
         if entry.cost.is_none() && entry.usage.is_none() {
             return;
         }
-        if let Some(cost) = entry.cost {
-            self.spent += cost;
-        }
+        // A call an unpriced model served part of: its priced attempts were still paid.
+        self.spent += entry.priced_cost();
         if let Some(usage) = entry.usage {
             self.usage += usage;
         }

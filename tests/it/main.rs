@@ -37,6 +37,7 @@ mod lint;
 mod live_model;
 mod lua;
 mod money;
+mod money_red;
 mod money_sim;
 mod money_sim_binary;
 mod money_wire;

@@ -21,6 +21,9 @@ pub enum Reply {
     Status(u16, String),
     /// Headers never come: the connection is held open until the server is dropped.
     Stall,
+    /// A 200 event stream's headers, then nothing: the connection is held open (a hung upstream
+    /// behind a proxy that already sent the headers).
+    HeadersThenStall,
 }
 
 #[derive(Default)]
@@ -140,6 +143,13 @@ fn serve(mut stream: TcpStream, shared: &Arc<(Mutex<State>, Condvar)>) {
         Some(Reply::Sse(text)) => (200, "text/event-stream", text),
         Some(Reply::Status(code, text)) => (code, "application/json", text),
         Some(Reply::Stall) => {
+            std::thread::sleep(Duration::from_secs(120));
+            return;
+        }
+        Some(Reply::HeadersThenStall) => {
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.flush();
             std::thread::sleep(Duration::from_secs(120));
             return;
         }

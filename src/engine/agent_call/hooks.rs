@@ -150,7 +150,7 @@ impl BudgetHooks for AccountHooks<'_> {
         if let Ok(bytes) = bytes
             && self.ctx.run.engine.transcripts.put(&self.checkpoint_ref, &bytes).is_ok()
         {
-            self.life().checkpointed(state.usage);
+            self.life().checkpointed(crate::engine::carry::Covered::of(state));
         }
     }
 

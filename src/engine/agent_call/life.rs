@@ -14,7 +14,7 @@
 //! the terminal entry is written and the reservation settled; what the settlement needs (whether
 //! this attempt wrote a checkpoint, the usage checkpoints hold) comes out of the transition.
 
-use crate::usage::Usage;
+use crate::engine::carry::Covered;
 
 /// Where a call is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,13 +30,13 @@ pub(crate) enum Phase {
 }
 
 /// What settling a call takes from its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Settlement {
     /// Whether this attempt of the call wrote a checkpoint (its terminal entry points at it).
     pub(crate) wrote_checkpoint: bool,
     /// The usage the call's latest checkpoint holds (its completed turns, every attempt of
-    /// the call included), which the terminal entry now covers.
-    pub(crate) covered: Option<Usage>,
+    /// the call included) and what it cost by model, which the terminal entry now covers.
+    pub(crate) covered: Option<Covered>,
     /// Wire attempts made.
     pub(crate) attempts: u32,
 }
@@ -47,12 +47,12 @@ pub(crate) struct CallLife {
     phase: Phase,
     attempts: u32,
     wrote_checkpoint: bool,
-    checkpointed: Option<Usage>,
+    checkpointed: Option<Covered>,
 }
 
 impl CallLife {
     /// A call just admitted; `resumed` is the usage of the checkpoint it continues from.
-    pub(crate) fn admitted(resumed: Option<Usage>) -> CallLife {
+    pub(crate) fn admitted(resumed: Option<Covered>) -> CallLife {
         CallLife { phase: Phase::Admitted, attempts: 0, wrote_checkpoint: false, checkpointed: resumed }
     }
 
@@ -77,7 +77,7 @@ impl CallLife {
     }
 
     /// A checkpoint holding `usage` is durable.
-    pub(crate) fn checkpointed(&mut self, usage: Usage) {
+    pub(crate) fn checkpointed(&mut self, usage: Covered) {
         if self.phase == Phase::Settled {
             return;
         }
@@ -91,7 +91,7 @@ impl CallLife {
         self.phase = Phase::Settled;
         Settlement {
             wrote_checkpoint: self.wrote_checkpoint,
-            covered: self.checkpointed,
+            covered: self.checkpointed.clone(),
             attempts: self.attempts,
         }
     }
@@ -100,18 +100,23 @@ impl CallLife {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::usage::Usage;
+
+    fn covering(output_tokens: u64) -> Covered {
+        Covered { usage: Usage { output_tokens, ..Usage::default() }, ..Covered::default() }
+    }
 
     #[test]
     fn a_call_goes_from_admitted_through_attempts_and_checkpoints_to_settled() {
-        let resumed = Usage { output_tokens: 5, ..Usage::default() };
-        let mut life = CallLife::admitted(Some(resumed));
+        let resumed = covering(5);
+        let mut life = CallLife::admitted(Some(resumed.clone()));
         assert_eq!(life.phase(), Phase::Admitted);
         life.attempt();
         life.attempt(); // a retry
         assert_eq!(life.phase(), Phase::Attempt(2));
         assert!(!life.wrote_checkpoint());
-        let turn = Usage { output_tokens: 12, ..Usage::default() };
-        life.checkpointed(turn);
+        let turn = covering(12);
+        life.checkpointed(turn.clone());
         assert_eq!(life.phase(), Phase::TurnCheckpointed);
         life.attempt();
         assert_eq!(life.phase(), Phase::Attempt(3));
@@ -119,10 +124,10 @@ mod tests {
         assert_eq!(settled, Settlement { wrote_checkpoint: true, covered: Some(turn), attempts: 3 });
         // Nothing moves a settled call.
         life.attempt();
-        life.checkpointed(Usage::default());
+        life.checkpointed(Covered::default());
         assert_eq!(life.phase(), Phase::Settled);
         // A call that never checkpoints covers what it resumed from.
-        let mut fresh = CallLife::admitted(Some(resumed));
+        let mut fresh = CallLife::admitted(Some(resumed.clone()));
         assert_eq!(fresh.settle().covered, Some(resumed));
     }
 }

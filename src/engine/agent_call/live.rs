@@ -19,7 +19,6 @@ use crate::journal::{self, ContentKey, Entry, Kind, Seq, Status};
 use crate::model::{InvocationRole, Price};
 use crate::money::Money;
 use crate::provider::ChatRequest;
-use crate::usage::Usage;
 
 type Slots = Arc<tokio::sync::Semaphore>;
 type Permit = Option<tokio::sync::OwnedSemaphorePermit>;
@@ -42,7 +41,7 @@ pub(super) struct Opened {
     /// Whether the call has a checkpoint from an earlier attempt.
     pub(super) resumed: bool,
     /// Turns a crashed attempt completed that no terminal entry covers.
-    pub(super) unjournaled: Option<Usage>,
+    pub(super) unjournaled: Option<crate::agent::Spend>,
 }
 
 /// What a call's loop is given beside its resolved parts: its first request, the requested
@@ -132,6 +131,7 @@ impl Ctx {
             &checkpoint_ref,
             previous_terminal,
             resume_from.as_ref(),
+            (&call.model_name, engine.prices.price(&call.model_name).copied()),
         );
         let resumed = resume_from.is_some();
         Ok(Opened { running, checkpoint_ref, resume_from, resumed_turns, resumed, unjournaled })
@@ -153,7 +153,7 @@ impl Ctx {
         let profile = call.profile;
         let site = (opened.running.key, opened.running.ordinal);
         let resume_from = opened.resume_from.take();
-        let resumed_usage = resume_from.as_ref().map(|c| c.usage);
+        let resumed_usage = resume_from.as_ref().map(crate::engine::carry::Covered::of);
         let spec = agent::AgentSpec {
             provider: call.provider,
             served_by: call.model_name.clone(),
@@ -168,7 +168,12 @@ impl Ctx {
                 ..engine.backoff
             },
             price,
-            fallbacks: declared_fallbacks(engine, profile, &call.model),
+            fallbacks: declared_fallbacks(
+                engine,
+                profile,
+                &call.model,
+                self.run.budget.is_bounded(self.account) && !engine.prices.unpriced_allowed(),
+            ),
             tools: call.tools,
             permissions: agent::permissions_for_call(
                 &engine.permissions,

@@ -116,10 +116,9 @@ impl Ctx {
         self.run.emit(self.span_pair(span), false, start_event);
 
         // Attempts and turn checkpoints, in the loop; then settled.
-        let model_name = call.model_name.clone();
         let input = LoopInput { request, price, slots };
         let ran = self.run_loop(call, &opts, input, &reservation, &mut opened, span).await;
-        self.settle_call(&opts, (&model_name, price, prompt), reservation, opened, ran, span).await
+        self.settle_call(&opts, prompt, reservation, opened, ran, span).await
     }
 
     /// Before a live call: on a journal miss, whether it re-keys a journaled call (the

@@ -8,11 +8,13 @@ use crate::error::Error;
 use crate::model::ModelRef;
 
 /// The fallbacks of a call: its profile's, else the engine's for the requested model; a
-/// fallback whose provider is not registered is skipped.
+/// fallback whose provider is not registered is skipped, and so is an unpriced one when
+/// `priced_only` (a finite ceiling that does not allow unpriced models).
 pub(super) fn declared_fallbacks(
     engine: &crate::engine::EngineInner,
     profile: Option<&crate::engine::AgentProfile>,
     model: &ModelRef,
+    priced_only: bool,
 ) -> Vec<agent::Fallback> {
     let declared = match profile.map(|p| &p.fallbacks).filter(|f| !f.is_empty()) {
         Some(list) => list.clone(),
@@ -22,11 +24,18 @@ pub(super) fn declared_fallbacks(
         .into_iter()
         .filter_map(|fallback| {
             let provider = engine.providers.get(fallback.provider())?.clone();
+            let price = engine.prices.price(&fallback.to_string()).copied();
+            if price.is_none() && priced_only {
+                // Its spend could not be bounded: no grant, no cut. The primary's error ends
+                // the call instead, as admission refuses an unpriced model (`unpriced_model`).
+                tracing::warn!(%fallback, "not failing over to an unpriced model under a ceiling");
+                return None;
+            }
             Some(agent::Fallback {
                 provider,
                 served_by: fallback.to_string(),
                 model: fallback.model().to_owned(),
-                price: engine.prices.price(&fallback.to_string()).copied(),
+                price,
             })
         })
         .collect()

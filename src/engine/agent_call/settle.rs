@@ -13,8 +13,6 @@ use crate::engine::ctx::Ctx;
 use crate::engine::options::AgentOptions;
 use crate::error::Error;
 use crate::journal::{self, Status};
-use crate::model::Price;
-use crate::money::Money;
 use crate::usage::{AttemptEnd, AttemptRecord};
 
 impl Ctx {
@@ -23,7 +21,7 @@ impl Ctx {
     pub(super) async fn settle_call(
         &self,
         opts: &AgentOptions,
-        (model_name, price, prompt): (&str, Option<Price>, &str),
+        prompt: &str,
         reservation: Reservation,
         opened: Opened,
         ran: Ran,
@@ -31,21 +29,24 @@ impl Ctx {
     ) -> Result<Value, Error> {
         let Ran { mut outcome, settlement, checkpoint_ref, turns } = ran;
         if let Some(extra) = opened.unjournaled {
-            outcome.usage += extra;
-            outcome.cost = outcome.cost.zip(price).map(|(cost, p)| cost + p.cost(&extra));
-            if !outcome.attempts.is_empty() {
-                // The carried turns, as an attempt of the requested model, so the split by
-                // model still sums to the entry's cost.
-                outcome.attempts.insert(
-                    0,
-                    AttemptRecord {
-                        model: model_name.to_owned(),
+            // The carried turns, each model's as an attempt of that model, so the split by
+            // model still sums to the entry's cost (also when a failover served them).
+            if !(outcome.attempts.is_empty() && extra.models().all(|m| m == outcome.served_by)) {
+                if outcome.attempts.is_empty() && outcome.usage.total_tokens() > 0 {
+                    outcome.attempts.push(AttemptRecord {
+                        model: outcome.served_by.clone(),
                         end: AttemptEnd::Settled,
-                        usage: extra,
-                        cost: price.map(|p| p.cost(&extra)),
-                    },
-                );
+                        usage: outcome.usage,
+                        cost: outcome.cost,
+                    });
+                }
+                let mut attempts = extra.clone().into_records();
+                attempts.append(&mut outcome.attempts);
+                outcome.attempts = attempts;
             }
+            outcome.usage += extra.usage();
+            outcome.priced = outcome.priced.saturating_add(extra.priced());
+            outcome.cost = outcome.cost.zip(extra.cost()).map(|(cost, carried)| cost + carried);
         }
         let attempts = settlement.attempts;
         tracing::debug!(attempts, refused = outcome.refused_attempts, "agent call settled");
@@ -69,7 +70,8 @@ impl Ctx {
         if settlement.wrote_checkpoint {
             terminal.transcript_ref = Some(checkpoint_ref.clone());
         }
-        let cost = outcome.cost.unwrap_or(Money::ZERO);
+        // An unpriced model's part cannot be priced; the priced attempts' part is spent.
+        let cost = outcome.cost.unwrap_or(outcome.priced);
         // Awaited: a paid result is durable before it reaches the workflow.
         let written = self.run.append_one_async(terminal).await;
         // Turns carried into this segment were spent when it began: charge only the rest.

@@ -49,11 +49,17 @@ pub struct Attempt {
     pub usage: Usage,
     /// What it cost at the model's price.
     pub cost: Money,
-    /// For an attempt the client must estimate ([`AttemptEnd::Unreported`], [`AttemptEnd::Broken`]),
-    /// how far above the bill a sound client estimate may lie: the whole request body at
-    /// four characters a token as input, plus four output tokens (Anthropic's placeholder and
-    /// a tool name an adapter counts). Zero for the others, which must be charged exactly.
+    /// For an attempt the client must estimate ([`AttemptEnd::Unreported`], [`AttemptEnd::Broken`],
+    /// or a reported one whose client hung up before its body was delivered), how far above
+    /// the bill a sound client estimate may lie: the whole request body at four characters a
+    /// token as input, plus four output tokens (Anthropic's placeholder and a tool name an
+    /// adapter counts). Zero for the others, which must be charged exactly.
     pub tolerance: Money,
+    /// How far above the bill a client that lost this attempt's stream may charge it (its
+    /// estimate, as [`Attempt::tolerance`] of a broken stream): an attempt a killed driver had
+    /// on the wire may have been charged so before it died (its connection failed, and its
+    /// charge was checkpointed before the retry).
+    pub drop_tolerance: Money,
     /// Whether the whole planned body was handed to the connection (false: the client hung up first).
     pub delivered: bool,
     /// Whether the turn's answer completed (a finished, non-tool turn).
@@ -61,9 +67,17 @@ pub struct Attempt {
 }
 
 impl Attempt {
-    /// Whether a client can charge this attempt exactly from the wire.
+    /// Whether a client can charge this attempt exactly from the wire: refused, or its usage
+    /// reported and its whole body handed to the connection (a client that hung up before
+    /// that, at a live cut, a cancellation or a kill, never read the usage and can only
+    /// estimate: [`Simulator::attempts`](super::Simulator::attempts) grants it the estimate's
+    /// tolerance).
     pub fn is_exact(&self) -> bool {
-        matches!(self.end, AttemptEnd::Refused | AttemptEnd::Reported)
+        match self.end {
+            AttemptEnd::Refused => true,
+            AttemptEnd::Reported => self.delivered,
+            AttemptEnd::Unreported | AttemptEnd::Broken => false,
+        }
     }
 }
 

@@ -201,9 +201,17 @@ impl Simulator {
             .log()
             .attempts
             .iter()
-            .map(|(attempt, delivered)| Attempt {
-                delivered: delivered.load(Ordering::SeqCst),
-                ..attempt.clone()
+            .map(|(attempt, delivered)| {
+                let delivered = delivered.load(Ordering::SeqCst);
+                // A client that hung up before a reported usage reached it (a live cut at the
+                // ceiling, a cancellation, a kill) could only estimate: the estimate's
+                // tolerance applies.
+                let cut = !delivered && attempt.end == AttemptEnd::Reported;
+                Attempt {
+                    delivered,
+                    tolerance: if cut { attempt.drop_tolerance } else { attempt.tolerance },
+                    ..attempt.clone()
+                }
             })
             .collect()
     }

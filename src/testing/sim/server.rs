@@ -98,9 +98,10 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Re
             ..Usage::default()
         },
     };
+    let slack = Usage { input_tokens: request.body_tokens + 1, output_tokens: 4, ..Usage::default() };
+    let drop_tolerance = price(price_of, &slack);
     let tolerance = if matches!(plan.end, AttemptEnd::Unreported | AttemptEnd::Broken) {
-        let slack = Usage { input_tokens: request.body_tokens + 1, output_tokens: 4, ..Usage::default() };
-        price(price_of, &slack)
+        drop_tolerance
     } else {
         crate::money::Money::ZERO
     };
@@ -119,6 +120,7 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Re
         usage: billed,
         cost: price(price_of, &billed),
         tolerance,
+        drop_tolerance,
         delivered: false,
         answered: plan.answered,
     };
