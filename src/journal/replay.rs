@@ -338,9 +338,23 @@ impl Replay {
     /// call that replayed whole (a step, a child workflow) never runs, so its records are
     /// served by the call's own result, not orphaned.
     pub(crate) fn cover(&mut self, scope: &ScopePath) {
-        if !scope.is_root() && !self.covered.contains(scope.as_str()) {
+        if !scope.is_root() && !self.covered.contains(scope.as_str()) && self.journals_within(scope) {
             self.covered.insert(Box::from(scope.as_str()));
         }
+    }
+
+    /// Whether the loaded journal holds a record in `scope` or in a scope below it.
+    fn journals_within(&self, scope: &ScopePath) -> bool {
+        let journaled = self.journaled_scopes.len();
+        if self.scope_ids.get(scope).is_some_and(|&id| (id as usize) < journaled) {
+            return true;
+        }
+        // Paths below `scope` start with it and a `/`: in sorted order they follow one
+        // another from the first path at or after that prefix.
+        let prefix = format!("{}/", scope.as_str());
+        let path = |id: u32| self.scopes[id as usize].path.as_str();
+        let at = self.journaled_scopes.partition_point(|&id| path(id) < prefix.as_str());
+        self.journaled_scopes.get(at).is_some_and(|&id| path(id).starts_with(&prefix))
     }
 
     /// Accounts for the tool approvals of the agent call keyed `call_key` in `scope` (its
