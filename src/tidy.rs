@@ -22,30 +22,6 @@ const ALLOWED_EDGES: &[(&str, &str, &str)] = &[
         "src/engine/dialect.rs",
         "the engine holds its dialects, and a dialect prepares scripts against the Engine",
     ),
-    // Not yet untangled (#32): a child names what its module's entry file defines.
-    ("src/journal/entry.rs", "src/journal/mod.rs", "HASH_VERSION lives in the journal's entry file"),
-    ("src/planner/fit.rs", "src/planner/mod.rs", "Inputs lives in the planner's entry"),
-    ("src/planner/stored.rs", "src/planner/mod.rs", "CardChoice lives in the planner's entry"),
-    (
-        "src/script/rhai/lint/shared.rs",
-        "src/script/rhai/lint/mod.rs",
-        "Linter lives in the Rhai lint's entry",
-    ),
-    (
-        "src/script/rhai/mod.rs",
-        "src/script/rhai/lint/recover.rs",
-        "the Rhai lint calls back into the dialect's diagnostics",
-    ),
-    ("src/service/auth.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
-    ("src/service/events.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
-    ("src/service/metrics.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
-    ("src/service/plan.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
-    ("src/service/runs.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
-    ("src/service/turns.rs", "src/service/mod.rs", "AppState lives in the service's entry"),
-    ("src/service/plan.rs", "src/service/runs.rs", "runs.rs holds blocking, and names plan's GoalRun"),
-    ("src/store/queue.rs", "src/store/mod.rs", "the store's interface types live in its entry"),
-    ("src/store/watch.rs", "src/store/mod.rs", "the store's interface types live in its entry"),
-    ("src/store/sqlite/queue.rs", "src/store/sqlite/mod.rs", "SqliteStore lives in the SQLite store's entry"),
 ];
 
 #[test]
@@ -83,6 +59,33 @@ fn no_import_circles_between_files() {
     }
     assert!(stale.is_empty(), "allowed edges that no longer exist (remove them): {stale:?}");
     assert!(report.is_empty(), "import circles between files of src/:\n{report}");
+}
+
+/// One owner for run state, called one way (#32): the engine's entry (`engine/mod.rs`) is
+/// imported by nothing below it; only the entry starts the lifecycle (`lifecycle.rs`); and
+/// what `RunState` owns (the lease and inbox, the writer, liveness) never reaches back to
+/// `RunState` or to the lifecycle that drives it.
+#[test]
+fn the_run_lifecycle_is_called_one_way() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let graph = match graph::build(root) {
+        Ok(graph) => graph,
+        Err(e) => panic!("reading the crate: {e}"),
+    };
+    const OWNED: &[&str] = &["src/engine/lease.rs", "src/engine/writer.rs", "src/engine/liveness.rs"];
+    const DRIVERS: &[&str] = &["src/engine/run.rs", "src/engine/settle.rs", "src/engine/lifecycle.rs"];
+    let mut wrong = Vec::new();
+    for (from, targets) in &graph.edges {
+        for (to, evidence) in targets {
+            let back_to_entry = to == "src/engine/mod.rs" && from.starts_with("src/engine/");
+            let starts_a_run = to == "src/engine/lifecycle.rs" && from != "src/engine/mod.rs";
+            let owned_reaches_back = OWNED.contains(&from.as_str()) && DRIVERS.contains(&to.as_str());
+            if back_to_entry || starts_a_run || owned_reaches_back {
+                wrong.push(format!("{from} → {to} (names `{evidence}`)"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the run's lifecycle must be called one way: {wrong:#?}");
 }
 
 /// The most lines a file of `src/` has before it needs its reason (issue #32: "no file past

@@ -12,7 +12,7 @@ use super::ledger::Ledger;
 use super::spec::fails_over;
 use super::{AgentEnd, AgentSpec, Backoff, BudgetHooks, cost};
 use crate::error::{Error, ErrorCode};
-use crate::provider::{ChatEvent, FinishReason, Message};
+use crate::provider::{ChatEvent, FinishReason};
 use crate::usage::Usage;
 
 /// A model turn that finished.
@@ -49,21 +49,15 @@ fn malformed_call(wire_id: String, name: String, raw: &str, error: &str) -> Requ
     }
 }
 
-/// What the turn's failed attempts were charged so far is handed to this (with the
-/// conversation), to be made durable before the next attempt goes out.
-pub(super) type OnCharged<'a> = &'a mut (dyn FnMut(&mut Vec<Message>, Usage) + Send);
-
 /// One turn, retried on retryable faults and failed over to the declared fallbacks. Each
 /// failed attempt is charged in `ledger` when it ends, so the next attempt's guard grants only
-/// what the ceiling still leaves, and what the turn's failed attempts were charged so far goes
-/// to `on_charged` before the retry, so a process killed mid-turn has not lost it.
+/// what the ceiling still leaves.
 pub(super) async fn turn_with_retries(
     spec: &mut AgentSpec,
     ledger: &mut Ledger,
     budget: &dyn BudgetHooks,
     cancel: &CancellationToken,
     on_delta: &(dyn Fn(&str) + Send + Sync),
-    on_charged: OnCharged<'_>,
 ) -> Result<Turn, AgentEnd> {
     let mut attempt = 0;
     let mut wasted = Usage::default();
@@ -75,9 +69,6 @@ pub(super) async fn turn_with_retries(
             }
             Err((AgentEnd::Error(error), charged)) if error.retryable && attempt < spec.max_retries => {
                 wasted += charged;
-                if charged.total_tokens() > 0 {
-                    on_charged(&mut spec.request.messages, wasted);
-                }
                 let timing = Backoff { base: spec.retry_base, ..spec.backoff };
                 let backoff = timing.delay(spec.call_key.as_bytes(), attempt, error.retry_after_ms);
                 attempt += 1;
@@ -96,9 +87,6 @@ pub(super) async fn turn_with_retries(
                 // identity (the requested model); only `served_by` changes. What the abandoned
                 // model's attempts cost stays in the ledger at that model's price.
                 wasted += charged;
-                if charged.total_tokens() > 0 {
-                    on_charged(&mut spec.request.messages, wasted);
-                }
                 let next = spec.fallbacks.remove(0);
                 tracing::warn!(from = %spec.served_by, to = %next.served_by, code = %error.code, "failing over");
                 spec.provider = next.provider;

@@ -177,42 +177,11 @@ impl Checkpoint {
         reprompts: u32,
         corrections: u32,
     ) {
-        self.write(hooks, messages, (self.turns, self.usage), pending, (reprompts, corrections));
-    }
-
-    /// Checkpoints the turn in flight (number `self.turns`) once its failed attempts have been
-    /// charged `charged`: the conversation and counters as the turn began, the usage with the
-    /// charge. A failed attempt was paid whatever happens next; this way a process killed
-    /// before the turn ends leaves it durable, so the resume counts it spent and the call's
-    /// terminal entry carries it (the dead process's ledger held it alone, and the resume
-    /// handed the ceiling out again).
-    fn save_charged(
-        &self,
-        hooks: &dyn BudgetHooks,
-        messages: &mut Vec<Message>,
-        charged: Usage,
-        reprompts: u32,
-        corrections: u32,
-    ) {
-        let mut usage = self.usage;
-        usage += charged;
-        let completed = self.turns.saturating_sub(1);
-        self.write(hooks, messages, (completed, usage), Vec::new(), (reprompts, corrections));
-    }
-
-    fn write(
-        &self,
-        hooks: &dyn BudgetHooks,
-        messages: &mut Vec<Message>,
-        (turns, usage): (u32, Usage),
-        pending: Vec<PendingCall>,
-        (reprompts, corrections): (u32, u32),
-    ) {
         let mut checkpoint = Checkpoint {
             messages: std::mem::take(messages),
-            turns,
+            turns: self.turns,
             tool_calls: self.tool_calls,
-            usage,
+            usage: self.usage,
             pending,
             reprompts,
             corrections,

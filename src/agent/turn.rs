@@ -195,10 +195,7 @@ async fn run_turns(
         *last = None;
         hooks.turn_started(state.turns, &spec.request);
         let mark = ledger.mark();
-        let mut on_charged = |messages: &mut Vec<Message>, charged| {
-            state.save_charged(hooks, messages, charged, reprompts, invalid_calls)
-        };
-        let turn = turn_with_retries(&mut spec, &mut ledger, hooks, cancel, on_delta, &mut on_charged).await;
+        let turn = turn_with_retries(&mut spec, &mut ledger, hooks, cancel, on_delta).await;
         drop(slot);
         let (charged, cost) = ledger.since(mark);
         let turn = match turn {

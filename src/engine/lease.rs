@@ -15,7 +15,7 @@
 //! between records the same resolution twice, and the second attempt is recorded as not
 //! applied.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -152,12 +152,18 @@ pub(crate) fn renew(engine: &EngineInner, lease: &Lease) -> Result<(), Error> {
 
 /// Keeps a segment's lease from the moment it is taken: a thread renews it (from before the
 /// journal is read back, which for a long run can take longer than the lease's ttl) until the
-/// keeper stops, and the segment's state, once it exists, hears of a loss. Dropped with the
-/// segment's state, it stops renewing and draining.
+/// keeper stops or what it watches is gone, and the segment's state, once it exists, hears of a
+/// loss. Dropped with the segment's state, it stops renewing and draining.
 #[derive(Debug, Default)]
 pub(crate) struct Keeper {
     /// Set once stopped; the renewal thread waits on it between renewals.
     stopped: Arc<(Mutex<bool>, Condvar)>,
+    /// What must live for the renewals to go on: `reading` until the run's task follows it
+    /// ([`Keeper::follow`]), then that task's marker.
+    watched: Arc<Mutex<Weak<()>>>,
+    /// The keeper's own marker while the journal is read back (the keeper is dropped, and so
+    /// stops, if the segment never launches); dropped once the run's task is watched instead.
+    reading: Mutex<Option<Arc<()>>>,
     /// The same, for the inbox drain (a task).
     token: CancellationToken,
     /// Why the segment lost its lease, once it did, and who to tell.
@@ -186,9 +192,19 @@ impl Keeper {
     pub(crate) fn start(engine: &Arc<EngineInner>, lease: Option<&Lease>) -> Result<Keeper, Error> {
         let keeper = Keeper::default();
         if let Some(lease) = lease {
-            keep_renewed(&keeper, engine.clone(), lease.clone())?;
+            let reading = Arc::new(());
+            *lock_watched(&keeper.watched) = Arc::downgrade(&reading);
+            *keeper.reading.lock().unwrap_or_else(|p| p.into_inner()) = Some(reading);
+            keep_renewed(&keeper, engine, lease.clone())?;
         }
         Ok(keeper)
+    }
+
+    /// Renews from now on only while `alive` lives (the run's task holds it): a task dropped
+    /// before it settled lets the lease run out, though its state (and this keeper) may live on.
+    pub(crate) fn follow(&self, alive: Weak<()>) {
+        *lock_watched(&self.watched) = alive;
+        self.reading.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     /// Stops renewing and draining.
@@ -247,51 +263,47 @@ fn lock(stopped: &Mutex<bool>) -> MutexGuard<'_, bool> {
     stopped.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn lock_watched(watched: &Mutex<Weak<()>>) -> MutexGuard<'_, Weak<()>> {
+    watched.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// How often a lease of `ttl` is renewed: three times per ttl, so one late renewal never lets
 /// it lapse.
 fn renewal_interval(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(10))
 }
 
-/// Renews `lease` every third of its ttl on a thread of its own until `keeper` stops, and
-/// records the loss in `keeper` once the store refuses a renewal (the lease lapsed and may be
-/// another driver's): nothing the segment writes afterwards can land.
+/// Renews `lease` every third of its ttl on a thread of its own until `keeper` stops or what
+/// it watches is gone, and records the loss in `keeper` once the store refuses a renewal (the
+/// lease lapsed and may be another driver's): nothing the segment writes afterwards can land.
+///
+/// What it watches: the keeper's own marker while the journal is read back, then the run's
+/// task ([`Keeper::follow`]). A task dropped before it settled (its runtime shut down under
+/// it) leaves the lease to run out, as a driver whose process died does; renewed on, it kept
+/// the run from every other driver for as long as the process lived (the segment's state, and
+/// so its keeper, can outlive the task: a leaked handle holds it).
 ///
 /// A thread, not a task: a lease must outlive anything that holds up the run's async
 /// runtime (a blocking call in a task, a host that blocks its own runtime, every worker busy),
 /// which would otherwise stop the renewal while the run goes on, until its next write finds
-/// the lease gone. But not the runtime itself: a task of the runtime holds a token the thread
-/// watches, so when the runtime is shut down under the run (a host that drops it, as a crash
-/// would end the process) the renewals stop and the lease lapses for the next driver, instead
-/// of a thread renewing for a run nobody drives. The renewal shares nothing with the inbox drain either, whose store reads
+/// the lease gone. The renewal shares nothing with the inbox drain either, whose store reads
 /// and appends may take their time. A store failure other than the refusal (a busy
 /// database, a dropped connection) is tried again at the next interval: the lease holds
 /// until its ttl runs out, and a renewal after that is refused.
 ///
 /// # Errors
 /// `internal` when the thread cannot be started.
-fn keep_renewed(keeper: &Keeper, engine: Arc<EngineInner>, lease: Lease) -> Result<(), Error> {
+fn keep_renewed(keeper: &Keeper, engine: &Arc<EngineInner>, lease: Lease) -> Result<(), Error> {
     let stopped = keeper.stopped.clone();
     let loss = keeper.loss.clone();
-    // Held by a task of the run's runtime until the keeper stops: gone once that runtime is.
-    let driven = Arc::new(());
-    let runtime = Arc::downgrade(&driven);
-    let unwatched = match tokio::runtime::Handle::try_current() {
-        Ok(handle) => {
-            let token = keeper.token();
-            handle.spawn(async move {
-                let _driven = driven;
-                token.cancelled().await;
-            });
-            None
-        }
-        // No runtime to watch: only the keeper stops the renewals.
-        Err(_) => Some(driven),
-    };
+    let watched = keeper.watched.clone();
     let every = renewal_interval(engine.lease_ttl);
     let ttl = engine.lease_ttl;
+    // Never the engine's last owner: a thread that held it (and so its store) past the run's
+    // end kept a SQLite store's connections open until the process exited, when it had not yet
+    // woken to see the keeper stopped, so the WAL's files stayed beside the database.
+    let engine = Arc::downgrade(engine);
     let renewing = move || {
-        let _unwatched = unwatched;
         let (flag, wake) = &*stopped;
         let mut renewed = Instant::now();
         loop {
@@ -304,10 +316,11 @@ fn keep_renewed(keeper: &Keeper, engine: Arc<EngineInner>, lease: Lease) -> Resu
                 }
                 held = wake.wait_timeout(held, due - now).unwrap_or_else(|p| p.into_inner()).0;
             }
-            if *held || runtime.strong_count() == 0 {
+            if *held || lock_watched(&watched).strong_count() == 0 {
                 return;
             }
             drop(held);
+            let Some(engine) = engine.upgrade() else { return };
             match renew(&engine, &lease) {
                 Ok(()) => renewed = Instant::now(),
                 Err(e) if e.code == ErrorCode::RunBusy => {

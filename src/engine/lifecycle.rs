@@ -240,8 +240,11 @@ fn launch(
     let deadline_ms = segment.deadline_ms;
     let resumed = segment.resumed;
     let state = RunState::new(engine, run_id.clone(), segment);
+    // Lives as long as the run's task: a task dropped unsettled (its runtime shut down under
+    // it, as when its process dies) stops the lease's renewal, so the lease runs out.
+    let alive = Arc::new(());
     if state.lease.is_some() {
-        state.keep_lease();
+        state.keep_lease(Arc::downgrade(&alive));
     }
     let ctx = Ctx::root(state.clone());
     state.emit((state.span_base, None), false, || EventKind::RunStart {
@@ -267,6 +270,7 @@ fn launch(
     let task_state = state.clone();
     let (done_tx, done) = tokio::sync::watch::channel(None);
     let task = tokio::spawn(async move {
+        let _alive = alive;
         // A decision of the segment's start (a raised ceiling) is durable before any effect.
         if let Some(entry) = opening
             && let Err(e) = task_state.append_one_async(entry).await

@@ -42,6 +42,11 @@ pub(crate) struct LiveRelay {
     runs: Mutex<HashMap<RunId, broadcast::Sender<LiveToken>>>,
     /// Fired when a run gains a listener, so its worker starts relaying.
     asked: Notify,
+    /// The relays at work, by run: a listener waits for them to end before it reports a
+    /// settled run's outcome ([`LiveRelay::relayed`]), so the last deltas reach it first.
+    relaying: Mutex<HashMap<RunId, usize>>,
+    /// Fired when a relay ends.
+    ended: Notify,
 }
 
 impl LiveRelay {
@@ -78,6 +83,27 @@ impl LiveRelay {
             }
             asked.await;
         }
+    }
+
+    /// Resolves once no relay of `run` is at work in this process: every delta its relays
+    /// read is published by then. A relay reads a run segment's events until the segment
+    /// settles, so this follows a settlement by no more than the relay's catching up.
+    pub(crate) async fn relayed(&self, run: &RunId) {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !self.relaying.lock().unwrap_or_else(|p| p.into_inner()).contains_key(run) {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// Counts a relay of `run` at work until the guard drops.
+    fn at_work(self: &Arc<Self>, run: &RunId) -> AtWork {
+        *self.relaying.lock().unwrap_or_else(|p| p.into_inner()).entry(run.clone()).or_default() += 1;
+        AtWork { relay: self.clone(), run: run.clone() }
     }
 
     fn publish(&self, run: &RunId, token: LiveToken) -> bool {
@@ -121,16 +147,45 @@ impl Calls {
     }
 }
 
+/// A relay at work ([`LiveRelay::relayed`] waits for it).
+struct AtWork {
+    relay: Arc<LiveRelay>,
+    run: RunId,
+}
+
+impl Drop for AtWork {
+    fn drop(&mut self) {
+        let mut relaying = self.relay.relaying.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = relaying.get_mut(&self.run) {
+            *count -= 1;
+            if *count == 0 {
+                relaying.remove(&self.run);
+            }
+        }
+        drop(relaying);
+        self.relay.ended.notify_waiters();
+    }
+}
+
 /// Relays the agent deltas of `events` (a run segment's stream) to `relay` until the stream
-/// ends or nobody listens any more.
-pub(crate) async fn relay(relay: Arc<LiveRelay>, run: RunId, mut events: EventStream) {
-    let mut calls = Calls::default();
-    while let Some(event) = events.next().await {
-        if let Some(token) = calls.token(&event)
-            && !relay.publish(&run, token)
-        {
-            // Everyone left: stop reading, so the run builds no more events for us.
-            return;
+/// ends or nobody listens any more. The relay counts as at work from this call (not from the
+/// future's first poll), so a listener that sees the run settled waits for it.
+pub(crate) fn relay(
+    relay: Arc<LiveRelay>,
+    run: RunId,
+    mut events: EventStream,
+) -> impl Future<Output = ()> + Send + 'static {
+    let at_work = relay.at_work(&run);
+    async move {
+        let _at_work = at_work;
+        let mut calls = Calls::default();
+        while let Some(event) = events.next().await {
+            if let Some(token) = calls.token(&event)
+                && !relay.publish(&run, token)
+            {
+                // Everyone left: stop reading, so the run builds no more events for us.
+                return;
+            }
         }
     }
 }
@@ -163,6 +218,32 @@ mod tests {
         assert!(!relay.publish(&run, token("after")), "the listener left");
         let _other = relay.subscribe(&RunId::parse("r2").unwrap());
         assert!(!relay.lock().contains_key(&run), "a run nobody listens to is forgotten");
+    }
+
+    /// A listener that saw the run settle waits for the relay started for it, even one whose
+    /// task has not run yet, and then has its last delta.
+    #[tokio::test]
+    async fn a_relay_counts_from_its_start_and_its_last_delta_comes_before_it_ends() {
+        use futures::FutureExt as _;
+        let relay = Arc::new(LiveRelay::default());
+        let run = RunId::parse("r1").unwrap();
+        let mut rx = relay.subscribe(&run);
+        let log = super::super::events::EventLog::new(run.clone(), 0);
+        let work = super::relay(relay.clone(), run.clone(), log.subscribe());
+        assert!(relay.relayed(&run).now_or_never().is_none(), "at work before its first poll");
+        let start =
+            EventKind::AgentStart { label: None, agent_type: None, model: "m".into(), scope: String::new() };
+        log.emit(0, (7, None), false, start);
+        log.emit(0, (7, None), false, EventKind::AgentDelta { text: "last".into() });
+        log.close();
+        let waiting = {
+            let (relay, run) = (relay.clone(), run.clone());
+            tokio::spawn(async move { relay.relayed(&run).await })
+        };
+        tokio::spawn(work);
+        waiting.await.unwrap();
+        assert_eq!(rx.try_recv().unwrap().text, "last");
+        assert!(relay.relayed(&run).now_or_never().is_some(), "no relay left at work");
     }
 
     #[tokio::test]

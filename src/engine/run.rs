@@ -568,10 +568,12 @@ impl RunState {
     }
 
     /// Hears of a lost lease (the keeper renews it from the moment it was taken, on a thread
-    /// of its own: `lease::Keeper::start`) and drains the run's inbox while it has open waits,
-    /// until the run settles or is gone.
-    pub(super) fn keep_lease(self: &Arc<Self>) {
+    /// of its own: `lease::Keeper::start`), hands the keeper the run's task to watch (`alive` is
+    /// dropped with it), and drains the run's inbox while it has open waits, until the run
+    /// settles or is gone, or its task is.
+    pub(super) fn keep_lease(self: &Arc<Self>, alive: Weak<()>) {
         if self.lease.is_some() {
+            self.keeper.follow(alive);
             let weak: Weak<RunState> = Arc::downgrade(self);
             self.keeper.on_loss(move |e| {
                 if let Some(state) = weak.upgrade() {

@@ -506,6 +506,13 @@ pub(super) fn raw_json(value: &Value) -> Box<RawValue> {
         .unwrap_or_else(|_| RawValue::from_string("null".to_owned()).unwrap_or_default())
 }
 
+/// The identity and replay pipeline version new entries are written at (an entry's
+/// `hash_version`).
+pub const HASH_VERSION: u32 = 1;
+
+/// The oldest hash version this build can replay.
+pub const MIN_HASH_VERSION: u32 = 1;
+
 /// One journal entry, decoded.
 ///
 /// Identity is `(scope, key, ordinal)` qualified by `hash_version`. Everything else is
@@ -689,7 +696,7 @@ impl Entry {
     ) -> Entry {
         Entry {
             seq,
-            hash_version: super::HASH_VERSION,
+            hash_version: HASH_VERSION,
             kind,
             status,
             scope,

@@ -24,8 +24,8 @@ pub use canon::{
 };
 pub(crate) use entry::intern;
 pub use entry::{
-    ContentKey, Entry, IdentitySummary, InvalidScopePath, Kind, Name, Payload, ScopePath, Segment, Seq,
-    Status,
+    ContentKey, Entry, HASH_VERSION, IdentitySummary, InvalidScopePath, Kind, MIN_HASH_VERSION, Name,
+    Payload, ScopePath, Segment, Seq, Status,
 };
 #[cfg(feature = "cli")]
 pub(crate) use fold::last_settlement_outcome;
@@ -46,12 +46,6 @@ pub use replay::Orphan;
 pub(crate) use replay::{Candidate, Match, Outcome, Pointer};
 
 use crate::store::{JournalPages, JournalStore, RawEntry, RunId};
-
-/// The identity and replay pipeline version new entries are written at.
-pub const HASH_VERSION: u32 = 1;
-
-/// The oldest hash version this build can replay.
-pub const MIN_HASH_VERSION: u32 = 1;
 
 /// A journal that cannot be used.
 #[derive(Debug, thiserror::Error)]

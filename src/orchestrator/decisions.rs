@@ -131,7 +131,7 @@ pub(crate) fn parse(value: &Value) -> Option<Decision> {
 }
 
 /// Each orchestration of a journal, folded from its decision entries and its children's
-/// terminal entries: `{scope, children: [{handle, profile, status, cost_usd}], decisions:
+/// terminal entries: `{scope, children: [{handle, profile, status, cost_nano_usd, cost_usd}], decisions:
 /// [{seq, n, call, decision, ...}]}`, in journal order. What `cairn inspect` shows.
 #[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
 pub(crate) fn journal_report(entries: &[Entry]) -> Vec<Value> {
@@ -201,6 +201,7 @@ pub(crate) fn journal_report(entries: &[Entry]) -> Vec<Value> {
                         "handle": super::roster::handle(child),
                         "profile": profile,
                         "status": status,
+                        "cost_nano_usd": cost,
                         "cost_usd": crate::money::Money::from_nano_usd(cost).as_usd(),
                     })
                 })
@@ -213,6 +214,20 @@ pub(crate) fn journal_report(entries: &[Entry]) -> Vec<Value> {
                         map.insert("seq".into(), json!(seq));
                         map.insert("call".into(), json!(d.call));
                         map.insert("item".into(), json!(d.item));
+                        // The journal keeps amounts as integers; a report pairs each with its
+                        // decimal, as every amount in JSON is written (`docs/reference/json.md`).
+                        let amounts: Vec<(String, i64)> = map
+                            .iter()
+                            .filter_map(|(name, v)| {
+                                Some((name.strip_suffix("_nano_usd")?.to_owned(), v.as_i64()?))
+                            })
+                            .collect();
+                        for (stem, nanos) in amounts {
+                            map.insert(
+                                format!("{stem}_usd"),
+                                json!(crate::money::Money::from_nano_usd(nanos).as_usd()),
+                            );
+                        }
                         // The journal holds the whole prompt and result; the report a line.
                         for long in ["prompt", "result"] {
                             if let Some(text) = map.get(long).map(|v| match v {

@@ -53,8 +53,10 @@ pub struct ChildSummary {
     pub profile: String,
     /// How it settled.
     pub status: ChildStatus,
-    /// What it cost.
-    pub cost_usd: f64,
+    /// What it cost: `cost_nano_usd` and `cost_usd` in JSON, as every amount is written
+    /// (`docs/reference/json.md`).
+    #[serde(flatten, with = "crate::money::json::cost")]
+    pub cost: Money,
     /// The deterministic 400-character summary of its output (or of its error).
     pub summary: String,
 }
@@ -132,6 +134,7 @@ impl Child {
             "handle": self.handle,
             "profile": self.profile,
             "status": self.effective_status().as_str(),
+            "cost_nano_usd": self.cost.nano_usd(),
             "cost_usd": self.cost.as_usd(),
             "summary": self.summary(),
             "artifacts": if self.output.is_some() { vec![format!("{}/output", self.handle)] } else { Vec::new() },
@@ -156,7 +159,7 @@ impl Child {
             handle: self.handle.clone(),
             profile: self.profile.clone(),
             status: self.effective_status(),
-            cost_usd: self.cost.as_usd(),
+            cost: self.cost,
             summary: self.summary(),
         }
     }

@@ -4,7 +4,6 @@
 
 use serde_json::Value;
 
-use super::Inputs;
 use crate::error::{Error, ErrorCode};
 
 /// The diagnostics a repair round shows when the model's window is small but of unknown size.
@@ -24,12 +23,17 @@ pub(super) fn estimate_tokens(text: &str) -> u64 {
 /// A draft's output cap: the options' cap, lowered to the room the context window leaves
 /// after the prompt when the window is known. `Err` (`context_overflow`) when that room is
 /// under [`MIN_DRAFT_TOKENS`]: the request would not fit, and is not sent.
-pub(super) fn draft_cap(inputs: &Inputs, system: &str, prompt: &str) -> Result<u32, Error> {
-    let Some(window) = inputs.context_window else { return Ok(inputs.max_output_tokens) };
+pub(super) fn draft_cap(
+    context_window: Option<u64>,
+    max_output_tokens: u32,
+    system: &str,
+    prompt: &str,
+) -> Result<u32, Error> {
+    let Some(window) = context_window else { return Ok(max_output_tokens) };
     // The chat template's role markers and the like: a few tokens a message.
     let prompt_tokens = estimate_tokens(system) + estimate_tokens(prompt) + 32;
     let room = window.saturating_sub(prompt_tokens);
-    if room < MIN_DRAFT_TOKENS.min(u64::from(inputs.max_output_tokens)) {
+    if room < MIN_DRAFT_TOKENS.min(u64::from(max_output_tokens)) {
         return Err(Error::new(
             ErrorCode::ContextOverflow,
             format!(
@@ -37,7 +41,7 @@ pub(super) fn draft_cap(inputs: &Inputs, system: &str, prompt: &str) -> Result<u
             ),
         ));
     }
-    Ok(u32::try_from(room).unwrap_or(u32::MAX).min(inputs.max_output_tokens))
+    Ok(u32::try_from(room).unwrap_or(u32::MAX).min(max_output_tokens))
 }
 
 /// Whether a draft was cut off by the output limit: the provider said so (`finish_reason`

@@ -23,6 +23,7 @@ mod card;
 mod compact;
 mod extract;
 mod fit;
+mod options;
 mod rejection;
 mod repair;
 mod stored;
@@ -36,6 +37,9 @@ pub use card::profile_card;
 pub use compact::compact_card;
 pub use extract::extract_script;
 use fit::{UNSIZED_SHOWN, cut_off, draft_cap, estimate_tokens};
+pub use options::{CardChoice, PlanOptions};
+#[cfg(feature = "cli")]
+pub(crate) use options::{DEFAULT_DIALECT, DEFAULT_MAX_OUTPUT_TOKENS};
 pub use rejection::{DraftReport, PlanError, RejectCause, Rejection};
 pub use repair::repair_prompt;
 pub(crate) use repair::{PLANNER_RULES, first_prompt, repair_prompt_shown, system_prompt};
@@ -57,84 +61,6 @@ use crate::store::{RunId, RunStatus};
 
 /// The most repair rounds a plan may ask for: each round is a paid model call.
 pub(crate) const MAX_REPAIR_ROUNDS: u32 = 10;
-
-/// The output cap of a draft when the options name none.
-pub(crate) const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8192;
-
-/// The dialect a plan is written in when the options name none.
-pub(crate) const DEFAULT_DIALECT: &str = "rhai";
-
-/// Options of [`plan`]. Every field but `budget_usd`'s effect on admission enters the
-/// planning run's id, so changing any of them starts a new planning conversation.
-#[derive(Debug, Clone)]
-pub struct PlanOptions {
-    /// The dialect to write (a registered one; default `rhai`).
-    pub dialect: String,
-    /// Repair rounds after the first draft (0 to 10, default 3): at most `1 + repair_rounds`
-    /// drafts are paid for.
-    pub repair_rounds: u32,
-    /// The planning conversation's own ceiling in USD (finite, ≥ 0); the engine's default
-    /// ceiling when `None`. Recorded with the planning run at its start.
-    pub budget_usd: Option<f64>,
-    /// The planner's model (`provider:model`); by default the engine's `plan` role model,
-    /// else its default model.
-    pub model: Option<String>,
-    /// The output cap of each draft (default 8192 tokens). A draft whose output reaches it was
-    /// cut off, and planning stops with that cause.
-    pub max_output_tokens: u32,
-    /// The authored part of the system prompt; cairn's own rules when `None`.
-    pub rules: Option<String>,
-    /// The arguments the script will run with, for the cost bound (an `args`-sized fan-out is
-    /// bounded by them); null when `None`. Not a planning input: drafts never see them.
-    pub args: Option<Value>,
-    /// Which API card the system prompt carries (default [`CardChoice::Auto`]).
-    pub card: CardChoice,
-}
-
-/// Which form of the dialect's API card a planner is shown.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CardChoice {
-    /// The full card, unless the planner model's context window is known to be small (the
-    /// full system prompt would take more than half of it): then the compact card. A draft
-    /// the provider refuses for its context length (`context_overflow`), or whose stream keeps
-    /// breaking off (`transport` once retries are spent: llama.cpp ends an over-long streamed
-    /// request with an empty stream), is drafted again once with the compact card.
-    #[default]
-    Auto,
-    /// Always the full card (no fallback).
-    Full,
-    /// Always the [`compact_card`].
-    Compact,
-}
-
-impl std::str::FromStr for CardChoice {
-    type Err = Error;
-
-    fn from_str(text: &str) -> Result<CardChoice, Error> {
-        match text {
-            "auto" => Ok(CardChoice::Auto),
-            "full" => Ok(CardChoice::Full),
-            "compact" => Ok(CardChoice::Compact),
-            other => Err(Error::config(format!("unknown card {other:?}: use auto, full or compact"))),
-        }
-    }
-}
-
-impl Default for PlanOptions {
-    fn default() -> PlanOptions {
-        PlanOptions {
-            dialect: DEFAULT_DIALECT.to_owned(),
-            repair_rounds: 3,
-            budget_usd: None,
-            model: None,
-            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
-            rules: None,
-            args: None,
-            card: CardChoice::Auto,
-        }
-    }
-}
 
 /// An accepted plan.
 #[derive(Debug, Clone, Serialize)]
@@ -622,7 +548,7 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
     let mut round = 0;
     while round <= inputs.repair_rounds {
         let number = round + 1;
-        let reply = match draft_cap(inputs, system, &prompt) {
+        let reply = match draft_cap(inputs.context_window, inputs.max_output_tokens, system, &prompt) {
             Ok(max_output_tokens) => {
                 ctx.agent(
                     &prompt,
@@ -688,7 +614,8 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
         }
         let text = reply["value"].as_str().or_else(|| reply["partial"].as_str()).unwrap_or_default();
         let output_tokens = reply["usage"]["output_tokens"].as_u64().unwrap_or(0);
-        let max_output_tokens = draft_cap(inputs, system, &prompt).unwrap_or(inputs.max_output_tokens);
+        let max_output_tokens = draft_cap(inputs.context_window, inputs.max_output_tokens, system, &prompt)
+            .unwrap_or(inputs.max_output_tokens);
         let source = extract_script(text).to_owned();
         let diagnostics = if source.trim().is_empty() {
             vec![empty_draft(text)]
@@ -717,7 +644,9 @@ async fn converse(ctx: &Ctx, inputs: &Inputs) -> Result<(Result<Value, Error>, V
             shown = UNSIZED_SHOWN;
             prompt = repair_prompt_shown(&inputs.goal, dialect, &source, &errors, shown);
         }
-        while shown > 1 && draft_cap(inputs, system, &prompt).is_err() {
+        while shown > 1
+            && draft_cap(inputs.context_window, inputs.max_output_tokens, system, &prompt).is_err()
+        {
             shown /= 2;
             prompt = repair_prompt_shown(&inputs.goal, dialect, &source, &errors, shown);
         }

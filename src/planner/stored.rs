@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{CardChoice, PlanOptions};
+use super::options::{CardChoice, PlanOptions};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::store::RunId;

@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use crate::script::LintContext;
-use crate::script::rhai::sentence;
+use crate::script::rhai::diagnostic::sentence;
 use crate::script::schema_check::{Shape, json_type, schema_types, type_matches};
 use crate::script::suggest;
 

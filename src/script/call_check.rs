@@ -6,9 +6,8 @@
 //! its own phrase for it: "a list" in Lua, "an array" in Rhai); the decisions and the
 //! messages are made here, once, in the dialect's words ([`Words`]).
 
-// The Lua words and shapes are the Lua linter's: a build without Lua leaves them unused.
-#![cfg_attr(not(feature = "lua"), allow(dead_code))]
-
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 
 use serde_json::Value;
@@ -56,6 +55,7 @@ impl Words {
     };
 
     /// Lua's words.
+    #[cfg_attr(not(feature = "lua"), allow(dead_code))]
     pub(crate) const LUA: Words = Words {
         closure: "function",
         list: "a list (a table like {a, b})",
@@ -71,6 +71,7 @@ impl Words {
 }
 
 /// A global's signature in Lua's words: closures as `function() ... end`.
+#[cfg_attr(not(feature = "lua"), allow(dead_code))]
 pub(crate) fn lua_signature(global: &Global) -> String {
     global.signature.replace("|item| ...", "function(item) ... end").replace("|| ...", "function() ... end")
 }
@@ -83,6 +84,7 @@ pub(crate) enum Seen<'a> {
     /// A value of a known JSON type.
     Type(&'a str),
     /// Lua's `{}`: an empty list or an empty map.
+    #[cfg_attr(not(feature = "lua"), allow(dead_code))]
     EmptyTable,
     /// A function (a Rhai closure).
     Function,
@@ -237,22 +239,31 @@ pub(crate) fn log_level(level: &str) -> Option<String> {
     })
 }
 
-/// What tells an agent call apart from an identical one in the same body: its literal
-/// arguments, canonical, unless it has a `key` (then nothing needs telling apart).
-pub(crate) fn agent_identity(literals: Vec<Value>) -> Option<String> {
-    if literals.get(1).and_then(|options| options.get("key")).is_some() {
-        return None;
-    }
-    Some(Value::Array(literals).to_string())
-}
+/// The agent calls of one body whose arguments are all literals and that have no `key`, each
+/// with the line it first stands on: a later identical call is told apart only by its order.
+#[derive(Debug, Default)]
+pub(crate) struct AgentCalls(HashMap<String, u32>);
 
-/// The warning on an agent call that repeats the one on `first_line`.
-pub(crate) fn repeated_agent(first_line: u32, words: &Words) -> String {
-    format!(
-        "this agent call repeats the identical call on line {first_line}; the journal tells them apart only by \
-         order, so give each a distinct key option ({})",
-        words.key
-    )
+impl AgentCalls {
+    /// Notes an agent call at `line` with the literal arguments `literals`; the warning when it
+    /// repeats an earlier call of the body.
+    pub(crate) fn repeats(&mut self, literals: Vec<Value>, line: u32, words: &Words) -> Option<String> {
+        if literals.get(1).and_then(|options| options.get("key")).is_some() {
+            return None;
+        }
+        match self.0.entry(Value::Array(literals).to_string()) {
+            Entry::Occupied(first) => Some(format!(
+                "this agent call repeats the identical call on line {}; the journal tells them apart only by \
+                 order, so give each a distinct key option ({})",
+                first.get(),
+                words.key
+            )),
+            Entry::Vacant(slot) => {
+                slot.insert(line);
+                None
+            }
+        }
+    }
 }
 
 /// The message of a write, inside a branch or stage of `global`, to a captured variable.

@@ -17,6 +17,17 @@
 //!
 //! Builtins that do work in proportion to their input in one operation (`replace`,
 //! `index_of`, `upper`, ...) charge the same rate through the same budget.
+//!
+//! Beside the charge, what an engine call's error is to a script, in both dialects: which
+//! errors a script cannot catch ([`uncatchable`]), the record a catchable one is
+//! ([`error_record`]) and the error a thrown record stands for again ([`error_of_record`]).
+//! How a call reaches the engine is each dialect's own (`rhai/bridge.rs`, `lua/shared.rs`):
+//! a Rhai script runs on a thread of its own and blocks it on the engine's future, its script
+//! clock paused, and raises an error as Rhai's `EvalAltResult`; a Lua script is a coroutine
+//! that yields to the engine's future and answers its wrapper `(ok, ...)`, latching an
+//! uncatchable error in its frame. The two share these rules, not that code.
+
+use serde_json::Value;
 
 use crate::error::{Error, ErrorCode};
 
@@ -103,4 +114,21 @@ pub(crate) fn uncatchable(error: &Error) -> bool {
             | ErrorCode::RekeyRefused
             | ErrorCode::Internal
     )
+}
+
+/// A catchable engine error as the value a script sees: the record `{code, message,
+/// retryable}` (with `diagnostics` when it has some), a Rhai map or a Lua table.
+pub(crate) fn error_record(error: &Error) -> Value {
+    serde_json::to_value(error).unwrap_or(Value::Null)
+}
+
+/// The engine error a value a script threw is the record of, if it is one: an error caught
+/// and thrown again keeps its code.
+pub(crate) fn error_of_record(value: Value) -> Option<Error> {
+    serde_json::from_value(value).ok()
+}
+
+/// The error of a cairn global called where no run is.
+pub(crate) fn outside_run() -> Error {
+    Error::internal("a cairn global was called outside a run")
 }

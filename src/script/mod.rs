@@ -12,6 +12,7 @@ pub(crate) mod bound;
 pub(crate) mod call_check;
 pub(crate) mod captured;
 pub(crate) mod child_args;
+mod escape_check;
 pub(crate) mod host;
 #[cfg(feature = "lua")]
 pub(crate) mod lua;

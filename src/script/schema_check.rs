@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::script::rhai::sentence;
+use crate::script::rhai::diagnostic::sentence;
 use crate::script::{GLOBALS, LintContext, option_schema, suggest};
 
 /// What a linter knows statically about an option value.

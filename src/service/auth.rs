@@ -4,12 +4,14 @@
 //! `write` (submit, resolve, cancel, resume) and `metrics` (`/metrics`); any valid token reads
 //! `/openapi.json`. The name of the token a request used reaches its handler as a [`Caller`].
 
+use std::sync::Arc;
+
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::{ApiError, AppState};
+use super::error::ApiError;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
@@ -81,11 +83,10 @@ fn bearer(value: &str) -> Option<&str> {
 /// Answers 401 unless the request carries one of the service's tokens (or the service has
 /// none), 403 when that token lacks the route's scope.
 pub(super) async fn require_token(
-    State(state): State<AppState>,
+    State(tokens): State<Arc<[ApiToken]>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let tokens = &state.options.tokens;
     if tokens.is_empty() {
         request.extensions_mut().insert(Caller(None));
         return next.run(request).await;
@@ -98,7 +99,7 @@ pub(super) async fn require_token(
         .unwrap_or("");
     // Every token is compared, so the time taken does not tell which one matched.
     let mut matched = None;
-    for token in tokens {
+    for token in tokens.iter() {
         if constant_time_eq(given.as_bytes(), token.secret.as_bytes()) && !given.is_empty() {
             matched = Some(token);
         }

@@ -13,8 +13,10 @@
 //! worker of this process that drives the run (`engine::live`), or, for a run another process
 //! drives (a `cairn worker`, another `cairn serve`), through the store (`engine::live_store`:
 //! the stream keeps its process's wish `RUN/live/wanted/PROCESS` fresh, the driving process
-//! writes chunks of deltas that the stream reads every 250 ms). Lossy: a client that falls behind skips deltas, and a chunk past its bound or
-//! deleted before it was read is lost; the journaled answer is whole either way.
+//! writes chunks of deltas that the stream reads every 250 ms). A settled run's in-process
+//! deltas all come before its outcome. Lossy: a client that falls behind skips deltas, and a
+//! chunk past its bound or deleted before it was read is lost; the journaled answer is whole
+//! either way.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -26,8 +28,9 @@ use futures::channel::mpsc;
 use futures::{SinkExt as _, Stream};
 use serde_json::{Value, json};
 
-use super::runs::{blocking, meta_of, parse_run_id};
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::runs::{meta_of, parse_run_id};
+use super::state::{AppState, blocking};
 use crate::store::{RunChanges, RunId, RunStatus};
 
 /// The query of `GET /v1/runs/{id}/events`.
@@ -123,6 +126,13 @@ async fn follow(
     let mut remote_tick = tokio::time::interval(REMOTE_READ);
     remote_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Every delta relayed before the read of `batch` goes out before what it read: a
+        // call's last deltas and its answer (or the run's settlement) land together, and the
+        // wait below may wake for the entry first (or before both, then read the answer),
+        // which ended a settled run's stream with its last deltas still queued.
+        if !send_queued_tokens(&mut tx, &run, &mut live).await {
+            return;
+        }
         for entry in &batch {
             if entry.seq() <= after {
                 continue;
@@ -165,6 +175,12 @@ async fn follow(
         }
         backlog = false;
         if settled(status) {
+            // The last deltas before the outcome: this process's relay of the run publishes
+            // them a moment after the run settles (it reads the run's events on a task of its
+            // own), and the stream used to end first on a loaded machine.
+            if !send_last_tokens(&state, &mut tx, &run, &mut live).await {
+                return;
+            }
             let settled = {
                 let run = run.clone();
                 blocking(&state, move |engine| {
@@ -215,18 +231,13 @@ async fn follow(
                     let Ok((tokens, seen)) = read else { continue };
                     remote = Some(seen);
                     for token in tokens {
-                        let mut data = serde_json::to_value(&token).unwrap_or(Value::Null);
-                        data["run_id"] = json!(run);
-                        if tx.send(Ok(Event::default().event("token").data(data.to_string()))).await.is_err()
-                        {
+                        if tx.send(Ok(token_event(&run, &token))).await.is_err() {
                             return;
                         }
                     }
                 }
                 Woke::Token(Some(token)) => {
-                    let mut data = serde_json::to_value(&token).unwrap_or(Value::Null);
-                    data["run_id"] = json!(run);
-                    if tx.send(Ok(Event::default().event("token").data(data.to_string()))).await.is_err() {
+                    if tx.send(Ok(token_event(&run, &token))).await.is_err() {
                         return;
                     }
                 }
@@ -304,6 +315,61 @@ async fn next_token(live: &mut Option<Tokens>) -> Option<crate::engine::LiveToke
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
         }
     }
+}
+
+/// Sends the deltas the relay holds now, without waiting; `false` once the client is gone.
+async fn send_queued_tokens(tx: &mut Tx, run: &RunId, live: &mut Option<Tokens>) -> bool {
+    use tokio::sync::broadcast::error::TryRecvError;
+    let Some(rx) = live else { return true };
+    loop {
+        let token = match rx.try_recv() {
+            Ok(token) => token,
+            Err(TryRecvError::Lagged(_)) => continue,
+            Err(TryRecvError::Empty) => return true,
+            Err(TryRecvError::Closed) => {
+                *live = None;
+                return true;
+            }
+        };
+        if tx.send(Ok(token_event(run, &token))).await.is_err() {
+            return false;
+        }
+    }
+}
+
+/// Sends every delta of a settled run still to come from this process's relays of it, then
+/// what is queued; `false` once the client is gone.
+async fn send_last_tokens(state: &AppState, tx: &mut Tx, run: &RunId, live: &mut Option<Tokens>) -> bool {
+    if live.is_none() {
+        return true;
+    }
+    let relay = state.engine.inner().live.clone();
+    let relayed = relay.relayed(run);
+    tokio::pin!(relayed);
+    loop {
+        tokio::select! {
+            biased;
+            token = next_token(live) => match token {
+                Some(token) => {
+                    if tx.send(Ok(token_event(run, &token))).await.is_err() {
+                        return false;
+                    }
+                }
+                None => {
+                    *live = None;
+                    return true;
+                }
+            },
+            () = &mut relayed => return send_queued_tokens(tx, run, live).await,
+        }
+    }
+}
+
+/// A `token` event.
+fn token_event(run: &RunId, token: &crate::engine::LiveToken) -> Event {
+    let mut data = serde_json::to_value(token).unwrap_or(Value::Null);
+    data["run_id"] = json!(run);
+    Event::default().event("token").data(data.to_string())
 }
 
 async fn send_status(tx: &mut Tx, run: &RunId, status: RunStatus) -> bool {

@@ -7,8 +7,8 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use super::runs::blocking;
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::{AppState, blocking};
 use crate::store::{RunFilter, RunStatus};
 
 const STATUSES: [RunStatus; 7] = [

@@ -7,7 +7,8 @@
 //! `auth` the bearer tokens and their scopes, `guard` the refusal of drive-by requests
 //! (`Host`, cross-site, non-JSON bodies), `limits` the accept loop's bounds and the body
 //! read timeout, `runs` the run routes, `turns` an agent call's turns, `plan` a planner goal's run, `events` the SSE stream, `metrics` the Prometheus text,
-//! `openapi` the OpenAPI document, `inspector` the browser inspector at `/`.
+//! `openapi` the OpenAPI document, `inspector` the browser inspector at `/`, `state` what every
+//! handler shares (the options, the router's state, a store call off the async threads).
 
 mod auth;
 mod error;
@@ -19,6 +20,7 @@ mod metrics;
 mod openapi;
 mod plan;
 mod runs;
+mod state;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -32,65 +34,13 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 use crate::Engine;
-use crate::money::Money;
 
 pub use auth::{ApiToken, Caller, Scope};
 pub use error::ApiError;
 pub use guard::AllowedHosts;
 pub use limits::{ConnectionLimits, serve};
-
-/// How the service behaves.
-#[derive(Debug, Clone)]
-pub struct ServiceOptions {
-    /// The bearer tokens every route but `/healthz` accepts, each with its scopes; none
-    /// leaves the routes open.
-    pub tokens: Vec<ApiToken>,
-    /// The `Host` values answered (421 for any other).
-    pub allowed_hosts: AllowedHosts,
-    /// The largest request body accepted, in bytes; a larger one is answered 413.
-    pub max_body_bytes: usize,
-    /// The largest budget a submitted run may ask for; a run that asks none gets it.
-    pub max_budget: Option<Money>,
-    /// How often an event stream looks at the store while nothing wakes it: the fallback
-    /// when a change is not notified (SQLite written by another process; a lost PostgreSQL
-    /// notification connection). Writes this process makes, and PostgreSQL writes from
-    /// any host, wake the stream at once.
-    pub poll_interval: std::time::Duration,
-    /// How long a request body may take to arrive (408 after).
-    pub body_timeout: std::time::Duration,
-    /// Fired when the server shuts down: every event stream sends a final `shutdown` event
-    /// and ends, so connections close within the grace period.
-    pub shutdown: tokio_util::sync::CancellationToken,
-}
-
-impl Default for ServiceOptions {
-    fn default() -> ServiceOptions {
-        ServiceOptions {
-            tokens: Vec::new(),
-            allowed_hosts: AllowedHosts::any(),
-            max_body_bytes: 1024 * 1024,
-            max_budget: None,
-            poll_interval: std::time::Duration::from_millis(50),
-            body_timeout: std::time::Duration::from_secs(30),
-            shutdown: tokio_util::sync::CancellationToken::new(),
-        }
-    }
-}
-
-/// What every handler shares.
-#[derive(Debug, Clone)]
-pub(crate) struct AppState {
-    pub(crate) engine: Engine,
-    pub(crate) options: Arc<ServiceOptions>,
-    /// Bounds the planner goals planned at once (the rest wait their turn, queued).
-    pub(crate) planning: Arc<tokio::sync::Semaphore>,
-    /// Resolutions run one at a time in this server, so of two racing resolutions of one wait
-    /// the second sees the first's (in the journal or the run's inbox) and is told it lost.
-    pub(crate) resolving: Arc<std::sync::Mutex<()>>,
-}
-
-/// How many planner goals one server plans at once.
-pub const PLANNING_AT_ONCE: usize = 4;
+use state::AppState;
+pub use state::{PLANNING_AT_ONCE, ServiceOptions};
 
 /// Every route of the service, as `(method, path)` in axum's path syntax: the OpenAPI
 /// document's test checks each one appears there.
@@ -124,6 +74,7 @@ pub fn router(engine: Engine, options: ServiceOptions) -> Router {
     let max_body = options.max_body_bytes;
     let body_limits = limits::BodyLimits { max_bytes: max_body, timeout: options.body_timeout };
     let allowed_hosts = Arc::new(options.allowed_hosts.clone());
+    let tokens: Arc<[ApiToken]> = options.tokens.clone().into();
     let state = AppState {
         engine,
         options: Arc::new(options),
@@ -145,7 +96,7 @@ pub fn router(engine: Engine, options: ServiceOptions) -> Router {
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))
         .route("/v1/runs/{id}/calls/{seq}/turns", get(turns::turns))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
+        .route_layer(axum::middleware::from_fn_with_state(tokens, auth::require_token));
     // Outermost first: errors become JSON, drive-by requests are refused before anything
     // else, then the body is read within its time limit.
     Router::new()

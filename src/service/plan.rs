@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use super::AppState;
+use super::state::{AppState, blocking};
 use crate::engine::{RESERVED_FIELD, is_reserved};
 use crate::error::Error;
 use crate::planner::{PlanError, PlanOptions, PlanResult};
@@ -145,7 +145,7 @@ const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 /// drafts replay from the planning run's journal) and queued. A reservation another live
 /// server is planning is left to it (its planning run's lease says so).
 pub(crate) async fn recover(state: AppState) {
-    let found = super::runs::blocking(&state, |engine| {
+    let found = blocking(&state, |engine| {
         let filter = crate::store::RunFilter {
             statuses: vec![RunStatus::Queued],
             tags: vec!["planned".into()],

@@ -10,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::{AppState, blocking};
 use crate::engine::{Resolution, RunDigest};
 use crate::error::Error;
 use crate::journal;
@@ -53,18 +54,6 @@ pub(super) struct SubmitRun {
     pub name: Option<String>,
 }
 
-/// Runs a store call off the async threads.
-pub(crate) async fn blocking<T, F>(state: &AppState, f: F) -> Result<T, ApiError>
-where
-    T: Send + 'static,
-    F: FnOnce(&crate::Engine) -> Result<T, ApiError> + Send + 'static,
-{
-    let engine = state.engine.clone();
-    tokio::task::spawn_blocking(move || f(&engine)).await.map_err(|e| {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("a task failed: {e}"))
-    })?
-}
-
 /// A request body as JSON: 413 past the size limit, 400 when it is not the expected JSON.
 pub(crate) fn json_body<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
@@ -91,7 +80,7 @@ pub(crate) fn meta_of(engine: &crate::Engine, run: &RunId) -> Result<RunMeta, Ap
 /// `POST /v1/runs`: validates and queues a script's run; `202 {run_id}`.
 pub(super) async fn submit(
     State(state): State<AppState>,
-    caller: Option<axum::Extension<super::Caller>>,
+    caller: Option<axum::Extension<super::auth::Caller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     // Which token submitted the run: a tag in its meta (`token:NAME`) and the `by` of its
@@ -418,7 +407,7 @@ pub(super) async fn journal(
 /// the run never waited on; 409 `no_open_wait` when its wait is no longer open.
 pub(super) async fn resolve(
     State(state): State<AppState>,
-    caller: Option<axum::Extension<super::Caller>>,
+    caller: Option<axum::Extension<super::auth::Caller>>,
     Path((id, key)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
@@ -501,7 +490,7 @@ fn closed_with(entries: &[journal::Entry], key: &str) -> Option<Option<Value>> {
 /// process outside the run queue drives it.
 pub(super) async fn cancel(
     State(state): State<AppState>,
-    caller: Option<axum::Extension<super::Caller>>,
+    caller: Option<axum::Extension<super::auth::Caller>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let by = caller.and_then(|axum::Extension(c)| c.0);
@@ -554,7 +543,7 @@ pub(super) struct ResumeBody {
 /// settled spend, with nothing written).
 pub(super) async fn resume(
     State(state): State<AppState>,
-    caller: Option<axum::Extension<super::Caller>>,
+    caller: Option<axum::Extension<super::auth::Caller>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {

@@ -13,8 +13,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::runs::{blocking, meta_of, parse_run_id};
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::runs::{meta_of, parse_run_id};
+use super::state::{AppState, blocking};
 use crate::error::Error;
 use crate::journal::{self, Kind, Status};
 

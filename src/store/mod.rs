@@ -17,98 +17,37 @@
 
 mod common;
 pub mod conformance;
+mod error;
 mod jsonl;
 mod memory;
 mod pages;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
+mod run_id;
 mod sqlite;
 mod url;
 mod watch;
 
+pub use error::{Error, Result};
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
 pub use pages::{JournalPages, PAGE_ENTRIES, last_seq};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use queue::{Claim, RunQueue};
+pub use run_id::{InvalidRunId, RunId};
 pub use sqlite::{DEFAULT_SQLITE_PATH, SqliteOptions, SqliteStore};
 pub use url::{OpenedStore, open, open_read_only};
 pub use watch::{RunChanges, RunWatch};
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::money::Money;
-
-/// An identifier of one run.
-///
-/// Run ids name files in the JSONL store and rows in SQLite, so they are restricted to
-/// `[A-Za-z0-9._-]`, 1 to 128 characters, not starting with `.`. Fresh ids are ULIDs. Cheap
-/// to clone: every event and store call of a run carries one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct RunId(Arc<str>);
-
-/// Why a string is not a valid [`RunId`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid run id {0:?}: use 1-128 characters from [A-Za-z0-9._-], not starting with '.'")]
-pub struct InvalidRunId(pub String);
-
-impl RunId {
-    /// A fresh, time-ordered run id (a ULID).
-    pub fn generate() -> RunId {
-        RunId(ulid::Ulid::generate().to_string().into())
-    }
-
-    /// Validates `id` as a run id.
-    ///
-    /// # Errors
-    /// [`InvalidRunId`] when it is empty, too long, starts with `.` or holds other characters.
-    pub fn parse(id: &str) -> Result<RunId, InvalidRunId> {
-        let ok = !id.is_empty()
-            && id.len() <= 128
-            && !id.starts_with('.')
-            && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if ok { Ok(RunId(id.into())) } else { Err(InvalidRunId(id.to_owned())) }
-    }
-
-    /// The id as a string.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RunId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl FromStr for RunId {
-    type Err = InvalidRunId;
-    fn from_str(s: &str) -> Result<RunId, InvalidRunId> {
-        RunId::parse(s)
-    }
-}
-
-impl TryFrom<String> for RunId {
-    type Error = InvalidRunId;
-    fn try_from(s: String) -> Result<RunId, InvalidRunId> {
-        RunId::parse(&s)
-    }
-}
-
-impl From<RunId> for String {
-    fn from(id: RunId) -> String {
-        id.0.to_string()
-    }
-}
 
 /// One journal entry as stored: its sequence number and its exact JSON text.
 ///
@@ -392,113 +331,6 @@ pub struct Lease {
     pub epoch: u64,
 }
 
-/// A storage failure.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// An append's seq is not strictly after the stored tail: another writer raced this
-    /// journal. Nothing of the batch became visible.
-    #[error("journal order violation in run {run}: seq {seq} is not after the stored tail {tail}")]
-    OrderViolation {
-        /// The run.
-        run: RunId,
-        /// The offending seq.
-        seq: u64,
-        /// The stored tail seq.
-        tail: u64,
-    },
-    /// A batch's own seqs are not strictly increasing.
-    #[error("batch for run {run} is not in strictly increasing seq order")]
-    UnorderedBatch {
-        /// The run.
-        run: RunId,
-    },
-    /// The run is leased by someone else, or the given lease is stale, foreign or expired.
-    /// Retryable once the holder releases or its ttl elapses.
-    #[error("run {run} is leased by another holder: {detail}")]
-    LeaseHeld {
-        /// The run.
-        run: RunId,
-        /// Who holds it, or why the given lease is not current.
-        detail: String,
-    },
-    /// Stored data could not be read back (a corrupt line, an unreadable meta record).
-    #[error("corrupt store data for {what}: {detail}")]
-    Corrupt {
-        /// What was being read.
-        what: String,
-        /// What is wrong with it.
-        detail: String,
-    },
-    /// A bad store URL or option.
-    #[error("invalid store configuration: {0}")]
-    Config(String),
-    /// The file system failed.
-    #[error("store i/o failed: {0}")]
-    Io(#[from] std::io::Error),
-    /// SQLite failed.
-    #[error("sqlite failed: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// PostgreSQL failed (or could not be reached).
-    #[error("postgres failed: {0}")]
-    Postgres(String),
-}
-
-impl From<Error> for crate::error::Error {
-    fn from(err: Error) -> crate::error::Error {
-        use crate::error::ErrorCode;
-        if let Some(cause) = io_cause(&err) {
-            return crate::error::Error::new(
-                ErrorCode::StoreIo,
-                format!("the store cannot be written: {cause} ({err})"),
-            );
-        }
-        let code = match err {
-            Error::Config(_) => ErrorCode::Config,
-            Error::LeaseHeld { .. } => ErrorCode::RunBusy,
-            _ => ErrorCode::Internal,
-        };
-        crate::error::Error::new(code, err.to_string())
-    }
-}
-
-/// What a failure of the machine under a store was, in words a person acts on: no space, a
-/// file-size limit, a read-only file or file system, an I/O error. `None` for every other
-/// failure (order, lease, corruption, configuration).
-fn io_cause(err: &Error) -> Option<String> {
-    use std::io::ErrorKind;
-    match err {
-        Error::Io(io) => Some(match io.kind() {
-            ErrorKind::StorageFull | ErrorKind::QuotaExceeded => "no space left on the device".into(),
-            ErrorKind::FileTooLarge => file_size_limit().unwrap_or_else(|| "a file grew too large".into()),
-            ErrorKind::ReadOnlyFilesystem => "the file system is read-only".into(),
-            ErrorKind::PermissionDenied => "the store's files are not writable (permission denied)".into(),
-            _ => format!("an I/O error: {io}"),
-        }),
-        Error::Sqlite(rusqlite::Error::SqliteFailure(failure, _)) => match failure.code {
-            rusqlite::ErrorCode::DiskFull => Some("no space left on the device".into()),
-            rusqlite::ErrorCode::ReadOnly => Some("the database file or its directory is read-only".into()),
-            rusqlite::ErrorCode::CannotOpen => Some("the database file cannot be opened".into()),
-            rusqlite::ErrorCode::SystemIoFailure => Some(
-                file_size_limit()
-                    .unwrap_or_else(|| "a disk I/O error (the disk may be full or failing)".into()),
-            ),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// The process's file-size limit (`ulimit -f`), when one is set: the likeliest cause of a
-/// write that fails with "file too large" or a bare I/O error while space is left.
-fn file_size_limit() -> Option<String> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max file size"))?;
-    let soft = line.split_whitespace().nth(3)?;
-    let bytes: u64 = soft.parse().ok()?;
-    Some(format!("file too large: the process's file-size limit (ulimit -f) of {bytes} bytes was reached"))
-}
-
 /// How hard a store works before it acknowledges a write.
 ///
 /// Both levels make an acknowledged write survive a crash of the process; they differ on a
@@ -515,9 +347,6 @@ pub enum Durability {
     /// `synchronous=FULL`; JSONL fsyncs every append).
     Full,
 }
-
-/// The result of a store operation.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A durable, append-only journal per run, plus a run-meta record per run.
 pub trait JournalStore: Send + Sync + fmt::Debug {

@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use super::{Result, RunId};
+use super::error::Result;
+use super::run_id::RunId;
 
 /// A worker's claim on one queued run.
 #[derive(Debug, Clone, PartialEq, Eq)]

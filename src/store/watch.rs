@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::RunId;
+use super::run_id::RunId;
 
 /// The change notifications of one store's runs.
 #[derive(Clone, Default)]

@@ -170,6 +170,36 @@ let p = agent(`closure ${f} ${f.to_debug()} ${[f]} ${#{f: f}} caught ${caught} q
     assert_eq!(endings[0].3, Some(Value::String("<closure> <closure>".into())), "{:?}", endings[0]);
 }
 
+/// The error map a `catch` binds names no closure: Rhai puts a failed closure's internal name
+/// (`anon$<hash>`) in the map's `function` and `message` (a closure called with the wrong
+/// number of arguments, a closure that fails, a closure in a map), and a prompt built from the
+/// map would carry it (DESIGN: no closure name reaches a script). Also inside a function, in a
+/// closure that captured the error, and in a branch.
+#[test]
+fn a_caught_error_map_names_no_closure() {
+    let source = r#"
+let out = [];
+let f = |x| x;
+try { f.call(1, 2, 3); } catch (e) { out.push(e); }
+let o = #{g: |x| x / 0};
+try { o.g.call(1); } catch (err) { out.push(`${err}`); out.push(err.function); }
+try { curry(f, 1, 2).call(); } catch (e) { let later = || e.message; out.push(later.call()); }
+fn caught(h) { try { h.call(); } catch (inner) { return inner; } }
+out.push(caught(|| f.call()));
+out.push(parallel([|| { try { f.call(1, 2); } catch (e) { e.message } }]));
+out.push(agent(`${out}`));
+out
+"#;
+    let (first, out1, code1) = run_once(source, &[]);
+    let (second, out2, code2) = run_once(source, &[]);
+    assert_eq!(code1, Some(0), "{out1}");
+    assert_eq!((&first, &out1, code1), (&second, &out2, code2));
+    assert!(!out1.contains("anon$"), "a closure's internal name reached the script: {out1}");
+    assert!(!first.iter().any(|entry| entry.contains("anon$")), "{first:#?}");
+    assert!(out1.contains("Function not found: <closure> (i64, i64, i64)"), "{out1}");
+    assert!(out1.contains(r#""function": "<closure>""#) || out1.contains("\"<closure>\""), "{out1}");
+}
+
 // ---- in-process runs -------------------------------------------------------------------------
 
 use std::sync::Arc;

@@ -55,6 +55,8 @@ const CORPUS: &[(&str, Expect)] = &[
     ("pad_bomb.rhai", Expect::Limit),
     ("parallel_many_items.lua", Expect::Limit),
     ("parallel_many_items.rhai", Expect::Limit),
+    ("prompt_flood.lua", Expect::Limit),
+    ("prompt_flood.rhai", Expect::Limit),
     ("random_huge_key.lua", Expect::Limit),
     ("random_huge_key.rhai", Expect::Limit),
     ("replace_bomb.rhai", Expect::Limit),

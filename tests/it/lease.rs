@@ -342,10 +342,18 @@ fn a_driver_that_lost_its_lease_writes_nothing_more() {
 
     let clock = ManualClock::new(1_000_000);
     let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    // The nap lasts until the run was taken (a timed nap raced the theft: a test thread kept
+    // waiting past it let the driver write before it lost anything).
+    let (napping, woken) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let (napping_here, woken_here) = (napping.clone(), woken.clone());
     let engine = Engine::builder(store.clone(), store.clone())
-        .host_function("nap", |_| async {
-            tokio::time::sleep(Duration::from_millis(600)).await;
-            Ok(Value::Null)
+        .host_function("nap", move |_| {
+            let (napping, woken) = (napping_here.clone(), woken_here.clone());
+            async move {
+                napping.notify_one();
+                woken.notified().await;
+                Ok(Value::Null)
+            }
         })
         .lease_ttl(Duration::from_millis(90))
         .build()
@@ -359,10 +367,11 @@ fn a_driver_that_lost_its_lease_writes_nothing_more() {
     let outcome = rt.block_on(async {
         let options = RunOptions { run_id: Some(run.clone()), ..RunOptions::default() };
         let handle = engine.run(&workflow, json_null(), options).unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        napping.notified().await;
         // The lease expires (by the store's clock) and someone else takes the run.
         clock.advance(10_000);
         let thief = store.acquire(&run, "thief", Duration::from_secs(600)).unwrap();
+        woken.notify_one();
         let outcome = handle.result().await.unwrap();
         (outcome, thief)
     });
@@ -377,6 +386,41 @@ fn a_driver_that_lost_its_lease_writes_nothing_more() {
 
 fn json_null() -> Value {
     Value::Null
+}
+
+/// A run whose task is dropped before it settles (its runtime shut down under it, its handle
+/// leaked: an in-process "crash") stops renewing its lease, which runs out as a dead driver's
+/// does. Renewed on its own thread until the segment's state dropped, it was kept for as long
+/// as the process lived, and every later driver was refused `run_busy`
+/// (`money::each_paid_turn_is_charged_once_across_a_failure_a_crash_and_resumes` failed so).
+#[test]
+fn a_run_dropped_with_its_runtime_stops_renewing_its_lease() {
+    use cairn::store::MemoryStore;
+    use cairn::{Engine, LeasableStore, RunOptions, Workflow};
+    use std::sync::Arc;
+
+    let store = Arc::new(MemoryStore::new());
+    let engine =
+        Engine::builder(store.clone(), store.clone()).lease_ttl(Duration::from_millis(90)).build().unwrap();
+    let workflow = Workflow::new("dropped", |_ctx, _| async {
+        std::future::pending::<()>().await;
+        Ok(Value::Null)
+    });
+    let run = cairn::RunId::parse("dropped").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let options = RunOptions { run_id: Some(run.clone()), ..RunOptions::default() };
+        std::mem::forget(engine.run(&workflow, Value::Null, options).unwrap());
+    });
+    drop(runtime);
+    // Renewed every 30 ms while it was kept: it outlives this wait only if it still is.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store.holder(&run).unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the dropped run's lease is still renewed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Free for the next driver.
+    store.acquire(&run, "next", Duration::from_secs(30)).unwrap();
 }
 
 /// A journal store that counts the renewals of its leases (the rest is a [`MemoryStore`]'s).

@@ -10,7 +10,7 @@ use cairn::{
     AgentOptions, ChatEvent, ChatRequest, Engine, ErrorCode, MemoryStore, Money, ParallelOptions, RunOptions,
     Usage, Workflow, branch,
 };
-use cairn::{Price, PriceTable};
+use cairn::{ManualClock, Price, PriceTable};
 use serde_json::json;
 
 fn usd(x: f64) -> Money {
@@ -221,9 +221,14 @@ fn a_dated_model_of_a_renamed_provider_is_priced_by_kind() {
 
 /// An engine with the fake (priced at $1/M in, $10/M out for every `fake:` model) and the
 /// fs-read toolset over `dir`.
-fn tool_engine(fake: &FakeProvider, dir: &std::path::Path) -> (Arc<MemoryStore>, Engine) {
-    // A driver "killed" in-process (its runtime dropped) frees the run this soon.
-    tool_engine_leased(fake, dir, Duration::from_millis(60))
+/// [`tool_engine_leased`] on a store whose lease clock stands still, for the tests that "kill"
+/// a driver in-process (its runtime dropped): no live driver's lease can lapse however slowly a
+/// loaded machine runs it (a 60 ms lease on the system clock did, ending runs `run_busy`),
+/// and the dead driver's lease runs out when the test moves the clock ([`lease_runs_out`]).
+fn tool_engine(fake: &FakeProvider, dir: &std::path::Path) -> (Arc<MemoryStore>, ManualClock, Engine) {
+    let clock = ManualClock::new(1_000_000);
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    (store.clone(), clock, tool_engine_on(store, fake, dir, Duration::from_millis(60)))
 }
 
 /// [`tool_engine`] with a run lease of `ttl` (a test whose driver stays alive wants one that
@@ -234,15 +239,23 @@ fn tool_engine_leased(
     ttl: Duration,
 ) -> (Arc<MemoryStore>, Engine) {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder(store.clone(), store.clone())
+    (store.clone(), tool_engine_on(store, fake, dir, ttl))
+}
+
+fn tool_engine_on(
+    store: Arc<MemoryStore>,
+    fake: &FakeProvider,
+    dir: &std::path::Path,
+    ttl: Duration,
+) -> Engine {
+    Engine::builder(store.clone(), store)
         .provider(Arc::new(fake.clone()))
         .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
         .toolset(cairn::fs_read_toolset(dir).unwrap())
         .retries(0, Duration::from_millis(1))
         .lease_ttl(ttl)
         .build()
-        .unwrap();
-    (store, engine)
+        .unwrap()
 }
 
 /// A tool-using turn: lists `.`, takes 40 ms, reports 1,000 tokens in and 1,000 out ($0.011).
@@ -365,7 +378,7 @@ fn each_paid_turn_is_charged_once_across_a_failure_a_crash_and_resumes() {
             _ => FakeTurn { usage: paid, ..FakeTurn::new(FakeReply::Text("done".into())) },
         }
     }));
-    let (store, engine) = tool_engine(&fake, dir.path());
+    let (store, clock, engine) = tool_engine(&fake, dir.path());
     let workflow = Workflow::new("turns", |ctx, _args| async move {
         let opts = AgentOptions {
             model: Some("fake:m".into()),
@@ -394,8 +407,7 @@ fn each_paid_turn_is_charged_once_across_a_failure_a_crash_and_resumes() {
         std::mem::forget(handle);
     });
     crashing.shutdown_background();
-    // The dead driver's lease runs out.
-    std::thread::sleep(Duration::from_millis(200));
+    lease_runs_out(&store, &clock, &run);
     // A new process: same store, new engine.
     phase.store(2, Ordering::SeqCst);
     let engine2 = Engine::builder(store.clone(), store.clone())
@@ -587,7 +599,9 @@ fn an_ask_suspended_turn_is_charged_once_across_a_crash() {
             (true, _) => FakeTurn { usage: paid, ..FakeTurn::new(FakeReply::Text("done".into())) },
         }
     }));
-    let store = Arc::new(MemoryStore::new());
+    // The lease clock stands still (see [`tool_engine`]).
+    let clock = ManualClock::new(1_000_000);
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
     let build = || {
         Engine::builder(store.clone(), store.clone())
             .provider(Arc::new(fake.clone()))
@@ -629,12 +643,19 @@ fn an_ask_suspended_turn_is_charged_once_across_a_crash() {
         std::mem::forget(handle);
     });
     crashing.shutdown_background();
-    // The dead driver's lease runs out.
-    std::thread::sleep(Duration::from_millis(200));
+    lease_runs_out(&store, &clock, &run);
     phase.store(2, Ordering::SeqCst);
     let engine = build();
     let done = rt.block_on(async { engine.resume(&run, resume()).unwrap().result().await.unwrap() });
     assert_eq!(done.status, cairn::RunStatus::Ok, "{done:?}");
     // The asking turn and the answer, once each.
     assert_eq!(done.cost.total.usage.output_tokens, 2 * 10, "{:?}", done.cost.total);
+}
+
+/// The "dead" driver's lease runs out: the lease clock moves past its ttl. A renewal after
+/// that is refused, so the lease is gone whenever the dead driver's renewal last ran.
+fn lease_runs_out(store: &MemoryStore, clock: &ManualClock, run: &cairn::RunId) {
+    use cairn::LeasableStore as _;
+    clock.advance(60_000);
+    assert_eq!(store.holder(run).unwrap(), None, "the dead driver's lease of {run}");
 }

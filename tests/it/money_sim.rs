@@ -427,13 +427,7 @@ pub(crate) fn check(
                 ));
             }
         } else {
-            // A call's attempts are sequential, and each one's charge is durable (journaled or
-            // checkpointed) before the next goes out: a kill can take from cairn's books only the
-            // call's last attempt in each killed segment (the one on the wire, or just ended).
-            let last_in_killed = killed.iter().filter_map(|segment| {
-                in_killed.iter().filter(|a| a.segment == *segment).max_by_key(|a| a.seq).map(|a| **a)
-            });
-            let at_risk = Bill::of(last_in_killed).total;
+            let at_risk = Bill::of(in_killed.iter().map(|a| **a)).total;
             if charge > bill.total + bill.tolerance || charge + at_risk < bill.total {
                 broken.push(format!(
                     "call {} (killed mid-call): charged {charge}, billed {}, at risk {at_risk}\n  billed: {mine_short:?}\n  journal: {journaled:?}",

@@ -10,12 +10,12 @@ use crate::scripted_server::{Reply, cairn_in};
 use crate::wire_server::*;
 
 /// USD from a journaled nano-USD amount.
-pub(crate) fn usd(nanos: &Value) -> f64 {
+fn usd(nanos: &Value) -> f64 {
     nanos.as_i64().unwrap_or(0) as f64 / 1e9
 }
 
 /// A project: `cairn.toml` with `providers`, retries of 4 attempts 1 ms apart, and `script`.
-pub(crate) fn project(providers: &str, script: &str) -> tempfile::TempDir {
+fn project(providers: &str, script: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "{providers}\n[retry]\nmax_attempts = 4\ninitial_backoff_ms = 1\nmax_backoff_ms = 2\n\n[toolsets.files]\nkind = \"fs-read\"\nroot = \".\"\n"
@@ -27,21 +27,21 @@ pub(crate) fn project(providers: &str, script: &str) -> tempfile::TempDir {
 
 /// An OpenAI-compatible provider `o` at `url` with model `small` at `[input, output]` $/M,
 /// the default route.
-pub(crate) fn openai(url: &str, input: f64, output: f64) -> String {
+fn openai(url: &str, input: f64, output: f64) -> String {
     format!(
         "[providers.o]\nkind = \"openai-compatible\"\nbase_url = \"{url}\"\nprices = {{ small = [{input}, {output}] }}\n\n[routing]\ndefault = \"o:small\"\n"
     )
 }
 
 /// An Anthropic provider `a` at `url` with model `big` at `[input, output]` $/M.
-pub(crate) fn anthropic(url: &str, input: f64, output: f64) -> String {
+fn anthropic(url: &str, input: f64, output: f64) -> String {
     format!(
         "[providers.a]\nkind = \"anthropic\"\napi_key_env = \"CAIRN_WIRE_KEY\"\nbase_url = \"{url}\"\nprices = {{ big = [{input}, {output}] }}\n"
     )
 }
 
 /// `cairn run s.rhai --json` with `args`: the outcome.
-pub(crate) fn run(dir: &std::path::Path, args: &[&str]) -> Value {
+fn run(dir: &std::path::Path, args: &[&str]) -> Value {
     let out = cairn_in(dir)
         .env("CAIRN_WIRE_KEY", "k")
         .env("CAIRN_LEASE_TTL_MS", "30000")
@@ -58,7 +58,7 @@ pub(crate) fn run(dir: &std::path::Path, args: &[&str]) -> Value {
     })
 }
 
-pub(crate) fn spent(outcome: &Value) -> f64 {
+fn spent(outcome: &Value) -> f64 {
     usd(&outcome["cost"]["total"]["cost_nano_usd"])
 }
 

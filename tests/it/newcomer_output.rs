@@ -34,7 +34,7 @@ fn bare_money(value: &Value, path: &str, found: &mut Vec<String>) {
 
 /// Asserts `value` names no money without its unit, and that every `X_nano_usd` has its
 /// `X_usd` twin holding the same amount.
-fn assert_money_has_units(what: &str, value: &Value) {
+pub(super) fn assert_money_has_units(what: &str, value: &Value) {
     let mut found = Vec::new();
     bare_money(value, "", &mut found);
     assert!(found.is_empty(), "{what}: money without its unit at {found:?}");

@@ -318,6 +318,10 @@ fn a_rejected_finish_is_repaired_and_every_verdict_replays_without_validators() 
     assert_eq!(value["completion"], "complete");
     assert_eq!(value["result"], "## Findings\nfacts [c0]");
     assert_eq!(value["child_status_counts"]["ok"], 1);
+    // A child's cost in the roster carries its unit (#29).
+    assert_eq!(value["children"][0]["cost_nano_usd"], 0, "{value:#}");
+    assert_eq!(value["children"][0]["cost_usd"], 0.0, "{value:#}");
+    super::newcomer_output::assert_money_has_units("the orchestration's envelope", &value);
     assert_eq!(checked.load(Ordering::SeqCst), 2);
     // The rejection reached the model as the finish call's error.
     let last = fake1.calls().into_iter().rev().find(|c| c.label.as_deref() == Some("orchestrator")).unwrap();

@@ -22,6 +22,8 @@ struct Counts {
     received: HashMap<String, usize>,
     /// Requests answered, by key.
     answered: HashMap<String, usize>,
+    /// What the orchestrator's tools answered it, in the order its requests carried them.
+    tool_results: Vec<Value>,
 }
 
 struct ModelServer {
@@ -131,7 +133,15 @@ fn serve(mut stream: TcpStream, shared: &Arc<(Mutex<Counts>, Condvar)>) {
     let (key, sse, delay) = answer(&body);
     {
         let (lock, cvar) = &**shared;
-        *lock.lock().unwrap().received.entry(key.clone()).or_default() += 1;
+        let mut counts = lock.lock().unwrap();
+        *counts.received.entry(key.clone()).or_default() += 1;
+        if key.starts_with("orch:") {
+            let results = body["messages"].as_array().into_iter().flatten().filter(|m| m["role"] == "tool");
+            for result in results.skip(counts.tool_results.len()) {
+                let content = result["content"].as_str().unwrap_or_default();
+                counts.tool_results.push(serde_json::from_str(content).unwrap_or(Value::Null));
+            }
+        }
         cvar.notify_all();
     }
     std::thread::sleep(delay);
@@ -296,4 +306,48 @@ fn an_uninterrupted_orchestration_shows_its_roster_and_typed_usage_errors() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown profile \"nobody\""));
     let out = cairn(dir.path(), &["orchestrate", "  "]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Money in an orchestration carries its unit (#29): each child's cost in the digests the
+/// orchestrator model reads and in `cairn inspect --json`'s roster is `cost_nano_usd` beside
+/// `cost_usd`, and the roster's amounts are what the children paid; the admissions it lists pair
+/// the ceiling's room with its decimal too.
+#[test]
+fn an_orchestrations_child_costs_carry_their_unit() {
+    let server = ModelServer::start();
+    let dir = project(&server.url);
+    let out = cairn(
+        dir.path(),
+        &["orchestrate", "survey", "--run-id", "orch1", "--budget", "5", "--json", "--quiet"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let tool_results = server.counts.0.lock().unwrap().tool_results.clone();
+    let digests: Vec<&Value> =
+        tool_results.iter().flat_map(|r| r["digests"].as_array().into_iter().flatten()).collect();
+    assert_eq!(digests.len(), 3, "await_all reports the three children: {tool_results:#?}");
+    for digest in &digests {
+        assert!(digest["cost_nano_usd"].as_i64().is_some_and(|n| n > 0), "{digest:#}");
+    }
+    super::newcomer_output::assert_money_has_units("the orchestrator's tool results", &json!(tool_results));
+
+    let out = cairn(dir.path(), &["inspect", "orch1", "--json"]).output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let children = report["orchestrations"][0]["children"].as_array().cloned().unwrap_or_default();
+    assert_eq!(children.len(), 3, "{report:#}");
+    let decisions = report["orchestrations"][0]["decisions"].as_array().cloned().unwrap_or_default();
+    assert!(
+        decisions.iter().any(|d| d["available_usd"].is_number()),
+        "admissions under a ceiling: {decisions:#?}"
+    );
+    super::newcomer_output::assert_money_has_units(
+        "inspect --json's orchestrations",
+        &report["orchestrations"],
+    );
+    for child in &children {
+        let paid: Vec<&Value> = digests.iter().copied().filter(|d| d["handle"] == child["handle"]).collect();
+        assert_eq!(child["cost_nano_usd"], paid[0]["cost_nano_usd"], "{child:#} against {paid:#?}");
+    }
 }

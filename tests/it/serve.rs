@@ -281,8 +281,21 @@ async fn on_postgres_a_write_by_another_store_wakes_this_stores_followers() {
     let run = RunId::parse("followed").unwrap();
     let watch = here.watch().expect("a postgres store notifies");
     let mut changes = watch.subscribe(&run);
-    // The listener starts with the first follower; once it listens, it wakes everyone once.
-    tokio::time::timeout(Duration::from_secs(10), changes.changed()).await.expect("listening");
+    // The listener starts with the first follower, and a write announced before it listens is
+    // not heard (followers poll as the fallback): probe with writes to another run until one
+    // wakes its follower, which proves the LISTEN stands.
+    let probe = RunId::parse("probe").unwrap();
+    let mut probed = watch.subscribe(&probe);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for seq in 1.. {
+        assert!(std::time::Instant::now() < deadline, "the store never listened");
+        probed.mark_seen();
+        let entry = RawEntry::new(seq, format!("{{\"seq\":{seq}}}")).unwrap();
+        tokio::task::block_in_place(|| there.append(&probe, &[entry], None)).unwrap();
+        if tokio::time::timeout(Duration::from_millis(250), probed.changed()).await.is_ok() {
+            break;
+        }
+    }
     for seq in 1..=3u64 {
         changes.mark_seen();
         let entry = RawEntry::new(seq, format!("{{\"seq\":{seq}}}")).unwrap();

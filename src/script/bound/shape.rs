@@ -14,7 +14,8 @@
 //! how a loop over known elements is walked), the shape says which dialect it is
 //! ([`Dialect`]); every other rule is the same for both.
 
-// Some shapes only the Lua front end builds: a build without Lua leaves them unmade.
+// The Lua front end builds forms Rhai's syntax has no counterpart for (tables, `goto`,
+// numeric `for` steps, ...): a build without Lua never makes them.
 #![cfg_attr(not(feature = "lua"), allow(dead_code))]
 
 use std::collections::HashMap;

@@ -21,6 +21,49 @@ pub(super) struct Internals {
     pub(super) view: Table,
     pub(super) array_mt: Table,
     pub(super) object_mt: Table,
+    /// Lua-side helpers (chunk `=cairn`) through which script functions that Rust reaches are
+    /// called from Lua instead of from Rust: see [`Callbacks`].
+    pub(super) callbacks: Callbacks,
+}
+
+/// Where a script function runs on behalf of a builtin (a read-only view's `__index`
+/// fallback, `gsub`'s replacement, `__pairs`), it is called from Lua, never from Rust: an error
+/// it raises keeps its value (a table stays a table, never `table: 0x...` text with an address
+/// that differs from run to run) and a cairn global it calls can yield to the engine, as it
+/// would anywhere else in the script.
+pub(super) struct Callbacks {
+    /// `view_index(lookup)`: the `__index` of a read-only view. `lookup(view, key)` (Rust)
+    /// returns the value and, when it is nil, the private copy of the table's own `__index`,
+    /// which the returned Lua function then calls or indexes.
+    pub(super) view_index: Function,
+    /// `protected(f, ...)`: `f(...)` under the raw `pcall`, for Rust that must call a script
+    /// function: returns `true, results...` or `false, error value` as Lua values.
+    pub(super) protected: Function,
+    /// `index(t, k)`: `t[k]` with its metamethods, for Rust to call under `protected`.
+    pub(super) index: Function,
+}
+
+/// The Lua source of [`Callbacks`], loaded before any script code runs (so the builtins it
+/// captures are the originals).
+const CALLBACKS: &str = r#"
+local type, pcall = type, pcall
+local function view_index(lookup)
+  return function(view, key)
+    local value, fallback = lookup(view, key)
+    if value ~= nil or fallback == nil then return value end
+    if type(fallback) == "function" then return fallback(view, key) end
+    return fallback[key]
+  end
+end
+local function index(t, k) return t[k] end
+return view_index, pcall, index
+"#;
+
+impl Callbacks {
+    pub(super) fn load(lua: &mlua::Lua) -> mlua::Result<Callbacks> {
+        let (view_index, protected, index) = lua.load(CALLBACKS).set_name("=cairn").eval()?;
+        Ok(Callbacks { view_index, protected, index })
+    }
 }
 
 impl Internals {

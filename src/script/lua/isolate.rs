@@ -284,31 +284,28 @@ impl Isolation {
         let this = self.this.clone();
         let backing = table.clone();
         let fallback: Option<Lv> = user_mt.as_ref().map(|mt| mt.raw_get("__index")).transpose()?;
-        mt.raw_set(
-            "__index",
-            lua.create_function(move |lua, (view, key): (Table, Lv)| {
+        // The lookup is Rust; the table's own `__index`, when the key is absent, is called
+        // (or indexed) by the Lua function `view_index` makes, so it runs as it would outside
+        // the branch (see `internals::Callbacks`).
+        let lookup =
+            lua.create_function(move |lua, (_view, key): (Table, Lv)| -> mlua::Result<(Lv, Lv)> {
                 let Some(this) = this.upgrade() else {
                     return Err(mlua::Error::runtime(
                         "a branch's captured value was used after the branch ended",
                     ));
                 };
-                let mut value: Lv =
-                    if is_globals { backing.get(key.clone())? } else { backing.raw_get(key.clone())? };
-                if value.is_nil()
-                    && let Some(fallback) = &fallback
-                {
-                    match this.copy(lua, fallback.clone(), 0).map_err(mlua::Error::external)? {
-                        Lv::Table(index) => return index.get(key),
-                        Lv::Function(index) => return index.call((view, key)),
-                        _ => {}
-                    }
-                }
+                let value: Lv = if is_globals { backing.get(key)? } else { backing.raw_get(key)? };
                 if !value.is_nil() {
-                    value = this.copy(lua, value, 0).map_err(mlua::Error::external)?;
+                    return Ok((this.copy(lua, value, 0).map_err(mlua::Error::external)?, Lv::Nil));
                 }
-                Ok(value)
-            })?,
-        )?;
+                match &fallback {
+                    Some(fallback @ (Lv::Table(_) | Lv::Function(_))) => {
+                        Ok((Lv::Nil, this.copy(lua, fallback.clone(), 0).map_err(mlua::Error::external)?))
+                    }
+                    _ => Ok((Lv::Nil, Lv::Nil)),
+                }
+            })?;
+        mt.raw_set("__index", self.internals.callbacks.view_index.call::<Function>(lookup)?)?;
         let place = self.place;
         mt.raw_set(
             "__newindex",

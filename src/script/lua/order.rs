@@ -247,7 +247,8 @@ pub(super) fn functions(
         if let Some(mt) = table.metatable()
             && let Ok(Lv::Function(custom)) = mt.raw_get::<Lv>("__pairs")
         {
-            return custom.call::<MultiValue>(value);
+            // The prelude's `pairs` calls it, from Lua (see `internals::Callbacks`).
+            return Ok(MultiValue::from_iter([Lv::Function(custom), Lv::Table(i.private.clone()), value]));
         }
         // Each traversal gets an iterator with its own snapshot.
         let (i, g, own) = (i.clone(), g.clone(), Own::default());

@@ -14,6 +14,7 @@ use std::rc::Rc;
 use mlua::{Function, Lua, MultiValue, Table, Value as Lv};
 
 use super::guard::Guard;
+use super::internals::Callbacks;
 use crate::error::Error;
 
 const MAX_CAPTURES: usize = 32;
@@ -457,7 +458,17 @@ fn memfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(haystack, needle)
 }
 
-fn gsub(lua: &Lua, guard: &Guard, args: MultiValue) -> mlua::Result<MultiValue> {
+/// `gsub` returns `result, count`, or, when its replacement function (or a replacement table's
+/// `__index`) raised an error, `nil, nil, true, error value`: the prelude's `string.gsub`
+/// raises that value from Lua, so it reaches the script as it was raised (see
+/// `internals::Callbacks`).
+fn gsub(
+    lua: &Lua,
+    guard: &Guard,
+    protected: &Function,
+    index: &Function,
+    args: MultiValue,
+) -> mlua::Result<MultiValue> {
     let get = |i: usize| args.get(i).cloned().unwrap_or(Lv::Nil);
     let src = bytes(lua, &get(0), 1, "gsub")?;
     let pat_all = bytes(lua, &get(1), 2, "gsub")?;
@@ -486,7 +497,13 @@ fn gsub(lua: &Lua, guard: &Guard, args: MultiValue) -> mlua::Result<MultiValue> 
         match st.do_match(s, 0).map_err(stop)? {
             Some(e) if Some(e) != last => {
                 n += 1;
-                changed |= add_value(lua, &st, &mut out, s, e, &repl, repl_text.as_deref())?;
+                let callbacks = (protected, index);
+                match add_value(lua, &st, &mut out, (s, e), &repl, repl_text.as_deref(), callbacks)? {
+                    Replaced::Text(replaced) => changed |= replaced,
+                    Replaced::Raised(error) => {
+                        return Ok(MultiValue::from_iter([Lv::Nil, Lv::Nil, Lv::Boolean(true), error]));
+                    }
+                }
                 s = e;
                 last = Some(e);
             }
@@ -515,15 +532,22 @@ fn gsub(lua: &Lua, guard: &Guard, args: MultiValue) -> mlua::Result<MultiValue> 
     Ok(MultiValue::from_iter([result, Lv::Integer(n)]))
 }
 
+/// What one replacement did: whether it changed the text, or the error value the script's
+/// replacement function raised.
+enum Replaced {
+    Text(bool),
+    Raised(Lv),
+}
+
 fn add_value(
     lua: &Lua,
     st: &State<'_>,
     out: &mut Vec<u8>,
-    s: usize,
-    e: usize,
+    (s, e): (usize, usize),
     repl: &Lv,
     text: Option<&[u8]>,
-) -> mlua::Result<bool> {
+    (protected, index): (&Function, &Function),
+) -> mlua::Result<Replaced> {
     if let Some(text) = text {
         let mut i = 0;
         while i < text.len() {
@@ -549,25 +573,42 @@ fn add_value(
                 return Err(mlua::Error::runtime("invalid use of '%' in replacement string"));
             }
         }
-        return Ok(true);
+        return Ok(Replaced::Text(true));
     }
-    let value: Lv = match repl {
-        Lv::Function(f) => f.call(captures(lua, st, Some((s, e)))?)?,
-        Lv::Table(t) => t.get(capture(lua, st, 0, s, e)?)?,
-        _ => Lv::Nil,
-    };
+    // The script's function (or the table's `__index`) runs under the raw `pcall`, so what it
+    // raises comes back as the value it raised.
+    let mut call = MultiValue::new();
+    match repl {
+        Lv::Function(f) => {
+            call.push_back(Lv::Function(f.clone()));
+            call.extend(captures(lua, st, Some((s, e)))?);
+        }
+        Lv::Table(t) => {
+            call.extend([Lv::Function(index.clone()), Lv::Table(t.clone()), capture(lua, st, 0, s, e)?]);
+        }
+        _ => {
+            out.extend_from_slice(&st.src[s..e]);
+            return Ok(Replaced::Text(false));
+        }
+    }
+    let mut returned = protected.call::<MultiValue>(call)?;
+    let ok = matches!(returned.pop_front(), Some(Lv::Boolean(true)));
+    let value = returned.pop_front().unwrap_or(Lv::Nil);
+    if !ok {
+        return Ok(Replaced::Raised(value));
+    }
     match value {
         Lv::Nil | Lv::Boolean(false) => {
             out.extend_from_slice(&st.src[s..e]);
-            Ok(false)
+            Ok(Replaced::Text(false))
         }
         Lv::String(v) => {
             out.extend_from_slice(&v.as_bytes());
-            Ok(true)
+            Ok(Replaced::Text(true))
         }
         v @ (Lv::Integer(_) | Lv::Number(_)) => {
             out.extend_from_slice(&bytes(lua, &v, 3, "gsub")?);
-            Ok(true)
+            Ok(Replaced::Text(true))
         }
         other => Err(mlua::Error::runtime(format!("invalid replacement value (a {})", other.type_name()))),
     }
@@ -617,7 +658,12 @@ fn gmatch(lua: &Lua, guard: &Rc<Guard>, args: MultiValue) -> mlua::Result<Functi
 }
 
 /// Replaces the pattern functions of the string library.
-pub(super) fn install(lua: &Lua, string: &Table, guard: &Rc<Guard>) -> mlua::Result<()> {
+pub(super) fn install(
+    lua: &Lua,
+    string: &Table,
+    guard: &Rc<Guard>,
+    callbacks: &Callbacks,
+) -> mlua::Result<()> {
     let g = guard.clone();
     string
         .raw_set("find", lua.create_function(move |lua, args: MultiValue| find_aux(lua, &g, args, true))?)?;
@@ -627,7 +673,11 @@ pub(super) fn install(lua: &Lua, string: &Table, guard: &Rc<Guard>) -> mlua::Res
         lua.create_function(move |lua, args: MultiValue| find_aux(lua, &g, args, false))?,
     )?;
     let g = guard.clone();
-    string.raw_set("gsub", lua.create_function(move |lua, args: MultiValue| gsub(lua, &g, args))?)?;
+    let (protected, index) = (callbacks.protected.clone(), callbacks.index.clone());
+    string.raw_set(
+        "gsub",
+        lua.create_function(move |lua, args: MultiValue| gsub(lua, &g, &protected, &index, args))?,
+    )?;
     let g = guard.clone();
     string.raw_set("gmatch", lua.create_function(move |lua, args: MultiValue| gmatch(lua, &g, args))?)?;
     Ok(())
@@ -659,7 +709,11 @@ mod tests {
         let ported = Lua::new();
         let string = ported.create_table().unwrap();
         let guard = Rc::new(Guard::new(&SandboxLimits::STANDARD, CancellationToken::new()));
-        install(&ported, &string, &guard).unwrap();
+        install(&ported, &string, &guard, &Callbacks::load(&ported).unwrap()).unwrap();
+        // As the prelude does: a replacement's error is raised from Lua with its value.
+        let raise = "local S = ... local gsub = S.gsub \
+                     S.gsub = function(...) local r, n, raised, e = gsub(...) if raised then error(e, 0) end return r, n end";
+        ported.load(raise).call::<()>(string.clone()).unwrap();
         let cases = [
             ("hello world", "o w"),
             ("hello world", "l+"),
@@ -705,12 +759,25 @@ mod tests {
     }
 
     #[test]
+    fn a_replacement_that_raises_hands_back_the_value_it_raised() {
+        let lua = Lua::new();
+        let string = lua.create_table().unwrap();
+        let guard = Rc::new(Guard::new(&SandboxLimits::STANDARD, CancellationToken::new()));
+        install(&lua, &string, &guard, &Callbacks::load(&lua).unwrap()).unwrap();
+        lua.globals().set("S", string).unwrap();
+        let code = "local r, n, raised, e = S.gsub('abc', '%w', function(c) error({c = c}) end) \
+                    local r2, n2, raised2, e2 = S.gsub('abc', 'b', setmetatable({}, {__index = function(_, k) error(k .. '!', 0) end})) \
+                    return tostring(raised) .. e.c .. tostring(raised2) .. e2";
+        assert_eq!(lua.load(code).eval::<String>().unwrap(), "truea".to_owned() + "trueb!");
+    }
+
+    #[test]
     fn catastrophic_backtracking_ends_at_the_operation_budget() {
         let lua = Lua::new();
         let string = lua.create_table().unwrap();
         let limits = SandboxLimits { max_operations: 2_000_000, ..SandboxLimits::STANDARD };
         let guard = Rc::new(Guard::new(&limits, CancellationToken::new()));
-        install(&lua, &string, &guard).unwrap();
+        install(&lua, &string, &guard, &Callbacks::load(&lua).unwrap()).unwrap();
         lua.globals().set("S", string).unwrap();
         let started = std::time::Instant::now();
         let error = lua.load("return S.find(string.rep('a', 40000), '.-.-.-.-b')").exec().unwrap_err();

@@ -165,6 +165,14 @@ string.format = function(fmt, ...)
   end
   return raw_format(fmt, raw_unpack(args, 1, n))
 end
+-- A gsub whose replacement raised returns the raised value (see pattern.rs): raise it here,
+-- from Lua, so it reaches the script as it was raised.
+local rust_gsub = string.gsub
+string.gsub = function(...)
+  local result, count, raised, e = rust_gsub(...)
+  if raised then raw_error(e, 0) end
+  return result, count
+end
 local MAX_STRING = H.max_string
 string.rep = function(s, n, sep)
   if raw_type(s) == "number" then s = raw_tostring(s) end
@@ -320,7 +328,17 @@ local string_mt = raw_getmetatable("")
 string_mt[PRIVATE] = "string"
 
 next = H.next
-pairs = H.pairs
+-- A table's own __pairs is called from Lua, not from Rust (see internals.rs: its errors keep
+-- their value and it may call the cairn globals): the Rust pairs hands it back marked.
+local rust_pairs, raw_rawequal = H.pairs, rawequal
+pairs = function(t)
+  local f, s, c = rust_pairs(t)
+  if raw_rawequal(s, PRIVATE) then
+    local a, b, d = f(c)
+    return a, b, d
+  end
+  return f, s, c
+end
 
 local READ_ONLY = { args = true, budget = true }
 raw_setmetatable(G, {

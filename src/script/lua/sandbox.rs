@@ -15,7 +15,7 @@ use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, V
 
 use super::frame;
 use super::guard::Guard;
-use super::internals::{Hidden, Internals};
+use super::internals::{Callbacks, Hidden, Internals};
 use crate::error::{Error, ErrorCode};
 use crate::script::rhai::sandbox::SandboxLimits;
 use crate::script::{Diagnostic, Severity};
@@ -58,7 +58,8 @@ pub(super) fn open() -> mlua::Result<(Lua, Rc<Internals>, Hidden)> {
     let object_mt = lua.create_table()?;
     object_mt.raw_set(&private, "object")?;
     let view = lua.create_table()?;
-    Ok((lua, Rc::new(Internals { private, view, array_mt, object_mt }), hidden))
+    let callbacks = Callbacks::load(&lua)?;
+    Ok((lua, Rc::new(Internals { private, view, array_mt, object_mt, callbacks }), hidden))
 }
 
 /// What the prelude needs from the runner.
@@ -118,7 +119,7 @@ pub(super) fn install(lua: &Lua, install: Install<'_>) -> mlua::Result<()> {
         })?,
     )?;
     let string: Table = lua.globals().get("string")?;
-    super::pattern::install(lua, &string, install.guard)?;
+    super::pattern::install(lua, &string, install.guard, &install.internals.callbacks)?;
     let (next, pairs) = super::order::functions(lua, install.internals, install.guard)?;
     helpers.raw_set("next", next)?;
     helpers.raw_set("pairs", pairs)?;

@@ -1,6 +1,11 @@
 //! What every coroutine of one Lua run shares (the guard, the internal tables, the hidden
 //! functions), how a frame's outcome becomes the run's error, and how a global that waits on
 //! the engine is registered: the runner, the globals and the fan-outs all use it.
+//!
+//! Rhai's counterpart is `rhai/bridge.rs`; the rules both follow (which errors a script
+//! cannot catch, the record a catchable one is, what host work costs) are `script::host`.
+//! The wrapper itself differs with the runtime: here a global is an async function, so the
+//! coroutine yields to the engine's future instead of blocking a thread.
 
 use std::future::Future;
 use std::rc::Rc;
@@ -110,7 +115,7 @@ impl Shared {
             Lv::Error(error) => self.error_of_mlua(error),
             Lv::String(text) => Error::new(ErrorCode::ScriptError, text.to_string_lossy()),
             Lv::Table(_) => match self.to_json(value, 1 << 20) {
-                Ok(json) => serde_json::from_value::<Error>(json.clone()).unwrap_or_else(|_| {
+                Ok(json) => crate::script::host::error_of_record(json.clone()).unwrap_or_else(|| {
                     Error::new(ErrorCode::ScriptError, format!("the script threw {json}"))
                 }),
                 Err(_) => Error::new(ErrorCode::ScriptError, "the script threw a table"),
@@ -163,9 +168,8 @@ impl Shared {
                 Err(mlua::Error::external(error))
             }
             Err(error) => {
-                let table = serde_json::to_value(&error)
-                    .map_err(|e| Error::internal(e.to_string()))
-                    .and_then(|json| self.to_lua(lua, &json))
+                let table = self
+                    .to_lua(lua, &crate::script::host::error_record(&error))
                     .map_err(mlua::Error::external)?;
                 Ok(sandbox::values([Lv::Boolean(false), table]))
             }
@@ -175,7 +179,7 @@ impl Shared {
     /// The scope and frame of the calling code, refusing a call the sandbox cannot serve.
     pub(super) fn enter(&self, lua: &Lua, waits: bool) -> Result<(Ctx, Rc<Frame>), Error> {
         let Some((ctx, frame)) = frame::current() else {
-            return Err(Error::internal("a cairn global was called outside a run"));
+            return Err(crate::script::host::outside_run());
         };
         self.fatal_pending(&frame)?;
         if let Some(error) = self.guard.check() {

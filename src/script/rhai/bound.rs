@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use ::rhai::AST;
 use serde_json::Value;
 
-use super::line_column;
+use super::diagnostic::{line_column, sentence};
 use super::sandbox::{SandboxLimits, compile_scope, parser_engine};
 use crate::script::bound::reason::Reason;
 use crate::script::bound::{CallBound, eval, guard};
@@ -49,7 +49,7 @@ fn analyze(source: &str, args: &Value) -> CallBound {
         Ok(ast) => bound_of(&ast, args),
         Err(error) => {
             let (line, column) = line_column(error.position());
-            Reason::Parse(super::sentence(&error.0.to_string())).at(line, column)
+            Reason::Parse(sentence(&error.0.to_string())).at(line, column)
         }
     }
 }

@@ -2,6 +2,12 @@
 //! scope's `Ctx`, the conversions across the sandbox boundary (values and errors), the
 //! host-work charge and the blocking bridge onto the async engine, and the boundary's size
 //! limits.
+//!
+//! Lua's counterpart is `lua/shared.rs`. What an engine call's error is to a script and what
+//! host work costs are one set of rules for both (`script::host`); the bridge itself is not
+//! shared, because the runtimes differ: a Rhai script blocks its own thread on the engine's
+//! future ([`block`], the script clock paused) and raises `EvalAltResult`s, where a Lua
+//! coroutine yields to it and answers `(ok, ...)`.
 
 use std::cell::RefCell;
 use std::pin::pin;
@@ -122,7 +128,7 @@ pub(super) fn current() -> Result<Ctx, Box<EvalAltResult>> {
     }
     CURRENT
         .with(|stack| stack.borrow().last().cloned())
-        .ok_or_else(|| to_rhai(Error::internal("a cairn global was called outside a run")))
+        .ok_or_else(|| to_rhai(crate::script::host::outside_run()))
 }
 
 pub(super) type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
@@ -151,7 +157,7 @@ pub(super) fn to_json(value: &Dynamic) -> Result<Value, Error> {
 }
 
 pub(super) fn error_token(error: &Error) -> Dynamic {
-    to_dynamic(&serde_json::to_value(error).unwrap_or(Value::Null))
+    to_dynamic(&crate::script::host::error_record(error))
 }
 
 /// A cairn error as a script error. Budget exhaustion, cancellation, sandbox limits and
@@ -167,8 +173,7 @@ pub(super) fn to_rhai(error: Error) -> Box<EvalAltResult> {
 }
 
 pub(super) fn error_from_token(token: &Dynamic) -> Option<Error> {
-    let value = to_json(token).ok()?;
-    serde_json::from_value::<Error>(value).ok()
+    crate::script::host::error_of_record(to_json(token).ok()?)
 }
 
 pub(super) fn at(pos: Position) -> String {
@@ -229,29 +234,36 @@ pub(super) fn host_work(bytes: usize, kept: usize, entries: u64) -> RhaiResult<(
     }
 }
 
+/// Runs an engine call for the script, blocking its thread. `handed` is the bytes of text the
+/// script hands the call (a prompt, a name, a key, args as JSON): the host hashes them into the
+/// call's identity, copies them into requests and checkpoints and keeps them with the entry, so
+/// they are charged as host work (as Lua charges every engine call's text).
 pub(super) fn block<T>(
     shared: &Shared,
+    handed: usize,
     future: impl std::future::Future<Output = Result<T, Error>>,
 ) -> RhaiResult<T> {
     let _waiting = shared.guard.pause();
-    block_host(shared, future)
+    block_host(shared, handed, future)
 }
 
 /// [`block`] for a call that waits for nothing but the host's own work for the script (`now`,
 /// `random`, `uuid`): its time is the script's.
 pub(super) fn block_host<T>(
     shared: &Shared,
+    handed: usize,
     future: impl std::future::Future<Output = Result<T, Error>>,
 ) -> RhaiResult<T> {
-    // Every engine call writes (or replays) a journal entry the host keeps.
-    if let Some(error) = shared.guard.host_work(0, 0, 1) {
+    // Every engine call writes (or replays) a journal entry the host keeps, with what it was
+    // handed.
+    if let Some(error) = shared.guard.host_work(handed as u64, handed as u64, 1) {
         return Err(to_rhai(error));
     }
     // The engine's buffers are not the script's memory (what it keeps is charged above).
     let _engine_work = crate::alloc::MemoryAccount::suspend();
     // Pinned here, so `block_on` moves a pointer: an engine future is kilobytes large, and
     // moving it by value through tokio's layers copied it three times per call. Callers pin
-    // it where it is made (`block(shared, pin!(ctx.agent(..)))`), so it is never moved.
+    // it where it is made (`block(shared, 0, pin!(ctx.agent(..)))`), so it is never moved.
     let future = pin!(future);
     shared.handle.block_on(future).map_err(to_rhai)
 }

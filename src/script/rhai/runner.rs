@@ -144,7 +144,7 @@ fn execute(
     });
     let _charged = shared.guard.enter();
     let mut engine = build_engine(&shared);
-    let cells = super::teardown::keep_captured_cells(&mut engine, ast);
+    let cells = super::resolver::install(&mut engine, ast);
     let mut scope = Scope::new();
     scope.push_constant("args", to_dynamic(&args));
     scope.push_constant("budget", BudgetView);
@@ -187,6 +187,9 @@ fn build_engine(shared: &Arc<Shared>) -> Rhai {
 
 fn register_agent(engine: &mut Rhai, shared: &Arc<Shared>) {
     fn agent(shared: &Shared, prompt: &str, opts: &Map) -> RhaiResult<Dynamic> {
+        // The prompt is charged here, before a branch's call is deferred (a deferred call never
+        // reaches `block`): hashed into the call's key, copied into its request and checkpoints.
+        host_work(prompt.len(), prompt.len(), 0)?;
         let parse = |opts: &Map| options("agent", opts).and_then(|value| agent_options(&value)).ok();
         if let Some(deferred) = super::defer::offer(prompt, opts, parse) {
             return deferred;
@@ -194,7 +197,7 @@ fn register_agent(engine: &mut Rhai, shared: &Arc<Shared>) {
         let ctx = current()?;
         let value = options("agent", opts).map_err(to_rhai)?;
         let options = agent_options(&value).map_err(to_rhai)?;
-        let result = block(shared, pin!(ctx.agent(prompt, options)))?;
+        let result = block(shared, 0, pin!(ctx.agent(prompt, options)))?;
         Ok(to_dynamic(&result))
     }
     let s = shared.clone();
@@ -257,7 +260,8 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
         let args = to_json(args)
             .map_err(|e| to_rhai(Error::validation(format!("host_call args: {}", e.message))))?;
         let call_opts = CallOptions { key: str_opt(&opts, "key"), on_error: on_error(&opts) };
-        block(shared, pin!(ctx.call(name, args, call_opts))).map(|v| to_dynamic(&v))
+        block(shared, name.len() + json_size(&args), pin!(ctx.call(name, args, call_opts)))
+            .map(|v| to_dynamic(&v))
     }
     let s = shared.clone();
     engine.register_fn("host_call", move |name: &str, args: Dynamic| host_call(&s, name, &args, &Map::new()));
@@ -266,6 +270,8 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
 
     fn phase(context: &NativeCallContext, name: &str, body: FnPtr) -> RhaiResult<Dynamic> {
         let ctx = current()?;
+        // The name goes into the phase's events and the cost report's phases, as in Lua.
+        host_work(name.len(), name.len(), 1)?;
         let inner = ctx.begin_phase(name);
         let result = with_ctx(inner.clone(), || body.call_within_context::<Dynamic>(context, ()));
         ctx.end_phase(&inner);
@@ -301,7 +307,8 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             on_error: on_error(&opts),
             label: str_opt(&opts, "label"),
         };
-        block(shared, pin!(ctx.workflow(name, args, wopts))).map(|v| to_dynamic(&v))
+        block(shared, name.len() + json_size(&args), pin!(ctx.workflow(name, args, wopts)))
+            .map(|v| to_dynamic(&v))
     }
     let s = shared.clone();
     engine.register_fn("workflow", move |name: &str, args: Dynamic| child(&s, name, &args, &Map::new()));
@@ -316,13 +323,13 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
             schema: opts.get("schema").cloned(),
             timeout: opts.get("timeout_ms").and_then(Value::as_u64).map(Duration::from_millis),
         };
-        block(shared, pin!(ctx.await_external(key, eopts))).map(|v| to_dynamic(&v))
+        block(shared, key.len(), pin!(ctx.await_external(key, eopts))).map(|v| to_dynamic(&v))
     }
     fn orchestrate(shared: &Shared, goal: &str, opts: &Map) -> RhaiResult<Dynamic> {
         let ctx = current()?;
         let opts = options("orchestrate", opts).map_err(to_rhai)?;
         let opts = crate::orchestrator::OrchestrateOptions::from_json(&opts).map_err(to_rhai)?;
-        block(shared, ctx.orchestrate(goal, opts)).map(|o| to_dynamic(&o.value()))
+        block(shared, goal.len(), ctx.orchestrate(goal, opts)).map(|o| to_dynamic(&o.value()))
     }
     let s = shared.clone();
     engine.register_fn("orchestrate", move |goal: &str| orchestrate(&s, goal, &Map::new()));
@@ -337,31 +344,31 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     let s = shared.clone();
     engine.register_fn("sleep", move |ms: i64| -> RhaiResult<()> {
         let ms = u64::try_from(ms).map_err(|_| to_rhai(Error::validation("sleep: ms must be >= 0")))?;
-        block(&s, pin!(current()?.sleep(ms)))
+        block(&s, 0, pin!(current()?.sleep(ms)))
     });
     let s = shared.clone();
-    engine.register_fn("now", move || -> RhaiResult<i64> { block_host(&s, pin!(current()?.now())) });
+    engine.register_fn("now", move || -> RhaiResult<i64> { block_host(&s, 0, pin!(current()?.now())) });
     let s = shared.clone();
-    engine
-        .register_fn("random", move || -> RhaiResult<f64> { block_host(&s, pin!(current()?.random(None))) });
+    engine.register_fn("random", move || -> RhaiResult<f64> {
+        block_host(&s, 0, pin!(current()?.random(None)))
+    });
     let s = shared.clone();
     engine.register_fn("random", move |key: &str| -> RhaiResult<f64> {
         let ctx = current()?;
         // The key is hashed into the call's identity and kept with its entry.
-        host_work(key.len(), key.len(), 0)?;
-        block_host(&s, pin!(ctx.random(Some(key))))
+        block_host(&s, key.len(), pin!(ctx.random(Some(key))))
     });
     let s = shared.clone();
-    engine.register_fn("uuid", move || -> RhaiResult<String> { block_host(&s, pin!(current()?.uuid())) });
+    engine.register_fn("uuid", move || -> RhaiResult<String> { block_host(&s, 0, pin!(current()?.uuid())) });
 
     engine.register_type_with_name::<BudgetView>("Budget");
     let s = shared.clone();
     engine.register_fn("spent", move |_: &mut BudgetView| -> RhaiResult<f64> {
-        block(&s, pin!(current()?.budget_spent())).map(Money::as_usd)
+        block(&s, 0, pin!(current()?.budget_spent())).map(Money::as_usd)
     });
     let s = shared.clone();
     engine.register_fn("remaining", move |_: &mut BudgetView| -> RhaiResult<Dynamic> {
-        let remaining = block(&s, pin!(current()?.budget_remaining()))?;
+        let remaining = block(&s, 0, pin!(current()?.budget_remaining()))?;
         Ok(remaining.map_or(Dynamic::UNIT, |m| Dynamic::from(m.as_usd())))
     });
 }

@@ -10,7 +10,7 @@
 //! cut where it is made instead: only a shared cell makes a link cheap (without one, nesting a
 //! value copies it whole, so a chain of n links costs n²/2 copies, and the operation and time
 //! budgets end it long before its depth matters), and Rhai makes a cell only when a closure
-//! captures a variable. [`keep_captured_cells`] holds every such cell for the rest of the run
+//! captures a variable. The run's variable resolver (`resolver.rs`) holds every such cell for the rest of the run
 //! (a variable resolver sees each captured variable as the closure takes it), so whatever drops
 //! a closure drops one link at most: the next cell is still held. At the end of the run the
 //! runner hands the kept cells, the scope and the result to [`dismantle`], which takes every
@@ -27,9 +27,9 @@
 //! hold, and neither does this bound.)
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use ::rhai::{AST, ASTNode, Array, Dynamic, Engine, FnPtr, Map, Stmt};
+use ::rhai::{AST, ASTNode, Array, Dynamic, FnPtr, Map, Stmt};
 
 use super::sandbox::SandboxLimits;
 
@@ -63,7 +63,7 @@ struct Kept {
 
 impl Cells {
     /// Keeps the cell `value` holds, unless it is kept already.
-    fn keep(&self, value: &Dynamic) {
+    pub(crate) fn keep(&self, value: &Dynamic) {
         // A cell locked for writing (a method on the captured value calling a closure) is
         // read when it is free again: it was kept when the closure took it.
         if !value.is_shared() || value.is_locked() {
@@ -87,35 +87,9 @@ impl Cells {
     }
 }
 
-/// Makes `engine` keep every shared cell a closure of `ast` captures, until the run hands
-/// them to [`dismantle`] (see the module's comment). A script with no capturing closure gets
-/// no resolver, so its variable reads cost nothing more.
-pub(crate) fn keep_captured_cells(engine: &mut Engine, ast: &AST) -> Arc<Cells> {
-    let cells = Arc::new(Cells::default());
-    let names = captured_names(ast);
-    if names.is_empty() {
-        return cells;
-    }
-    let kept = cells.clone();
-    // Rhai calls the resolver for each variable a closure captures, just before it makes the
-    // variable's cell (`Stmt::Share`), and again as the closure takes the cell (the curried
-    // argument): the second sighting keeps it. Every later read of a captured name finds its
-    // cell kept already.
-    #[allow(deprecated)] // `on_var` is marked volatile, not deprecated; rhai is pinned.
-    engine.on_var(move |name, _, context| {
-        if names.iter().any(|captured| captured == name)
-            && let Some(value) = context.scope().get(name)
-        {
-            kept.keep(value);
-        }
-        Ok(None)
-    });
-    cells
-}
-
 /// The names of the variables the closures of `ast` capture (anywhere: the script's body and
 /// every function's, closures' included).
-fn captured_names(ast: &AST) -> Vec<String> {
+pub(crate) fn captured_names(ast: &AST) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     ast.walk(&mut |path: &[ASTNode]| {
         if let Some(ASTNode::Stmt(Stmt::Share(shared))) = path.last() {
@@ -204,7 +178,7 @@ mod tests {
                     let mut engine = ::rhai::Engine::new();
                     engine.set_max_call_levels(64);
                     let ast = engine.compile(source).unwrap();
-                    let cells = keep_captured_cells(&mut engine, &ast);
+                    let cells = super::super::resolver::install(&mut engine, &ast);
                     let value = engine.eval_ast::<Dynamic>(&ast).unwrap();
                     let cells = cells.take();
                     let count = cells.len();

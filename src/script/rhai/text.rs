@@ -7,9 +7,12 @@
 //! differently and re-key every call). So the conversions a script can apply to a function
 //! pointer (`to_string`, `to_debug`, `name`, interpolation, `+` on strings, arrays and maps
 //! printing their elements) are overridden for anonymous functions, and [`scrub`] replaces any
-//! name that still appears in a message.
+//! name that still appears in a message. The error map a `catch` binds is built by Rhai itself
+//! with a failed closure's name in its `function` and `message` fields: the run's variable
+//! resolver hands each read of a catch variable to [`scrub_caught`] first ([`caught_names`]
+//! says which names those are).
 
-use ::rhai::{Engine, FnPtr, ImmutableString};
+use ::rhai::{AST, ASTNode, Dynamic, Engine, Expr, FnPtr, ImmutableString, Map, Stmt};
 
 /// How a closure reads to a script.
 pub(crate) const CLOSURE_TEXT: &str = "<closure>";
@@ -59,6 +62,52 @@ pub(crate) fn scrub(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// The names `catch` blocks of `ast` bind their error to (anywhere: the script's body and
+/// every function's, closures' included).
+pub(crate) fn caught_names(ast: &AST) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Stmt(Stmt::TryCatch(flow, _))) = path.last()
+            && let Expr::Variable(variable, ..) = &flow.expr
+            && !names.iter().any(|n| n == variable.1.as_str())
+        {
+            names.push(variable.1.to_string());
+        }
+        true
+    });
+    names
+}
+
+/// Takes closure names out of `value` if it is an error map Rhai built for a `catch` (an
+/// `error` field naming one of its error kinds, `Error...`): its `function` and `message`
+/// read `<closure>` where they named one. Anything else is left as it is. A value another
+/// holder has locked (a method on it calling back into the script) is left too: it was
+/// scrubbed when that holder read the variable.
+pub(crate) fn scrub_caught(value: &mut Dynamic) {
+    if value.is_locked() {
+        return;
+    }
+    let Some(mut map) = value.write_lock::<Map>() else { return };
+    let from_rhai = map
+        .get("error")
+        .and_then(|kind| kind.read_lock::<ImmutableString>().map(|kind| kind.starts_with("Error")))
+        .unwrap_or(false);
+    if !from_rhai {
+        return;
+    }
+    for field in ["function", "message"] {
+        let Some(text) = map.get_mut(field) else { continue };
+        let scrubbed = match text.read_lock::<ImmutableString>() {
+            Some(current) => match scrub(current.as_str()) {
+                std::borrow::Cow::Owned(scrubbed) => scrubbed,
+                std::borrow::Cow::Borrowed(_) => continue,
+            },
+            None => continue,
+        };
+        *text = scrubbed.into();
+    }
+}
+
 /// Whether `name` is one of Rhai's closure names.
 pub(crate) fn is_closure_name(name: &str) -> bool {
     name.strip_prefix("anon$")
@@ -78,5 +127,24 @@ mod tests {
         assert!(is_closure_name("anon$0f"));
         assert!(!is_closure_name("anon$"));
         assert!(!is_closure_name("worker"));
+    }
+
+    #[test]
+    fn a_caught_error_map_loses_its_closure_names_and_other_maps_keep_theirs() {
+        let engine = ::rhai::Engine::new();
+        let source = "let f = |x| x; let r = (); try { f.call(1, 2); } catch (e) { r = e; } r";
+        let ast = engine.compile(source).unwrap();
+        assert_eq!(caught_names(&ast), ["e"]);
+        let mut caught: Dynamic = engine.eval_ast(&ast).unwrap();
+        assert!(is_closure_name(
+            caught.clone_cast::<Map>()["function"].to_string().split(' ').next().unwrap()
+        ));
+        scrub_caught(&mut caught);
+        let map = caught.cast::<Map>();
+        assert_eq!(map["function"].to_string(), "<closure> (i64, i64)");
+        assert_eq!(map["message"].to_string(), "Function not found: <closure> (i64, i64)");
+        let mut own: Dynamic = engine.eval::<Dynamic>("#{error: \"mine\", message: \"anon$ab\"}").unwrap();
+        scrub_caught(&mut own);
+        assert_eq!(own.cast::<Map>()["message"].to_string(), "anon$ab");
     }
 }

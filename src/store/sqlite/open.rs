@@ -8,7 +8,6 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use super::keys::SEQ_BITS;
 use super::options::SqliteOptions;
-use super::queue;
 use crate::store::{Durability, Error, Result};
 
 /// The schema this build writes; a database stamped higher was made by a newer cairn, one
@@ -118,8 +117,8 @@ pub(super) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connec
     }
     // The run queue's tables are additive: created on every write open of a store without
     // them, so older stores gain a queue without a version change (and older cairns ignore it).
-    tx.execute_batch(queue::SCHEMA)?;
-    queue::upgrade(&tx)?;
+    tx.execute_batch(QUEUE_SCHEMA)?;
+    upgrade_queue(&tx)?;
     // The append counters cover the journal only when they started with it: a database
     // that already held journal rows is marked uncounted, and `/metrics` folds it.
     tx.execute(
@@ -275,4 +274,36 @@ pub(super) fn open_immutable(path: &Path, options: &SqliteOptions) -> Result<Con
 
 pub(super) fn is_busy(err: &rusqlite::Error) -> bool {
     matches!(err.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+}
+
+/// The queue's tables, created on every write open (idempotent).
+const QUEUE_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS queue (
+    run_id TEXT PRIMARY KEY,
+    enqueued_at_ms INTEGER NOT NULL,
+    ready_at_ms INTEGER NOT NULL,
+    owner TEXT,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    expires_at_ms INTEGER,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    cancel_requested_at_ms INTEGER
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS queue_by_age ON queue (enqueued_at_ms, run_id);
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+";
+
+/// Adds what later cairns added to a queue table an earlier one created (inside the open's
+/// write transaction, after [`QUEUE_SCHEMA`]).
+fn upgrade_queue(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let has_cancel: bool = conn
+        .prepare("SELECT COUNT(*) FROM pragma_table_info('queue') WHERE name = 'cancel_requested_at_ms'")?
+        .query_row([], |row| row.get::<_, i64>(0))?
+        > 0;
+    if !has_cancel {
+        conn.execute_batch("ALTER TABLE queue ADD COLUMN cancel_requested_at_ms INTEGER")?;
+    }
+    Ok(())
 }

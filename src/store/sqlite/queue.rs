@@ -1,6 +1,7 @@
-//! The run queue of the SQLite store: one table of queued runs and a counter table. Every
-//! operation is one `BEGIN IMMEDIATE` transaction, so a claim's choice of run and its write
-//! are one unit that no other connection or process can split.
+//! The run queue of the SQLite store: one table of queued runs and a counter table (created
+//! with the rest of the schema, `open.rs`). Every operation is one `BEGIN IMMEDIATE`
+//! transaction, so a claim's choice of run and its write are one unit that no other
+//! connection or process can split.
 
 use std::time::Duration;
 
@@ -10,38 +11,6 @@ use super::SqliteStore;
 use super::append::stored_epoch;
 use crate::store::common;
 use crate::store::{Claim, Error, Result, RunId, RunQueue};
-
-/// The queue's tables, created on every write open (idempotent).
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS queue (
-    run_id TEXT PRIMARY KEY,
-    enqueued_at_ms INTEGER NOT NULL,
-    ready_at_ms INTEGER NOT NULL,
-    owner TEXT,
-    epoch INTEGER NOT NULL DEFAULT 0,
-    expires_at_ms INTEGER,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    cancel_requested_at_ms INTEGER
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS queue_by_age ON queue (enqueued_at_ms, run_id);
-CREATE TABLE IF NOT EXISTS counters (
-    name TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-) WITHOUT ROWID;
-";
-
-/// Adds what later cairns added to a queue table an earlier one created (inside the open's
-/// write transaction, after [`SCHEMA`]).
-pub(super) fn upgrade(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
-    let has_cancel: bool = conn
-        .prepare("SELECT COUNT(*) FROM pragma_table_info('queue') WHERE name = 'cancel_requested_at_ms'")?
-        .query_row([], |row| row.get::<_, i64>(0))?
-        > 0;
-    if !has_cancel {
-        conn.execute_batch("ALTER TABLE queue ADD COLUMN cancel_requested_at_ms INTEGER")?;
-    }
-    Ok(())
-}
 
 fn parse_run(text: &str) -> Result<RunId> {
     RunId::parse(text)

@@ -6,7 +6,7 @@
 //! (`parallel-capture-assign` reports those of a branch or stage). Loops record which outer
 //! locals they reassign and which closures they make, for `loop-capture`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use full_moon::ast::{
     Block, Expression, Field, FunctionBody, LastStmt, Parameter, Prefix, Stmt, Suffix, TableConstructor, Var,
@@ -16,6 +16,7 @@ use full_moon::node::Node;
 use super::names::{self, SCRIPT_VARIABLES};
 use super::syntax::span_diagnostic;
 use super::values::{Pos, Static, ident, node_pos, peek_literal, string_literal, token_pos};
+use crate::script::call_check::AgentCalls;
 use crate::script::{Diagnostic, GLOBALS, LintContext, Severity, global, suggest};
 
 /// Runs every rule over a parsed chunk.
@@ -92,9 +93,8 @@ pub(super) struct Frame {
     pub(super) param_writes: Vec<(usize, Mutation)>,
     /// Outer locals this body uses, first use each.
     captures: Vec<Capture>,
-    /// Agent calls with all-literal arguments in this body, by canonical text, with the line
-    /// of the first, for `duplicate-agent-call`.
-    pub(super) agent_calls: HashMap<String, u32>,
+    /// Agent calls with all-literal arguments in this body, for `duplicate-agent-call`.
+    pub(super) agent_calls: AgentCalls,
 }
 
 /// What lint learned about a function after walking its body.

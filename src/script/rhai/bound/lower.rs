@@ -19,7 +19,7 @@ use crate::script::bound::shape::{
     Access, Block, Change, Dialect, Effect, FnValue, For, Function, Kind, LogicOp, Node, Over, Pos, Root,
     SeesArgs, Shape, While,
 };
-use crate::script::rhai::line_column;
+use crate::script::rhai::diagnostic::line_column;
 
 /// Functions Rhai calls by itself: an interpolation or a string `+` calls `to_string`.
 const IMPLICIT_NAMES: &[&str] = &["to_string", "to_debug", "print", "debug"];

@@ -370,17 +370,10 @@ impl Linter<'_, '_> {
             let Some(Static::Known(value)) = arg.expr.map(|expr| self.peek(expr)) else { return };
             values.push(value);
         }
-        let Some(canonical) = call_check::agent_identity(values) else { return };
         let (line, _) = line_column(pos);
         let Some(frame) = self.frames.last_mut() else { return };
-        match frame.agent_calls.get(&canonical) {
-            Some(first_line) => {
-                let message = call_check::repeated_agent(*first_line, &Words::RHAI);
-                self.report(Severity::Warning, "duplicate-agent-call", pos, Some(5), message);
-            }
-            None => {
-                frame.agent_calls.insert(canonical, line);
-            }
+        if let Some(message) = frame.agent_calls.repeats(values, line, &Words::RHAI) {
+            self.report(Severity::Warning, "duplicate-agent-call", pos, Some(5), message);
         }
     }
 

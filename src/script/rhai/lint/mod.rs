@@ -24,6 +24,7 @@ mod options;
 mod recover;
 mod scan;
 mod shared;
+mod this;
 
 pub(super) use recover::analyze;
 
@@ -32,8 +33,9 @@ use std::collections::{HashMap, HashSet};
 use ::rhai::{AST, ASTFlags, ASTNode, Dynamic, Expr, FnPtr, ImmutableString, Position, Stmt, StmtBlock};
 use serde_json::Value;
 
-use super::line_column;
+use super::diagnostic::line_column;
 use super::sandbox::{MUTATING_METHODS, SCRIPT_VARIABLES};
+use crate::script::call_check::AgentCalls;
 use crate::script::{Diagnostic, LintContext, Severity, global};
 
 /// Runs every rule over a parsed script.
@@ -144,9 +146,8 @@ struct Frame {
     scope_base: usize,
     /// Writes in this body (or bodies nested in it) to variables declared outside it.
     escaping: Vec<Mutation>,
-    /// Agent calls with all-literal arguments seen in this body, by canonical text, with the
-    /// line of the first, for `duplicate-agent-call`.
-    agent_calls: HashMap<String, u32>,
+    /// Agent calls with all-literal arguments seen in this body, for `duplicate-agent-call`.
+    agent_calls: AgentCalls,
     /// The named function this body is (or is nested in): such bodies cannot see `args` or
     /// `budget`, since Rhai functions do not see the script's scope.
     function: Option<ImmutableString>,
@@ -154,7 +155,7 @@ struct Frame {
 
 impl Frame {
     fn new(scope_base: usize, function: Option<ImmutableString>) -> Frame {
-        Frame { scope_base, escaping: Vec::new(), agent_calls: HashMap::new(), function }
+        Frame { scope_base, escaping: Vec::new(), agent_calls: AgentCalls::default(), function }
     }
 }
 
@@ -291,7 +292,7 @@ impl<'c, 'f> Linter<'c, 'f> {
             this_writers: functions
                 .named
                 .iter()
-                .filter(|function| shared::writes_this(&function.body))
+                .filter(|function| this::writes_this(&function.body))
                 .map(|function| function.name.clone())
                 .collect(),
         };

@@ -19,8 +19,8 @@ use ::rhai::{AST, Dynamic, Engine, ParseErrorType};
 
 use super::foreign::{self, declared_names};
 use super::scan::{Kind, scan};
+use crate::script::rhai::diagnostic::{diagnostic, line_column, parse_diagnostic};
 use crate::script::rhai::sandbox::{SCRIPT_VARIABLES, compile_scope};
-use crate::script::rhai::{diagnostic, line_column, parse_diagnostic};
 use crate::script::{Diagnostic, LintContext};
 
 /// The most parses of one script: each recovers from one error, so this bounds the work on a

@@ -302,16 +302,9 @@ impl Linter<'_, '_> {
                 _ => return,
             }
         }
-        let Some(canonical) = call_check::agent_identity(values) else { return };
         let Some(frame) = self.frames.last_mut() else { return };
-        match frame.agent_calls.get(&canonical) {
-            Some(first_line) => {
-                let message = call_check::repeated_agent(*first_line, &Words::LUA);
-                self.report(Severity::Warning, "duplicate-agent-call", pos, Some(5), message);
-            }
-            None => {
-                frame.agent_calls.insert(canonical, pos.0);
-            }
+        if let Some(message) = frame.agent_calls.repeats(values, pos.0, &Words::LUA) {
+            self.report(Severity::Warning, "duplicate-agent-call", pos, Some(5), message);
         }
     }
 
