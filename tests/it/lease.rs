@@ -98,7 +98,7 @@ fn wait_with_deadline(mut child: Child, limit: Duration) -> Output {
 #[test]
 fn two_resumes_at_once_one_drives_the_other_is_refused_at_once() {
     for which in 0..2 {
-        let dir = setup(1_500, "let k = await_external(\"go\"); agent(\"slow \" + k)");
+        let dir = setup(3_000, "let k = await_external(\"go\"); agent(\"slow \" + k)");
         let store = stores(dir.path())[which].clone();
         let id = suspended_before_a_slow_call(dir.path(), &store);
         let spawn = || {
@@ -129,7 +129,7 @@ fn two_resumes_at_once_one_drives_the_other_is_refused_at_once() {
             "{store}: {message}"
         );
         assert!(message.contains("pid "), "{store}: the holder is named: {message}");
-        assert!(started.elapsed() >= Duration::from_millis(1_500));
+        assert!(started.elapsed() >= Duration::from_millis(3_000));
         // Exactly one dispatch of the slow call, and it completed.
         let journal = entries(dir.path(), &store, &id);
         assert_eq!(count(&journal, "agent", "running"), 1, "{store}: {journal:#?}");
@@ -139,11 +139,16 @@ fn two_resumes_at_once_one_drives_the_other_is_refused_at_once() {
 
 #[test]
 fn resume_wait_waits_for_the_driver_and_then_replays() {
-    let dir = setup(800, "let k = await_external(\"go\"); agent(\"slow \" + k)");
+    let dir = setup(3_000, "let k = await_external(\"go\"); agent(\"slow \" + k)");
     let store = format!("sqlite:{}", dir.path().join("c.db").display());
     let id = suspended_before_a_slow_call(dir.path(), &store);
     let first = cairn(dir.path(), &store).args(["resume", &id, "-q"]).stdout(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the first drives the run (its slow call is dispatched), the second asks to wait.
+    let started = Instant::now();
+    while count(&entries(dir.path(), &store, &id), "agent", "running") == 0 {
+        assert!(started.elapsed() < Duration::from_secs(20), "the driver never dispatched its call");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let second = run(dir.path(), &store, &["resume", &id, "--wait"]);
     assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
     assert!(text(&second.stderr).contains("waiting for it"), "{}", text(&second.stderr));

@@ -42,7 +42,7 @@ fn agent_uses_both_tools_and_replays(script: &str, ext: &str) {
     assert_eq!(calls(&dir.path().join("host.log")), [r#"{"city": "Paris"}"#]);
     // The CLI progress shows the tool calls; the server did not outlive the run.
     assert!(stderr.contains("tool docs_search ok") && stderr.contains("tool lookup ok"), "{stderr}");
-    assert!(!process_with(&mark), "the MCP server outlived cairn");
+    assert!(!process_with(&mark), "the MCP server outlived cairn by two seconds");
 
     // Replayed: no model, MCP or host-function call again.
     let id = crate::scripted_server::run_id(&stderr);

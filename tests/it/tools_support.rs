@@ -181,8 +181,21 @@ pub fn tool_calls(calls: &[(&str, &str, &str)]) -> crate::scripted_server::Reply
     crate::scripted_server::Reply::Sse(crate::scripted_server::data_lines(&chunks))
 }
 
-/// Whether a live process has `CAIRN_MCP_MARK=mark` in its environment (a zombie has none).
+/// Whether a live process still has `CAIRN_MCP_MARK=mark` in its environment two seconds on (a
+/// zombie has none; a process SIGKILLed as cairn exits may take a moment to go under load).
 pub fn process_with(mark: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while process_with_now(mark) {
+        if std::time::Instant::now() >= deadline {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// Whether a live process has `CAIRN_MCP_MARK=mark` in its environment now.
+fn process_with_now(mark: &str) -> bool {
     let needle = format!("CAIRN_MCP_MARK={mark}");
     let Ok(dir) = std::fs::read_dir("/proc") else { return false };
     dir.flatten().any(|entry| {
