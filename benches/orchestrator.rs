@@ -43,6 +43,8 @@ fn children() -> usize {
     if std::env::var("CAIRN_BENCH_SCALE").is_ok_and(|s| !s.is_empty() && s != "0") { 10_000 } else { 500 }
 }
 const BATCH: usize = 32;
+/// `parallel_agents` calls per orchestrator turn at 10,000 children.
+const CALLS_PER_TURN: usize = 16;
 const RUNS: usize = 5;
 
 /// The orchestrator's model: its scripted tool calls, picked by how many turns the
@@ -50,7 +52,7 @@ const RUNS: usize = 5;
 /// every request, which is test bookkeeping, not the orchestration's cost).
 #[derive(Debug)]
 struct Scripted {
-    turns: Vec<(String, Value)>,
+    turns: Vec<Vec<(String, Value)>>,
 }
 
 impl Provider for Scripted {
@@ -62,28 +64,59 @@ impl Provider for Scripted {
     }
     fn stream(&self, request: ChatRequest, _cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
         let done = request.messages.iter().filter(|m| m.role == Role::Assistant).count();
-        let (name, arguments) = self.turns.get(done).or(self.turns.last()).cloned().expect("turns");
+        let calls = self.turns.get(done).or(self.turns.last()).cloned().expect("turns");
         let usage = Usage { input_tokens: 1, output_tokens: 1, ..Usage::default() };
-        futures::stream::iter([
-            ChatEvent::ToolCallEnd { wire_id: format!("w{done}"), name, arguments },
-            ChatEvent::Finish { reason: FinishReason::ToolUse, usage },
-        ])
-        .boxed()
+        let ends = calls.into_iter().enumerate().map(move |(i, (name, arguments))| ChatEvent::ToolCallEnd {
+            wire_id: format!("w{done}_{i}"),
+            name,
+            arguments,
+        });
+        futures::stream::iter(ends.chain([ChatEvent::Finish { reason: FinishReason::ToolUse, usage }]))
+            .boxed()
     }
 }
 
-fn orchestrator_turns() -> Vec<(String, Value)> {
-    let mut turns = Vec::new();
+/// One `parallel_agents` call: children `range` of the echo profile.
+fn spawn_call(range: std::ops::Range<usize>) -> (String, Value) {
+    let children: Vec<Value> =
+        range.map(|i| json!({"profile": "echoer", "prompt": format!("item {i}")})).collect();
+    ("parallel_agents".to_owned(), json!({ "children": children }))
+}
+
+fn await_call(range: std::ops::Range<usize>) -> (String, Value) {
+    let handles: Vec<String> = range.map(|i| format!("c{i}")).collect();
+    ("await_all".to_owned(), json!({ "handles": handles }))
+}
+
+/// The orchestrator's turns. At 500 children, as this bench has always measured them: one
+/// batch of 32 per turn, then one `await_all` of every child, then `finish`. At 10,000 that
+/// conversation is past the orchestrator's context bound (200,000 tokens) and turn limit, so
+/// each turn spawns 16 batches and awaits the previous turn's children, as a model steering
+/// that many children would (`benches/fanout_scale.rs` scripts the same turns over HTTP).
+fn orchestrator_turns() -> Vec<Vec<(String, Value)>> {
     let total = children();
-    for start in (0..total).step_by(BATCH) {
-        let children: Vec<Value> = (start..(start + BATCH).min(total))
-            .map(|i| json!({"profile": "echoer", "prompt": format!("item {i}")}))
-            .collect();
-        turns.push(("parallel_agents".to_owned(), json!({ "children": children })));
+    let batches = |range: std::ops::Range<usize>| {
+        let end = range.end;
+        range.step_by(BATCH).map(move |from| spawn_call(from..(from + BATCH).min(end)))
+    };
+    let mut turns: Vec<Vec<(String, Value)>> = Vec::new();
+    if total <= 500 {
+        turns.extend(batches(0..total).map(|call| vec![call]));
+        turns.push(vec![await_call(0..total)]);
+    } else {
+        let per_turn = BATCH * CALLS_PER_TURN;
+        let range = |t: usize| (t * per_turn)..((t + 1) * per_turn).min(total);
+        let spawn_turns = total.div_ceil(per_turn);
+        for turn in 0..=spawn_turns {
+            let mut calls: Vec<(String, Value)> =
+                if turn < spawn_turns { batches(range(turn)).collect() } else { Vec::new() };
+            if turn >= 1 {
+                calls.push(await_call(range(turn - 1)));
+            }
+            turns.push(calls);
+        }
     }
-    let handles: Vec<String> = (0..total).map(|i| format!("c{i}")).collect();
-    turns.push(("await_all".to_owned(), json!({ "handles": handles })));
-    turns.push(("finish".to_owned(), json!({"result": "done"})));
+    turns.push(vec![("finish".to_owned(), json!({"result": "done"}))]);
     turns
 }
 
@@ -190,7 +223,12 @@ fn main() {
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let orchestrated = time(&runtime, wanted("orchestrate"), |dir| {
         let engine = engine(dir);
-        let opts = OrchestrateOptions { max_spawns: children() as u32, ..OrchestrateOptions::default() };
+        let turns = orchestrator_turns().len() as u32;
+        let opts = OrchestrateOptions {
+            max_spawns: children() as u32,
+            max_turns: turns.max(OrchestrateOptions::default().max_turns),
+            ..OrchestrateOptions::default()
+        };
         let outcome = runtime.block_on(async {
             orchestrate(&engine, "echo", opts, RunOptions::default())
                 .expect("start")

@@ -15,7 +15,7 @@
 //! between records the same resolution twice, and the second attempt is recorded as not
 //! applied.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -150,19 +150,63 @@ pub(crate) fn renew(engine: &EngineInner, lease: &Lease) -> Result<(), Error> {
     }
 }
 
-/// Stops what keeps a segment's lease: its renewal thread and its inbox drain. Dropped with
-/// the segment's state, it stops them too.
+/// Keeps a segment's lease from the moment it is taken: a thread renews it (from before the
+/// journal is read back, which for a long run can take longer than the lease's ttl) until the
+/// keeper stops or what it watches is gone, and the segment's state, once it exists, hears of a
+/// loss. Dropped with the segment's state, it stops renewing and draining.
 #[derive(Debug, Default)]
 pub(crate) struct Keeper {
     /// Set once stopped; the renewal thread waits on it between renewals.
     stopped: Arc<(Mutex<bool>, Condvar)>,
+    /// What must live for the renewals to go on: `reading` until the run's task follows it
+    /// ([`Keeper::follow`]), then that task's marker.
+    watched: Arc<Mutex<Weak<()>>>,
+    /// The keeper's own marker while the journal is read back (the keeper is dropped, and so
+    /// stops, if the segment never launches); dropped once the run's task is watched instead.
+    reading: Mutex<Option<Arc<()>>>,
     /// The same, for the inbox drain (a task).
     token: CancellationToken,
-    /// Why the segment lost its lease, once it did.
-    loss: Mutex<Option<Error>>,
+    /// Why the segment lost its lease, once it did, and who to tell.
+    loss: Arc<Mutex<Loss>>,
+}
+
+/// A lost lease: the first reason, and what hears of it (the segment's state, once launched).
+#[derive(Default)]
+struct Loss {
+    error: Option<Error>,
+    notify: Option<Box<dyn FnOnce(Error) + Send>>,
+}
+
+impl std::fmt::Debug for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loss").field("error", &self.error).field("notify", &self.notify.is_some()).finish()
+    }
 }
 
 impl Keeper {
+    /// Starts keeping `lease` (when the store granted one): renewed every third of its ttl on
+    /// a thread of its own ([`keep_renewed`]) until the keeper stops.
+    ///
+    /// # Errors
+    /// `internal` when the renewal thread cannot be started.
+    pub(crate) fn start(engine: &Arc<EngineInner>, lease: Option<&Lease>) -> Result<Keeper, Error> {
+        let keeper = Keeper::default();
+        if let Some(lease) = lease {
+            let reading = Arc::new(());
+            *lock_watched(&keeper.watched) = Arc::downgrade(&reading);
+            *keeper.reading.lock().unwrap_or_else(|p| p.into_inner()) = Some(reading);
+            keep_renewed(&keeper, engine, lease.clone())?;
+        }
+        Ok(keeper)
+    }
+
+    /// Renews from now on only while `alive` lives (the run's task holds it): a task dropped
+    /// before it settled lets the lease run out, though its state (and this keeper) may live on.
+    pub(crate) fn follow(&self, alive: Weak<()>) {
+        *lock_watched(&self.watched) = alive;
+        self.reading.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
     /// Stops renewing and draining.
     pub(crate) fn stop(&self) {
         let (stopped, wake) = &*self.stopped;
@@ -171,14 +215,22 @@ impl Keeper {
         self.token.cancel();
     }
 
-    /// Records why the segment lost its lease (the first reason stands).
-    pub(crate) fn lost(&self, error: &Error) {
-        self.loss.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| error.clone());
+    /// Calls `notify` with the reason once the lease is lost: at once if it already was
+    /// (while the journal was read back, say), else from the renewal thread.
+    pub(crate) fn on_loss(&self, notify: impl FnOnce(Error) + Send + 'static) {
+        let mut loss = self.loss.lock().unwrap_or_else(|p| p.into_inner());
+        match loss.error.clone() {
+            Some(error) => {
+                drop(loss);
+                notify(error);
+            }
+            None => loss.notify = Some(Box::new(notify)),
+        }
     }
 
     /// Why the segment lost its lease, if it did.
     pub(crate) fn loss(&self) -> Option<Error> {
-        self.loss.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.loss.lock().unwrap_or_else(|p| p.into_inner()).error.clone()
     }
 
     /// Fires once stopped (what the inbox drain waits on).
@@ -193,8 +245,26 @@ impl Drop for Keeper {
     }
 }
 
+/// Records the first reason a lease was lost and tells its listener, outside the lock.
+fn record_loss(loss: &Mutex<Loss>, error: Error) {
+    let mut held = loss.lock().unwrap_or_else(|p| p.into_inner());
+    if held.error.is_some() {
+        return;
+    }
+    held.error = Some(error.clone());
+    let notify = held.notify.take();
+    drop(held);
+    if let Some(notify) = notify {
+        notify(error);
+    }
+}
+
 fn lock(stopped: &Mutex<bool>) -> MutexGuard<'_, bool> {
     stopped.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn lock_watched(watched: &Mutex<Weak<()>>) -> MutexGuard<'_, Weak<()>> {
+    watched.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// How often a lease of `ttl` is renewed: three times per ttl, so one late renewal never lets
@@ -203,14 +273,15 @@ fn renewal_interval(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(10))
 }
 
-/// Renews `lease` every third of its ttl on a thread of its own until `keeper` stops or
-/// `alive` is gone, and calls `lost` once the store refuses a renewal (the lease lapsed and
-/// may be another driver's): nothing the segment writes afterwards can land.
+/// Renews `lease` every third of its ttl on a thread of its own until `keeper` stops or what
+/// it watches is gone, and records the loss in `keeper` once the store refuses a renewal (the
+/// lease lapsed and may be another driver's): nothing the segment writes afterwards can land.
 ///
-/// `alive` lives as long as the run's task. A task dropped before it settled (its runtime shut
-/// down under it) leaves the lease to run out, as a driver whose process died does; renewed
-/// on, it kept the run from every other driver for as long as the process lived (the
-/// segment's state, and so its keeper, can outlive the task: a leaked handle holds it).
+/// What it watches: the keeper's own marker while the journal is read back, then the run's
+/// task ([`Keeper::follow`]). A task dropped before it settled (its runtime shut down under
+/// it) leaves the lease to run out, as a driver whose process died does; renewed on, it kept
+/// the run from every other driver for as long as the process lived (the segment's state, and
+/// so its keeper, can outlive the task: a leaked handle holds it).
 ///
 /// A thread, not a task: a lease must outlive anything that holds up the run's async
 /// runtime (a blocking call in a task, a host that blocks its own runtime, every worker busy),
@@ -222,20 +293,16 @@ fn renewal_interval(ttl: Duration) -> Duration {
 ///
 /// # Errors
 /// `internal` when the thread cannot be started.
-pub(super) fn keep_renewed(
-    keeper: &Keeper,
-    alive: std::sync::Weak<()>,
-    engine: Arc<EngineInner>,
-    lease: Lease,
-    lost: impl FnOnce(Error) + Send + 'static,
-) -> Result<(), Error> {
+fn keep_renewed(keeper: &Keeper, engine: &Arc<EngineInner>, lease: Lease) -> Result<(), Error> {
     let stopped = keeper.stopped.clone();
+    let loss = keeper.loss.clone();
+    let watched = keeper.watched.clone();
     let every = renewal_interval(engine.lease_ttl);
     let ttl = engine.lease_ttl;
     // Never the engine's last owner: a thread that held it (and so its store) past the run's
     // end kept a SQLite store's connections open until the process exited, when it had not yet
     // woken to see the keeper stopped, so the WAL's files stayed beside the database.
-    let engine = Arc::downgrade(&engine);
+    let engine = Arc::downgrade(engine);
     let renewing = move || {
         let (flag, wake) = &*stopped;
         let mut renewed = Instant::now();
@@ -249,7 +316,7 @@ pub(super) fn keep_renewed(
                 }
                 held = wake.wait_timeout(held, due - now).unwrap_or_else(|p| p.into_inner()).0;
             }
-            if *held || alive.strong_count() == 0 {
+            if *held || lock_watched(&watched).strong_count() == 0 {
                 return;
             }
             drop(held);
@@ -259,12 +326,14 @@ pub(super) fn keep_renewed(
                 Err(e) if e.code == ErrorCode::RunBusy => {
                     // How long this process went without renewing says why it lost the run.
                     let message = format!(
-                        "{} (last renewed {} ms before, ttl {} ms)",
+                        "run {} lost its lease, so this process stopped driving it: {} (last renewed {} ms \
+                         before, ttl {} ms)",
+                        lease.run_id,
                         e.message,
                         renewed.elapsed().as_millis(),
                         ttl.as_millis()
                     );
-                    return lost(Error::new(e.code, message));
+                    return record_loss(&loss, Error::new(e.code, message));
                 }
                 Err(_) => {}
             }

@@ -53,6 +53,13 @@ pub(super) fn start(
         return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
     }
     let lease = lease::acquire(&engine, &run_id)?;
+    let keeper = match lease::Keeper::start(&engine, lease.as_ref()) {
+        Ok(keeper) => keeper,
+        Err(e) => {
+            lease::release(&engine, lease.as_ref());
+            return Err(e);
+        }
+    };
     let fresh =
         Fresh { name: &workflow.name, args: &args, options: &options, script: script.as_ref(), ceiling, now };
     match begin_fresh(&engine, &run_id, &fresh, lease.as_ref()) {
@@ -72,6 +79,7 @@ pub(super) fn start(
                 resumed: false,
                 index: 0,
                 lease,
+                keeper,
                 accept_rekey: false,
                 hold_timers: options.hold_timers,
             };
@@ -109,7 +117,11 @@ pub(super) fn resume(handle: &Engine, run_id: &RunId, options: ResumeOptions) ->
     let engine = started::resume_engine(&engine, &meta, options.model.as_ref())?.unwrap_or(engine);
     // A dry run writes nothing, so it needs no lease.
     let lease = if options.dry_run { None } else { lease::acquire(&engine, run_id)? };
-    match resume_leased(engine.clone(), run_id, meta, options, workflow, lease.clone()) {
+    // Renewed from now on: reading a long journal back can take longer than the lease's ttl.
+    let started = lease::Keeper::start(&engine, lease.as_ref()).and_then(|keeper| {
+        resume_leased(engine.clone(), run_id, meta, options, workflow, lease.clone(), keeper)
+    });
+    match started {
         Ok(handle) => Ok(handle),
         Err(e) => {
             lease::release(&engine, lease.as_ref());
@@ -126,6 +138,7 @@ fn resume_leased(
     options: ResumeOptions,
     workflow: Workflow,
     lease: Option<Lease>,
+    keeper: lease::Keeper,
 ) -> Result<RunHandle, Error> {
     // Resolutions left for the previous driver join the journal before it is read.
     if lease.is_some() {
@@ -211,6 +224,7 @@ fn resume_leased(
         resumed: true,
         index,
         lease,
+        keeper,
         accept_rekey: options.accept_rekey,
         hold_timers: options.hold_timers,
     };

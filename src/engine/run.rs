@@ -125,6 +125,8 @@ pub(super) struct SegmentStart {
     pub(super) index: u32,
     /// The run's lease, held for this segment.
     pub(super) lease: Option<Lease>,
+    /// Renews the lease since it was taken (`lease::Keeper::start`).
+    pub(super) keeper: lease::Keeper,
     /// Re-keyed calls run live without asking.
     pub(super) accept_rekey: bool,
     /// See `RunState::hold_timers`.
@@ -195,7 +197,7 @@ impl RunState {
             span_base: segment_base(segment.index),
             policy: segment.policy,
             lease: segment.lease,
-            keeper: lease::Keeper::default(),
+            keeper: segment.keeper,
             rekeys: Rekeys::new(segment.accept_rekey),
             hold_timers: segment.hold_timers,
             call_records,
@@ -558,37 +560,27 @@ impl RunState {
     // ---- the lease -----------------------------------------------------------------------
 
     /// The run's lease is gone (it expired and another driver may hold the run): nothing this
-    /// segment writes from now on can land, so every later append fails with why.
-    pub(crate) fn lease_lost(&self, error: Error) {
-        let error = Error::new(
-            ErrorCode::RunBusy,
-            format!(
-                "run {} lost its lease, so this process stopped driving it: {}",
-                self.run_id, error.message
-            ),
-        );
-        self.keeper.lost(&error);
+    /// segment writes from now on can land, so every later append fails with why (`error`,
+    /// the renewal thread's account of it).
+    fn lease_lost(&self, error: Error) {
         self.writer.latch(error);
         self.stop_with(Stop::LeaseLost);
     }
 
-    /// Keeps the segment's lease alive (renewed every third of its ttl, on a thread of its
-    /// own: `lease::keep_renewed`) and drains the run's inbox while it has open waits, until
-    /// the run settles or is gone, or its task is (`alive` is dropped with it).
+    /// Hears of a lost lease (the keeper renews it from the moment it was taken, on a thread
+    /// of its own: `lease::Keeper::start`), hands the keeper the run's task to watch (`alive` is
+    /// dropped with it), and drains the run's inbox while it has open waits, until the run
+    /// settles or is gone, or its task is.
     pub(super) fn keep_lease(self: &Arc<Self>, alive: Weak<()>) {
-        if let Some(lease) = &self.lease {
+        if self.lease.is_some() {
+            self.keeper.follow(alive);
             let weak: Weak<RunState> = Arc::downgrade(self);
-            let lost = move |e| {
+            self.keeper.on_loss(move |e| {
                 if let Some(state) = weak.upgrade() {
                     // Every later write is fenced off anyway: stop dispatching now.
                     state.lease_lost(e);
                 }
-            };
-            if let Err(e) = lease::keep_renewed(&self.keeper, alive, self.engine.clone(), lease.clone(), lost)
-            {
-                self.lease_lost(e);
-                return;
-            }
+            });
         }
         let weak: Weak<RunState> = Arc::downgrade(self);
         let stop = self.keeper.token();

@@ -65,8 +65,14 @@ pub(crate) struct Replay {
     pub(super) abandons: Abandons,
     pub(super) invalidated: HashSet<Seq>,
     /// Scopes whose records are accounted for without being matched one by one: the body
-    /// of a step or child workflow that replayed whole (its body never ran).
+    /// of a step or child workflow that replayed whole (its body never ran). Only scopes
+    /// that hold journaled records are kept: a replayed agent call covers its approvals
+    /// scope, which almost never holds any, and a million replayed calls would otherwise keep
+    /// a million paths.
     pub(super) covered: HashSet<Box<str>>,
+    /// The ids of the scopes that hold journaled records (every scope interned while the
+    /// index was built), sorted by path: what finds whether a scope has records below it.
+    pub(super) journaled_scopes: Vec<u32>,
     /// The body scopes of steps an accepted re-key replaced: what the old body journaled is
     /// history with its step, not orphaned.
     pub(super) superseded_scopes: HashSet<Box<str>>,
@@ -229,6 +235,7 @@ impl Replay {
             abandons: Abandons::default(),
             invalidated: options.invalidate.iter().copied().collect(),
             covered: HashSet::default(),
+            journaled_scopes: Vec::new(),
             superseded_scopes: HashSet::default(),
             steps: HashMap::new(),
             reproduce: options.reproduce,
@@ -344,6 +351,11 @@ impl ReplayBuilder {
 
     /// The index, built.
     pub(crate) fn finish(mut self) -> Replay {
+        let replay = &mut self.replay;
+        let mut journaled: Vec<u32> = (0..replay.scopes.len() as u32).collect();
+        journaled
+            .sort_unstable_by(|&a, &b| replay.scopes[a as usize].path.cmp(&replay.scopes[b as usize].path));
+        replay.journaled_scopes = journaled;
         self.replay.records.shrink_to_fit();
         self.replay.keys.shrink_to_fit();
         self.replay

@@ -338,9 +338,23 @@ impl Replay {
     /// call that replayed whole (a step, a child workflow) never runs, so its records are
     /// served by the call's own result, not orphaned.
     pub(crate) fn cover(&mut self, scope: &ScopePath) {
-        if !scope.is_root() && !self.covered.contains(scope.as_str()) {
+        if !scope.is_root() && !self.covered.contains(scope.as_str()) && self.journals_within(scope) {
             self.covered.insert(Box::from(scope.as_str()));
         }
+    }
+
+    /// Whether the loaded journal holds a record in `scope` or in a scope below it.
+    fn journals_within(&self, scope: &ScopePath) -> bool {
+        let journaled = self.journaled_scopes.len();
+        if self.scope_ids.get(scope).is_some_and(|&id| (id as usize) < journaled) {
+            return true;
+        }
+        // Paths below `scope` start with it and a `/`: in sorted order they follow one
+        // another from the first path at or after that prefix.
+        let prefix = format!("{}/", scope.as_str());
+        let path = |id: u32| self.scopes[id as usize].path.as_str();
+        let at = self.journaled_scopes.partition_point(|&id| path(id) < prefix.as_str());
+        self.journaled_scopes.get(at).is_some_and(|&id| path(id).starts_with(&prefix))
     }
 
     /// Accounts for the tool approvals of the agent call keyed `call_key` in `scope` (its
@@ -371,14 +385,21 @@ impl Replay {
         }
     }
 
-    /// Whether each scope lies in a covered scope, by scope id.
-    fn covered_scopes(&self) -> Vec<bool> {
-        self.scopes.iter().map(|scope| within(&self.covered, &scope.path)).collect()
+    /// The scopes that hold journaled records (a live call interns its scope too, after
+    /// them): all a record can name.
+    fn journaled(&self) -> &[super::index::ScopeState] {
+        &self.scopes[..self.journaled_scopes.len()]
     }
 
-    /// Whether each scope lies in the body of a step an accepted re-key replaced, by scope id.
+    /// Whether each journaled scope lies in a covered scope, by scope id.
+    fn covered_scopes(&self) -> Vec<bool> {
+        self.journaled().iter().map(|scope| within(&self.covered, &scope.path)).collect()
+    }
+
+    /// Whether each journaled scope lies in the body of a step an accepted re-key replaced,
+    /// by scope id.
     fn superseded_bodies(&self) -> Vec<bool> {
-        self.scopes.iter().map(|scope| within(&self.superseded_scopes, &scope.path)).collect()
+        self.journaled().iter().map(|scope| within(&self.superseded_scopes, &scope.path)).collect()
     }
 
     /// Whether a record is history: a call an accepted re-key replaced, or one journaled
@@ -461,14 +482,16 @@ impl Replay {
     pub(crate) fn moved(&self, scope: &ScopePath, ident: u32) -> Vec<(Seq, Seq)> {
         let segments = scope.segments();
         let mut shapes: HashMap<u32, bool> = HashMap::default();
-        let bodies = self.superseded_bodies();
+        // Found once a record is worth it: a fresh run's live calls (thousands of children,
+        // each in its own scope) ask with no record at all.
+        let mut bodies: Option<Vec<bool>> = None;
         let mut out = Vec::new();
         for record in &self.records {
             if record.kind != super::Kind::Agent
                 || record.ident != ident
                 || record.consumed()
-                || Replay::is_superseded(record, &bodies)
                 || record.terminal_status() != Some(Status::Ok)
+                || Replay::is_superseded(record, bodies.get_or_insert_with(|| self.superseded_bodies()))
             {
                 continue;
             }

@@ -545,3 +545,25 @@ fn the_resident_index_keeps_a_few_dozen_bytes_per_call() {
     let slot = std::mem::size_of::<(u32, index::Short)>() + std::mem::size_of::<index::KeyState>();
     assert!(slot <= 40, "{slot}");
 }
+
+#[test]
+fn covering_a_scope_keeps_it_only_when_the_journal_holds_records_in_or_below_it() {
+    // A replayed call covers the scope its body would have journaled in; most such scopes
+    // (an agent call's approvals) hold nothing, and keeping their paths cost a resume tens of
+    // bytes per replayed call (#31).
+    let mut b = Builder::default();
+    b.running("at:x:1/par:0:1", key(1));
+    b.running("at:x:10", key(2));
+    b.running("at:y:0", key(3));
+    let mut replay = Indexed::new(b.entries, &ReplayOptions::default());
+    for empty in ["at:x:0", "par:0:1", "at:x:1/par:0:2", "at:y:0/par:0:0", "at:x:11"] {
+        replay.cover(&ScopePath::parse(empty).unwrap());
+    }
+    assert!(replay.covered.is_empty(), "{:?}", replay.covered);
+    assert_eq!(replay.preview().orphaned, 3);
+    // Exactly a journaled scope, and a scope with a journaled scope below it.
+    replay.cover(&ScopePath::parse("at:y:0").unwrap());
+    replay.cover(&ScopePath::parse("at:x:1").unwrap());
+    assert_eq!(replay.covered.len(), 2, "{:?}", replay.covered);
+    assert_eq!(replay.preview().orphaned, 1);
+}

@@ -429,10 +429,25 @@ fn a_run_dropped_with_its_runtime_stops_renewing_its_lease() {
 }
 
 /// A journal store that counts the renewals of its leases (the rest is a [`MemoryStore`]'s).
+/// With `slow_reads` set, each page read waits (up to 30 s) for a renewal to land, as a long
+/// journal's read outlasts a lease's ttl, and counts the reads no renewal reached.
 #[derive(Debug)]
 struct CountingRenewals {
     inner: std::sync::Arc<cairn::store::MemoryStore>,
     renewals: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    slow_reads: std::sync::atomic::AtomicBool,
+    unrenewed_reads: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingRenewals {
+    fn over(inner: std::sync::Arc<cairn::store::MemoryStore>) -> CountingRenewals {
+        CountingRenewals {
+            inner,
+            renewals: Default::default(),
+            slow_reads: Default::default(),
+            unrenewed_reads: Default::default(),
+        }
+    }
 }
 
 impl cairn::JournalStore for CountingRenewals {
@@ -447,6 +462,25 @@ impl cairn::JournalStore for CountingRenewals {
     }
     fn load(&self, run: &cairn::RunId) -> cairn::store::Result<Vec<cairn::RawEntry>> {
         self.inner.load(run)
+    }
+    fn load_page(
+        &self,
+        run: &cairn::RunId,
+        after: u64,
+        limit: usize,
+    ) -> cairn::store::Result<Vec<cairn::RawEntry>> {
+        use std::sync::atomic::Ordering;
+        if self.slow_reads.load(Ordering::SeqCst) {
+            let before = self.renewals.load(Ordering::SeqCst);
+            let give_up = Instant::now() + Duration::from_secs(30);
+            while self.renewals.load(Ordering::SeqCst) == before && Instant::now() < give_up {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if self.renewals.load(Ordering::SeqCst) == before {
+                self.unrenewed_reads.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        self.inner.load_page(run, after, limit)
     }
     fn put_meta(&self, meta: &cairn::RunMeta, lease: Option<&cairn::Lease>) -> cairn::store::Result<()> {
         self.inner.put_meta(meta, lease)
@@ -494,7 +528,8 @@ fn a_lease_is_renewed_while_every_worker_of_the_runtime_is_blocked() {
 
     let memory = Arc::new(MemoryStore::with_clock(Arc::new(ManualClock::new(1_000_000))));
     let renewals = Arc::new(AtomicUsize::new(0));
-    let store = Arc::new(CountingRenewals { inner: memory.clone(), renewals: renewals.clone() });
+    let store =
+        Arc::new(CountingRenewals { renewals: renewals.clone(), ..CountingRenewals::over(memory.clone()) });
     let engine = Engine::builder(store, memory).lease_ttl(Duration::from_millis(90)).build().unwrap();
     let workflow = Workflow::new("blocked", move |_ctx, _| {
         let renewals = renewals.clone();
@@ -515,4 +550,41 @@ fn a_lease_is_renewed_while_every_worker_of_the_runtime_is_blocked() {
     assert_eq!(outcome.status, RunStatus::Ok, "{outcome:?}");
     let renewed = outcome.value.as_ref().and_then(Value::as_u64).unwrap_or(0);
     assert!(renewed >= 3, "the lease was renewed {renewed} times while the runtime was blocked");
+}
+
+/// A resume keeps its lease while it reads the journal back: the lease is renewed from the
+/// moment it is taken, not from the segment's launch. A million-call journal took longer than
+/// the 30 s ttl to read on a loaded machine, and the resume then lost the run it had just
+/// indexed (`run_busy`). Here every page read of the resume waits for a renewal; the store's
+/// clock stands still, so what is tested is that renewals happen during the read.
+#[test]
+fn a_resume_renews_its_lease_while_it_reads_the_journal_back() {
+    use cairn::store::MemoryStore;
+    use cairn::{AgentOptions, Engine, ManualClock, ResumeOptions, RunOptions, RunStatus, Workflow};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    let memory = Arc::new(MemoryStore::with_clock(Arc::new(ManualClock::new(1_000_000))));
+    let store = Arc::new(CountingRenewals::over(memory.clone()));
+    let engine = Engine::builder(store.clone(), memory).lease_ttl(Duration::from_millis(90)).build().unwrap();
+    let workflow = Workflow::new("read back", |ctx, _| async move {
+        ctx.agent("first", AgentOptions::default()).await?;
+        ctx.agent("second", AgentOptions::default()).await
+    });
+    let run = cairn::RunId::parse("read-back").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let outcome = runtime.block_on(async {
+        let options = RunOptions { run_id: Some(run.clone()), ..RunOptions::default() };
+        engine.run(&workflow, Value::Null, options).unwrap().result().await.unwrap();
+        store.slow_reads.store(true, Ordering::SeqCst);
+        let options = ResumeOptions { workflow: Some(workflow.clone()), ..ResumeOptions::default() };
+        engine.resume(&run, options).unwrap().result().await.unwrap()
+    });
+    assert_eq!(outcome.status, RunStatus::Ok, "{outcome:?}");
+    assert_eq!(outcome.preview.hits, 2, "{outcome:?}");
+    assert_eq!(
+        store.unrenewed_reads.load(Ordering::SeqCst),
+        0,
+        "journal pages were read with the lease unrenewed"
+    );
 }
