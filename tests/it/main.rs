@@ -56,6 +56,7 @@ mod resume_budget;
 mod resume_explain;
 mod runs_paging;
 mod samples;
+mod sandbox_scan;
 mod scale;
 mod script;
 mod scripted_server;

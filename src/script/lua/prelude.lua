@@ -153,6 +153,73 @@ tostring = function(v)
   end
   return text
 end
+-- A string buffer (`string.rep`, `string.format`, `table.concat`) grows through the allocator
+-- directly (Lua's lauxlib), with no emergency collection as the core's allocations have: the
+-- garbage the collector has not reached yet counted against the memory limit there, so a
+-- script whose live memory stays under its limit ended with "not enough memory". On that error
+-- the state collects garbage and the builtin runs again, as the core does for its own. Any
+-- other error is raised again as it was (the builtin is not run twice: a table's __index may
+-- have called the engine).
+local collect = H.collect
+local function buffered(f, ...)
+  local ok, result = raw_pcall(f, ...)
+  if ok then return result end
+  if result ~= "not enough memory" then raw_error(result, 0) end
+  collect()
+  return f(...)
+end
+
+-- Builtins that walk a string without allocating charge the bytes they walk to the operation
+-- budget (`H.scanned`; Rhai's twins are in rhai/scan.rs): one `utf8.len` or `tonumber` of
+-- 4 MB in a loop was a hang the instruction count never saw. `pass` keeps their results and,
+-- as each is called through a local of its own name, their errors name them as before.
+local scanned = H.scanned
+local function pass(...) return ... end
+local function bytes_of(v) if raw_type(v) == "string" then return #v end return 0 end
+-- The bytes between positions i and j of s (Lua's relative positions, j defaulting to d).
+local function span(s, i, j, d)
+  if raw_type(s) ~= "string" then return 0 end
+  local n = #s
+  i, j = tointeger(i) or 1, tointeger(j) or d
+  if i < 0 then i = n + i + 1 end
+  if j < 0 then j = n + j + 1 end
+  if i < 1 then i = 1 end
+  if j > n then j = n end
+  if j < i then return 0 end
+  return j - i + 1
+end
+do
+  local len, offset, codepoint = utf8.len, utf8.offset, utf8.codepoint
+  utf8.len = function(s, i, j, ...) scanned(span(s, i, j, -1)) return pass(len(s, i, j, ...)) end
+  utf8.codepoint = function(s, i, ...)
+    scanned(span(s, i, (...), tointeger(i) or 1))
+    return pass(codepoint(s, i, ...))
+  end
+  utf8.offset = function(s, n, ...)
+    local walk = tointeger(n) or 0
+    if walk < 0 then walk = -walk end
+    local most = bytes_of(s)
+    if 4 * (walk + 1) < most then most = 4 * (walk + 1) end
+    scanned(most)
+    return pass(offset(s, n, ...))
+  end
+  local pack, packsize, unpack = string.pack, string.packsize, string.unpack
+  string.pack = function(fmt, ...) scanned(bytes_of(fmt)) return pass(pack(fmt, ...)) end
+  string.packsize = function(fmt, ...) scanned(bytes_of(fmt)) return pass(packsize(fmt, ...)) end
+  string.unpack = function(fmt, s, ...)
+    -- `z` reads up to a zero byte: it may walk the rest of the subject.
+    local walked = bytes_of(fmt)
+    if raw_type(fmt) == "string" and raw_find(fmt, "z", 1, true) then walked = walked + bytes_of(s) end
+    scanned(walked)
+    return pass(unpack(fmt, s, ...))
+  end
+  local tonumber = tonumber
+  G.tonumber = function(v, ...)
+    if raw_type(v) == "string" then scanned(#v) end
+    return pass(tonumber(v, ...))
+  end
+end
+
 string.format = function(fmt, ...)
   if raw_type(fmt) == "string" and raw_find(fmt, "%%[-+ #0]*%d*%.?%d*p") then
     raw_error("bad argument #1 to 'format' (%p prints an address, which differs from run to run)", 2)
@@ -163,7 +230,7 @@ string.format = function(fmt, ...)
     local t = raw_type(args[i])
     if t == "table" or t == "function" or t == "thread" or t == "userdata" then args[i] = tostring(args[i]) end
   end
-  return raw_format(fmt, raw_unpack(args, 1, n))
+  return buffered(raw_format, fmt, raw_unpack(args, 1, n))
 end
 -- A gsub whose replacement raised returns the raised value (see pattern.rs): raise it here,
 -- from Lua, so it reaches the script as it was raised.
@@ -186,7 +253,7 @@ string.rep = function(s, n, sep)
         " bytes, over the sandbox's limit of " .. MAX_STRING .. " bytes")
     end
   end
-  return raw_rep(s, n, sep)
+  return buffered(raw_rep, s, n, sep)
 end
 
 
@@ -204,6 +271,12 @@ local function integer_arg(v, i, what)
   local n = tointeger(v)
   if n == nil then raw_error("bad argument #" .. i .. " to '" .. what .. "' (number has no integer representation)", 3) end
   return n
+end
+do
+  -- Called by its own name (not a tail call), so its errors still name 'concat'.
+  local concat = tbl.concat
+  local function call(...) return (concat(...)) end
+  tbl.concat = function(...) return buffered(call, ...) end
 end
 tbl.insert = function(t, ...)
   check_table(t, 1, "insert")
@@ -326,6 +399,11 @@ for _, name in raw_next, { "string", "table", "math", "utf8", "coroutine" } do
 end
 local string_mt = raw_getmetatable("")
 string_mt[PRIVATE] = "string"
+-- A string's arithmetic converts it to a number first, a walk of the whole string: charged.
+for _, event in raw_next, { "__add", "__sub", "__mul", "__div", "__mod", "__pow", "__unm", "__idiv" } do
+  local arith = string_mt[event]
+  string_mt[event] = function(a, b) scanned(bytes_of(a) + bytes_of(b)) return pass(arith(a, b)) end
+end
 
 next = H.next
 -- A table's own __pairs is called from Lua, not from Rust (see internals.rs: its errors keep

@@ -118,6 +118,30 @@ pub(super) fn install(lua: &Lua, install: Install<'_>) -> mlua::Result<()> {
             Err(mlua::Error::external(guard.trip(Error::new(ErrorCode::SandboxLimit, message))))
         })?,
     )?;
+    let guard = install.guard.clone();
+    helpers.raw_set(
+        "scanned",
+        lua.create_function(move |_, bytes: f64| -> mlua::Result<()> {
+            // Lua's builtins that walk a string without allocating (`utf8.len`, `tonumber`, a
+            // string's arithmetic, ...) charge the bytes they walk; the prelude wraps them.
+            match guard.host_work(bytes.max(0.0) as u64, 0, 0) {
+                Some(error) => Err(mlua::Error::external(error)),
+                None => Ok(()),
+            }
+        })?,
+    )?;
+    let guard = install.guard.clone();
+    helpers.raw_set(
+        "collect",
+        lua.create_function(move |lua, ()| -> mlua::Result<()> {
+            // A full collection before a string buffer is retried (see the prelude's
+            // `buffered`): its work is charged like a scan of a sixteenth of the heap.
+            if let Some(error) = guard.host_work(lua.used_memory() as u64 / 16, 0, 0) {
+                return Err(mlua::Error::external(error));
+            }
+            lua.gc_collect()
+        })?,
+    )?;
     let string: Table = lua.globals().get("string")?;
     super::pattern::install(lua, &string, install.guard, &install.internals.callbacks)?;
     let (next, pairs) = super::order::functions(lua, install.internals, install.guard)?;

@@ -22,6 +22,7 @@ mod lint;
 mod resolver;
 mod runner;
 pub(crate) mod sandbox;
+mod scan;
 mod split;
 mod teardown;
 mod text;
