@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{PostgresStore, fenced, pg_err, pool_err, prepared, to_i64, to_u64};
+use super::{PostgresStore, fenced, pg_err, prepared, to_i64, to_u64};
 use crate::store::common::{self, HeldLease};
 use crate::store::{Claim, Error, Lease, Result, RunId, RunQueue};
 
@@ -190,22 +190,20 @@ impl RunQueue for PostgresStore {
 
     fn depth(&self) -> Result<u64> {
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let row = client.query_one("SELECT count(*) FROM queue", &[]).await.map_err(pg_err)?;
+            let (client, stmt) = prepared(&pool, "SELECT count(*) FROM queue").await?;
+            let row = client.query_one(&stmt, &[]).await.map_err(pg_err)?;
             to_u64(row.get(0))
         })
     }
 
     fn retried(&self) -> Result<Vec<(RunId, u32)>> {
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let rows = client
-                .query(
-                    "SELECT run_id, attempts FROM queue WHERE attempts > 1 ORDER BY attempts DESC, run_id LIMIT 1000",
-                    &[],
-                )
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) = prepared(
+                &pool,
+                "SELECT run_id, attempts FROM queue WHERE attempts > 1 ORDER BY attempts DESC, run_id LIMIT 1000",
+            )
+            .await?;
+            let rows = client.query(&stmt, &[]).await.map_err(pg_err)?;
             let mut retried = Vec::new();
             for row in rows {
                 let run = parse_run(row.get(0))?;
@@ -217,25 +215,19 @@ impl RunQueue for PostgresStore {
 
     fn delayed(&self) -> Result<u64> {
         self.block(move |pool, clock| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let row = client
-                .query_one(
-                    "SELECT count(*) FROM queue WHERE owner IS NULL AND ready_at_ms > $1",
-                    &[&clock.now_ms()],
-                )
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) =
+                prepared(&pool, "SELECT count(*) FROM queue WHERE owner IS NULL AND ready_at_ms > $1")
+                    .await?;
+            let row = client.query_one(&stmt, &[&clock.now_ms()]).await.map_err(pg_err)?;
             to_u64(row.get(0))
         })
     }
 
     fn takeovers(&self) -> Result<u64> {
         self.block(move |pool, _| async move {
-            let client = pool.get().await.map_err(pool_err)?;
-            let row = client
-                .query_opt("SELECT value FROM counters WHERE name = 'lease_takeovers'", &[])
-                .await
-                .map_err(pg_err)?;
+            let (client, stmt) =
+                prepared(&pool, "SELECT value FROM counters WHERE name = 'lease_takeovers'").await?;
+            let row = client.query_opt(&stmt, &[]).await.map_err(pg_err)?;
             row.map(|row| to_u64(row.get(0))).transpose().map(Option::unwrap_or_default)
         })
     }
