@@ -522,3 +522,24 @@ fn the_cli_reference_has_a_section_for_every_subcommand() {
         );
     }
 }
+
+/// Every page with a ```rust block is compiled as a doctest: `src/lib.rs` includes it with
+/// `#[doc = include_str!(...)]`, so a Rust snippet of the docs cannot drift from the API.
+#[test]
+fn every_page_with_rust_snippets_is_compiled_as_doctests() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let mut pages = 0;
+    for file in doc_files() {
+        if !std::fs::read_to_string(&file).unwrap().contains("```rust") {
+            continue;
+        }
+        let name = file.strip_prefix(root).unwrap().display().to_string();
+        assert!(
+            lib.contains(&format!("#[doc = include_str!(\"../{name}\")]")),
+            "{name} has Rust snippets that no doctest compiles (include it in src/lib.rs)"
+        );
+        pages += 1;
+    }
+    assert!(pages >= 3, "{pages} pages with Rust snippets");
+}
