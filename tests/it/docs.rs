@@ -297,3 +297,249 @@ fn check_cairn(
         }
     }
 }
+
+/// README.md keeps the shape a newcomer reads (#29): at most 200 lines; what cairn is, install
+/// (`cargo install --path .` and the `dist` profile), a quickstart, one script, a real provider's
+/// config, resume and approval, embedding in a short snippet, links, in that order; the depth
+/// (guarantees with their tests, benchmark figures) lives in `docs/` and BENCHMARKS.md.
+#[test]
+fn the_readme_keeps_its_shape() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let lines: Vec<&str> = readme.lines().collect();
+    assert!(lines.len() <= 200, "README.md has {} lines; move the depth into docs/", lines.len());
+    let sections: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("## ")).collect();
+    let shape = [
+        "Install",
+        "Quickstart",
+        "One script",
+        "A real provider",
+        "Resume and approval",
+        "Embedding",
+        "Learn more",
+    ];
+    let mut at = 0;
+    for want in shape {
+        match sections[at..].iter().position(|s| *s == want) {
+            Some(i) => at += i + 1,
+            None => panic!("README.md lacks a `## {want}` section after the ones before it: {sections:?}"),
+        }
+    }
+    for text in ["cargo install --path .", "--profile dist", "api_key_env", "cairn resolve", "cairn resume"] {
+        assert!(readme.contains(text), "README.md does not show {text}");
+    }
+    let rust: Vec<&str> =
+        readme.split("```rust").skip(1).filter_map(|block| block.split("\n```").next()).collect();
+    assert_eq!(rust.len(), 1, "one embedding snippet");
+    assert!(rust[0].lines().count() <= 25, "the embedding snippet has {} lines", rust[0].lines().count());
+    // Test names belong in docs/guarantees.md, not inline in the README.
+    let test_paths = readme
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|w| w.contains("::") && w.matches('_').count() >= 3)
+        .count();
+    assert!(test_paths <= 2, "README.md names {test_paths} tests inline");
+    for heading in ["Guarantees", "Benchmarks", "Performance"] {
+        assert!(!sections.contains(&heading), "README.md has a `## {heading}` section; it belongs in docs/");
+    }
+}
+
+/// Every relative link in README.md and the guide names a file that exists (mdBook does not
+/// fail on a broken one).
+#[test]
+fn every_relative_link_in_the_docs_names_a_file() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for file in doc_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let dir = file.parent().unwrap();
+        for target in text.split("](").skip(1).filter_map(|rest| rest.split(')').next()) {
+            let path = target.split('#').next().unwrap_or_default();
+            if path.is_empty() || path.contains("://") || path.starts_with("mailto:") || path.contains(' ') {
+                continue;
+            }
+            let name = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+            assert!(dir.join(path).exists(), "{name}: link to {target} names no file");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} links checked");
+}
+
+/// The keys `cairn.toml` accepts, as its parser names them when it refuses an unknown one:
+/// the top level's, then each table's, down the nesting (`budget.default_usd`,
+/// `providers.*.kind`, `profiles.*.permissions.ask`; `*` is a name of the user's).
+fn accepted_config_keys() -> Vec<String> {
+    // The keys a table takes, from the error an unknown key in it gets.
+    let keys_of = |toml_path: &str| -> Option<Vec<String>> {
+        let text = match toml_path {
+            "" => "no_such_key = 1\n".to_owned(),
+            path => format!("[{path}]\nno_such_key = 1\n"),
+        };
+        let message = cairn::Config::from_toml(&text).err()?.to_string();
+        if let Some(list) = message.split("unknown field `no_such_key`, expected ").nth(1) {
+            let list = list.lines().next().unwrap_or_default();
+            return Some(list.split('`').skip(1).step_by(2).map(str::to_owned).collect());
+        }
+        let list = message.split("unknown key \"no_such_key\" (use ").nth(1)?.split(')').next()?;
+        Some(list.split(", ").map(str::to_owned).collect())
+    };
+    let mut keys = Vec::new();
+    // (the table's path in TOML, the same path as documented)
+    let mut tables = vec![(String::new(), String::new())];
+    while let Some((toml_path, shown)) = tables.pop() {
+        let join = |a: &str, b: &str| if a.is_empty() { b.to_owned() } else { format!("{a}.{b}") };
+        for key in keys_of(&toml_path).unwrap_or_default() {
+            let (toml_key, shown_key) = (join(&toml_path, &key), join(&shown, &key));
+            keys.push(shown_key.clone());
+            if toml_key.matches('.').count() >= 4 {
+                continue;
+            }
+            if keys_of(&toml_key).is_some() {
+                tables.push((toml_key, shown_key));
+            } else if keys_of(&format!("{toml_key}.x")).is_some() {
+                tables.push((format!("{toml_key}.x"), format!("{shown_key}.*")));
+            }
+        }
+    }
+    keys.sort();
+    keys
+}
+
+/// `docs/reference/config.md` names every key `cairn.toml` accepts (`store`,
+/// `budget.default_usd`, `providers.*.kind`, ...) and no key it refuses: the list is checked
+/// against the parser, so a new key cannot go undocumented.
+#[test]
+fn the_config_reference_names_every_key_the_parser_accepts() {
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/config.md")).unwrap();
+    let documented: Vec<&str> = reference
+        .lines()
+        .filter_map(|line| line.strip_prefix("- `"))
+        .filter_map(|rest| rest.split('`').next())
+        .collect();
+    let keys = accepted_config_keys();
+    // The walk reached the nested tables, not only the top level.
+    for nested in ["budget.default_usd", "providers.*.capabilities.tools", "profiles.*.permissions.ask"] {
+        assert!(keys.iter().any(|k| k == nested), "the parser's keys lack {nested}: {keys:?}");
+    }
+    let missing: Vec<&String> = keys.iter().filter(|k| !documented.contains(&k.as_str())).collect();
+    let unknown: Vec<&&str> = documented.iter().filter(|d| !keys.iter().any(|k| k == *d)).collect();
+    assert!(
+        missing.is_empty(),
+        "keys cairn.toml accepts that docs/reference/config.md does not list: {missing:?}"
+    );
+    assert!(unknown.is_empty(), "keys docs/reference/config.md lists that cairn.toml refuses: {unknown:?}");
+}
+
+/// Every `cairn.toml` shown in README.md and the guide (each ```toml block but Cargo's own)
+/// is one cairn accepts.
+#[test]
+fn every_config_example_in_the_docs_parses() {
+    let mut checked = 0;
+    for file in doc_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for block in text.split("```toml\n").skip(1).filter_map(|b| b.split("\n```").next()) {
+            if block.contains("[dependencies]") {
+                continue;
+            }
+            if let Err(e) = cairn::Config::from_toml(block) {
+                panic!("{}: a cairn.toml cairn refuses: {e}\n{block}", file.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "only {checked} config examples");
+}
+
+/// `docs/reference/http.md` has a row for every route of the service's OpenAPI document
+/// (`GET /v1/runs`), and no route the document lacks.
+#[test]
+fn the_http_reference_lists_every_route_of_the_openapi_document() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let openapi: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("src/service/openapi.json")).unwrap())
+            .unwrap();
+    let mut routes = Vec::new();
+    for (path, item) in openapi["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "post", "put", "delete", "patch"].contains(&method.as_str()) {
+                routes.push(format!("{} {path}", method.to_uppercase()));
+            }
+        }
+    }
+    assert!(routes.len() >= 10, "{routes:?}");
+    let reference = std::fs::read_to_string(root.join("docs/reference/http.md")).unwrap();
+    let documented: Vec<&str> = reference
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split('`').next())
+        .collect();
+    let missing: Vec<&String> = routes.iter().filter(|r| !documented.contains(&r.as_str())).collect();
+    let unknown: Vec<&&str> = documented.iter().filter(|d| !routes.iter().any(|r| r == *d)).collect();
+    assert!(missing.is_empty(), "routes docs/reference/http.md does not list: {missing:?}");
+    assert!(unknown.is_empty(), "rows of docs/reference/http.md naming no route: {unknown:?}");
+}
+
+/// `docs/reference/cli.md` has a `### cairn NAME` section for every subcommand `cairn --help`
+/// lists, and no other.
+#[test]
+fn the_cli_reference_has_a_section_for_every_subcommand() {
+    #[allow(deprecated)]
+    let bin = assert_cmd::cargo::cargo_bin("cairn");
+    let out = std::process::Command::new(&bin).arg("--help").output().unwrap();
+    let top = String::from_utf8_lossy(&out.stdout).into_owned();
+    let commands: Vec<String> = top
+        .lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .filter(|name| name != "help")
+        .collect();
+    assert!(commands.len() >= 16, "{top}");
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/cli.md")).unwrap();
+    let documented: Vec<&str> =
+        reference.lines().filter_map(|line| line.strip_prefix("### cairn ")).collect();
+    let missing: Vec<&String> = commands.iter().filter(|c| !documented.contains(&c.as_str())).collect();
+    let unknown: Vec<&&str> = documented.iter().filter(|d| !commands.iter().any(|c| c == *d)).collect();
+    assert!(missing.is_empty(), "subcommands docs/reference/cli.md lacks: {missing:?}");
+    assert!(unknown.is_empty(), "sections of docs/reference/cli.md naming no subcommand: {unknown:?}");
+    // Each section states the exit codes the subcommand's --help states.
+    let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for command in &commands {
+        let out = std::process::Command::new(&bin).args([command.as_str(), "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout).into_owned();
+        let exits = help.split("Exit codes:").nth(1).map(words).unwrap_or_default();
+        let section = reference
+            .split(&format!("### cairn {command}\n"))
+            .nth(1)
+            .and_then(|rest| rest.split("\n### ").next())
+            .map(words)
+            .unwrap_or_default();
+        assert!(
+            !exits.is_empty() && section.contains(&format!("Exit codes: {exits}")),
+            "docs/reference/cli.md's `cairn {command}` does not state its exit codes as --help does: {exits}"
+        );
+    }
+}
+
+/// Every page with a ```rust block is compiled as a doctest: `src/lib.rs` includes it with
+/// `#[doc = include_str!(...)]`, so a Rust snippet of the docs cannot drift from the API.
+#[test]
+fn every_page_with_rust_snippets_is_compiled_as_doctests() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let mut pages = 0;
+    for file in doc_files() {
+        if !std::fs::read_to_string(&file).unwrap().contains("```rust") {
+            continue;
+        }
+        let name = file.strip_prefix(root).unwrap().display().to_string();
+        assert!(
+            lib.contains(&format!("#[doc = include_str!(\"../{name}\")]")),
+            "{name} has Rust snippets that no doctest compiles (include it in src/lib.rs)"
+        );
+        pages += 1;
+    }
+    assert!(pages >= 3, "{pages} pages with Rust snippets");
+}

@@ -119,3 +119,51 @@ fn a_closure_run_within_its_loop_iteration_is_no_loop_capture_in_both_dialects()
         assert!(text(&out.stdout).contains("loop-capture"), "{file}: {}", text(&out.stdout));
     }
 }
+
+/// What each card says about writing a line break holds, through the binary: a quoted string's
+/// `\n` is a line break; a Rhai backtick string and a Lua long string keep `\n` as a backslash
+/// and an `n` (lint warns, `template-escape`) and keep a real line break written inside them.
+/// And no sample script sends a literal `\n`: each lints without that warning.
+#[test]
+fn the_cards_newline_rules_hold_in_the_runtime_and_lint_and_no_sample_breaks_them() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cairn.toml"), "[providers.echo]\nkind = \"echo\"\n").unwrap();
+    let store = format!("sqlite:{}", dir.path().join("c.db").display());
+    let cases = [
+        ("rhai", "strings.rhai", "[\"a\\nb\", `a\\nb`, `a\nb`]", "`\\n` stays a backslash and an `n`"),
+        ("lua", "strings.lua", "return {\"a\\nb\", 'a\\nb', [[a\\nb]], [[a\nb]]}", "processes no\nescape"),
+    ];
+    for (dialect, file, source, card_says) in cases {
+        let card = text(&run(dir.path(), &store, &["card", "--dialect", dialect]).stdout);
+        assert!(card.contains(card_says), "cairn card --dialect {dialect} does not say {card_says:?}");
+        std::fs::write(dir.path().join(file), source).unwrap();
+        let value = record_of(dir.path(), &store, file, "1");
+        let values: Vec<&str> = value.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let (escaped, raw, broken) = match dialect {
+            "rhai" => (&values[..1], values[1], values[2]),
+            _ => (&values[..2], values[2], values[3]),
+        };
+        assert!(escaped.iter().all(|v| *v == "a\nb"), "{dialect}: a quoted \\n is a line break: {values:?}");
+        assert_eq!(raw, "a\\nb", "{dialect}: the raw string keeps a backslash and an n");
+        assert_eq!(broken, "a\nb", "{dialect}: a real line break inside the raw string stays");
+        let out = run(dir.path(), &store, &["lint", file, "--json"]);
+        assert!(
+            text(&out.stdout).contains("template-escape"),
+            "{dialect}: lint says nothing: {}",
+            text(&out.stdout)
+        );
+    }
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
+    let mut linted = 0;
+    for entry in std::fs::read_dir(&scripts).unwrap().flatten() {
+        let path = entry.path();
+        if !path.extension().is_some_and(|e| e == "rhai" || e == "lua") {
+            continue;
+        }
+        let out = run(dir.path(), &store, &["lint", path.to_str().unwrap(), "--json"]);
+        let found = text(&out.stdout);
+        assert!(!found.contains("template-escape"), "{}: {found}", path.display());
+        linted += 1;
+    }
+    assert!(linted >= 14, "{linted} samples");
+}
