@@ -125,7 +125,11 @@ impl Simulator {
             .enable_all()
             .build()
             .map_err(|e| Error::internal(format!("the simulator's runtime: {e}")))?;
-        let shared = Arc::new(server::Shared { config, log: Mutex::new(server::Log::default()) });
+        let shared = Arc::new(server::Shared {
+            config,
+            log: Mutex::new(server::Log::default()),
+            probe: Arc::default(),
+        });
         let router = server::router(shared.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, is_ready) = std::sync::mpsc::channel::<Result<(), String>>();
@@ -170,7 +174,8 @@ impl Simulator {
         Ok(AnthropicProvider::new(ApiKey::new("sim-key"))?
             .with_base_url(&self.base_url)
             .with_name(name)
-            .with_idle_timeout(self.shared.config.idle_timeout))
+            .with_idle_timeout(self.shared.config.idle_timeout)
+            .with_attempt_probe(self.shared.probe.clone()))
     }
 
     /// An OpenAI Chat Completions adapter registered as `name`, pointed at the simulator.
@@ -181,7 +186,8 @@ impl Simulator {
         Ok(OpenAiChatProvider::new(ApiKey::new("sim-key"))?
             .with_base_url(format!("{}/v1", self.base_url))
             .with_name(name)
-            .with_idle_timeout(self.shared.config.idle_timeout))
+            .with_idle_timeout(self.shared.config.idle_timeout)
+            .with_attempt_probe(self.shared.probe.clone()))
     }
 
     /// An OpenAI Responses adapter registered as `name`, pointed at the simulator.
@@ -192,10 +198,15 @@ impl Simulator {
         Ok(OpenAiResponsesProvider::new(ApiKey::new("sim-key"))?
             .with_base_url(format!("{}/v1", self.base_url))
             .with_name(name)
-            .with_idle_timeout(self.shared.config.idle_timeout))
+            .with_idle_timeout(self.shared.config.idle_timeout)
+            .with_attempt_probe(self.shared.probe.clone()))
     }
 
     /// Every attempt served so far, in arrival order.
+    ///
+    /// Each is judged from the client's side where the server cannot know: an attempt whose
+    /// response the client never saw (recorded by the adapters this simulator built) may be
+    /// charged up to its grant ([`Attempt::unanswered_tolerance`]), never less than the bill.
     pub fn attempts(&self) -> Vec<Attempt> {
         self.shared
             .log()
@@ -207,9 +218,16 @@ impl Simulator {
                 // ceiling, a cancellation, a kill) could only estimate: the estimate's
                 // tolerance applies.
                 let cut = !delivered && attempt.end == AttemptEnd::Reported;
+                let unanswered = attempt.client_id.is_some_and(|id| self.shared.probe.unanswered(id));
+                let tolerance = if cut { attempt.drop_tolerance } else { attempt.tolerance };
                 Attempt {
                     delivered,
-                    tolerance: if cut { attempt.drop_tolerance } else { attempt.tolerance },
+                    unanswered,
+                    tolerance: if unanswered {
+                        tolerance.max(attempt.unanswered_tolerance)
+                    } else {
+                        tolerance
+                    },
                     ..attempt.clone()
                 }
             })

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::StreamExt;
@@ -33,6 +33,8 @@ pub(crate) struct Log {
 pub(crate) struct Shared {
     pub(crate) config: SimConfig,
     pub(crate) log: Mutex<Log>,
+    /// The client side of every attempt the simulator's adapters sent: which went unanswered.
+    pub(crate) probe: Arc<crate::provider::AttemptProbe>,
 }
 
 impl Shared {
@@ -43,15 +45,18 @@ impl Shared {
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     let route = |dialect: WireDialect| {
-        post(move |State(shared): State<Arc<Shared>>, body: Bytes| async move {
+        post(move |State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes| async move {
             let segment = shared.log().segment;
-            serve(&shared, dialect, segment, &body)
+            serve(&shared, dialect, segment, &headers, &body)
         })
     };
     let in_segment = |dialect: WireDialect| {
-        post(move |State(shared): State<Arc<Shared>>, Path(segment): Path<u32>, body: Bytes| async move {
-            serve(&shared, dialect, segment, &body)
-        })
+        post(
+            move |State(shared): State<Arc<Shared>>,
+                  Path(segment): Path<u32>,
+                  headers: HeaderMap,
+                  body: Bytes| async move { serve(&shared, dialect, segment, &headers, &body) },
+        )
     };
     Router::new()
         .route("/v1/messages", route(WireDialect::Anthropic))
@@ -65,7 +70,11 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 }
 
 /// The answer to one request.
-fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Response {
+fn serve(shared: &Shared, dialect: WireDialect, segment: u32, headers: &HeaderMap, body: &[u8]) -> Response {
+    let client_id = headers
+        .get(crate::provider::AttemptProbe::HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let request = match SimRequest::parse(dialect, body) {
         Ok(request) => request,
         Err(message) => {
@@ -100,6 +109,15 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Re
     };
     let slack = Usage { input_tokens: request.body_tokens + 1, output_tokens: 4, ..Usage::default() };
     let drop_tolerance = price(price_of, &slack);
+    // A client that never saw this attempt's response charges its whole grant: the body's
+    // input estimate (which bounds the client's) plus the output cap it sent, or the default
+    // cap (`DEFAULT_MAX_OUTPUT_TOKENS`) when it sent none.
+    let grant = Usage {
+        input_tokens: request.body_tokens + 1,
+        output_tokens: request.max_tokens.unwrap_or(8192),
+        ..Usage::default()
+    };
+    let unanswered_tolerance = price(price_of, &grant).sub_or_zero(price(price_of, &billed));
     let tolerance = if matches!(plan.end, AttemptEnd::Unreported | AttemptEnd::Broken) {
         drop_tolerance
     } else {
@@ -121,6 +139,9 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Re
         cost: price(price_of, &billed),
         tolerance,
         drop_tolerance,
+        unanswered_tolerance,
+        client_id,
+        unanswered: false,
         delivered: false,
         answered: plan.answered,
     };
