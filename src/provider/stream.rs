@@ -6,11 +6,10 @@
 //! until the consumer asks for the next event, so a slow consumer slows the wire read instead
 //! of growing a queue, and dropping the stream drops the response, which closes the connection.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
