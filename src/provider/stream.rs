@@ -18,7 +18,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::ChatEvent;
 use super::http::{ErrorContext, classify_http};
-use super::probe::AttemptProbe;
+use super::probe::{AttemptProbe, SentRequest};
 use super::sse::{SseEvent, SseParser};
 use crate::{Error, ErrorCode};
 
@@ -121,7 +121,7 @@ pub(crate) fn drive(call: WireCall, cancel: CancellationToken) -> BoxStream<'sta
     if let Some(sim) = call.probe {
         let id = sim.next_id();
         request = request.header(AttemptProbe::HEADER, id);
-        probe = Some((sim, id));
+        probe = Some((sim, id, SentRequest::of(&request)));
     }
     let state = Driver {
         phase: Phase::Connect(Some(request)),
@@ -152,7 +152,7 @@ enum Phase {
 struct Driver {
     phase: Phase,
     /// The simulator's probe and this request's number in it.
-    probe: Option<(Arc<AttemptProbe>, u64)>,
+    probe: Option<(Arc<AttemptProbe>, u64, SentRequest)>,
     decoder: Box<dyn StreamDecoder>,
     context: ErrorContext,
     parser: SseParser,
@@ -318,8 +318,8 @@ impl Driver {
 
     /// The request went out (or may have) and no response status came back.
     fn unanswered(&mut self) {
-        if let Some((probe, id)) = &self.probe {
-            probe.record_unanswered(*id);
+        if let Some((probe, id, sent)) = self.probe.take() {
+            probe.record_unanswered(id, sent);
         }
         self.queue.push_back(ChatEvent::Unanswered);
     }

@@ -38,7 +38,10 @@
 //!
 //! For the last two a client can only estimate; [`Attempt::tolerance`] bounds how far above
 //! the bill a sound estimate may lie (the whole request body at four characters a token, plus
-//! four output tokens). A client must never charge *less* than the bill: that would let real
+//! four output tokens). An attempt whose response the client never saw (its idle timeout fired
+//! before the headers: [`Attempt::unanswered`], recorded client-side by the adapters this
+//! simulator builds, since the server cannot know) may be charged up to its whole grant. A
+//! client must never charge *less* than the bill: that would let real
 //! spend pass its ceiling unseen. A provider never streams past the request's `max_tokens`.
 //!
 //! # Example
@@ -207,7 +210,24 @@ impl Simulator {
     /// Each is judged from the client's side where the server cannot know: an attempt whose
     /// response the client never saw (recorded by the adapters this simulator built) may be
     /// charged up to its grant ([`Attempt::unanswered_tolerance`]), never less than the bill.
+    ///
+    /// A request the client recorded unanswered that never arrived (lost on the way, or one a
+    /// killed client had not finished writing) is listed last, billed nothing, with its grant as
+    /// its tolerance: the client could not know it was never run.
     pub fn attempts(&self) -> Vec<Attempt> {
+        let mut attempts = self.served();
+        let seen: std::collections::HashSet<u64> = attempts.iter().filter_map(|a| a.client_id).collect();
+        for (id, sent) in self.shared.probe.unanswered_requests() {
+            if !seen.contains(&id) {
+                let seq = attempts.len() as u64;
+                attempts.extend(server::unseen(&self.shared, seq, id, &sent.path, &sent.body));
+            }
+        }
+        attempts
+    }
+
+    /// Every attempt the server saw, in arrival order.
+    fn served(&self) -> Vec<Attempt> {
         self.shared
             .log()
             .attempts

@@ -109,15 +109,7 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, headers: &HeaderMa
     };
     let slack = Usage { input_tokens: request.body_tokens + 1, output_tokens: 4, ..Usage::default() };
     let drop_tolerance = price(price_of, &slack);
-    // A client that never saw this attempt's response charges its whole grant: the body's
-    // input estimate (which bounds the client's) plus the output cap it sent, or the default
-    // cap (`DEFAULT_MAX_OUTPUT_TOKENS`) when it sent none.
-    let grant = Usage {
-        input_tokens: request.body_tokens + 1,
-        output_tokens: request.max_tokens.unwrap_or(8192),
-        ..Usage::default()
-    };
-    let unanswered_tolerance = price(price_of, &grant).sub_or_zero(price(price_of, &billed));
+    let unanswered_tolerance = grant(price_of, &request).sub_or_zero(price(price_of, &billed));
     let tolerance = if matches!(plan.end, AttemptEnd::Unreported | AttemptEnd::Broken) {
         drop_tolerance
     } else {
@@ -176,6 +168,58 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, headers: &HeaderMa
     let mut response = Response::new(body);
     response.headers_mut().insert("content-type", HeaderValue::from_static("text/event-stream"));
     response
+}
+
+/// What a client that never saw the response to `request` charges at most: its whole grant,
+/// the body's input estimate (which bounds the client's) plus the output cap it sent, or the
+/// default cap (`DEFAULT_MAX_OUTPUT_TOKENS`) when it sent none.
+pub(crate) fn grant(price_of: Option<&crate::model::Price>, request: &SimRequest) -> crate::money::Money {
+    let grant = Usage {
+        input_tokens: request.body_tokens + 1,
+        output_tokens: request.max_tokens.unwrap_or(8192),
+        ..Usage::default()
+    };
+    price(price_of, &grant)
+}
+
+/// An attempt the client sent and recorded unanswered but the server never saw arrive (a
+/// request lost on the way, or one a killed client never finished writing): billed nothing,
+/// and the client may have charged it up to its grant. `None` for a body it cannot read.
+pub(crate) fn unseen(shared: &Shared, seq: u64, client_id: u64, path: &str, body: &[u8]) -> Option<Attempt> {
+    let dialect = if path.ends_with("/messages") {
+        WireDialect::Anthropic
+    } else if path.ends_with("/chat/completions") {
+        WireDialect::OpenAiChat
+    } else {
+        WireDialect::OpenAiResponses
+    };
+    let request = SimRequest::parse(dialect, body).ok()?;
+    let segment = path
+        .strip_prefix("/segment/")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| shared.log().segment);
+    let unanswered_tolerance = grant(shared.config.prices.get(&request.model), &request);
+    Some(Attempt {
+        seq,
+        segment,
+        dialect,
+        model: request.model.clone(),
+        tag: request.directive.as_ref().map(|d| d.tag.clone()),
+        turn: request.turn,
+        attempt: 0,
+        fault: Fault::None,
+        end: AttemptEnd::Refused,
+        usage: Usage::default(),
+        cost: crate::money::Money::ZERO,
+        tolerance: unanswered_tolerance,
+        drop_tolerance: crate::money::Money::ZERO,
+        unanswered_tolerance,
+        client_id: Some(client_id),
+        unanswered: true,
+        delivered: false,
+        answered: false,
+    })
 }
 
 fn refusal(dialect: WireDialect, status: u16, retry_after: RetryAfter, delivered: &AtomicBool) -> Response {
