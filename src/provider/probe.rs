@@ -17,6 +17,7 @@ pub(crate) struct AttemptProbe {
 
 /// What a request that went unanswered carried, for a simulator that never saw it arrive.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(not(feature = "sim"), allow(dead_code))]
 pub(crate) struct SentRequest {
     /// The URL's path.
     pub(crate) path: String,
