@@ -80,6 +80,11 @@ pub enum AttemptEnd {
     Abandoned,
     /// The provider refused the request before any stream byte; charged nothing.
     Refused,
+    /// The request was sent (or may have been) and no response status came back (a stall
+    /// waiting for the headers, a transport error after connecting): the provider may have run
+    /// it whole, so it is charged its grant (the input estimate plus the output cap it was
+    /// sent with), marked approximate.
+    Unanswered,
 }
 
 /// One wire attempt as the journal keeps it (on an agent call's terminal entry, when its

@@ -131,7 +131,13 @@ async fn one_attempt(
         Ok(request) => request,
         Err(error) => return Err((AgentEnd::Limit(error), Usage::default())),
     };
-    ledger.open(&spec.served_by, spec.price);
+    // The output cap the attempt is sent with: an attempt sent and never answered is charged
+    // its whole grant, this cap included.
+    let output_cap = match &spec.price {
+        Some(price) => cost::output_cap(&request, price),
+        None => request.max_output_tokens.unwrap_or(cost::DEFAULT_MAX_OUTPUT_TOKENS),
+    };
+    ledger.open(&spec.served_by, spec.price, output_cap);
     budget.attempt_started();
     let stream_cancel = cancel.child_token();
     let mut stream = spec.provider.stream(request, stream_cancel.clone());
@@ -193,8 +199,8 @@ async fn one_attempt(
     }
 }
 
-/// Abandons a failed attempt in the ledger (its observed usage is spent now, a refusal before
-/// any stream byte costs nothing) and puts the call's spend on its reservation at once, where
+/// Abandons a failed attempt in the ledger (its observed usage is spent now, one sent and never
+/// answered its whole grant, a refusal before any stream byte nothing) and puts the call's spend on its reservation at once, where
 /// siblings and the next attempt's guard see it.
 fn failed(ledger: &mut Ledger, spec: &AgentSpec, budget: &dyn BudgetHooks) -> Usage {
     let charged = ledger.abandon(&spec.request);

@@ -8,7 +8,10 @@
 //! cost is spent the moment the attempt ends, priced at the model that served it, so the next
 //! attempt's guard and every live cut see it at once, whatever happens to the call. An attempt
 //! the provider refused before any stream byte (an HTTP error, a 529) costs nothing: no
-//! provider bills a request it did not run; the ledger counts it as refused.
+//! provider bills a request it did not run; the ledger counts it as refused. One sent and never
+//! answered (no response status: [`ChatEvent::Unanswered`]) is the opposite case: the provider
+//! may have run it whole, so it is charged its whole grant (the input estimate plus the output
+//! cap it was sent with), marked approximate, and counted as unanswered.
 //!
 //! Every guard reads [`Ledger::spent`] and [`Ledger::in_flight`]: the turn guard grants the
 //! next attempt against the first, the live cut compares the second with the ceiling (through
@@ -38,6 +41,10 @@ struct Open {
     live: Usage,
     /// Whether any stream event arrived.
     observed: bool,
+    /// The output cap the attempt was sent with (its grant's output).
+    output_cap: u32,
+    /// The request went out and no response status came back ([`ChatEvent::Unanswered`]).
+    unanswered: bool,
     /// The request's input estimate, made once per attempt (it walks the conversation).
     input_estimate: std::cell::OnceCell<u64>,
     /// The running estimate's cost as of the last event that changed what is priced; `None`
@@ -131,8 +138,14 @@ impl Ledger {
         self.attempts.iter().filter(|a| a.end == AttemptEnd::Refused).count() as u32
     }
 
-    /// Opens an attempt served by `model` at `price` (after the turn guard granted it).
-    pub(crate) fn open(&mut self, model: &str, price: Option<Price>) {
+    /// Attempts sent and never answered (no response status), each charged its grant.
+    pub(crate) fn unanswered(&self) -> u32 {
+        self.attempts.iter().filter(|a| a.end == AttemptEnd::Unanswered).count() as u32
+    }
+
+    /// Opens an attempt served by `model` at `price`, sent with `output_cap` output tokens
+    /// (after the turn guard granted it).
+    pub(crate) fn open(&mut self, model: &str, price: Option<Price>, output_cap: u32) {
         // A call's attempts are served by one model, or a few on failover: the latest first.
         let model = match self.models.iter().rposition(|seen| seen == model) {
             Some(index) => index,
@@ -147,6 +160,8 @@ impl Ledger {
             streamed_chars: 0,
             live: Usage::default(),
             observed: false,
+            output_cap,
+            unanswered: false,
             input_estimate: std::cell::OnceCell::new(),
             running: None,
         });
@@ -156,6 +171,11 @@ impl Ledger {
     /// far, this attempt's running estimate included (`None` when its model is unpriced).
     pub(crate) fn observe(&mut self, event: &ChatEvent, request: &ChatRequest) -> Option<Money> {
         let open = self.open.as_mut()?;
+        if *event == ChatEvent::Unanswered {
+            // No response: nothing was observed, but the request may be running whole.
+            open.unanswered = true;
+            return self.in_flight(request);
+        }
         open.observed = true;
         let changed = match event {
             ChatEvent::TextDelta(delta) | ChatEvent::ReasoningDelta(delta) => {
@@ -193,9 +213,22 @@ impl Ledger {
     }
 
     /// Abandons the open attempt: its observed usage (approximate) is spent now; an attempt
-    /// that saw no stream byte was refused and costs nothing. Returns what it charged.
+    /// sent and never answered is charged its whole grant (approximate); one that saw no
+    /// stream byte otherwise was refused and costs nothing. Returns what it charged.
     pub(crate) fn abandon(&mut self, request: &ChatRequest) -> Usage {
         let Some(open) = &self.open else { return Usage::default() };
+        if open.unanswered && !open.observed {
+            let input_tokens =
+                *open.input_estimate.get_or_init(|| crate::provider::estimate_request_tokens(request));
+            let grant = Usage {
+                input_tokens,
+                output_tokens: u64::from(open.output_cap),
+                approximate: true,
+                ..Usage::default()
+            };
+            self.close(AttemptEnd::Unanswered, grant);
+            return grant;
+        }
         if !open.observed {
             self.close(AttemptEnd::Refused, Usage::default());
             return Usage::default();
@@ -286,7 +319,7 @@ pub fn bench_attempts(attempts: u32, deltas: u32) -> Money {
     let text = ChatEvent::TextDelta("x".repeat(100));
     let mut ledger = Ledger::new();
     for n in 0..attempts {
-        ledger.open("p:m", Some(price));
+        ledger.open("p:m", Some(price), 4096);
         for k in 0..deltas {
             std::hint::black_box(ledger.observe(&text, &request));
             if k == 0 {
@@ -320,7 +353,7 @@ mod tests {
     fn a_failed_attempt_is_spent_when_it_ends_and_a_refusal_costs_nothing() {
         let request = ChatRequest::new("m", vec![Message::user("hi")]);
         let mut ledger = Ledger::new();
-        ledger.open("p:a", Some(price(1000.0)));
+        ledger.open("p:a", Some(price(1000.0)), 450);
         ledger.observe(&ChatEvent::TextDelta("x".repeat(1600)), &request);
         // 400 tokens at $1000/M in flight.
         assert_eq!(ledger.in_flight(&request), Some(Money::from_usd(0.4).unwrap()));
@@ -329,12 +362,12 @@ mod tests {
         assert!(charged.approximate);
         assert_eq!(ledger.spent(), Money::from_usd(0.4).unwrap());
         // A refused request (no stream byte) adds nothing.
-        ledger.open("p:a", Some(price(1000.0)));
+        ledger.open("p:a", Some(price(1000.0)), 450);
         ledger.abandon(&request);
         assert_eq!(ledger.spent(), Money::from_usd(0.4).unwrap());
         assert_eq!(ledger.refused(), 1);
         // A failover's attempt is priced at its own model.
-        ledger.open("p:b", Some(price(10.0)));
+        ledger.open("p:b", Some(price(10.0)), 450);
         ledger.settle(Usage { output_tokens: 1000, ..Usage::default() });
         assert_eq!(ledger.spent(), Money::from_usd(0.41).unwrap());
         let attempts = ledger.journaled_attempts();
@@ -342,11 +375,32 @@ mod tests {
         // A turn is measured by the attempts it made: here the last two (a refusal, then b).
         let (usage, cost) = ledger.since(1);
         assert_eq!((usage.output_tokens, cost), (1000, Some(Money::from_usd(0.01).unwrap())));
-        ledger.open("p:c", None);
+        ledger.open("p:c", None, 450);
         ledger.settle(Usage { output_tokens: 1, ..Usage::default() });
         assert_eq!(ledger.since(1).1, None, "an unpriced attempt leaves the turn unpriced");
         assert_eq!(attempts[0].model, "p:a");
         assert_eq!(attempts[1].cost, Some(Money::from_usd(0.01).unwrap()));
+    }
+
+    #[test]
+    fn an_unanswered_attempt_is_charged_its_grant_and_a_refusal_nothing() {
+        let request = ChatRequest::new("m", vec![Message::user("hi")]);
+        let mut ledger = Ledger::new();
+        ledger.open("p:a", Some(price(1000.0)), 400);
+        ledger.observe(&ChatEvent::Unanswered, &request);
+        let charged = ledger.abandon(&request);
+        let input = crate::provider::estimate_request_tokens(&request);
+        assert_eq!((charged.input_tokens, charged.output_tokens), (input, 400));
+        assert!(charged.approximate);
+        // The whole output cap at $1000/M, the input free at this price.
+        assert_eq!(ledger.spent(), Money::from_usd(0.4).unwrap());
+        assert_eq!((ledger.unanswered(), ledger.refused()), (1, 0));
+        // A refusal (no `Unanswered`, no stream byte) still costs nothing.
+        ledger.open("p:a", Some(price(1000.0)), 400);
+        ledger.abandon(&request);
+        assert_eq!(ledger.spent(), Money::from_usd(0.4).unwrap());
+        assert_eq!((ledger.unanswered(), ledger.refused()), (1, 1));
+        assert_eq!(ledger.since(0).0.output_tokens, 400, "a turn's charge counts its unanswered attempt");
     }
 
     fn event() -> impl proptest::strategy::Strategy<Value = ChatEvent> {
@@ -363,6 +417,7 @@ mod tests {
             }),
             Just(ChatEvent::ToolCallStart { wire_id: "w".into(), name: "t".into() }),
             Just(ChatEvent::Opened),
+            Just(ChatEvent::Unanswered),
         ]
     }
 
@@ -380,7 +435,7 @@ mod tests {
             let prices = [Some(price(1000.0)), Some(price(3.0)), None];
             let mut ledger = Ledger::new();
             for (model, events, settle) in attempts {
-                ledger.open(["p:a", "p:b", "p:c"][model], prices[model]);
+                ledger.open(["p:a", "p:b", "p:c"][model], prices[model], 450);
                 for event in &events {
                     let kept = ledger.observe(event, &request);
                     let open = ledger.open.as_ref().unwrap();

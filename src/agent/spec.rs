@@ -93,6 +93,8 @@ pub(crate) struct AgentRun {
     pub(crate) attempts: Vec<AttemptRecord>,
     /// Attempts the provider refused before any stream byte (charged nothing).
     pub(crate) refused_attempts: u32,
+    /// Attempts sent and never answered (no response status), each charged its grant.
+    pub(crate) unanswered_attempts: u32,
     /// The text of an answer that did not make it to `ok`: cut off at the output-token limit,
     /// or a final answer turn's reply that did not match the schema. Journaled with the
     /// `limit` entry and shown as the full record's `partial`.

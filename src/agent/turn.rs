@@ -444,5 +444,6 @@ fn finish_with(spec: &AgentSpec, end: AgentEnd, ledger: &Ledger, partial: Option
         finish_reason: None,
         attempts: ledger.journaled_attempts(),
         refused_attempts: ledger.refused(),
+        unanswered_attempts: ledger.unanswered(),
     }
 }

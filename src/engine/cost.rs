@@ -62,6 +62,10 @@ pub struct CostReport {
     /// Wire attempts the provider refused before any stream byte: retried, charged nothing.
     #[serde(skip_serializing_if = "is_zero")]
     pub refused_attempts: u64,
+    /// Wire attempts sent and never answered (no response status): retried, each charged its
+    /// whole grant (input estimate plus output cap), marked approximate.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unanswered_attempts: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -87,6 +91,7 @@ impl CostReport {
         let model = entry.served_by.as_deref().or(entry.model.as_deref()).unwrap_or("-");
         report.total.add(entry);
         report.refused_attempts += u64::from(entry.refused_attempts);
+        report.unanswered_attempts += u64::from(entry.unanswered_attempts);
         if entry.attempts.is_empty() {
             line(&mut report.by_model, model).add(entry);
         } else {

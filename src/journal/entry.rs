@@ -568,6 +568,11 @@ pub struct Entry {
     /// An agent call's attempts the provider refused before any stream byte (charged nothing).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub refused_attempts: u32,
+    /// An agent call's attempts sent and never answered (no response status within the idle
+    /// timeout, a transport error after connecting): each charged its whole grant, marked
+    /// approximate, since the provider may have run it.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub unanswered_attempts: u32,
     /// Whether a task-class failure of this call replays instead of rerunning.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub memoize_outcome: bool,
@@ -721,6 +726,7 @@ impl Entry {
             transcript_ref: None,
             attempts: Vec::new(),
             refused_attempts: 0,
+            unanswered_attempts: 0,
             memoize_outcome: false,
             ops: 0,
             ts: None,

@@ -127,6 +127,7 @@ impl Provider for AnthropicProvider {
                 request: http_request,
                 decoder: Box::new(self.decoder()),
                 idle_timeout: self.endpoint.idle_timeout,
+                probe: self.endpoint.probe.clone(),
                 context: self.error_context(),
             },
             cancel,

@@ -57,6 +57,8 @@ pub(crate) struct Endpoint {
     pub(crate) base_url: String,
     pub(crate) client: reqwest::Client,
     pub(crate) idle_timeout: Duration,
+    /// The fault simulator's view of the client side of each attempt (`None` outside it).
+    pub(crate) probe: Option<std::sync::Arc<super::probe::AttemptProbe>>,
 }
 
 impl Endpoint {
@@ -67,6 +69,7 @@ impl Endpoint {
             base_url: trim_base_url(base_url),
             client: default_client()?,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            probe: None,
         })
     }
 
@@ -166,6 +169,17 @@ macro_rules! endpoint_builders {
         /// Sets how long a stream may stay silent before it fails as a retryable `transport` error.
         pub fn with_idle_timeout(mut self, idle_timeout: std::time::Duration) -> $adapter {
             self.endpoint.idle_timeout = idle_timeout;
+            self
+        }
+
+        /// Numbers every request in a header and records, client-side, which went unanswered
+        /// (the fault simulator's judge of attempts the server cannot see).
+        #[allow(dead_code)]
+        pub(crate) fn with_attempt_probe(
+            mut self,
+            probe: std::sync::Arc<$crate::provider::AttemptProbe>,
+        ) -> $adapter {
+            self.endpoint.probe = Some(probe);
             self
         }
 

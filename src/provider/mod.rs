@@ -22,6 +22,7 @@ mod http;
 pub mod openai_chat;
 pub mod openai_compatible;
 pub mod openai_responses;
+mod probe;
 pub mod sse;
 mod stream;
 mod window;
@@ -42,6 +43,7 @@ pub(crate) use estimate::tokens_for_chars as estimate_tokens_for_chars;
 pub(crate) use estimate::weight as estimate_weight;
 pub use http::ApiKey;
 pub(crate) use http::parse_base_url;
+pub(crate) use probe::AttemptProbe;
 pub(crate) use stream::cancelled as cancelled_error;
 pub use stream::{StreamDecoder, decode_sse};
 pub use window::WithContextWindow;
@@ -218,6 +220,13 @@ pub enum ChatEvent {
     /// counts the attempt as begun even when no content follows (an OpenAI stream's role
     /// chunk decodes to nothing). Carries nothing for the workflow.
     Opened,
+    /// The request was sent (or may have been) and no response status came back: a stall
+    /// waiting for the headers past the idle timeout, or a transport error after the
+    /// connection was made. The provider may have run the request and billed it in full, so the
+    /// call's ledger charges the attempt its whole grant. Always followed by the terminal
+    /// [`ChatEvent::Error`]; a refused request (an HTTP error status, a failed connect) never
+    /// carries it. Carries nothing for the workflow.
+    Unanswered,
     /// A piece of the answer text.
     TextDelta(String),
     /// A piece of visible reasoning (thinking, a reasoning summary).

@@ -176,6 +176,7 @@ impl Provider for OpenAiChatProvider {
                 request: http_request,
                 decoder: Box::new(self.decoder(estimate::request_tokens(&request))),
                 idle_timeout: self.endpoint.idle_timeout,
+                probe: self.endpoint.probe.clone(),
                 context: ErrorContext { provider: self.endpoint.name.clone(), secret: self.api_key.clone() },
             },
             cancel,

@@ -108,6 +108,7 @@ impl Provider for OpenAiResponsesProvider {
                 request: http_request,
                 decoder: Box::new(self.decoder(estimate::request_tokens(&request))),
                 idle_timeout: self.endpoint.idle_timeout,
+                probe: self.endpoint.probe.clone(),
                 context: ErrorContext {
                     provider: self.endpoint.name.clone(),
                     secret: Some(self.api_key.clone()),

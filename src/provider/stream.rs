@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{Pin, pin};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
@@ -17,6 +18,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::ChatEvent;
 use super::http::{ErrorContext, classify_http};
+use super::probe::{AttemptProbe, SentRequest};
 use super::sse::{SseEvent, SseParser};
 use crate::{Error, ErrorCode};
 
@@ -107,13 +109,23 @@ pub(crate) struct WireCall {
     pub(crate) idle_timeout: Duration,
     /// Names the provider in errors and scrubs its credential from them.
     pub(crate) context: ErrorContext,
+    /// The fault simulator's client-side record of attempts (`None` outside it).
+    pub(crate) probe: Option<Arc<AttemptProbe>>,
 }
 
 /// Starts `call` lazily and streams its canonical events.
 pub(crate) fn drive(call: WireCall, cancel: CancellationToken) -> BoxStream<'static, ChatEvent> {
     let idle = call.idle_timeout;
+    let mut request = call.request;
+    let mut probe = None;
+    if let Some(sim) = call.probe {
+        let id = sim.next_id();
+        request = request.header(AttemptProbe::HEADER, id);
+        probe = Some((sim, id, SentRequest::of(&request)));
+    }
     let state = Driver {
-        phase: Phase::Connect(Some(call.request)),
+        phase: Phase::Connect(Some(request)),
+        probe,
         decoder: call.decoder,
         context: call.context,
         parser: SseParser::new(),
@@ -139,6 +151,8 @@ enum Phase {
 
 struct Driver {
     phase: Phase,
+    /// The simulator's probe and this request's number in it.
+    probe: Option<(Arc<AttemptProbe>, u64, SentRequest)>,
     decoder: Box<dyn StreamDecoder>,
     context: ErrorContext,
     parser: SseParser,
@@ -192,11 +206,26 @@ impl Driver {
         self.watch.touch();
         let response = match self.watch.guard(request.send()).await {
             Ok(response) => response,
-            Err(interrupt) => return self.interrupted(interrupt, "waiting for the response"),
+            Err(interrupt) => {
+                // A stall here may be a connect that never completed, or a request the
+                // provider is running and answers too late: it cannot be told apart, so it
+                // counts as sent. A cancellation is the caller's own (its ledger charges it).
+                if matches!(interrupt, Interrupt::Stalled) {
+                    self.unanswered();
+                }
+                return self.interrupted(interrupt, "waiting for the response");
+            }
         };
         let response = match response {
             Ok(response) => response,
-            Err(err) => return self.fail(self.context.transport(&err)),
+            Err(err) => {
+                // Only a failed connect (or a request that could not be built) certainly
+                // never reached the provider.
+                if !err.is_connect() && !err.is_builder() {
+                    self.unanswered();
+                }
+                return self.fail(self.context.transport(&err));
+            }
         };
         let status = response.status();
         if !status.is_success() {
@@ -285,6 +314,14 @@ impl Driver {
         if at_end {
             self.fail(truncated("the stream ended without its terminal event"));
         }
+    }
+
+    /// The request went out (or may have) and no response status came back.
+    fn unanswered(&mut self) {
+        if let Some((probe, id, sent)) = self.probe.take() {
+            probe.record_unanswered(id, sent);
+        }
+        self.queue.push_back(ChatEvent::Unanswered);
     }
 
     fn interrupted(&mut self, interrupt: Interrupt, when: &str) {

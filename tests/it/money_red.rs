@@ -315,3 +315,50 @@ fn a_provider_that_hangs_after_its_headers_is_cut_by_the_idle_timeout_and_charge
         assert!(spent(&outcome) >= wire.billed_usd(1000.0, 1000.0), "{dialect}: {outcome}");
     }
 }
+
+/// A provider that accepts the request, runs it whole and bills it (its prompt, "say fine", two
+/// tokens, and all 200 output tokens of its cap: $0.202 at $1000/M), but sends its headers only after the client's
+/// idle timeout (300 ms) fired. The client never saw a response status: it cannot tell this
+/// from a refusal by the server's word, only by its own (the request went out and nothing came
+/// back). It was taken for a refusal and charged nothing, and the retry was granted the whole
+/// ceiling again ($0.30: a 200-token cap), so a provider that bills such attempts could take a
+/// run past its ceiling. An unanswered attempt is now charged its whole grant (the input
+/// estimate plus the 200-token cap), marked approximate, the moment it ends: the retry is
+/// granted only what is left, the run stays within its ceiling, the charge is at least the
+/// bill, and the cost report counts it in `unanswered_attempts` (not `refused_attempts`). In
+/// both wire formats.
+#[test]
+fn an_attempt_whose_headers_come_after_the_idle_timeout_is_charged_its_grant() {
+    for dialect in ["openai", "anthropic"] {
+        let late = Served { reply: Reply::Stall, bill: (2, 200) };
+        let answer =
+            if dialect == "openai" { openai_text("fine", 10, 5) } else { anthropic_text("fine", 10, 5) };
+        let wire = WireServer::start(vec![late, answer]);
+        let (providers, _) = provider(dialect, &wire, 1000.0, 1000.0);
+        let providers = providers.replace("base_url = ", "idle_timeout_ms = 300\nbase_url = ");
+        let dir = project(&providers, r#"agent("say fine", #{max_output_tokens: 200})"#);
+        let outcome = crate::money_wire::run(dir.path(), &["--budget", "0.30"]);
+        assert_eq!(outcome["status"], "ok", "{dialect}: {outcome}");
+        let requests = wire.requests();
+        assert_eq!(requests.len(), 2, "{dialect}: one unanswered attempt, one retry");
+        let cap = |r: &Value| r["max_tokens"].as_u64().or(r["max_completion_tokens"].as_u64()).unwrap_or(0);
+        assert_eq!(cap(&requests[0]), 200, "{dialect}");
+        // The retry is granted what the unanswered attempt's grant left: under $0.10 of output.
+        assert!(cap(&requests[1]) < 100, "{dialect}: the retry was granted {}", cap(&requests[1]));
+        let billed = wire.billed_usd(1000.0, 1000.0);
+        assert!(billed > 0.2, "{dialect}: {billed}");
+        assert!(
+            spent(&outcome) + 1e-9 >= billed,
+            "{dialect}: charged {} for {billed}: {outcome}",
+            spent(&outcome)
+        );
+        assert!(spent(&outcome) <= 0.30 + 1e-9, "{dialect}: {outcome}");
+        assert!(billed <= 0.30, "{dialect}: {billed}");
+        let usage = &outcome["cost"]["total"]["usage"];
+        // The unanswered attempt's whole cap and the answer's 5 tokens.
+        assert_eq!(usage["output_tokens"], 205, "{dialect}: {outcome}");
+        assert_eq!(usage["approximate"], true, "{dialect}: {outcome}");
+        assert_eq!(outcome["cost"]["unanswered_attempts"], 1, "{dialect}: {outcome}");
+        assert_eq!(outcome["cost"]["refused_attempts"].as_u64().unwrap_or(0), 0, "{dialect}: {outcome}");
+    }
+}

@@ -133,6 +133,7 @@ fn render(rel: &str, index: usize, events: &[ChatEvent]) -> String {
                 tools.push(format!("{name}!{raw_arguments}"))
             }
             ChatEvent::Opened
+            | ChatEvent::Unanswered
             | ChatEvent::ToolCallStart { .. }
             | ChatEvent::ToolCallDelta { .. }
             | ChatEvent::Usage(_) => {}

@@ -67,6 +67,7 @@ impl Ctx {
         terminal.finish_reason = outcome.finish_reason;
         terminal.attempts = outcome.attempts;
         terminal.refused_attempts = outcome.refused_attempts;
+        terminal.unanswered_attempts = outcome.unanswered_attempts;
         if settlement.wrote_checkpoint {
             terminal.transcript_ref = Some(checkpoint_ref.clone());
         }

@@ -60,6 +60,16 @@ pub struct Attempt {
     /// on the wire may have been charged so before it died (its connection failed, and its
     /// charge was checkpointed before the retry).
     pub drop_tolerance: Money,
+    /// How far above the bill a client that never saw this attempt's response may charge it:
+    /// its whole grant (the request body's input estimate plus the output cap it was sent
+    /// with), less the bill. Applies only when [`Attempt::unanswered`].
+    pub unanswered_tolerance: Money,
+    /// The number the client's probe gave the request (`None` for a client without one).
+    pub client_id: Option<u64>,
+    /// Whether the client saw no response status for this attempt (its idle timeout fired
+    /// while it waited for the headers, or the connection failed after the request went out),
+    /// as the client recorded it: the server cannot know. Such an attempt is charged its grant.
+    pub unanswered: bool,
     /// Whether the whole planned body was handed to the connection (false: the client hung up first).
     pub delivered: bool,
     /// Whether the turn's answer completed (a finished, non-tool turn).
@@ -73,6 +83,9 @@ impl Attempt {
     /// estimate: [`Simulator::attempts`](super::Simulator::attempts) grants it the estimate's
     /// tolerance).
     pub fn is_exact(&self) -> bool {
+        if self.unanswered {
+            return false;
+        }
         match self.end {
             AttemptEnd::Refused => true,
             AttemptEnd::Reported => self.delivered,

@@ -38,7 +38,10 @@
 //!
 //! For the last two a client can only estimate; [`Attempt::tolerance`] bounds how far above
 //! the bill a sound estimate may lie (the whole request body at four characters a token, plus
-//! four output tokens). A client must never charge *less* than the bill: that would let real
+//! four output tokens). An attempt whose response the client never saw (its idle timeout fired
+//! before the headers: [`Attempt::unanswered`], recorded client-side by the adapters this
+//! simulator builds, since the server cannot know) may be charged up to its whole grant. A
+//! client must never charge *less* than the bill: that would let real
 //! spend pass its ceiling unseen. A provider never streams past the request's `max_tokens`.
 //!
 //! # Example
@@ -125,7 +128,11 @@ impl Simulator {
             .enable_all()
             .build()
             .map_err(|e| Error::internal(format!("the simulator's runtime: {e}")))?;
-        let shared = Arc::new(server::Shared { config, log: Mutex::new(server::Log::default()) });
+        let shared = Arc::new(server::Shared {
+            config,
+            log: Mutex::new(server::Log::default()),
+            probe: Arc::default(),
+        });
         let router = server::router(shared.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, is_ready) = std::sync::mpsc::channel::<Result<(), String>>();
@@ -170,7 +177,8 @@ impl Simulator {
         Ok(AnthropicProvider::new(ApiKey::new("sim-key"))?
             .with_base_url(&self.base_url)
             .with_name(name)
-            .with_idle_timeout(self.shared.config.idle_timeout))
+            .with_idle_timeout(self.shared.config.idle_timeout)
+            .with_attempt_probe(self.shared.probe.clone()))
     }
 
     /// An OpenAI Chat Completions adapter registered as `name`, pointed at the simulator.
@@ -181,7 +189,8 @@ impl Simulator {
         Ok(OpenAiChatProvider::new(ApiKey::new("sim-key"))?
             .with_base_url(format!("{}/v1", self.base_url))
             .with_name(name)
-            .with_idle_timeout(self.shared.config.idle_timeout))
+            .with_idle_timeout(self.shared.config.idle_timeout)
+            .with_attempt_probe(self.shared.probe.clone()))
     }
 
     /// An OpenAI Responses adapter registered as `name`, pointed at the simulator.
@@ -192,11 +201,33 @@ impl Simulator {
         Ok(OpenAiResponsesProvider::new(ApiKey::new("sim-key"))?
             .with_base_url(format!("{}/v1", self.base_url))
             .with_name(name)
-            .with_idle_timeout(self.shared.config.idle_timeout))
+            .with_idle_timeout(self.shared.config.idle_timeout)
+            .with_attempt_probe(self.shared.probe.clone()))
     }
 
     /// Every attempt served so far, in arrival order.
+    ///
+    /// Each is judged from the client's side where the server cannot know: an attempt whose
+    /// response the client never saw (recorded by the adapters this simulator built) may be
+    /// charged up to its grant ([`Attempt::unanswered_tolerance`]), never less than the bill.
+    ///
+    /// A request the client recorded unanswered that never arrived (lost on the way, or one a
+    /// killed client had not finished writing) is listed last, billed nothing, with its grant as
+    /// its tolerance: the client could not know it was never run.
     pub fn attempts(&self) -> Vec<Attempt> {
+        let mut attempts = self.served();
+        let seen: std::collections::HashSet<u64> = attempts.iter().filter_map(|a| a.client_id).collect();
+        for (id, sent) in self.shared.probe.unanswered_requests() {
+            if !seen.contains(&id) {
+                let seq = attempts.len() as u64;
+                attempts.extend(server::unseen(&self.shared, seq, id, &sent.path, &sent.body));
+            }
+        }
+        attempts
+    }
+
+    /// Every attempt the server saw, in arrival order.
+    fn served(&self) -> Vec<Attempt> {
         self.shared
             .log()
             .attempts
@@ -207,9 +238,16 @@ impl Simulator {
                 // ceiling, a cancellation, a kill) could only estimate: the estimate's
                 // tolerance applies.
                 let cut = !delivered && attempt.end == AttemptEnd::Reported;
+                let unanswered = attempt.client_id.is_some_and(|id| self.shared.probe.unanswered(id));
+                let tolerance = if cut { attempt.drop_tolerance } else { attempt.tolerance };
                 Attempt {
                     delivered,
-                    tolerance: if cut { attempt.drop_tolerance } else { attempt.tolerance },
+                    unanswered,
+                    tolerance: if unanswered {
+                        tolerance.max(attempt.unanswered_tolerance)
+                    } else {
+                        tolerance
+                    },
                     ..attempt.clone()
                 }
             })

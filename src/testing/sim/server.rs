@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::StreamExt;
@@ -33,6 +33,8 @@ pub(crate) struct Log {
 pub(crate) struct Shared {
     pub(crate) config: SimConfig,
     pub(crate) log: Mutex<Log>,
+    /// The client side of every attempt the simulator's adapters sent: which went unanswered.
+    pub(crate) probe: Arc<crate::provider::AttemptProbe>,
 }
 
 impl Shared {
@@ -43,15 +45,18 @@ impl Shared {
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     let route = |dialect: WireDialect| {
-        post(move |State(shared): State<Arc<Shared>>, body: Bytes| async move {
+        post(move |State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes| async move {
             let segment = shared.log().segment;
-            serve(&shared, dialect, segment, &body)
+            serve(&shared, dialect, segment, &headers, &body)
         })
     };
     let in_segment = |dialect: WireDialect| {
-        post(move |State(shared): State<Arc<Shared>>, Path(segment): Path<u32>, body: Bytes| async move {
-            serve(&shared, dialect, segment, &body)
-        })
+        post(
+            move |State(shared): State<Arc<Shared>>,
+                  Path(segment): Path<u32>,
+                  headers: HeaderMap,
+                  body: Bytes| async move { serve(&shared, dialect, segment, &headers, &body) },
+        )
     };
     Router::new()
         .route("/v1/messages", route(WireDialect::Anthropic))
@@ -65,7 +70,11 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 }
 
 /// The answer to one request.
-fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Response {
+fn serve(shared: &Shared, dialect: WireDialect, segment: u32, headers: &HeaderMap, body: &[u8]) -> Response {
+    let client_id = headers
+        .get(crate::provider::AttemptProbe::HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let request = match SimRequest::parse(dialect, body) {
         Ok(request) => request,
         Err(message) => {
@@ -100,6 +109,7 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Re
     };
     let slack = Usage { input_tokens: request.body_tokens + 1, output_tokens: 4, ..Usage::default() };
     let drop_tolerance = price(price_of, &slack);
+    let unanswered_tolerance = grant(price_of, &request).sub_or_zero(price(price_of, &billed));
     let tolerance = if matches!(plan.end, AttemptEnd::Unreported | AttemptEnd::Broken) {
         drop_tolerance
     } else {
@@ -121,6 +131,9 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Re
         cost: price(price_of, &billed),
         tolerance,
         drop_tolerance,
+        unanswered_tolerance,
+        client_id,
+        unanswered: false,
         delivered: false,
         answered: plan.answered,
     };
@@ -155,6 +168,58 @@ fn serve(shared: &Shared, dialect: WireDialect, segment: u32, body: &[u8]) -> Re
     let mut response = Response::new(body);
     response.headers_mut().insert("content-type", HeaderValue::from_static("text/event-stream"));
     response
+}
+
+/// What a client that never saw the response to `request` charges at most: its whole grant,
+/// the body's input estimate (which bounds the client's) plus the output cap it sent, or the
+/// default cap (`DEFAULT_MAX_OUTPUT_TOKENS`) when it sent none.
+pub(crate) fn grant(price_of: Option<&crate::model::Price>, request: &SimRequest) -> crate::money::Money {
+    let grant = Usage {
+        input_tokens: request.body_tokens + 1,
+        output_tokens: request.max_tokens.unwrap_or(8192),
+        ..Usage::default()
+    };
+    price(price_of, &grant)
+}
+
+/// An attempt the client sent and recorded unanswered but the server never saw arrive (a
+/// request lost on the way, or one a killed client never finished writing): billed nothing,
+/// and the client may have charged it up to its grant. `None` for a body it cannot read.
+pub(crate) fn unseen(shared: &Shared, seq: u64, client_id: u64, path: &str, body: &[u8]) -> Option<Attempt> {
+    let dialect = if path.ends_with("/messages") {
+        WireDialect::Anthropic
+    } else if path.ends_with("/chat/completions") {
+        WireDialect::OpenAiChat
+    } else {
+        WireDialect::OpenAiResponses
+    };
+    let request = SimRequest::parse(dialect, body).ok()?;
+    let segment = path
+        .strip_prefix("/segment/")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| shared.log().segment);
+    let unanswered_tolerance = grant(shared.config.prices.get(&request.model), &request);
+    Some(Attempt {
+        seq,
+        segment,
+        dialect,
+        model: request.model.clone(),
+        tag: request.directive.as_ref().map(|d| d.tag.clone()),
+        turn: request.turn,
+        attempt: 0,
+        fault: Fault::None,
+        end: AttemptEnd::Refused,
+        usage: Usage::default(),
+        cost: crate::money::Money::ZERO,
+        tolerance: unanswered_tolerance,
+        drop_tolerance: crate::money::Money::ZERO,
+        unanswered_tolerance,
+        client_id: Some(client_id),
+        unanswered: true,
+        delivered: false,
+        answered: false,
+    })
 }
 
 fn refusal(dialect: WireDialect, status: u16, retry_after: RetryAfter, delivered: &AtomicBool) -> Response {
