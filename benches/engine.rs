@@ -49,7 +49,7 @@ fn engine(dir: &Path, latency: Option<Duration>, concurrency: usize) -> Engine {
         Some(latency) => EchoProvider::new().with_latency(latency),
         None => EchoProvider::new(),
     };
-    Engine::builder(journal, transcripts)
+    Engine::builder_with_stores(journal, transcripts)
         .provider(Arc::new(echo))
         .max_concurrency(concurrency)
         .max_spawns(u32::MAX)

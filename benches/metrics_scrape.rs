@@ -82,7 +82,7 @@ fn bench(label: &str, url: &str, runs: usize, runtime: &tokio::runtime::Runtime,
 async fn fill(url: &str, runs: usize) {
     let opened = cairn::store::open(url).expect("open the store");
     let engine = Arc::new(
-        Engine::builder(opened.journal, opened.transcripts)
+        Engine::builder_with_stores(opened.journal, opened.transcripts)
             .provider(Arc::new(EchoProvider::new()))
             .default_model(cairn::ModelRef::parse("echo:default").expect("model"))
             .build()

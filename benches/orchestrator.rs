@@ -131,7 +131,7 @@ fn engine(dir: &Path) -> Engine {
             );
             (store.clone(), store)
         };
-    Engine::builder(journal, transcripts)
+    Engine::builder_with_stores(journal, transcripts)
         .provider(Arc::new(Scripted { turns: orchestrator_turns() }))
         .provider(Arc::new(EchoProvider::new()))
         .default_model(ModelRef::parse("scripted:m").expect("model"))

@@ -49,7 +49,7 @@ async fn bench() {
 async fn measure(label: &str, url: &str, other_store: bool) {
     let opened = cairn::store::open(url).expect("a store");
     let own: Arc<dyn JournalStore> = opened.journal.clone();
-    let engine = Engine::builder(opened.journal, opened.transcripts).build().expect("an engine");
+    let engine = Engine::builder_with_stores(opened.journal, opened.transcripts).build().expect("an engine");
     // A queued run nobody drives: the bench appends its entries itself.
     let run = engine
         .enqueue_script(

@@ -2,13 +2,13 @@
 //! this program), run by `cargo test` in a fresh directory: a closure workflow on the SQLite
 //! store, run, then resumed by the same engine with nothing paid twice.
 
-use cairn::{AgentOptions, EngineBuilder, ResumeOptions, RunOptions, SqliteOptions, SqliteStore, Workflow};
+use cairn::{AgentOptions, Engine, ResumeOptions, RunOptions, SqliteOptions, SqliteStore, Workflow};
 use std::{path::Path, sync::Arc};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Arc::new(SqliteStore::open(Path::new("runs.db"), SqliteOptions::new())?);
-    let engine = EngineBuilder::new(store).build()?;
+    let engine = Engine::builder(store).build()?;
     let greet = Workflow::new("greet", |ctx, args| async move {
         ctx.agent(&format!("greet {}", args["name"]), AgentOptions::default()).await
     });

@@ -126,7 +126,7 @@ pub(super) fn setup_over(
     model: Option<&str>,
     cassette: Option<&CassetteArgs>,
 ) -> Result<Setup, Error> {
-    let builder = Engine::builder(opened.journal, opened.transcripts);
+    let builder = Engine::builder_with_stores(opened.journal, opened.transcripts);
     let builder = match config.default_budget().map_err(|e| config.locate(e))? {
         Some(ceiling) => builder.default_budget(ceiling),
         None => builder,

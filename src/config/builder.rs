@@ -29,7 +29,7 @@ impl EngineBuilder {
             store::Error::Config(message) => config.locate(Error::config(message)),
             other => Error::internal(format!("cannot open store {url}: {other}")),
         })?;
-        Engine::builder(opened.journal, opened.transcripts).config(config)
+        Engine::builder_with_stores(opened.journal, opened.transcripts).config(config)
     }
 
     /// Wires what `config` declares onto this builder: the default budget, providers (and,

@@ -36,9 +36,29 @@ impl fmt::Debug for EngineBuilder {
 }
 
 impl Engine {
-    /// A builder over the given stores. The echo provider is registered and is the default
-    /// model until another default is set.
-    pub fn builder(journal: Arc<dyn JournalStore>, transcripts: Arc<dyn TranscriptStore>) -> EngineBuilder {
+    /// A builder over one store that keeps both journals and transcripts (every shipped store
+    /// does). The echo provider is registered and is the default model until another default
+    /// is set.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cairn::{Engine, MemoryStore};
+    /// let engine = Engine::builder(Arc::new(MemoryStore::new())).build().unwrap();
+    /// # let _ = engine;
+    /// ```
+    pub fn builder<S>(store: Arc<S>) -> EngineBuilder
+    where
+        S: JournalStore + TranscriptStore + 'static,
+    {
+        Engine::builder_with_stores(store.clone(), store)
+    }
+
+    /// A builder over a journal store and a separate transcript store. The echo provider is
+    /// registered and is the default model until another default is set.
+    pub fn builder_with_stores(
+        journal: Arc<dyn JournalStore>,
+        transcripts: Arc<dyn TranscriptStore>,
+    ) -> EngineBuilder {
         // The built-in echo model answers after a short, model-like latency, so offline demos
         // behave like real runs (a fan-out's branches are all in flight at once, and budget
         // admission does not depend on thread timing). Benchmarks register a zero-latency echo.
@@ -86,7 +106,7 @@ impl Engine {
 
 impl EngineBuilder {
     /// A builder over one store that keeps both journals and transcripts (every shipped store
-    /// does): `EngineBuilder::new(store)` is `Engine::builder(store.clone(), store)`.
+    /// does): the same as [`Engine::builder`].
     ///
     /// ```
     /// use std::sync::Arc;
@@ -98,7 +118,7 @@ impl EngineBuilder {
     where
         S: JournalStore + TranscriptStore + 'static,
     {
-        Engine::builder(store.clone(), store)
+        Engine::builder(store)
     }
 }
 

@@ -44,7 +44,7 @@ impl Engine {
     /// use cairn::{Engine, RunOptions, Script};
     /// let dir = tempfile::tempdir().unwrap();
     /// let opened = cairn::store::open(&format!("sqlite:{}", dir.path().join("c.db").display()))?;
-    /// let engine = Engine::builder(opened.journal, opened.transcripts).build()?;
+    /// let engine = Engine::builder_with_stores(opened.journal, opened.transcripts).build()?;
     /// let run = engine.enqueue_script(&Script::rhai("hello", "agent(\"hi\")"), serde_json::json!({}), RunOptions::default())?;
     /// assert_eq!(engine.journal_store().get_meta(&run)?.unwrap().status, cairn::RunStatus::Queued);
     /// # Ok(()) }
@@ -98,7 +98,7 @@ impl Engine {
     /// use cairn::{CancelOutcome, Engine, RunOptions, RunStatus, Script};
     /// let dir = tempfile::tempdir().unwrap();
     /// let opened = cairn::store::open(&format!("sqlite:{}", dir.path().join("c.db").display()))?;
-    /// let engine = Engine::builder(opened.journal, opened.transcripts).build()?;
+    /// let engine = Engine::builder_with_stores(opened.journal, opened.transcripts).build()?;
     /// let run = engine.enqueue_script(&Script::rhai("hello", "agent(\"hi\")"), serde_json::json!({}), RunOptions::default())?;
     /// assert_eq!(engine.cancel_run(&run)?, CancelOutcome::Cancelled);
     /// assert_eq!(engine.cancel_run(&run)?, CancelOutcome::Settled(RunStatus::Cancelled));

@@ -91,7 +91,7 @@ fn probe_engine(
     let store = probe.inner.clone();
     let provider = Arc::new(Counting { latency_ms, ..Counting::default() });
     let journal = Arc::new(probe);
-    let engine = Engine::builder(journal.clone(), store.clone())
+    let engine = Engine::builder_with_stores(journal.clone(), store.clone())
         .provider(Arc::new(provider.clone()))
         .default_model(ModelRef::parse("test:m").unwrap())
         .retries(0, Duration::from_millis(1))

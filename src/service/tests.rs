@@ -64,7 +64,7 @@ async fn the_run_routes_read_the_journal_page_by_page() {
     inner.append(&run, &raw, None).unwrap();
     inner.put_meta(&crate::store::conformance::fixtures::meta("paged", RunStatus::Ok, 1), None).unwrap();
     let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryStore::new());
-    let engine = crate::Engine::builder(Arc::new(PagesOnly(inner)), transcripts).build().unwrap();
+    let engine = crate::Engine::builder_with_stores(Arc::new(PagesOnly(inner)), transcripts).build().unwrap();
     let app = super::router(engine, super::ServiceOptions::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

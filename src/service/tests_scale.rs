@@ -82,7 +82,7 @@ async fn service() -> (String, Vec<RunMeta>) {
         inner.put_meta(meta, None).unwrap();
     }
     let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryStore::new());
-    let engine = crate::Engine::builder(Arc::new(Bounded(inner)), transcripts).build().unwrap();
+    let engine = crate::Engine::builder_with_stores(Arc::new(Bounded(inner)), transcripts).build().unwrap();
     let app = super::router(engine, super::ServiceOptions::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

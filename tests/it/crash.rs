@@ -234,7 +234,7 @@ fn tool_engine(db: &Path, dir: &Path) -> Engine {
     let store = Arc::new(SqliteStore::open(db, SqliteOptions::new()).unwrap());
     let tool: Arc<dyn cairn::Tool> =
         Arc::new(Boom { marker: dir.join("boom.marker"), parameters: json!({"type": "object"}) });
-    Engine::builder(store.clone(), store)
+    Engine::builder_with_stores(store.clone(), store)
         .provider(Arc::new(ToolModel { log: dir.join("calls.log") }))
         .default_model(cairn::ModelRef::parse("tm:m").unwrap())
         .toolset(cairn::Toolset::new("boom", vec![tool]))
@@ -248,7 +248,7 @@ fn engine(db: &Path, log: &Path, point: Option<&str>) -> Engine {
     let (needles, nth) = point.map(kill_point).unwrap_or_default();
     let journal = Arc::new(KillingStore { inner: store.clone(), needles, nth, seen: Default::default() });
     let provider = Arc::new(LoggingProvider { log: log.to_owned() });
-    Engine::builder(journal, store)
+    Engine::builder_with_stores(journal, store)
         .provider(provider)
         .default_model(cairn::ModelRef::parse("log:m").unwrap())
         .workflow(workflow())

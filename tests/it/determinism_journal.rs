@@ -203,7 +203,7 @@ mod host_crash {
         let store = Arc::new(SqliteStore::open(&dir.join("cairn.db"), SqliteOptions::new()).unwrap());
         let side_log = dir.join("side.log");
         let marker = dir.join("died");
-        Engine::builder(Arc::new(SlowStore(store.clone())), store)
+        Engine::builder_with_stores(Arc::new(SlowStore(store.clone())), store)
             .host_function("side", move |args: Value| {
                 // The side effect: one line per execution, fsynced (it survives the kill).
                 use std::io::Write;

@@ -60,7 +60,7 @@ fn every_hostile_script_is_rejected_or_stopped_in_bounded_time() {
         ..SandboxLimits::STANDARD
     };
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder(store.clone(), store)
+    let engine = Engine::builder_with_stores(store.clone(), store)
         .dialect(Arc::new(RhaiDialect::with_limits(limits)))
         .build()
         .unwrap();
@@ -186,7 +186,7 @@ fn every_hostile_lua_script_is_rejected_or_stopped_in_bounded_time() {
         ..SandboxLimits::STANDARD
     };
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder(store.clone(), store)
+    let engine = Engine::builder_with_stores(store.clone(), store)
         .dialect(Arc::new(cairn::LuaDialect::with_limits(limits)))
         .build()
         .unwrap();

@@ -351,7 +351,7 @@ fn a_driver_that_lost_its_lease_writes_nothing_more() {
     // waiting past it let the driver write before it lost anything).
     let (napping, woken) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
     let (napping_here, woken_here) = (napping.clone(), woken.clone());
-    let engine = Engine::builder(store.clone(), store.clone())
+    let engine = Engine::builder_with_stores(store.clone(), store.clone())
         .host_function("nap", move |_| {
             let (napping, woken) = (napping_here.clone(), woken_here.clone());
             async move {
@@ -405,8 +405,10 @@ fn a_run_dropped_with_its_runtime_stops_renewing_its_lease() {
     use std::sync::Arc;
 
     let store = Arc::new(MemoryStore::new());
-    let engine =
-        Engine::builder(store.clone(), store.clone()).lease_ttl(Duration::from_millis(90)).build().unwrap();
+    let engine = Engine::builder_with_stores(store.clone(), store.clone())
+        .lease_ttl(Duration::from_millis(90))
+        .build()
+        .unwrap();
     let workflow = Workflow::new("dropped", |_ctx, _| async {
         std::future::pending::<()>().await;
         Ok(Value::Null)
@@ -530,7 +532,8 @@ fn a_lease_is_renewed_while_every_worker_of_the_runtime_is_blocked() {
     let renewals = Arc::new(AtomicUsize::new(0));
     let store =
         Arc::new(CountingRenewals { renewals: renewals.clone(), ..CountingRenewals::over(memory.clone()) });
-    let engine = Engine::builder(store, memory).lease_ttl(Duration::from_millis(90)).build().unwrap();
+    let engine =
+        Engine::builder_with_stores(store, memory).lease_ttl(Duration::from_millis(90)).build().unwrap();
     let workflow = Workflow::new("blocked", move |_ctx, _| {
         let renewals = renewals.clone();
         async move {
@@ -566,7 +569,10 @@ fn a_resume_renews_its_lease_while_it_reads_the_journal_back() {
 
     let memory = Arc::new(MemoryStore::with_clock(Arc::new(ManualClock::new(1_000_000))));
     let store = Arc::new(CountingRenewals::over(memory.clone()));
-    let engine = Engine::builder(store.clone(), memory).lease_ttl(Duration::from_millis(90)).build().unwrap();
+    let engine = Engine::builder_with_stores(store.clone(), memory)
+        .lease_ttl(Duration::from_millis(90))
+        .build()
+        .unwrap();
     let workflow = Workflow::new("read back", |ctx, _| async move {
         ctx.agent("first", AgentOptions::default()).await?;
         ctx.agent("second", AgentOptions::default()).await
