@@ -69,16 +69,19 @@ impl Overflow {
 /// # Errors
 /// [`Overflow`] when the request does not fit even so.
 pub(super) fn bound_context(request: &mut ChatRequest, bound: u64) -> Result<u32, Overflow> {
-    let changed = elide(request, bound);
+    // The estimate walks the whole conversation: a request that fits (the common case) is
+    // walked once; one that was cut is walked again, exactly, after the cut.
+    let total = crate::provider::estimate_request_tokens(request);
+    if total <= bound {
+        return Ok(0);
+    }
+    let changed = elide(request, bound, total);
     let tokens = crate::provider::estimate_request_tokens(request);
     if tokens > bound { Err(Overflow { tokens }) } else { Ok(changed) }
 }
 
-fn elide(request: &mut ChatRequest, bound: u64) -> u32 {
-    let mut total = crate::provider::estimate_request_tokens(request);
-    if total <= bound {
-        return 0;
-    }
+/// Elides tool traffic of `request`, whose estimate is `total` (over `bound`).
+fn elide(request: &mut ChatRequest, bound: u64, mut total: u64) -> u32 {
     let mut changed = 0;
     let last = request.messages.len().saturating_sub(1);
     for message in &mut request.messages[..last] {
