@@ -166,6 +166,17 @@ fn an_openai_stream_that_fails_after_its_role_chunk_is_charged_its_prompt() {
 type Answer = fn(&str, u64, u64) -> Served;
 type Providers = fn(&WireServer) -> String;
 
+/// A text answer and a provider config in `dialect`'s wire format, $100/M input and output.
+fn at_100_per_million(dialect: &str) -> (Answer, Providers) {
+    if dialect == "openai" {
+        (openai_text, |w| openai(w.url(), 100.0, 100.0))
+    } else {
+        (anthropic_text, |w| {
+            format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&w.root_url(), 100.0, 100.0))
+        })
+    }
+}
+
 /// #23.4: a 4,000-character Japanese prompt, billed 4,000 tokens ($0.40 at $100/M), was
 /// reserved at four characters a token ($0.10) and admitted under $0.20. The estimate counts
 /// non-ASCII text by its UTF-8 bytes, an upper bound for every supported tokenizer, so the
@@ -174,13 +185,7 @@ type Providers = fn(&WireServer) -> String;
 #[test]
 fn a_japanese_prompt_is_never_reserved_below_its_bill() {
     for dialect in ["openai", "anthropic"] {
-        let (reply, providers): (Answer, Providers) = if dialect == "openai" {
-            (openai_text, |w| openai(w.url(), 100.0, 100.0))
-        } else {
-            (anthropic_text, |w| {
-                format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&w.root_url(), 100.0, 100.0))
-            })
-        };
+        let (reply, providers) = at_100_per_million(dialect);
         let wire = WireServer::start(vec![reply("はい", 4000, 10)]);
         let japanese = "日本語の文章です。".repeat(445);
         assert!(japanese.chars().count() >= 4000);
@@ -221,13 +226,7 @@ fn a_json_prompt_is_never_reserved_below_its_bill() {
     let json = format!("[{}]", rows.join(","));
     assert_eq!(json.len(), 3_928);
     for dialect in ["openai", "anthropic"] {
-        let (reply, providers): (Answer, Providers) = if dialect == "openai" {
-            (openai_text, |w| openai(w.url(), 100.0, 100.0))
-        } else {
-            (anthropic_text, |w| {
-                format!("{}[routing]\ndefault = \"a:big\"\n", anthropic(&w.root_url(), 100.0, 100.0))
-            })
-        };
+        let (reply, providers) = at_100_per_million(dialect);
         let wire = WireServer::start(vec![reply("ok", 1_687, 10)]);
         let dir = project(&providers(&wire), &format!("agent(`{json}`, #{{max_output_tokens: 100}})"));
         let outcome = run(dir.path(), &["--budget", "0.15"]);
