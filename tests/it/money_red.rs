@@ -39,20 +39,7 @@ fn repoint(dir: &std::path::Path, from: &str, to: &str) {
 
 /// `cairn resume ID --json` with `args`: the outcome.
 fn resume(dir: &std::path::Path, id: &str, args: &[&str]) -> Value {
-    let out = cairn_in(dir)
-        .env("CAIRN_WIRE_KEY", "k")
-        .env("CAIRN_LEASE_TTL_MS", "30000")
-        .args(["resume", id, "--json", "-q"])
-        .args(args)
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-        panic!(
-            "no JSON outcome: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    crate::money_wire::outcome_of(dir, &[&["resume", id, "--json", "-q"], args].concat())
 }
 
 /// The provider table of `dialect` (`openai` or `anthropic`) at `wire`, model at `[input,

@@ -42,10 +42,14 @@ pub(crate) fn anthropic(url: &str, input: f64, output: f64) -> String {
 
 /// `cairn run s.rhai --json` with `args`: the outcome.
 pub(crate) fn run(dir: &std::path::Path, args: &[&str]) -> Value {
+    outcome_of(dir, &[&["run", "s.rhai", "-q", "--json"], args].concat())
+}
+
+/// `cairn ARGS` against the wire servers (key set, a 30 s lease): its JSON outcome.
+pub(crate) fn outcome_of(dir: &std::path::Path, args: &[&str]) -> Value {
     let out = cairn_in(dir)
         .env("CAIRN_WIRE_KEY", "k")
         .env("CAIRN_LEASE_TTL_MS", "30000")
-        .args(["run", "s.rhai", "-q", "--json"])
         .args(args)
         .output()
         .unwrap();
