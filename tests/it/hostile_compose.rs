@@ -124,18 +124,7 @@ fn ends_typed_within_bounds(name: &str, source: &str) -> Result<(), TestCaseErro
     std::fs::write(&script, source).unwrap();
     let budget = (64 + 128) << 20;
     let ended = run_bounded(cairn_run(work.path(), &script), Duration::from_secs(60), budget);
-    let stderr = &ended.stderr;
-    let typed = match ended.code {
-        Some(0) => true,
-        Some(1) => stderr.contains("sandbox_limit") || stderr.contains("script_error"),
-        Some(6) => stderr.contains("rejected by lint"),
-        _ => false,
-    };
-    prop_assert!(typed, "exit {:?}: {}\n{}", ended.code, stderr, source);
-    prop_assert!(!stderr.contains("panicked at"), "{}\n{}", stderr, source);
-    prop_assert!(ended.peak <= budget, "peak {} MiB\n{}", ended.peak >> 20, source);
-    prop_assert!(ended.cpu < Duration::from_secs(20), "{:?} of processor\n{}", ended.cpu, source);
-    Ok(())
+    ended.typed_within(budget, true).map_err(|why| TestCaseError::fail(format!("{why}\n{source}")))
 }
 
 proptest! {

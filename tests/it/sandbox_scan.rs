@@ -200,19 +200,7 @@ fn ends_typed_within_bounds(name: &str, source: &str) -> Result<(), TestCaseErro
     std::fs::write(&script, source).unwrap();
     let budget = (MEMORY_MB + OVERHEAD_MB) << 20;
     let ended = run_bounded(cairn_run(work.path(), &script), Duration::from_secs(90), budget);
-    let stderr = &ended.stderr;
-    let typed = match ended.code {
-        Some(0) => true,
-        Some(1) => stderr.contains("sandbox_limit") || stderr.contains("script_error"),
-        _ => false,
-    };
-    prop_assert!(typed, "exit {:?}: {}\n{}", ended.code, stderr, source);
-    prop_assert!(!stderr.contains("panicked at"), "{}\n{}", stderr, source);
-    prop_assert!(ended.peak <= budget, "peak {} MiB\n{}", ended.peak >> 20, source);
-    // Processor time, not wall clock: the machine's other work does not stretch it. Unbounded,
-    // one of these loops took until the 300 s script-time limit.
-    prop_assert!(ended.cpu < Duration::from_secs(20), "{:?} of processor\n{}", ended.cpu, source);
-    Ok(())
+    ended.typed_within(budget, false).map_err(|why| TestCaseError::fail(format!("{why}\n{source}")))
 }
 
 proptest! {

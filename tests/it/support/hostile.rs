@@ -40,6 +40,36 @@ pub(crate) struct Ended {
     pub(crate) cpu: Duration,
 }
 
+impl Ended {
+    /// How a generated hostile script must end: exit 0 with its value, or exit 1 with a typed
+    /// error (or exit 6, refused by lint, when `lint_may_refuse`); no panic on stderr; within
+    /// `memory` bytes and 20 s of processor time (not wall clock: the machine's other work does
+    /// not stretch it; unbounded, such loops ran to the 300 s script-time limit). `Err` says
+    /// which bound it broke.
+    pub(crate) fn typed_within(&self, memory: u64, lint_may_refuse: bool) -> Result<(), String> {
+        let stderr = &self.stderr;
+        let typed = match self.code {
+            Some(0) => true,
+            Some(1) => stderr.contains("sandbox_limit") || stderr.contains("script_error"),
+            Some(6) => lint_may_refuse && stderr.contains("rejected by lint"),
+            _ => false,
+        };
+        if !typed {
+            return Err(format!("exit {:?}: {stderr}", self.code));
+        }
+        if stderr.contains("panicked at") {
+            return Err(stderr.clone());
+        }
+        if self.peak > memory {
+            return Err(format!("peak {} MiB", self.peak >> 20));
+        }
+        if self.cpu >= Duration::from_secs(20) {
+            return Err(format!("{:?} of processor", self.cpu));
+        }
+        Ok(())
+    }
+}
+
 /// Runs `command`, polling the child's VmHWM every few milliseconds (rusage's ru_maxrss would
 /// include this test process's memory at the fork); kills it, and returns `None` for the exit
 /// code, once it passes `time` (wall clock) or `memory`.
