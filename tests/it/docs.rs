@@ -487,14 +487,7 @@ fn the_cli_reference_has_a_section_for_every_subcommand() {
     let bin = assert_cmd::cargo::cargo_bin("cairn");
     let out = std::process::Command::new(&bin).arg("--help").output().unwrap();
     let top = String::from_utf8_lossy(&out.stdout).into_owned();
-    let commands: Vec<String> = top
-        .lines()
-        .skip_while(|line| !line.starts_with("Commands:"))
-        .skip(1)
-        .take_while(|line| line.starts_with("  "))
-        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
-        .filter(|name| name != "help")
-        .collect();
+    let commands = super::newcomer::subcommands(&top);
     assert!(commands.len() >= 16, "{top}");
     let reference =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/cli.md")).unwrap();

@@ -65,19 +65,24 @@ fn completions_cover_the_subcommands() {
     assert_eq!(code, 2, "{stderr}");
 }
 
-/// Every subcommand's help ends with an example and its exit codes.
-#[test]
-fn every_subcommand_help_shows_an_example_and_its_exit_codes() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, top, _) = output(cairn_in(dir.path()).arg("--help"));
-    let commands: Vec<String> = top
+/// The subcommands `cairn --help` lists (but `help`).
+pub(crate) fn subcommands(top_help: &str) -> Vec<String> {
+    top_help
         .lines()
         .skip_while(|line| !line.starts_with("Commands:"))
         .skip(1)
         .take_while(|line| line.starts_with("  "))
         .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
         .filter(|name| name != "help")
-        .collect();
+        .collect()
+}
+
+/// Every subcommand's help ends with an example and its exit codes.
+#[test]
+fn every_subcommand_help_shows_an_example_and_its_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, top, _) = output(cairn_in(dir.path()).arg("--help"));
+    let commands = subcommands(&top);
     assert!(commands.len() >= 16, "{top}");
     for command in commands {
         let (code, help, stderr) = output(cairn_in(dir.path()).args([command.as_str(), "--help"]));
