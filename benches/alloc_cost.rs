@@ -109,7 +109,7 @@ fn run_once(runtime: &tokio::runtime::Runtime, workload: &Workload, counting: bo
     } else {
         EchoProvider::new().with_latency(workload.latency)
     };
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .provider(Arc::new(echo))
         .max_concurrency(1_000)
         .max_spawns(u32::MAX)

@@ -19,7 +19,7 @@ const SCRIPT: &str = include_str!("bound.rhai");
 
 fn bench(c: &mut Criterion) {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store).build().expect("engine");
+    let engine = Engine::builder(store).build().expect("engine");
     let rhai = engine.dialect("rhai").expect("rhai");
     let args = json!({"repos": ["cairn", "rulvar", "pma-core"], "reviewers": ["ana", "bo"], "rounds": 2});
     assert_eq!(

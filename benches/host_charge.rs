@@ -82,7 +82,7 @@ fn run_once(runtime: &tokio::runtime::Runtime, workload: &Workload, charging: bo
     let dir = tempfile::tempdir().expect("tempdir");
     let store =
         Arc::new(SqliteStore::open(&dir.path().join("bench.db"), SqliteOptions::new()).expect("sqlite"));
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .provider(Arc::new(EchoProvider::new()))
         .max_spawns(u32::MAX)
         .build()

@@ -40,7 +40,7 @@ fn overhead(reply: &str, check: &dyn Fn(&str) -> Vec<Diagnostic>) -> usize {
 
 fn bench_planner(c: &mut Criterion) {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store).build().expect("an engine");
+    let engine = Engine::builder(store).build().expect("an engine");
     let dialect = engine.dialect("rhai").expect("the rhai dialect");
     let ctx = context();
     let check = |source: &str| dialect.check(source, &ctx);

@@ -54,11 +54,11 @@ fn engine(place: &Place) -> Engine {
     match place {
         Place::Postgres(url) => {
             let store = Arc::new(PostgresStore::open(url, PostgresOptions::new()).expect("open postgres"));
-            Engine::builder_with_stores(store.clone(), store).build().expect("engine")
+            Engine::builder(store).build().expect("engine")
         }
         Place::Sqlite(path) => {
             let store = Arc::new(SqliteStore::open(path, SqliteOptions::new()).expect("open sqlite"));
-            Engine::builder_with_stores(store.clone(), store).build().expect("engine")
+            Engine::builder(store).build().expect("engine")
         }
     }
 }

@@ -56,7 +56,7 @@ fn engine(store: Arc<SqliteStore>, provider: Arc<dyn Provider>) -> Result<Engine
     prices.set("demo:planner", Price::flat(usd(1.0), usd(4.0)));
     let model = ModelRef::parse("demo:planner").map_err(|e| cairn::Error::config(e.to_string()))?;
     let writer = AgentProfile { description: "Writes clear, short prose.".into(), ..AgentProfile::default() };
-    Engine::builder_with_stores(store.clone(), store)
+    Engine::builder(store)
         .provider(provider)
         .prices(prices)
         .default_model(model)

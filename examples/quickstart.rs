@@ -50,7 +50,7 @@ struct Quickstart {
 /// Runs the digest, then resumes the finished run.
 async fn quickstart(dir: &std::path::Path) -> Result<Quickstart, Box<dyn std::error::Error>> {
     let store = Arc::new(SqliteStore::open(&dir.join("cairn.db"), SqliteOptions::new())?);
-    let engine = Engine::builder_with_stores(store.clone(), store).workflow(digest()).build()?;
+    let engine = Engine::builder(store).workflow(digest()).build()?;
 
     let options = RunOptions { budget_usd: Some(1.0), ..RunOptions::default() };
     let handle = engine.run(&digest(), json!({ "topic": "durable workflows" }), options)?;

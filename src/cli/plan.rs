@@ -117,7 +117,7 @@ fn card_engine(globals: &Globals) -> Result<Engine, Error> {
     // The cards call no model: a provider's API key need not be set.
     let config = setup::load_config(globals)?.keyless();
     let store = Arc::new(crate::store::MemoryStore::new());
-    let builder = Engine::builder_with_stores(store.clone(), store);
+    let builder = Engine::builder(store);
     let (builder, _) = config.apply(builder, None).map_err(|e| config.locate(e))?;
     builder.build()
 }

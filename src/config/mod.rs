@@ -651,7 +651,7 @@ mod tests {
             let parsed = Config::parse(bad);
             let applied = parsed.and_then(|c| {
                 let store = Arc::new(crate::store::MemoryStore::new());
-                c.apply(crate::Engine::builder_with_stores(store.clone(), store), None).map(|_| ())
+                c.apply(crate::Engine::builder(store), None).map(|_| ())
             });
             assert_eq!(applied.unwrap_err().code, ErrorCode::Config, "{bad}");
         }

@@ -93,7 +93,7 @@ pub(super) fn engine_with(
     let mut prices = PriceTable::shipped();
     // $1 per million tokens in and out: 100 in + 10 out = 110,000 nano-USD.
     prices.set("test:m", Price::flat(Money::from_usd(1.0).unwrap(), Money::from_usd(1.0).unwrap()));
-    let builder = Engine::builder_with_stores(store.clone(), store.clone())
+    let builder = Engine::builder(store.clone())
         .provider(Arc::new(provider.clone()))
         .default_model(ModelRef::parse("test:m").unwrap())
         .prices(prices)

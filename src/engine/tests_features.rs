@@ -10,7 +10,7 @@ use crate::{Engine, RunOptions, Script};
 
 fn engine() -> (Arc<MemoryStore>, Engine) {
     let store = Arc::new(MemoryStore::new());
-    (store.clone(), Engine::builder_with_stores(store.clone(), store).build().unwrap())
+    (store.clone(), Engine::builder(store).build().unwrap())
 }
 
 #[cfg(not(feature = "lua"))]

@@ -61,7 +61,7 @@ fn tool_engine(
     version: &'static str,
 ) -> Engine {
     let tool: Arc<dyn crate::agent::Tool> = Arc::new(AddTool::new(calls.clone(), version));
-    Engine::builder_with_stores(store.clone(), store.clone())
+    Engine::builder(store.clone())
         .provider(Arc::new(fake.clone()))
         .default_model(ModelRef::parse("fake:m").unwrap())
         .toolset(crate::agent::Toolset::new("math", vec![tool]))
@@ -194,7 +194,7 @@ async fn retryable_failures_fail_over_to_declared_fallbacks_keeping_the_key() {
     let primary = FakeProvider::named("primary")
         .on_any(FakeScript::error(Error::new(ErrorCode::ProviderUnavailable, "overloaded")));
     let backup = FakeProvider::named("backup").on_any(FakeScript::text("from the backup"));
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
+    let engine = Engine::builder(store.clone())
         .provider(Arc::new(primary.clone()))
         .provider(Arc::new(backup.clone()))
         .default_model(ModelRef::parse("primary:big").unwrap())
@@ -212,7 +212,7 @@ async fn retryable_failures_fail_over_to_declared_fallbacks_keeping_the_key() {
     assert_eq!(journal[1].served_by.as_deref(), Some("backup:small"));
     assert_eq!(journal[1].model.as_deref(), Some("primary:big"));
     // The key is the requested model's: an engine without fallbacks still replays it.
-    let plain = Engine::builder_with_stores(store.clone(), store.clone())
+    let plain = Engine::builder(store.clone())
         .provider(Arc::new(primary.clone()))
         .default_model(ModelRef::parse("primary:big").unwrap())
         .build()
@@ -222,7 +222,7 @@ async fn retryable_failures_fail_over_to_declared_fallbacks_keeping_the_key() {
     // A non-retryable failure does not fail over.
     let filtered =
         FakeProvider::named("primary").on_any(FakeScript::error(Error::new(ErrorCode::ContentFilter, "no")));
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
+    let engine = Engine::builder(store.clone())
         .provider(Arc::new(filtered))
         .provider(Arc::new(backup.clone()))
         .default_model(ModelRef::parse("primary:big").unwrap())

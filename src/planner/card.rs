@@ -22,7 +22,7 @@ use crate::engine::{Described, Engine};
 /// use cairn::{AgentProfile, Engine, MemoryStore};
 ///
 /// let store = Arc::new(MemoryStore::new());
-/// let engine = Engine::builder_with_stores(store.clone(), store)
+/// let engine = Engine::builder(store)
 ///     .profile("researcher", AgentProfile { description: "Finds primary sources.".into(), ..Default::default() })
 ///     .build()
 ///     .unwrap();
@@ -140,7 +140,7 @@ mod tests {
 
     fn engine(reverse: bool) -> Engine {
         let store = Arc::new(MemoryStore::new());
-        let mut builder = Engine::builder_with_stores(store.clone(), store);
+        let mut builder = Engine::builder(store);
         let mut names = vec!["writer", "researcher", "critic"];
         if reverse {
             names.reverse();

@@ -418,7 +418,7 @@ impl PendingVerdict {
 /// let planner = FakeProvider::new()
 ///     .on_any(FakeScript::text("```js\nconst x = await agent('hi');\n```").then_text("```rhai\nagent(\"hi\")\n```"));
 /// let store = Arc::new(MemoryStore::new());
-/// let engine = Engine::builder_with_stores(store.clone(), store)
+/// let engine = Engine::builder(store)
 ///     .provider(Arc::new(planner.clone()))
 ///     .default_model(ModelRef::parse("fake:planner").unwrap())
 ///     .build()

@@ -35,7 +35,7 @@ fn prices() -> crate::model::PriceTable {
 
 fn engine_with(fake: &FakeProvider) -> (Engine, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
+    let engine = Engine::builder(store.clone())
         .provider(Arc::new(fake.clone()))
         .prices(prices())
         .default_model(ModelRef::parse("fake:model").unwrap())
@@ -201,7 +201,7 @@ fn bad_options_are_refused_before_anything_is_dispatched_or_written() {
 #[test]
 fn the_echo_model_as_planner_ends_in_a_typed_rejection() {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store).build().unwrap();
+    let engine = Engine::builder(store).build().unwrap();
     let options = PlanOptions { repair_rounds: 1, ..PlanOptions::default() };
     let error = rt().block_on(plan(&engine, "Compare three storage engines", options)).unwrap_err();
     let PlanError::Rejected(rejection) = error else { panic!("{error:?}") };
@@ -341,7 +341,7 @@ fn any_registered_dialect_plugs_in_through_the_seam() {
     let fake =
         FakeProvider::new().on_any(FakeScript::text("```toy\nbad\n```").then_text("```toy\ngood\n```"));
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .provider(Arc::new(fake.clone()))
         .prices(prices())
         .default_model(ModelRef::parse("fake:model").unwrap())
@@ -380,7 +380,7 @@ fn a_settled_plan_whose_repair_prompt_changed_is_resumed_live_paying_only_the_ch
     );
     let toy = Arc::new(Toy::default());
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .provider(Arc::new(fake.clone()))
         .default_model(ModelRef::parse("fake:model").unwrap())
         .dialect(toy.clone())
@@ -403,7 +403,7 @@ fn a_settled_plan_whose_repair_prompt_changed_is_resumed_live_paying_only_the_ch
 fn engine_with_window(fake: &FakeProvider, window: u64) -> Engine {
     let store = Arc::new(MemoryStore::new());
     let provider = crate::provider::WithContextWindow::new(Arc::new(fake.clone()), window);
-    Engine::builder_with_stores(store.clone(), store)
+    Engine::builder(store)
         .provider(Arc::new(provider))
         .prices(prices())
         .default_model(ModelRef::parse("fake:model").unwrap())
@@ -620,7 +620,7 @@ fn a_draft_whose_stream_keeps_breaking_off_is_tried_once_with_the_compact_card()
 /// [`engine_with`]'s engine, retrying nothing.
 fn engine_without_retries(fake: &FakeProvider) -> Engine {
     let store = Arc::new(MemoryStore::new());
-    Engine::builder_with_stores(store.clone(), store)
+    Engine::builder(store)
         .provider(Arc::new(fake.clone()))
         .prices(prices())
         .default_model(ModelRef::parse("fake:model").unwrap())

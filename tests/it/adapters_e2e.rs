@@ -190,7 +190,7 @@ fn engine_for(adapter: &Adapter, url: &str, calls: &Arc<AtomicU32>) -> Engine {
         calls: calls.clone(),
         parameters: json!({"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}),
     });
-    Engine::builder_with_stores(store.clone(), store)
+    Engine::builder(store)
         .provider((adapter.make)(url))
         .toolset(Toolset::new("weather", vec![tool]))
         .build()

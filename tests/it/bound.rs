@@ -40,7 +40,7 @@ impl Provider for Counting {
 fn engine() -> (Engine, Arc<AtomicUsize>) {
     let requests = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .provider(Arc::new(Counting { inner: EchoProvider::new(), requests: requests.clone() }))
         .max_spawns(100_000)
         .build()

@@ -42,7 +42,7 @@ async fn two_hundred_concurrent_streams_through_one_engine() {
         .await;
     let provider = OpenAiCompatibleProvider::new("local", &format!("{}/v1", server.uri())).unwrap();
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .provider(Arc::new(provider))
         .default_model(cairn::ModelRef::parse("local:m").unwrap())
         .max_concurrency(STREAMS)

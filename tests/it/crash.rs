@@ -234,7 +234,7 @@ fn tool_engine(db: &Path, dir: &Path) -> Engine {
     let store = Arc::new(SqliteStore::open(db, SqliteOptions::new()).unwrap());
     let tool: Arc<dyn cairn::Tool> =
         Arc::new(Boom { marker: dir.join("boom.marker"), parameters: json!({"type": "object"}) });
-    Engine::builder_with_stores(store.clone(), store)
+    Engine::builder(store)
         .provider(Arc::new(ToolModel { log: dir.join("calls.log") }))
         .default_model(cairn::ModelRef::parse("tm:m").unwrap())
         .toolset(cairn::Toolset::new("boom", vec![tool]))

@@ -213,19 +213,18 @@ use cairn::{Engine, ErrorCode, MemoryStore, RunOptions, RunOutcome, RunStatus, S
 pub(crate) fn engine(lint: bool) -> Engine {
     let store = Arc::new(MemoryStore::new());
     let dialect = if lint { RhaiDialect::new() } else { RhaiDialect::new().without_lint() };
-    Engine::builder_with_stores(store.clone(), store)
-        .dialect(Arc::new(dialect))
-        .max_spawns(10_000)
-        .build()
-        .unwrap()
+    Engine::builder(store).dialect(Arc::new(dialect)).max_spawns(10_000).build().unwrap()
 }
 
 pub(crate) fn run_in_process(engine: &Engine, source: &str) -> RunOutcome {
+    drive(engine, &Script::rhai("t", source))
+}
+
+/// Runs `script` on `engine` on a runtime of its own, to its outcome.
+fn drive(engine: &Engine, script: &Script) -> RunOutcome {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let handle = engine
-            .run_script(&Script::rhai("t", source), serde_json::json!({}), RunOptions::default())
-            .unwrap();
+        let handle = engine.run_script(script, serde_json::json!({}), RunOptions::default()).unwrap();
         // A hang, not a slow run: the thread-cap test's 65,536 branches take over a minute
         // on a loaded 2-core machine.
         tokio::time::timeout(Duration::from_secs(180), handle.result()).await.expect("the run hung").unwrap()
@@ -235,18 +234,12 @@ pub(crate) fn run_in_process(engine: &Engine, source: &str) -> RunOutcome {
 /// Runs `source` in `dialect` (`rhai` or `lua`) in process with lint skipped.
 pub(crate) fn run_in_process_dialect(dialect: &str, source: &str) -> RunOutcome {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .dialect(Arc::new(RhaiDialect::new().without_lint()))
         .dialect(Arc::new(cairn::LuaDialect::new().without_lint()))
         .build()
         .unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    runtime.block_on(async {
-        let handle = engine
-            .run_script(&Script::new(dialect, "t", source), serde_json::json!({}), RunOptions::default())
-            .unwrap();
-        tokio::time::timeout(Duration::from_secs(60), handle.result()).await.expect("the run hung").unwrap()
-    })
+    drive(&engine, &Script::new(dialect, "t", source))
 }
 
 /// What a run's ending shows, for comparing runs.
@@ -377,7 +370,7 @@ fn nested_fan_outs_near_the_thread_cap_end_the_same_way_every_run() {
         ..cairn::SandboxLimits::STANDARD
     };
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .dialect(Arc::new(RhaiDialect::with_limits(limits)))
         .max_spawns(10_000)
         .build()
@@ -462,7 +455,7 @@ proptest! {
     fn generated_scripts_are_refused_or_deterministic(statements in prop::collection::vec(statement(), 1..6)) {
         let source = script(statements);
         let store = Arc::new(MemoryStore::new());
-        let engine = Engine::builder_with_stores(store.clone(), store.clone()).build().unwrap();
+        let engine = Engine::builder(store.clone()).build().unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let mut runs = Vec::new();
         for _ in 0..2 {

@@ -40,11 +40,8 @@ fn echo_engine(latency: Duration) -> (Arc<MemoryStore>, Engine, Arc<Mutex<Vec<Th
     let store = Arc::new(MemoryStore::new());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let provider = Threads { inner: EchoProvider::new().with_latency(latency), seen: seen.clone() };
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
-        .provider(Arc::new(provider))
-        .max_spawns(100_000)
-        .build()
-        .unwrap();
+    let engine =
+        Engine::builder(store.clone()).provider(Arc::new(provider)).max_spawns(100_000).build().unwrap();
     (store, engine, seen)
 }
 

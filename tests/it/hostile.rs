@@ -60,10 +60,7 @@ fn every_hostile_script_is_rejected_or_stopped_in_bounded_time() {
         ..SandboxLimits::STANDARD
     };
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store)
-        .dialect(Arc::new(RhaiDialect::with_limits(limits)))
-        .build()
-        .unwrap();
+    let engine = Engine::builder(store).dialect(Arc::new(RhaiDialect::with_limits(limits))).build().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for (name, expect) in CORPUS {
         let source = std::fs::read_to_string(dir.join(format!("{name}.rhai"))).unwrap();
@@ -186,10 +183,8 @@ fn every_hostile_lua_script_is_rejected_or_stopped_in_bounded_time() {
         ..SandboxLimits::STANDARD
     };
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store)
-        .dialect(Arc::new(cairn::LuaDialect::with_limits(limits)))
-        .build()
-        .unwrap();
+    let engine =
+        Engine::builder(store).dialect(Arc::new(cairn::LuaDialect::with_limits(limits))).build().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for (name, path) in lua_corpus() {
         let source = std::fs::read_to_string(&path).unwrap();

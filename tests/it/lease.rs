@@ -351,7 +351,7 @@ fn a_driver_that_lost_its_lease_writes_nothing_more() {
     // waiting past it let the driver write before it lost anything).
     let (napping, woken) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
     let (napping_here, woken_here) = (napping.clone(), woken.clone());
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
+    let engine = Engine::builder(store.clone())
         .host_function("nap", move |_| {
             let (napping, woken) = (napping_here.clone(), woken_here.clone());
             async move {
@@ -405,10 +405,7 @@ fn a_run_dropped_with_its_runtime_stops_renewing_its_lease() {
     use std::sync::Arc;
 
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
-        .lease_ttl(Duration::from_millis(90))
-        .build()
-        .unwrap();
+    let engine = Engine::builder(store.clone()).lease_ttl(Duration::from_millis(90)).build().unwrap();
     let workflow = Workflow::new("dropped", |_ctx, _| async {
         std::future::pending::<()>().await;
         Ok(Value::Null)

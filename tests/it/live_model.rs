@@ -31,7 +31,7 @@ fn engine(url: &str, model: &str) -> Engine {
         cairn::provider::Capabilities { native_schema: true, tools: true, reasoning: false },
     );
     let store = Arc::new(MemoryStore::new());
-    Engine::builder_with_stores(store.clone(), store)
+    Engine::builder(store)
         .provider(Arc::new(provider))
         .default_model(cairn::ModelRef::parse(&format!("local:{model}")).unwrap())
         // A llama.cpp server busy with another test's request answers an incomplete stream

@@ -21,7 +21,7 @@ fn engine() -> Engine {
         max_wall_time: Duration::from_secs(10),
         ..SandboxLimits::STANDARD
     };
-    Engine::builder_with_stores(store.clone(), store)
+    Engine::builder(store)
         .dialect(Arc::new(LuaDialect::with_limits(limits).without_lint()))
         .host_function("add", |args: Value| async move {
             Ok(json!(args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)))

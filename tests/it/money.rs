@@ -24,7 +24,7 @@ fn ten_per_million() -> Price {
 
 fn engine(fake: &FakeProvider, prices: PriceTable) -> Engine {
     let store = Arc::new(MemoryStore::new());
-    Engine::builder_with_stores(store.clone(), store)
+    Engine::builder(store)
         .provider(Arc::new(fake.clone()))
         .prices(prices)
         .retries(0, Duration::from_millis(1))
@@ -248,7 +248,7 @@ fn tool_engine_on(
     dir: &std::path::Path,
     ttl: Duration,
 ) -> Engine {
-    Engine::builder_with_stores(store.clone(), store)
+    Engine::builder(store)
         .provider(Arc::new(fake.clone()))
         .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
         .toolset(cairn::fs_read_toolset(dir).unwrap())
@@ -324,7 +324,7 @@ async fn a_failovers_abandoned_attempt_is_in_the_journaled_usage() {
         }
     }));
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
+    let engine = Engine::builder(store.clone())
         .provider(Arc::new(fake.clone()))
         .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
         .fallbacks(cairn::ModelRef::parse("fake:a").unwrap(), vec![cairn::ModelRef::parse("fake:b").unwrap()])
@@ -410,7 +410,7 @@ fn each_paid_turn_is_charged_once_across_a_failure_a_crash_and_resumes() {
     lease_runs_out(&store, &clock, &run);
     // A new process: same store, new engine.
     phase.store(2, Ordering::SeqCst);
-    let engine2 = Engine::builder_with_stores(store.clone(), store.clone())
+    let engine2 = Engine::builder(store.clone())
         .provider(Arc::new(fake.clone()))
         .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
         .toolset(cairn::fs_read_toolset(dir.path()).unwrap())
@@ -603,7 +603,7 @@ fn an_ask_suspended_turn_is_charged_once_across_a_crash() {
     let clock = ManualClock::new(1_000_000);
     let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
     let build = || {
-        Engine::builder_with_stores(store.clone(), store.clone())
+        Engine::builder(store.clone())
             .provider(Arc::new(fake.clone()))
             .prices(priced("fake:*", Price::flat(usd(1.0), usd(10.0))))
             .toolset(cairn::fs_read_toolset(dir.path()).unwrap())

@@ -251,7 +251,7 @@ impl Harness {
         for (i, model) in MODELS.iter().enumerate() {
             prices.set(model.0, price(i));
         }
-        let mut builder = Engine::builder_with_stores(self.store.clone(), self.store.clone())
+        let mut builder = Engine::builder(self.store.clone())
             .provider(Arc::new(view.anthropic("anth").unwrap()))
             .provider(Arc::new(view.openai_chat("chat").unwrap()))
             .provider(Arc::new(view.openai_responses("resp").unwrap()))

@@ -48,7 +48,7 @@ fn profile(description: &str) -> AgentProfile {
 }
 
 fn engine_on(fake: &FakeProvider, store: Arc<MemoryStore>, prices: Option<PriceTable>) -> Engine {
-    let mut builder = Engine::builder_with_stores(store.clone(), store)
+    let mut builder = Engine::builder(store)
         .provider(Arc::new(fake.clone()))
         .default_model(ModelRef::parse("fake:m").unwrap())
         .profile("researcher", profile("finds facts"))
@@ -571,7 +571,7 @@ fn two_hundred_children_under_one_orchestrator_at_concurrency_twelve() {
     turns.push(tool("await_all", json!({ "handles": handles })));
     turns.push(tool("finish", json!({"result": "all echoed"})));
     let fake = FakeProvider::named("fake").on_label("orchestrator", orchestrator(turns));
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
+    let engine = Engine::builder(store.clone())
         .provider(Arc::new(fake.clone()))
         .default_model(ModelRef::parse("fake:m").unwrap())
         .profile(
@@ -690,7 +690,7 @@ fn live_an_orchestration_by_a_real_model_ends_typed() {
             reasoning: false,
         });
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
+    let engine = Engine::builder(store.clone())
         .provider(Arc::new(provider))
         .default_model(ModelRef::parse(&format!("local:{model}")).unwrap())
         .profile(
@@ -769,7 +769,7 @@ fn an_orchestrator_at_concurrency_one_leaves_its_slot_to_its_children() {
         }),
     );
     let counting = Arc::new(InFlight { inner: fake.clone(), now: Arc::default(), peak: Arc::default() });
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .provider(counting.clone())
         .default_model(ModelRef::parse("fake:m").unwrap())
         .profile("researcher", profile("finds facts"))

@@ -230,7 +230,7 @@ async fn postgres_workers_drain_the_queue_and_suspended_runs_return() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_without_a_queue_refuses_to_enqueue() {
     let store = Arc::new(cairn::MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store).build().unwrap();
+    let engine = Engine::builder(store).build().unwrap();
     let err = engine.enqueue_script(&Script::rhai("s", "1"), json!({}), RunOptions::default()).unwrap_err();
     assert_eq!(err.code, cairn::ErrorCode::Config);
     assert!(Worker::new(engine, WorkerOptions::default()).is_err());
@@ -705,7 +705,7 @@ async fn three_postgres_workers_drain_sixty_quick_runs_in_bounded_time() {
     let Some(url) = fresh_url("many") else { return };
     let open = || {
         let store = Arc::new(PostgresStore::open(&url, PostgresOptions::new()).unwrap());
-        Engine::builder_with_stores(store.clone(), store).build().unwrap()
+        Engine::builder(store).build().unwrap()
     };
     three_workers_drain_many_quick_runs(open, 60).await;
 }
@@ -716,7 +716,7 @@ async fn three_sqlite_workers_drain_sixty_quick_runs_in_bounded_time() {
     let path = dir.path().join("q.db");
     let open = || {
         let store = Arc::new(SqliteStore::open(&path, SqliteOptions::new()).unwrap());
-        Engine::builder_with_stores(store.clone(), store).build().unwrap()
+        Engine::builder(store).build().unwrap()
     };
     three_workers_drain_many_quick_runs(open, 60).await;
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 fn engine() -> (Arc<MemoryStore>, Engine) {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store.clone())
+    let engine = Engine::builder(store.clone())
         .host_function("add", |args: Value| async move {
             Ok(json!(args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)))
         })
@@ -159,7 +159,7 @@ fn a_script_agent_uses_the_fs_read_toolset_and_a_schema() {
         }),
     );
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::builder_with_stores(store.clone(), store)
+    let engine = Engine::builder(store)
         .provider(Arc::new(fake.clone()))
         .toolset(cairn::fs_read_toolset(dir.path()).unwrap())
         .build()

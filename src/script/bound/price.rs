@@ -63,7 +63,7 @@ const CORRECTION_TOKENS: u64 = 256;
 /// ```
 /// use cairn::{CostBound, cost_bound};
 /// let store = std::sync::Arc::new(cairn::MemoryStore::new());
-/// let engine = cairn::Engine::builder_with_stores(store.clone(), store).build().unwrap();
+/// let engine = cairn::Engine::builder(store).build().unwrap();
 /// let rhai = engine.dialect("rhai").unwrap();
 /// let bound = cost_bound(&engine, rhai.as_ref(), r#"for i in 0..3 { agent("hi") }"#, &serde_json::json!({}), None);
 /// assert!(matches!(bound, CostBound::Bounded { max_agent_calls: 3, .. }));

@@ -53,7 +53,7 @@ mod pricing {
 
     fn builder(prices: PriceTable) -> EngineBuilder {
         let store = Arc::new(MemoryStore::new());
-        Engine::builder_with_stores(store.clone(), store).prices(prices)
+        Engine::builder(store).prices(prices)
     }
 
     fn bound(engine: &Engine, source: &str) -> CostBound {

@@ -82,7 +82,7 @@ fn listed_names(block: &str) -> (Vec<String>, Vec<String>) {
 /// Runs `source` through an engine whose Lua dialect skips lint: what the runtime itself has.
 fn runtime_value(source: &str) -> serde_json::Value {
     let store = std::sync::Arc::new(crate::store::MemoryStore::new());
-    let engine = crate::Engine::builder_with_stores(store.clone(), store)
+    let engine = crate::Engine::builder(store)
         .dialect(std::sync::Arc::new(LuaDialect::new().without_lint()))
         .build()
         .expect("an engine");

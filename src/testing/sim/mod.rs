@@ -57,7 +57,7 @@
 //! let mut prices = PriceTable::shipped();
 //! prices.set("anth:claude-sim", price);
 //! let store = Arc::new(MemoryStore::new());
-//! let engine = Engine::builder_with_stores(store.clone(), store)
+//! let engine = Engine::builder(store)
 //!     .provider(Arc::new(sim.anthropic("anth").unwrap()))
 //!     .prices(prices)
 //!     .build()
