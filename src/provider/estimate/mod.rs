@@ -49,7 +49,7 @@ pub(crate) fn text_tokens(text: &str) -> u64 {
 /// The bill of an offline model (echo, the testing fakes) for a request: their tokenizer is
 /// four characters of [`weight`] a token. At least 1. Never above [`request_tokens`].
 pub(crate) fn plain_request_tokens(request: &ChatRequest) -> u64 {
-    tokens_for_chars(request_weight(request, weight, |value| weight(&value.to_string()))).max(1)
+    tokens_for_chars(request_weight(request, weight, json_weight::<Plain>)).max(1)
 }
 
 /// How many bytes of `bytes` are not ASCII. Every streamed delta is weighed (the ledger's
@@ -104,11 +104,45 @@ fn request_weight(
     chars
 }
 
-/// The [`bound_weight`] of `value`'s compact JSON text, counted as it is written instead of
-/// built: a conversation's tool calls are measured before every turn.
-fn json_chars(value: &serde_json::Value) -> usize {
-    struct Count(Pieces);
-    impl std::io::Write for Count {
+/// A text's weight, counted as the text is written.
+trait Weigh {
+    fn start() -> Self;
+    fn feed(&mut self, bytes: &[u8]);
+    fn finish(self) -> usize;
+}
+
+impl Weigh for Pieces {
+    fn start() -> Pieces {
+        Pieces::new()
+    }
+    fn feed(&mut self, bytes: &[u8]) {
+        Pieces::feed(self, bytes);
+    }
+    fn finish(self) -> usize {
+        Pieces::finish(self)
+    }
+}
+
+/// The plain [`weight`]: one per ASCII byte, four per other byte.
+struct Plain(usize);
+
+impl Weigh for Plain {
+    fn start() -> Plain {
+        Plain(0)
+    }
+    fn feed(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len() + 3 * non_ascii_bytes(bytes);
+    }
+    fn finish(self) -> usize {
+        self.0
+    }
+}
+
+/// The weight `W` of `value`'s compact JSON text, counted as it is written instead of built:
+/// a conversation's tool calls are measured before every turn.
+fn json_weight<W: Weigh>(value: &serde_json::Value) -> usize {
+    struct Count<W>(W);
+    impl<W: Weigh> std::io::Write for Count<W> {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
             self.0.feed(bytes);
             Ok(bytes.len())
@@ -117,11 +151,20 @@ fn json_chars(value: &serde_json::Value) -> usize {
             Ok(())
         }
     }
-    let mut count = Count(Pieces::new());
+    let mut count = Count(W::start());
     match serde_json::to_writer(&mut count, value) {
         Ok(()) => count.0.finish(),
-        Err(_) => bound_weight(&value.to_string()),
+        Err(_) => {
+            let mut whole = W::start();
+            whole.feed(value.to_string().as_bytes());
+            whole.finish()
+        }
     }
+}
+
+/// The [`bound_weight`] of `value`'s compact JSON text.
+fn json_chars(value: &serde_json::Value) -> usize {
+    json_weight::<Pieces>(value)
 }
 
 #[cfg(test)]
@@ -176,6 +219,7 @@ mod tests {
             serde_json::json!({}),
         ] {
             assert_eq!(json_chars(&value), bound_weight(&value.to_string()), "{value}");
+            assert_eq!(json_weight::<Plain>(&value), weight(&value.to_string()), "{value}");
         }
     }
 }
