@@ -7,7 +7,8 @@
 //! per token) and is not marked approximate, because echo's usage is its own truth: there is no
 //! other count to be approximately right about. It never calls tools.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -149,15 +150,23 @@ pub fn json_for_schema(schema: &Value) -> Value {
 /// billions of items (`minItems`, nested arrays) or a string of any length (`minLength`), and
 /// echo checks each count before it allocates.
 pub fn try_json_for_schema(schema: &Value) -> Result<Value, crate::Error> {
-    let generator = Generator { root: schema, values: Cell::new(0), text: Cell::new(0) };
+    let generator = Generator {
+        root: schema,
+        values: Cell::new(0),
+        text: Cell::new(0),
+        copied: Cell::new(0),
+        patterns: RefCell::new(HashMap::new()),
+    };
     let value = generator.value(schema, 0, 0);
-    if generator.values.get() > MAX_VALUES || generator.text.get() > MAX_TEXT_BYTES {
+    if generator.spent() {
         return Err(crate::Error::new(
             crate::ErrorCode::SandboxLimit,
             format!(
-                "the echo model generates at most {MAX_VALUES} values and {} KiB of text for a schema; \
-                 this schema asks for more (minItems, minLength or nesting)",
-                MAX_TEXT_BYTES >> 10
+                "the echo model generates at most {MAX_VALUES} values and {} KiB of text for a schema, and \
+                 copies at most {} MiB of it; this schema asks for more (minItems, minLength, nesting, large \
+                 const or enum values, or large schemas merged by allOf, anyOf or oneOf)",
+                MAX_TEXT_BYTES >> 10,
+                MAX_COPIED_BYTES >> 20
             ),
         ));
     }
@@ -168,8 +177,15 @@ struct Generator<'a> {
     root: &'a Value,
     /// Values generated so far; past [`MAX_VALUES`] generation stops.
     values: Cell<usize>,
-    /// Bytes of string text generated so far; past [`MAX_TEXT_BYTES`] generation stops.
+    /// Bytes of text generated so far (strings, and `const` and `enum` values as JSON); past
+    /// [`MAX_TEXT_BYTES`] generation stops.
     text: Cell<usize>,
+    /// Bytes of schema copied so far (the merges of `allOf`, `anyOf` and `oneOf`, each done
+    /// once per value generated from them); past [`MAX_COPIED_BYTES`] generation stops.
+    copied: Cell<usize>,
+    /// Each `pattern` compiled once (`None`: not a pattern the `regex` crate takes, or one
+    /// past its size limit), not once per string generated from it.
+    patterns: RefCell<HashMap<String, Option<regex::Regex>>>,
 }
 
 /// Deep enough for any sensible schema; recursive `$ref`s bottom out here.
@@ -181,11 +197,38 @@ pub const MAX_VALUES: usize = 100_000;
 /// The most bytes of string text echo generates for a schema.
 pub const MAX_TEXT_BYTES: usize = 1 << 20;
 
+/// The most bytes of schema echo copies to merge `allOf`, `anyOf` and `oneOf` branches.
+pub const MAX_COPIED_BYTES: usize = 16 << 20;
+
+/// The largest compiled `pattern` echo tries candidates against (the `regex` crate's size
+/// limit; its default is 10 MiB, and a schema may hold many patterns).
+const MAX_PATTERN_BYTES: usize = 256 << 10;
+
 impl Generator<'_> {
     /// Whether the value's budget is spent (then every further value is `null`, and the caller
     /// reports the overflow).
     fn spent(&self) -> bool {
-        self.values.get() > MAX_VALUES || self.text.get() > MAX_TEXT_BYTES
+        self.values.get() > MAX_VALUES
+            || self.text.get() > MAX_TEXT_BYTES
+            || self.copied.get() > MAX_COPIED_BYTES
+    }
+
+    /// Counts `value` as text about to be copied into the output (a `const` or an `enum`
+    /// option: a 1 MB `const` under `minItems: 100000` asked for 100 GB); whether it still fits.
+    fn copies(&self, value: &Value) -> bool {
+        let room = MAX_TEXT_BYTES.saturating_sub(self.text.get());
+        self.text.set(self.text.get().saturating_add(weight(value, room)));
+        !self.spent()
+    }
+
+    /// Counts copying `schema` to merge it; whether it still fits.
+    fn merges(&self, schema: &Map<String, Value>) -> bool {
+        let room = MAX_COPIED_BYTES.saturating_sub(self.copied.get());
+        let bytes = schema.iter().fold(0usize, |sum, (key, value)| {
+            sum.saturating_add(key.len()).saturating_add(weight(value, room.saturating_sub(sum)))
+        });
+        self.copied.set(self.copied.get().saturating_add(bytes));
+        !self.spent()
     }
 
     /// `variant` distinguishes siblings in an array, so `uniqueItems` holds.
@@ -205,26 +248,38 @@ impl Generator<'_> {
             };
         }
         if let Some(constant) = map.get("const") {
-            return constant.clone();
+            return if self.copies(constant) { constant.clone() } else { Value::Null };
         }
         if let Some(options) = map.get("enum").and_then(Value::as_array).filter(|o| !o.is_empty()) {
-            return options[variant % options.len()].clone();
+            let option = &options[variant % options.len()];
+            return if self.copies(option) { option.clone() } else { Value::Null };
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(first) = map.get(key).and_then(Value::as_array).and_then(|b| b.first()) {
+                if !self.merges(map) || first.as_object().is_some_and(|first| !self.merges(first)) {
+                    return Value::Null;
+                }
                 let merged = merge_siblings(map, key, first);
                 return self.value(&merged, depth + 1, variant);
             }
         }
         if let Some(all) = map.get("allOf").and_then(Value::as_array) {
+            if !self.merges(map) {
+                return Value::Null;
+            }
             let mut merged = map.clone();
             merged.remove("allOf");
             for part in all {
                 let part = match part.get("$ref").and_then(Value::as_str) {
-                    Some(reference) => self.resolve(reference).cloned().unwrap_or(Value::Null),
-                    None => part.clone(),
+                    Some(reference) => self.resolve(reference).unwrap_or(&Value::Null),
+                    None => part,
                 };
-                merge_into(&mut merged, &part);
+                if let Some(part) = part.as_object()
+                    && !self.merges(part)
+                {
+                    return Value::Null;
+                }
+                merge_into(&mut merged, part);
             }
             return self.value(&Value::Object(merged), depth + 1, variant);
         }
@@ -232,7 +287,9 @@ impl Generator<'_> {
             "object" => self.object(map, depth, variant),
             "array" => self.array(map, depth, variant),
             "string" => {
-                let text = string(map, variant, MAX_TEXT_BYTES.saturating_sub(self.text.get()));
+                let pattern = map.get("pattern").and_then(Value::as_str).and_then(|p| self.pattern(p));
+                let text =
+                    string(map, variant, MAX_TEXT_BYTES.saturating_sub(self.text.get()), pattern.as_ref());
                 self.text.set(self.text.get() + text.as_str().map_or(0, str::len).max(1));
                 text
             }
@@ -259,6 +316,23 @@ impl Generator<'_> {
         }
     }
 
+    /// `pattern` compiled, once per schema (see `patterns`).
+    fn pattern(&self, pattern: &str) -> Option<regex::Regex> {
+        let mut patterns = self.patterns.borrow_mut();
+        if let Some(compiled) = patterns.get(pattern) {
+            return compiled.clone();
+        }
+        // Compiling is work in proportion to the pattern, counted as copying it.
+        self.copied.set(self.copied.get().saturating_add(pattern.len()));
+        let compiled = regex::RegexBuilder::new(pattern)
+            .size_limit(MAX_PATTERN_BYTES)
+            .dfa_size_limit(MAX_PATTERN_BYTES)
+            .build()
+            .ok();
+        patterns.insert(pattern.to_owned(), compiled.clone());
+        compiled
+    }
+
     fn resolve(&self, reference: &str) -> Option<&Value> {
         let pointer = reference.strip_prefix('#')?;
         if pointer.is_empty() {
@@ -274,16 +348,13 @@ impl Generator<'_> {
         for (name, schema) in properties {
             object.insert(name.clone(), self.value(schema, depth + 1, variant));
         }
-        let extra = map
-            .get("additionalProperties")
-            .filter(|s| s.is_object())
-            .cloned()
-            .unwrap_or(json!({"type": "string"}));
+        let string_schema = json!({"type": "string"});
+        let extra = map.get("additionalProperties").filter(|s| s.is_object()).unwrap_or(&string_schema);
         for name in
             map.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
         {
             if !object.contains_key(name) {
-                object.insert(name.to_owned(), self.value(&extra, depth + 1, variant));
+                object.insert(name.to_owned(), self.value(extra, depth + 1, variant));
             }
         }
         let min = map.get("minProperties").and_then(Value::as_u64).unwrap_or(0) as usize;
@@ -292,7 +363,7 @@ impl Generator<'_> {
             && map.get("additionalProperties") != Some(&Value::Bool(false))
             && !self.spent()
         {
-            object.insert(format!("extra{n}"), self.value(&extra, depth + 1, n));
+            object.insert(format!("extra{n}"), self.value(extra, depth + 1, n));
             n += 1;
         }
         Value::Object(object)
@@ -309,6 +380,9 @@ impl Generator<'_> {
         let count = wanted.min(max);
         // Reserved only up to what the budget allows: `minItems: 1e10` must not allocate first.
         let mut array = Vec::with_capacity(count.min(MAX_VALUES.saturating_sub(self.values.get()) + 1));
+        // Each item's schema by reference: a copy per item of a 1 MB `items` schema was 100 GB
+        // of copying under `minItems: 100000`.
+        let string_schema = json!({"type": "string"});
         for i in 0..count {
             if self.spent() {
                 // One more value, so the caller sees the overflow even when this is the last.
@@ -316,14 +390,12 @@ impl Generator<'_> {
                 break;
             }
             let schema = match (prefix.and_then(|p| p.get(i)), items) {
-                (Some(schema), _) => schema.clone(),
-                (None, Some(Value::Object(schema))) => Value::Object(schema.clone()),
-                (None, Some(Value::Array(tuple))) => {
-                    tuple.get(i).cloned().unwrap_or(json!({"type": "string"}))
-                }
-                _ => json!({"type": "string"}),
+                (Some(schema), _) => schema,
+                (None, Some(schema @ Value::Object(_))) => schema,
+                (None, Some(Value::Array(tuple))) => tuple.get(i).unwrap_or(&string_schema),
+                _ => &string_schema,
             };
-            array.push(self.value(&schema, depth + 1, variant + i));
+            array.push(self.value(schema, depth + 1, variant + i));
         }
         Value::Array(array)
     }
@@ -365,7 +437,7 @@ fn merge_into(target: &mut Map<String, Value>, part: &Value) {
 
 /// A string for `map`; a `minLength` past `room` bytes gives a string just past `room` (the
 /// caller reports the overflow) instead of building it.
-fn string(map: &Map<String, Value>, variant: usize, room: usize) -> Value {
+fn string(map: &Map<String, Value>, variant: usize, room: usize, pattern: Option<&regex::Regex>) -> Value {
     let format = map.get("format").and_then(Value::as_str);
     let base = match format {
         Some("date-time") => "1970-01-01T00:00:00Z".to_owned(),
@@ -390,15 +462,41 @@ fn string(map: &Map<String, Value>, variant: usize, room: usize) -> Value {
         }
         text
     };
-    if let Some(pattern) = map.get("pattern").and_then(Value::as_str)
-        && let Ok(regex) = regex::Regex::new(pattern)
-    {
+    if let Some(regex) = pattern {
         let candidates = [base.as_str(), "", "a", "A", "0", "abc", "ABC", "123", "a1", "echo-1", "x_1"];
         if let Some(found) = candidates.iter().map(|c| fit(c)).find(|c| regex.is_match(c)) {
             return Value::String(found);
         }
     }
     Value::String(fit(&base))
+}
+
+/// About the bytes `value` takes as JSON, the walk stopping once past `cap`.
+fn weight(value: &Value, cap: usize) -> usize {
+    match value {
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => {
+            let mut sum = 2usize;
+            for item in items {
+                if sum > cap {
+                    break;
+                }
+                sum = sum.saturating_add(weight(item, cap - sum) + 1);
+            }
+            sum
+        }
+        Value::Object(map) => {
+            let mut sum = 2usize;
+            for (key, item) in map {
+                if sum > cap {
+                    break;
+                }
+                sum = sum.saturating_add(key.len() + 4).saturating_add(weight(item, cap - sum));
+            }
+            sum
+        }
+        _ => 8,
+    }
 }
 
 fn bound(map: &Map<String, Value>, key: &str) -> Option<f64> {

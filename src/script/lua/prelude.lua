@@ -218,6 +218,25 @@ do
     if raw_type(v) == "string" then scanned(#v) end
     return pass(tonumber(v, ...))
   end
+  -- Builtins that make or take many values in one call: `table.unpack(t, 1, 900000)` or
+  -- `string.byte(s, 1, 900000)` pushes 900,000 values in one instruction, in a loop a hang the
+  -- budget never saw. Each value is charged as a 16-byte slot copied; an absent end of
+  -- `unpack` is read with rawlen (a __len is not run twice).
+  local VALUE = 16
+  local unpack, byte, char, uchar = table.unpack, string.byte, string.char, utf8.char
+  table.unpack = function(t, i, j, ...)
+    local last = tointeger(j)
+    if last == nil and j == nil and raw_type(t) == "table" then last = raw_rawlen(t) end
+    local count = (last or 0) - (tointeger(i) or 1) + 1
+    if count > 0 then scanned(VALUE * count) end
+    return pass(unpack(t, i, j, ...))
+  end
+  string.byte = function(s, i, ...)
+    scanned(VALUE * span(s, i, (...), tointeger(i) or 1))
+    return pass(byte(s, i, ...))
+  end
+  string.char = function(...) scanned(VALUE * raw_select("#", ...)) return (char(...)) end
+  utf8.char = function(...) scanned(VALUE * raw_select("#", ...)) return (uchar(...)) end
 end
 
 string.format = function(fmt, ...)

@@ -194,7 +194,8 @@ pub(super) fn from_rhai(err: EvalAltResult) -> Error {
             Error::new(ErrorCode::SandboxLimit, format!("the script was terminated{}", at(pos)))
         }),
         EvalAltResult::ErrorRuntime(value, pos) => error_from_token(&value).unwrap_or_else(|| {
-            let thrown = super::text::scrub(&value.to_string()).into_owned();
+            let thrown =
+                super::text::scrub(&super::text::capped(&value, super::text::ERROR_TEXT)).into_owned();
             Error::new(ErrorCode::ScriptError, format!("the script threw {thrown}{}", at(pos)))
         }),
         EvalAltResult::ErrorInFunctionCall(name, _, inner, _) => {
@@ -220,7 +221,10 @@ pub(super) fn from_rhai(err: EvalAltResult) -> Error {
         | EvalAltResult::ErrorDataTooLarge(..)) => {
             Error::new(ErrorCode::SandboxLimit, super::text::scrub(&err.to_string()))
         }
-        other => Error::new(ErrorCode::ScriptError, super::text::scrub(&other.to_string())),
+        other => Error::new(
+            ErrorCode::ScriptError,
+            super::text::scrub(&super::text::capped(&other, super::text::ERROR_TEXT)).into_owned(),
+        ),
     }
 }
 

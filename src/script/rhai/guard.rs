@@ -120,6 +120,28 @@ pub(crate) fn host_work_current(bytes: u64, kept: u64, entries: u64) -> Option<E
     unsafe { &*guard }.host_work(bytes, kept, entries)
 }
 
+/// The memory the current thread's run has room for (its limit less what its script threads
+/// and the host hold for it) and its limit; `None` on a thread that runs no script.
+pub(crate) fn memory_room_current() -> Option<(u64, u64)> {
+    let guard = CURRENT.with(std::cell::Cell::get);
+    if guard.is_null() {
+        return None;
+    }
+    // SAFETY: as in `check_current`.
+    let guard = unsafe { &*guard };
+    Some((guard.memory_room(), guard.max_memory))
+}
+
+/// Latches `error` on the current thread's run (its next operation ends with it); nothing on a
+/// thread that runs no script.
+pub(crate) fn trip_current(error: Error) {
+    let guard = CURRENT.with(std::cell::Cell::get);
+    if !guard.is_null() {
+        // SAFETY: as in `check_current`.
+        unsafe { &*guard }.trip(error);
+    }
+}
+
 /// What every thread of one run checks.
 #[derive(Debug)]
 pub(crate) struct RunGuard {
@@ -269,6 +291,13 @@ impl RunGuard {
             return Some(self.trip(crate::script::host::too_many_entries(self.max_entries)));
         }
         self.memory_check().or_else(|| self.tripped.get().cloned())
+    }
+
+    /// What the run may still hold: its limit less what its script threads hold (when measured)
+    /// and what the host keeps for it.
+    fn memory_room(&self) -> u64 {
+        let held = if self.measured { self.memory.bytes() } else { 0 };
+        self.max_memory.saturating_sub(held.saturating_add(self.host_bytes.load(Ordering::Relaxed)))
     }
 
     /// The operations of a step body a replay served instead of running it, as its journal

@@ -6,6 +6,13 @@
 //! leaves; it refuses a value nested deeper than [`MAX_DEPTH`] levels with a typed
 //! `sandbox_limit` error before going deeper; and every few thousand nodes it checks the run's
 //! bounds (cancellation, the deadline, memory), so a huge value cannot hold the thread.
+//!
+//! Its output is bounded before it is made, as the Lua side's is: a string is shared by every
+//! element that holds it, so 2,000 references to one 4 MB string are a few kilobytes to the
+//! script and 8 GB as JSON, copied leaf by leaf before the next check of the run's memory. Each
+//! string and key is spent from a budget of [`MAX_JSON`] estimated JSON bytes (less when the
+//! run's memory has less room left) before it is copied, and a value past it is a
+//! `sandbox_limit` error.
 
 use ::rhai::Dynamic;
 use serde_json::Value;
@@ -19,19 +26,61 @@ pub(crate) const MAX_DEPTH: usize = 128;
 /// How many nodes pass between checks of the run's bounds.
 const CHECK_EVERY: usize = 4096;
 
+/// What a conversion may produce, in estimated JSON bytes (as in Lua).
+const MAX_JSON: usize = 64 << 20;
+
+/// The estimated JSON bytes of a node besides its text (a number, a bracket, a separator).
+const NODE_BYTES: usize = 8;
+
 /// A script value as JSON; closures and other non-JSON values are refused.
 pub(crate) fn to_json(value: &Dynamic) -> Result<Value, Error> {
-    let mut nodes = 0usize;
-    convert(value, 0, &mut nodes)
+    // What the run's memory has room for bounds a conversion too.
+    let (left, short) = match guard::memory_room_current() {
+        Some((room, max)) if room < MAX_JSON as u64 => (usize::try_from(room).unwrap_or(0), Some(max)),
+        _ => (MAX_JSON, None),
+    };
+    convert(value, 0, &mut Budget { nodes: 0, left, short })
 }
 
-fn convert(value: &Dynamic, depth: usize, nodes: &mut usize) -> Result<Value, Error> {
-    *nodes += 1;
-    if nodes.is_multiple_of(CHECK_EVERY)
+/// What a conversion has done so far.
+struct Budget {
+    nodes: usize,
+    /// Estimated JSON bytes it may still produce.
+    left: usize,
+    /// The run's memory limit, when what it has room for, not [`MAX_JSON`], set the budget.
+    short: Option<u64>,
+}
+
+impl Budget {
+    /// Spends `bytes` of output before they are made.
+    fn spend(&mut self, bytes: usize) -> Result<(), Error> {
+        match self.left.checked_sub(bytes) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => match self.short {
+                Some(max) => Err(crate::script::host::out_of_memory(max)),
+                None => Err(Error::new(
+                    ErrorCode::SandboxLimit,
+                    format!(
+                        "a value is larger than {} MiB as JSON (each reference to a string is a copy of it)",
+                        MAX_JSON >> 20
+                    ),
+                )),
+            },
+        }
+    }
+}
+
+fn convert(value: &Dynamic, depth: usize, budget: &mut Budget) -> Result<Value, Error> {
+    budget.nodes += 1;
+    if budget.nodes.is_multiple_of(CHECK_EVERY)
         && let Some(error) = guard::check_current()
     {
         return Err(error);
     }
+    budget.spend(NODE_BYTES)?;
     if value.is_unit() {
         return Ok(Value::Null);
     }
@@ -50,6 +99,7 @@ fn convert(value: &Dynamic, depth: usize, nodes: &mut usize) -> Result<Value, Er
         return Ok(Value::String(c.to_string()));
     }
     if let Ok(s) = value.as_immutable_string_ref() {
+        budget.spend(s.len())?;
         return Ok(Value::String(s.as_str().to_owned()));
     }
     if value.is_array() || value.is_map() {
@@ -59,14 +109,15 @@ fn convert(value: &Dynamic, depth: usize, nodes: &mut usize) -> Result<Value, Er
         if let Ok(items) = value.as_array_ref() {
             let mut out = Vec::with_capacity(items.len());
             for item in items.iter() {
-                out.push(convert(item, depth + 1, nodes)?);
+                out.push(convert(item, depth + 1, budget)?);
             }
             return Ok(Value::Array(out));
         }
         if let Ok(map) = value.as_map_ref() {
             let mut out = serde_json::Map::with_capacity(map.len());
             for (key, item) in map.iter() {
-                out.insert(key.to_string(), convert(item, depth + 1, nodes)?);
+                budget.spend(key.len())?;
+                out.insert(key.to_string(), convert(item, depth + 1, budget)?);
             }
             return Ok(Value::Object(out));
         }

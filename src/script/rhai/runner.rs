@@ -175,6 +175,8 @@ fn build_engine(shared: &Arc<Shared>) -> Rhai {
     super::builtins::register(&mut engine, shared.limits.max_string_size);
     super::split::register(&mut engine, shared.limits.max_array_size);
     super::scan::register(&mut engine);
+    super::compare::register(&mut engine);
+    super::print::register(&mut engine, shared.limits.max_string_size);
     // The per-evaluation limit is a backstop; the shared counter is the run's budget.
     engine.set_max_operations(0);
     let progress = shared.clone();

@@ -78,6 +78,43 @@ pub(crate) fn caught_names(ast: &AST) -> Vec<String> {
     names
 }
 
+/// The most bytes of a value's text an error message carries (a thrown value's, an index's).
+pub(crate) const ERROR_TEXT: usize = 64 << 10;
+
+/// `value`'s `Display` text cut at `cap` bytes, an ellipsis marking the cut. Formatting stops at
+/// the cap: a thrown array of 2,000 references to one 4 MB string (a few kilobytes to the
+/// script) printed as an 8 GB message.
+pub(crate) fn capped(value: &dyn std::fmt::Display, cap: usize) -> String {
+    struct Capped {
+        text: String,
+        cap: usize,
+        cut: bool,
+    }
+    impl std::fmt::Write for Capped {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let room = self.cap.saturating_sub(self.text.len());
+            if s.len() <= room {
+                self.text.push_str(s);
+                return Ok(());
+            }
+            let mut end = room;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.text.push_str(&s[..end]);
+            self.cut = true;
+            // Stops the formatting: every `Display` passes a writer's error up at once.
+            Err(std::fmt::Error)
+        }
+    }
+    let mut out = Capped { text: String::new(), cap, cut: false };
+    let _ = std::fmt::Write::write_fmt(&mut out, format_args!("{value}"));
+    if out.cut {
+        out.text.push('\u{2026}');
+    }
+    out.text
+}
+
 /// Takes closure names out of `value` if it is an error map Rhai built for a `catch` (an
 /// `error` field naming one of its error kinds, `Error...`): its `function` and `message`
 /// read `<closure>` where they named one. Anything else is left as it is. A value another
@@ -117,6 +154,17 @@ pub(crate) fn is_closure_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capped_text_stops_formatting_at_the_cap() {
+        let long: ImmutableString = "x".repeat(4 << 20).into();
+        let wide: ::rhai::Array = (0..2_000).map(|_| Dynamic::from(long.clone())).collect();
+        let text = capped(&Dynamic::from_array(wide), 100);
+        assert_eq!(text.len(), 100 + '\u{2026}'.len_utf8());
+        assert!(text.starts_with("[\"xxx"), "{text}");
+        assert_eq!(capped(&"short", 100), "short");
+        assert_eq!(capped(&"\u{e9}\u{e9}", 3), "\u{e9}\u{2026}");
+    }
 
     #[test]
     fn scrub_replaces_closure_names_only() {
