@@ -30,6 +30,7 @@ mod hostile;
 mod hostile_cli;
 mod hostile_compose;
 mod hostile_host;
+mod hostile_operators;
 mod inspector;
 mod jcs;
 mod lease;

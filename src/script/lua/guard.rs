@@ -148,8 +148,10 @@ impl Guard {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
                 format!(
-                    "the script ran longer than its wall-clock limit of {:.1} s (time spent waiting for \
-                     model calls and other engine work is not counted); do less work in the script",
+                    "the script ran longer than its script-time limit of {:.1} s (time spent waiting for \
+                     model calls and other engine work is not counted; comparing, indexing or \
+                     switching on long strings takes time the operation budget does not see); do less \
+                     work in the script",
                     self.max_wall_time.as_secs_f64()
                 ),
             )));

@@ -1,5 +1,5 @@
 //! The run's bounds, checked on every Rhai operation of every thread of a run: the operation
-//! budget, the memory limit, the wall-clock limit and cancellation, plus a latch that ends the
+//! budget, the memory limit, the script-time limit and cancellation, plus a latch that ends the
 //! whole run once any thread hits a sandbox error (so a violation inside a pipeline stage whose
 //! errors are dropped still ends the run).
 
@@ -337,8 +337,10 @@ impl RunGuard {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
                 format!(
-                    "the script ran longer than its wall-clock limit of {:.1} s (time spent waiting for \
-                     model calls and other engine work is not counted); do less work in the script",
+                    "the script ran longer than its script-time limit of {:.1} s (time spent waiting for \
+                     model calls and other engine work is not counted; comparing, indexing or \
+                     switching on long strings takes time the operation budget does not see); do less \
+                     work in the script",
                     self.max_wall_time.as_secs_f64()
                 ),
             )));
