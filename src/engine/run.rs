@@ -68,6 +68,8 @@ pub(crate) struct RunState {
     pub(super) before: Option<super::before::Before>,
     /// Set once admission, a guard or a cut stops work for lack of budget.
     pub(crate) exhausted: AtomicBool,
+    /// Set once the script-time limit stopped the script (`script_clock`).
+    pub(super) script_time_tripped: AtomicBool,
     dropped: Mutex<Vec<Dropped>>,
     /// Threads of control that can make progress, and the open external waits.
     liveness: Liveness,
@@ -190,6 +192,7 @@ impl RunState {
             reproduce: segment.dry_run && segment.reproduce,
             before: segment.before,
             exhausted: AtomicBool::new(false),
+            script_time_tripped: AtomicBool::new(false),
             dropped: Mutex::new(Vec::new()),
             liveness: Liveness::new(),
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),

@@ -23,6 +23,7 @@ pub(crate) mod source;
 mod suggest;
 #[cfg(test)]
 mod tests;
+pub(crate) mod time_limit;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;

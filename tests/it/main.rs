@@ -53,6 +53,7 @@ mod planner;
 mod postgres;
 mod provider;
 mod queue;
+mod replay_clock;
 mod resume_budget;
 mod resume_explain;
 mod runs_paging;

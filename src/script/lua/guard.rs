@@ -26,7 +26,7 @@ pub(super) struct Guard {
     total: Cell<Duration>,
     /// Since when the script has been running (while it runs, not while it waits).
     since: Cell<Option<Instant>>,
-    max_wall_time: Duration,
+    time: crate::script::time_limit::TimeLimit,
     pub(super) max_memory: u64,
     cancel: CancellationToken,
     tripped: OnceCell<Error>,
@@ -46,13 +46,19 @@ pub(super) struct Guard {
 }
 
 impl Guard {
-    pub(super) fn new(limits: &SandboxLimits, cancel: CancellationToken) -> Guard {
+    /// The guard of a run's script; `clock` is the run's handle for the script-time limit
+    /// (`None` where no run stands behind the script).
+    pub(super) fn new(
+        limits: &SandboxLimits,
+        cancel: CancellationToken,
+        clock: Option<crate::engine::ScriptClock>,
+    ) -> Guard {
         Guard {
             operations: Cell::new(0),
             max_operations: limits.max_operations,
             total: Cell::new(Duration::ZERO),
             since: Cell::new(None),
-            max_wall_time: limits.max_wall_time,
+            time: crate::script::time_limit::TimeLimit::new(limits.max_wall_time, clock),
             max_memory: limits.max_memory,
             cancel,
             tripped: OnceCell::new(),
@@ -144,17 +150,16 @@ impl Guard {
         if self.cancel.is_cancelled() {
             return Some(Error::new(ErrorCode::Cancelled, "the run was stopped"));
         }
-        if self.script_time() > self.max_wall_time {
-            return Some(self.trip(Error::new(
-                ErrorCode::SandboxLimit,
-                format!(
-                    "the script ran longer than its script-time limit of {:.1} s (time spent waiting for \
-                     model calls and other engine work is not counted; comparing, indexing or \
-                     switching on long strings takes time the operation budget does not see); do less \
-                     work in the script",
-                    self.max_wall_time.as_secs_f64()
-                ),
-            )));
+        if let Some(error) = self.time.check(self.script_time()) {
+            let mut ours = false;
+            let latched = self.tripped.get_or_init(|| {
+                ours = true;
+                error
+            });
+            if ours {
+                self.time.stopped();
+            }
+            return Some(latched.clone());
         }
         None
     }

@@ -168,7 +168,7 @@ fn execute(
 ) -> Result<Value, Error> {
     let setup = |e: mlua::Error| Error::internal(format!("cannot set up the Lua sandbox: {e}"));
     let (lua, internals, hidden) = sandbox::open().map_err(setup)?;
-    let guard = Rc::new(Guard::new(&limits, ctx.cancel.clone()));
+    let guard = Rc::new(Guard::new(&limits, ctx.cancel.clone(), Some(ctx.script_clock())));
     // What this thread allocates from here on is the script's work (see `Guard::memory`).
     let _allocations = guard.memory.enter();
     let shared =

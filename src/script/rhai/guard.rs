@@ -11,8 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::sandbox::SandboxLimits;
 use crate::alloc::{CountingAlloc, MemoryAccount};
-use crate::engine::StepOps;
+use crate::engine::{ScriptClock, StepOps};
 use crate::error::{Error, ErrorCode};
+use crate::script::time_limit::TimeLimit;
 
 /// How many operations pass between reads of the clock and the cancellation token.
 const SLOW_CHECK_EVERY: u64 = 64;
@@ -133,7 +134,7 @@ pub(crate) struct RunGuard {
     /// Nanoseconds the run's threads have spent running script code (waits for the engine
     /// excluded), all threads together.
     clock: Mutex<ActiveClock>,
-    max_wall_time: Duration,
+    time: TimeLimit,
     cancel: CancellationToken,
     tripped: OnceLock<Error>,
     /// Host memory the script's engine calls keep for the rest of the run (journal entries,
@@ -146,7 +147,13 @@ pub(crate) struct RunGuard {
 }
 
 impl RunGuard {
-    pub(crate) fn new(limits: &SandboxLimits, cancel: CancellationToken) -> RunGuard {
+    /// The guard of a run's script; `clock` is the run's handle for the script-time limit
+    /// (`None` where no run stands behind the script).
+    pub(crate) fn new(
+        limits: &SandboxLimits,
+        cancel: CancellationToken,
+        clock: Option<ScriptClock>,
+    ) -> RunGuard {
         RunGuard {
             operations: AtomicU64::new(0),
             max_operations: limits.max_operations,
@@ -155,7 +162,7 @@ impl RunGuard {
             max_allocations: limits.max_allocations,
             measured: CountingAlloc::is_installed(),
             clock: Mutex::new(ActiveClock::default()),
-            max_wall_time: limits.max_wall_time,
+            time: TimeLimit::new(limits.max_wall_time, clock),
             cancel,
             tripped: OnceLock::new(),
             host_bytes: AtomicU64::new(0),
@@ -333,17 +340,16 @@ impl RunGuard {
         if self.cancel.is_cancelled() {
             return Some(Error::new(ErrorCode::Cancelled, "the run was stopped"));
         }
-        if self.script_time() > self.max_wall_time {
-            return Some(self.trip(Error::new(
-                ErrorCode::SandboxLimit,
-                format!(
-                    "the script ran longer than its script-time limit of {:.1} s (time spent waiting for \
-                     model calls and other engine work is not counted; comparing, indexing or \
-                     switching on long strings takes time the operation budget does not see); do less \
-                     work in the script",
-                    self.max_wall_time.as_secs_f64()
-                ),
-            )));
+        if let Some(error) = self.time.check(self.script_time()) {
+            let mut ours = false;
+            let latched = self.tripped.get_or_init(|| {
+                ours = true;
+                error
+            });
+            if ours {
+                self.time.stopped();
+            }
+            return Some(latched.clone());
         }
         self.tripped.get().cloned()
     }

@@ -136,7 +136,7 @@ fn execute(
 ) -> Result<Value, Error> {
     let shared = Arc::new(Shared {
         handle,
-        guard: super::guard::RunGuard::new(&limits, cancel),
+        guard: super::guard::RunGuard::new(&limits, cancel, Some(ctx.script_clock())),
         limits,
         closure_params: super::isolate::ClosureParams::of(ast),
         shapes: super::defer::Shapes::of(ast),
