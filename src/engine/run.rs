@@ -70,6 +70,8 @@ pub(crate) struct RunState {
     pub(crate) exhausted: AtomicBool,
     /// Set once the script-time limit stopped the script (`script_clock`).
     pub(super) script_time_tripped: AtomicBool,
+    /// The bounds every script of the segment shares, child workflows' included.
+    pub(super) sandbox: Arc<crate::script::run_sandbox::RunSandbox>,
     dropped: Mutex<Vec<Dropped>>,
     /// Threads of control that can make progress, and the open external waits.
     liveness: Liveness,
@@ -193,6 +195,7 @@ impl RunState {
             before: segment.before,
             exhausted: AtomicBool::new(false),
             script_time_tripped: AtomicBool::new(false),
+            sandbox: Arc::new(crate::script::run_sandbox::RunSandbox::new()),
             dropped: Mutex::new(Vec::new()),
             liveness: Liveness::new(),
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),

@@ -71,4 +71,35 @@ impl Ctx {
     pub(crate) fn script_clock(&self) -> ScriptClock {
         ScriptClock { run: self.run.clone() }
     }
+
+    /// The share of the run's script threads a script starting in this context holds: the
+    /// run's own script holds its context's (the whole budget); a child workflow's script
+    /// thread is one more of the run's threads, so it takes one from the share its caller
+    /// held and holds the rest (a workflow written in Rust starts no thread and takes none).
+    ///
+    /// # Errors
+    /// `sandbox_limit` when the caller's share is used up.
+    pub(crate) fn script_threads(&self) -> Result<usize, crate::error::Error> {
+        let max = crate::script::run_sandbox::MAX_RUN_THREADS;
+        let share = self.threads.unwrap_or(max);
+        if self.depth == 0 {
+            return Ok(share);
+        }
+        share.checked_sub(1).ok_or_else(|| {
+            crate::error::Error::new(
+                crate::error::ErrorCode::SandboxLimit,
+                format!(
+                    "no script thread left for this child workflow: the run's {max} threads are shared by \
+                     its fan-outs and child workflows, and the share of the branch that called it is used \
+                     up; give the fan-outs around the call a smaller concurrency"
+                ),
+            )
+        })
+    }
+
+    /// The bounds every script of this context's run shares (a child workflow's script runs
+    /// within its caller's).
+    pub(crate) fn run_sandbox(&self) -> Arc<crate::script::run_sandbox::RunSandbox> {
+        self.run.sandbox.clone()
+    }
 }

@@ -18,6 +18,7 @@ pub(crate) mod host;
 pub(crate) mod lua;
 pub(crate) mod options;
 pub(crate) mod rhai;
+pub(crate) mod run_sandbox;
 mod schema_check;
 pub(crate) mod source;
 mod suggest;

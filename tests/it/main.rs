@@ -27,6 +27,7 @@ mod fanout_scale;
 mod features;
 mod finish_reason;
 mod hostile;
+mod hostile_children;
 mod hostile_cli;
 mod hostile_compose;
 mod hostile_host;
