@@ -233,8 +233,8 @@ impl Ctx {
         results
     }
 
-    /// The script threads each of `branches` branches may start: this scope's share divided
-    /// evenly (for child workflows' script threads, and nested fan-outs in a dialect whose
+    /// The script threads each of `branches` branches running at once (the fan-out's size or
+    /// its concurrency) may start: this scope's share divided evenly (for child workflows' script threads, and nested fan-outs in a dialect whose
     /// branches are not threads). A Rhai branch thread holds what its fan-out's grant gave it
     /// instead (`script::rhai::threads`).
     fn branch_threads(&self, branches: usize) -> usize {
@@ -290,7 +290,7 @@ impl Ctx {
             None
         };
         let turns = Turns::new(total, self.account);
-        let share = self.branch_threads(total);
+        let share = self.branch_threads(total.min(opts.concurrency.unwrap_or(total)));
         let runs: Vec<_> = branches
             .into_iter()
             .enumerate()
@@ -462,7 +462,7 @@ impl Ctx {
         let group = self.cancel.child_token();
         let stages = Arc::new(stages);
         let turns = Turns::new(items.len(), self.account);
-        let share = self.branch_threads(items.len());
+        let share = self.branch_threads(items.len().min(opts.concurrency.unwrap_or(items.len())));
         let runs: Vec<_> = items
             .into_iter()
             .enumerate()
