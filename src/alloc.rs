@@ -202,7 +202,12 @@ impl MemoryAccount {
     /// A new account holding nothing whose changes in bytes held are also added to `run`,
     /// the count of what all the scripts of one run hold.
     pub(crate) fn within(run: std::sync::Arc<AtomicI64>) -> MemoryAccount {
-        MemoryAccount { run: Some(run), ..MemoryAccount::default() }
+        MemoryAccount {
+            bytes: AtomicI64::new(0),
+            allocations: AtomicU64::new(0),
+            allocated: AtomicU64::new(0),
+            run: Some(run),
+        }
     }
 
     /// Adds a change of bytes held (never allocates: the allocator calls it).
@@ -244,6 +249,17 @@ impl MemoryAccount {
         let previous = ACCOUNT.with(|slot| slot.replace(std::ptr::null()));
         flush(previous);
         AccountGuard { previous, _account: std::marker::PhantomData }
+    }
+}
+
+impl Drop for MemoryAccount {
+    /// A script that ends takes back from its run what it still counted as held (memory it
+    /// allocated and the engine frees elsewhere stays charged to it, and must not stay charged
+    /// to the run after it).
+    fn drop(&mut self) {
+        if let Some(run) = &self.run {
+            run.fetch_sub(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
     }
 }
 

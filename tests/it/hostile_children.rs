@@ -56,6 +56,7 @@ fn work(config: &str) -> tempfile::TempDir {
         ("tree_rhai.rhai", TREE_RHAI),
         ("tree_lua.lua", TREE_LUA),
         ("small.rhai", "41 + 1\n"),
+        ("big_result.rhai", "let s = \"0123456789abcdef\";\nwhile s.len() < 1000000 { s += s; }\ns\n"),
     ] {
         std::fs::write(dir.join("workflows").join(name), source).unwrap();
     }
@@ -121,7 +122,7 @@ fn children_calling_children_share_the_runs_threads_and_end_typed() {
 
 #[test]
 fn ordinary_fan_outs_of_children_still_finish() {
-    let work = work(&format!("[sandbox]\nmemory_mb = {MEMORY_LIMIT_MB}\n"));
+    let work = work(&format!("[sandbox]\nmemory_mb = {MEMORY_LIMIT_MB}\nmax_operations = 500000000\n"));
     let dir = work.path();
     let cases = [
         (
@@ -135,6 +136,13 @@ fn ordinary_fan_outs_of_children_still_finish() {
         (
             "two_holders.rhai",
             "[workflow(\"holder_rhai\", #{}, #{key: \"a\"}), workflow(\"holder_lua\", #{}, #{key: \"b\"})]\n",
+        ),
+        // A hundred children one after another, each handing back 1 MiB (100 MiB in all, the
+        // run's limit 64 MiB; the budget raised for the bytes the parent is charged for them):
+        // what a finished child held is the run's no longer.
+        (
+            "one_after_another.rhai",
+            "let n = 0;\nfor i in 0..100 { n += workflow(\"big_result\", #{}, #{key: `b${i}`}).len(); }\nn\n",
         ),
     ];
     let failures: Vec<String> =
