@@ -33,6 +33,7 @@ mod hostile_host;
 mod inspector;
 mod jcs;
 mod lease;
+mod lease_lapse;
 mod lint;
 mod live_model;
 mod lua;
