@@ -619,6 +619,15 @@ impl RunState {
         }
     }
 
+    /// Resolves once this segment may send a model request: its lease is surely still its
+    /// own (`lease::Keeper::dispatchable`). A driver whose lease lapsed sends nothing more.
+    ///
+    /// # Errors
+    /// `run_busy` once the lease is lost or no longer kept.
+    pub(crate) async fn dispatchable(&self) -> Result<(), Error> {
+        self.keeper.dispatchable(&self.engine.clock).await
+    }
+
     /// Stops keeping the lease and gives it up: the run is free for the next driver.
     pub(super) fn release_lease(&self) {
         self.keeper.stop();

@@ -35,6 +35,7 @@ mod hostile_operators;
 mod inspector;
 mod jcs;
 mod lease;
+mod lease_lapse;
 mod lint;
 mod live_model;
 mod lua;
