@@ -220,6 +220,7 @@ impl MemoryAccount {
     }
 
     /// The bytes charged and not yet freed (never below zero).
+    #[cfg_attr(not(feature = "lua"), allow(dead_code))] // read by the Lua guard
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed).max(0) as u64
     }

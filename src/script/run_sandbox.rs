@@ -50,6 +50,7 @@ pub(crate) struct RunSandbox {
     tripped: OnceLock<Error>,
     /// Lua states of the run alive now: what the run has free is divided among them, since
     /// one Lua instruction can take a whole state's limit at once (`lua/guard.rs`).
+    #[cfg(feature = "lua")]
     lua_states: std::sync::atomic::AtomicUsize,
 }
 
@@ -113,16 +114,19 @@ impl RunSandbox {
     }
 
     /// One more Lua state lives in the run.
+    #[cfg(feature = "lua")]
     pub(crate) fn lua_started(&self) {
         self.lua_states.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One Lua state fewer.
+    #[cfg(feature = "lua")]
     pub(crate) fn lua_ended(&self) {
         let _ = self.lua_states.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     /// The Lua states alive in the run.
+    #[cfg(feature = "lua")]
     pub(crate) fn lua_states(&self) -> usize {
         self.lua_states.load(Ordering::Relaxed)
     }
