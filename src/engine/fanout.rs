@@ -234,9 +234,10 @@ impl Ctx {
     }
 
     /// The script threads each of `branches` branches running at once (the fan-out's size or
-    /// its concurrency) may start: this scope's share divided evenly (for child workflows' script threads, and nested fan-outs in a dialect whose
-    /// branches are not threads). A Rhai branch thread holds what its fan-out's grant gave it
-    /// instead (`script::rhai::threads`).
+    /// its concurrency) may start: this scope's share divided evenly (for child workflows'
+    /// script threads, and nested fan-outs in a dialect whose branches are not threads). A
+    /// Rhai branch thread holds what its fan-out's grant gave it instead
+    /// (`script::rhai::threads`).
     fn branch_threads(&self, branches: usize) -> usize {
         self.threads.unwrap_or(crate::script::run_sandbox::MAX_RUN_THREADS) / branches.max(1)
     }
