@@ -139,9 +139,18 @@ async fn every_error_is_json_and_races_and_waits_get_their_codes() {
     let submissions = (0..8).map(|_| {
         server.submit(json!({ "source": "let r = await_external(\"approve\");\nr", "run_id": run_id }))
     });
-    let codes: Vec<u16> = futures::future::join_all(submissions).await.into_iter().map(|(c, _)| c).collect();
+    let answers = futures::future::join_all(submissions).await;
+    let codes: Vec<u16> = answers.iter().map(|(c, _)| *c).collect();
     assert_eq!(codes.iter().filter(|c| **c == 202).count(), 1, "{codes:?}");
     assert!(codes.iter().all(|c| *c == 202 || *c == 409), "{codes:?}");
+    // Each loser is told which run exists.
+    for (_, body) in answers.iter().filter(|(c, _)| *c == 409) {
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("run raced-run already exists"), "{body}");
+    }
+    // So is a submission of the run id once it is queued.
+    let (code, body) = server.submit(json!({ "source": "1", "run_id": run_id })).await;
+    assert_eq!((code, body["message"].as_str()), (409, Some("run raced-run already exists")), "{body}");
     server.wait_for(run_id, "suspended").await;
     let r = server
         .request(reqwest::Method::GET, &format!("/v1/runs/{run_id}/events"))
