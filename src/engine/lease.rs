@@ -83,11 +83,25 @@ fn busy(run: &RunId, detail: &str, ttl: Duration) -> Error {
 /// # Errors
 /// `run_busy` while another driver holds it; the store's failure otherwise.
 pub(crate) fn acquire(engine: &EngineInner, run: &RunId) -> Result<Option<Lease>, Error> {
+    acquire_for(engine, run, engine.lease_ttl)
+}
+
+/// How long a run's lease lasts while a submission writes the run (its inputs, meta and
+/// queue row), however short the engine's driver lease: nothing renews it meanwhile, and a
+/// submission whose writes outlast its lease is refused by the store's fence. Holding it long
+/// costs nothing: nobody drives a run before its submission put it in the queue.
+pub(crate) const SUBMISSION_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// Takes the run's lease for `ttl`, as [`acquire`] does.
+///
+/// # Errors
+/// As [`acquire`].
+pub(crate) fn acquire_for(engine: &EngineInner, run: &RunId, ttl: Duration) -> Result<Option<Lease>, Error> {
     let Some(leases) = engine.journal.leases() else { return Ok(None) };
     let owner = owner();
     let started = Instant::now();
     loop {
-        match leases.acquire(run, &owner, engine.lease_ttl) {
+        match leases.acquire(run, &owner, ttl) {
             Ok(lease) => return Ok(Some(lease)),
             // A `cairn resolve` holds the lease for a moment: give it that moment.
             Err(store::Error::LeaseHeld { .. }) if started.elapsed() < BRIEF_HOLD => {
@@ -99,7 +113,7 @@ pub(crate) fn acquire(engine: &EngineInner, run: &RunId) -> Result<Option<Lease>
                 if let Ok(Some(holder)) = leases.holder(run)
                     && is_dead(&holder.owner)
                 {
-                    match leases.take_over(&holder, &owner, engine.lease_ttl) {
+                    match leases.take_over(&holder, &owner, ttl) {
                         Ok(lease) => return Ok(Some(lease)),
                         Err(store::Error::LeaseHeld { .. }) => {}
                         Err(other) => return Err(other.into()),

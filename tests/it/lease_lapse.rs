@@ -115,3 +115,91 @@ async fn on_postgres_a_driver_whose_lease_lapsed_sends_no_request() {
     })
     .await;
 }
+
+/// A transcript store whose writes take `delay_ms` by the shared clock: a store slowed down
+/// under load, as a submission sees it between taking the run's lease and writing its meta.
+#[derive(Debug)]
+struct SlowBlobs {
+    inner: Arc<dyn TranscriptStore>,
+    clock: ManualClock,
+    delay_ms: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl TranscriptStore for SlowBlobs {
+    fn put(&self, blob_ref: &str, blob: &[u8]) -> cairn::store::Result<()> {
+        self.clock.advance(self.delay_ms.load(std::sync::atomic::Ordering::SeqCst));
+        self.inner.put(blob_ref, blob)
+    }
+    fn get(&self, blob_ref: &str) -> cairn::store::Result<Option<Vec<u8>>> {
+        self.inner.get(blob_ref)
+    }
+    fn list(&self, run: &RunId) -> cairn::store::Result<Vec<String>> {
+        self.inner.list(run)
+    }
+    fn delete(&self, blob_ref: &str) -> cairn::store::Result<()> {
+        self.inner.delete(blob_ref)
+    }
+}
+
+/// A submission whose writes outlast the engine's (driver) lease is queued: its lease is sized
+/// for the submission. One whose writes outlast even that is refused `store_io` (retryable,
+/// naming the run), never `run_busy` (which the service answered "run  already exists", with
+/// no id), and the same submission is queued when sent again. A second submission of a queued
+/// run id is still refused as existing.
+fn a_slow_submission_is_queued(open: &dyn Fn(&ManualClock) -> Stores) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let (journal, blobs) = open(&clock);
+    let delay_ms = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let slow = Arc::new(SlowBlobs { inner: blobs, clock: clock.clone(), delay_ms: delay_ms.clone() });
+    // The driver lease of the test that saw the false 409 (`CAIRN_LEASE_TTL_MS=1500`).
+    let engine = Engine::builder_with_stores(journal, slow)
+        .clock(Arc::new(clock.clone()))
+        .lease_ttl(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    let script = cairn::Script::rhai("slow", "40 + 2");
+    let queued = |run: &RunId| engine.journal_store().get_meta(run).unwrap().map(|meta| meta.status);
+
+    // Each of the two blob writes takes twice the driver lease.
+    delay_ms.store(3_000, std::sync::atomic::Ordering::SeqCst);
+    let run = engine.enqueue_script(&script, json!({}), RunOptions::default()).unwrap();
+    assert_eq!(queued(&run), Some(RunStatus::Queued));
+
+    // Each takes 20 s: the submission's 30 s lease lapses before the meta is written.
+    delay_ms.store(20_000, std::sync::atomic::Ordering::SeqCst);
+    let asked = RunId::parse("slow-store").unwrap();
+    let options = RunOptions { run_id: Some(asked.clone()), ..RunOptions::default() };
+    let refused = engine.enqueue_script(&script, json!({}), options.clone()).unwrap_err();
+    assert_eq!(refused.code, cairn::ErrorCode::StoreIo, "{refused:?}");
+    assert!(refused.message.contains("run slow-store"), "{refused:?}");
+    assert_eq!(queued(&asked), None, "a refused submission left a meta");
+
+    // Sent again once the store is fast: queued; sent once more: it exists.
+    delay_ms.store(0, std::sync::atomic::Ordering::SeqCst);
+    engine.enqueue_script(&script, json!({}), options.clone()).unwrap();
+    assert_eq!(queued(&asked), Some(RunStatus::Queued));
+    let again = engine.enqueue_script(&script, json!({}), options).unwrap_err();
+    assert_eq!(again.code, cairn::ErrorCode::Config, "{again:?}");
+    assert!(again.message.contains("run slow-store already exists"), "{again:?}");
+}
+
+#[test]
+fn on_sqlite_a_submission_slower_than_the_driver_lease_is_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("slow.db");
+    a_slow_submission_is_queued(&|clock| {
+        let options = SqliteOptions { clock: Arc::new(clock.clone()), ..SqliteOptions::new() };
+        let store = Arc::new(SqliteStore::open(&path, options).unwrap());
+        (store.clone(), store)
+    });
+}
+
+#[test]
+fn on_postgres_a_submission_slower_than_the_driver_lease_is_queued() {
+    let Some(url) = crate::postgres::fresh_url("slowsubmit") else { return };
+    a_slow_submission_is_queued(&|clock| {
+        let options = PostgresOptions { clock: Arc::new(clock.clone()), ..PostgresOptions::new() };
+        let store = Arc::new(PostgresStore::open(&url, options).unwrap());
+        (store.clone(), store)
+    });
+}
