@@ -70,7 +70,7 @@ fn flush(account: *const MemoryAccount) {
         let bytes = pending.replace(0);
         if bytes != 0 && !account.is_null() {
             // SAFETY: as in `CountingAlloc::charge`.
-            unsafe { &*account }.bytes.fetch_add(bytes, Ordering::Relaxed);
+            unsafe { &*account }.add_bytes(bytes);
         }
     });
     let _ = PENDING_ALLOCS.try_with(|pending| {
@@ -130,7 +130,7 @@ impl CountingAlloc {
                         pending.set(0);
                         // SAFETY: a pointer is set only by `MemoryAccount::enter`, whose guard
                         // clears it before the account can be dropped (the guard borrows it).
-                        unsafe { &*account }.bytes.fetch_add(bytes, Ordering::Relaxed);
+                        unsafe { &*account }.add_bytes(bytes);
                     } else {
                         pending.set(bytes);
                     }
@@ -193,15 +193,34 @@ pub(crate) struct MemoryAccount {
     /// building a builtin does in one operation (`replace`, `to_upper`, a copy-on-write of a
     /// large string), which the runner charges to the operation budget.
     allocated: AtomicU64,
+    /// What every script of the run holds together, when this account is one script's of a
+    /// run that has others (a child workflow's): changes of `bytes` are added there too.
+    run: Option<std::sync::Arc<AtomicI64>>,
 }
 
 impl MemoryAccount {
-    /// A new account holding nothing.
-    pub(crate) fn new() -> MemoryAccount {
-        MemoryAccount::default()
+    /// A new account holding nothing whose changes in bytes held are also added to `run`,
+    /// the count of what all the scripts of one run hold.
+    pub(crate) fn within(run: std::sync::Arc<AtomicI64>) -> MemoryAccount {
+        MemoryAccount {
+            bytes: AtomicI64::new(0),
+            allocations: AtomicU64::new(0),
+            allocated: AtomicU64::new(0),
+            run: Some(run),
+        }
+    }
+
+    /// Adds a change of bytes held (never allocates: the allocator calls it).
+    #[inline]
+    fn add_bytes(&self, bytes: i64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(run) = &self.run {
+            run.fetch_add(bytes, Ordering::Relaxed);
+        }
     }
 
     /// The bytes charged and not yet freed (never below zero).
+    #[cfg_attr(not(feature = "lua"), allow(dead_code))] // read by the Lua guard
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed).max(0) as u64
     }
@@ -231,6 +250,17 @@ impl MemoryAccount {
         let previous = ACCOUNT.with(|slot| slot.replace(std::ptr::null()));
         flush(previous);
         AccountGuard { previous, _account: std::marker::PhantomData }
+    }
+}
+
+impl Drop for MemoryAccount {
+    /// A script that ends takes back from its run what it still counted as held (memory it
+    /// allocated and the engine frees elsewhere stays charged to it, and must not stay charged
+    /// to the run after it).
+    fn drop(&mut self) {
+        if let Some(run) = &self.run {
+            run.fetch_sub(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
     }
 }
 

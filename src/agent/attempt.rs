@@ -137,6 +137,16 @@ async fn one_attempt(
         Some(price) => cost::output_cap(&request, price),
         None => request.max_output_tokens.unwrap_or(cost::DEFAULT_MAX_OUTPUT_TOKENS),
     };
+    // Last before the request leaves: a driver that lost the run (its lease lapsed, and
+    // another driver may be asking this very call) sends nothing.
+    let dispatchable = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(Error::new(ErrorCode::Cancelled, "the call was cancelled")),
+        ready = budget.dispatchable() => ready,
+    };
+    if let Err(error) = dispatchable {
+        return Err((AgentEnd::Cancelled(error), Usage::default()));
+    }
     ledger.open(&spec.served_by, spec.price, output_cap);
     budget.attempt_started();
     let stream_cancel = cancel.child_token();

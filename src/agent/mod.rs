@@ -63,6 +63,11 @@ const TOOL_CORRECTIONS: u32 = 3;
 pub(crate) trait BudgetHooks: Send + Sync {
     /// The turn guard: may another model turn start?
     fn can_start_turn(&self) -> bool;
+    /// Resolves once a wire attempt may be sent (retries and failovers included): the run's
+    /// driver still holds the run. An error ends the call before anything is sent.
+    fn dispatchable(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
     /// A wire attempt was granted and is about to be sent (retries and failovers included).
     fn attempt_started(&self) {}
     /// The stream cut: records that this call has consumed `cost` so far (in flight, seen by

@@ -355,12 +355,11 @@ pub(super) async fn replay(globals: &Globals, args: &ReplayArgs) -> Exit {
 /// The first way a strict replay differs from the journaled run: a call that would run
 /// live, a journaled call nothing reached, or a different outcome than the journaled
 /// settlement. `None` when it is identical.
-fn replay_divergence(
-    outcome: &RunOutcome,
-    settled: Option<&(store::RunStatus, Option<String>)>,
-) -> Option<String> {
+fn replay_divergence(outcome: &RunOutcome, settled: Option<&journal::Settled>) -> Option<String> {
     let p = outcome.preview;
-    if stopped_where_it_was_cancelled(outcome, settled) {
+    if stopped_where_it_was_cancelled(outcome, settled)
+        || stopped_where_its_clock_stopped_it(outcome, settled)
+    {
         return None;
     }
     if let Some(e) = outcome.error.as_ref().filter(|e| e.code == ErrorCode::JournalMiss) {
@@ -373,7 +372,7 @@ fn replay_divergence(
         let first = outcome.orphans.first().map_or_else(String::new, |o| format!("; the first is {o}"));
         return Some(format!("{} journaled calls were not reached by the replay{first}", p.orphaned));
     }
-    let (status, value_key) = settled?;
+    let journal::Settled { status, value_key, .. } = settled?;
     if *status != outcome.status {
         return Some(format!("the run settled {status}, its replay settles {}", outcome.status));
     }
@@ -389,12 +388,9 @@ fn replay_divergence(
 /// strict replay serves every journaled call and then stops at that same point, reaching
 /// either the cancelled call or the first call the run never made. That is the run's own
 /// outcome, not a divergence; stopping anywhere earlier leaves journaled calls orphaned.
-fn stopped_where_it_was_cancelled(
-    outcome: &RunOutcome,
-    settled: Option<&(store::RunStatus, Option<String>)>,
-) -> bool {
+fn stopped_where_it_was_cancelled(outcome: &RunOutcome, settled: Option<&journal::Settled>) -> bool {
     let p = outcome.preview;
-    matches!(settled, Some((store::RunStatus::Cancelled, _)))
+    settled.is_some_and(|s| s.status == store::RunStatus::Cancelled)
         && p.orphaned == 0
         && p.misses + p.reruns <= 1
         && (outcome.status == store::RunStatus::Cancelled
@@ -402,6 +398,22 @@ fn stopped_where_it_was_cancelled(
                 .error
                 .as_ref()
                 .is_some_and(|e| matches!(e.code, ErrorCode::JournalMiss | ErrorCode::Cancelled)))
+}
+
+/// A run its script-time limit stopped (timing decided where) journals every call it made:
+/// its strict replay is not stopped by the limit before it has served them all
+/// (`engine::script_clock`), and then stops as the run did, by the limit, or at the first call
+/// the run never made (the replay ran faster there). Either is the run's own outcome.
+fn stopped_where_its_clock_stopped_it(outcome: &RunOutcome, settled: Option<&journal::Settled>) -> bool {
+    let p = outcome.preview;
+    settled.is_some_and(|s| s.by_script_time && s.status == store::RunStatus::Error)
+        && p.orphaned == 0
+        && p.misses + p.reruns <= 1
+        && outcome.error.as_ref().is_some_and(|e| match e.code {
+            ErrorCode::JournalMiss => true,
+            ErrorCode::SandboxLimit => p.misses + p.reruns == 0,
+            _ => false,
+        })
 }
 
 pub(super) fn resolve(globals: &Globals, args: &ResolveArgs) -> Exit {

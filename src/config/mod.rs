@@ -151,14 +151,15 @@ impl RetryConfig {
     }
 }
 
-/// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 300 s, 50M operations,
-/// 10M allocations).
+/// `[sandbox]`: the bounds of every script run (defaults: 256 MiB, 10 s of script time, 50M
+/// operations, 10M allocations).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SandboxConfig {
     /// The most memory a run's script may hold, all branches together, in MiB.
     pub(crate) memory_mb: Option<u64>,
-    /// The longest a script may run, in seconds of wall-clock time.
+    /// The longest a script may run, in seconds of wall-clock time spent running script code.
+    /// Unset, it grows with a raised `max_operations` (10 s per 50M operations).
     pub(crate) wall_time_s: Option<f64>,
     /// The operation budget of a run, all branches together.
     pub(crate) max_operations: Option<u64>,
@@ -175,7 +176,8 @@ pub(crate) struct SandboxConfig {
 impl SandboxConfig {
     /// The Rhai sandbox limits these settings give.
     pub(crate) fn limits(&self) -> Result<crate::script::rhai::sandbox::SandboxLimits, Error> {
-        let mut limits = crate::script::rhai::sandbox::SandboxLimits::STANDARD;
+        use crate::script::rhai::sandbox::SandboxLimits;
+        let mut limits = SandboxLimits::STANDARD;
         if let Some(mb) = self.memory_mb {
             if mb == 0 || mb > 1 << 20 {
                 return Err(Error::config("sandbox.memory_mb must be between 1 and 1048576"));
@@ -193,6 +195,13 @@ impl SandboxConfig {
                 return Err(Error::config("sandbox.max_operations must be above 0"));
             }
             limits.max_operations = operations;
+            // The script time is the backstop sized for the operation budget: a host that
+            // raises the budget and says nothing of time gets time in proportion.
+            if self.wall_time_s.is_none() && operations > SandboxLimits::STANDARD.max_operations {
+                let scale = operations as f64 / SandboxLimits::STANDARD.max_operations as f64;
+                let seconds = (SandboxLimits::STANDARD.max_wall_time.as_secs_f64() * scale).min(86_400.0);
+                limits.max_wall_time = std::time::Duration::from_secs_f64(seconds);
+            }
         }
         if let Some(allocations) = self.max_allocations {
             if allocations == 0 {
@@ -705,5 +714,19 @@ mod tests {
             let error = check_tools(bad).unwrap_err();
             assert!(error.contains(says), "{bad}: {error}");
         }
+    }
+
+    /// The script time is the backstop sized for the operation budget: it grows with a raised
+    /// budget unless the host sets it, and never shrinks with a lowered one.
+    #[test]
+    fn script_time_follows_a_raised_operation_budget_unless_set() {
+        let limits = |text: &str| SandboxConfig::limits(&toml::from_str(text).unwrap()).unwrap();
+        let standard = crate::script::rhai::sandbox::SandboxLimits::STANDARD;
+        assert_eq!(limits("").max_wall_time, std::time::Duration::from_secs(10));
+        assert_eq!(limits("max_operations = 500000000").max_wall_time, std::time::Duration::from_secs(100));
+        assert_eq!(limits("max_operations = 1000").max_wall_time, standard.max_wall_time);
+        let set = limits("max_operations = 500000000\nwall_time_s = 3");
+        assert_eq!(set.max_wall_time, std::time::Duration::from_secs(3));
+        assert_eq!(limits("max_operations = 18446744073709551615").max_wall_time.as_secs(), 86_400);
     }
 }

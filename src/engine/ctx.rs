@@ -54,6 +54,10 @@ pub struct Ctx {
     /// The operation tally of the live step this context runs inside (`None` outside steps,
     /// and in a child workflow, whose script has a budget of its own).
     pub(crate) step_ops: Option<Arc<super::step_ops::StepOps>>,
+    /// The script threads this scope may still start (branch threads, child workflows'
+    /// script threads), by the run's structural division (`script::run_sandbox::MAX_RUN_THREADS`);
+    /// `None`: the run's whole budget.
+    pub(crate) threads: Option<usize>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -83,6 +87,7 @@ impl Ctx {
             admission: None,
             prepaid: None,
             step_ops: None,
+            threads: None,
         }
     }
 
@@ -101,6 +106,7 @@ impl Ctx {
             admission: self.admission.clone(),
             prepaid: None,
             step_ops: self.step_ops.clone(),
+            threads: self.threads,
         }
     }
 

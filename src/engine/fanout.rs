@@ -233,6 +233,15 @@ impl Ctx {
         results
     }
 
+    /// The script threads each of `branches` branches running at once (the fan-out's size or
+    /// its concurrency) may start: this scope's share divided evenly (for child workflows'
+    /// script threads, and nested fan-outs in a dialect whose branches are not threads). A
+    /// Rhai branch thread holds what its fan-out's grant gave it instead
+    /// (`script::rhai::threads`).
+    fn branch_threads(&self, branches: usize) -> usize {
+        self.threads.unwrap_or(crate::script::run_sandbox::MAX_RUN_THREADS) / branches.max(1)
+    }
+
     /// Runs branches concurrently and returns their values in source order.
     ///
     /// Without `settle`, the first failure cancels the siblings (their in-flight calls
@@ -282,6 +291,7 @@ impl Ctx {
             None
         };
         let turns = Turns::new(total, self.account);
+        let share = self.branch_threads(total.min(opts.concurrency.unwrap_or(total)));
         let runs: Vec<_> = branches
             .into_iter()
             .enumerate()
@@ -293,6 +303,7 @@ impl Ctx {
                 );
                 let ticket = turns.ticket(index);
                 ctx.admission = Some(ticket.clone());
+                ctx.threads = Some(share);
                 let group = group.clone();
                 let fail_fast = fail_fast.clone();
                 async move {
@@ -452,6 +463,7 @@ impl Ctx {
         let group = self.cancel.child_token();
         let stages = Arc::new(stages);
         let turns = Turns::new(items.len(), self.account);
+        let share = self.branch_threads(items.len().min(opts.concurrency.unwrap_or(items.len())));
         let runs: Vec<_> = items
             .into_iter()
             .enumerate()
@@ -468,6 +480,7 @@ impl Ctx {
                         let segment = Segment::Pipe { stage: stage_index as u32, item: index as u32 };
                         let mut ctx = parent.nested(&segment, group.child_token(), parent.account);
                         ctx.admission = Some(ticket.clone());
+                        ctx.threads = Some(share);
                         match stage(ctx, value.clone()).await {
                             Ok(next) => value = next,
                             Err(error) => {

@@ -15,6 +15,7 @@
 //! between records the same resolution twice, and the second attempt is recorded as not
 //! applied.
 
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::registry::EngineInner;
 use super::resolution::{check_stored_resolution, claim_first, resolve_stored, target_of};
+use crate::clock::SharedClock;
 use crate::error::{Error, ErrorCode};
 use crate::store::{self, Lease, RunId};
 
@@ -81,11 +83,25 @@ fn busy(run: &RunId, detail: &str, ttl: Duration) -> Error {
 /// # Errors
 /// `run_busy` while another driver holds it; the store's failure otherwise.
 pub(crate) fn acquire(engine: &EngineInner, run: &RunId) -> Result<Option<Lease>, Error> {
+    acquire_for(engine, run, engine.lease_ttl)
+}
+
+/// How long a run's lease lasts while a submission writes the run (its inputs, meta and
+/// queue row), however short the engine's driver lease: nothing renews it meanwhile, and a
+/// submission whose writes outlast its lease is refused by the store's fence. Holding it long
+/// costs nothing: nobody drives a run before its submission put it in the queue.
+pub(crate) const SUBMISSION_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// Takes the run's lease for `ttl`, as [`acquire`] does.
+///
+/// # Errors
+/// As [`acquire`].
+pub(crate) fn acquire_for(engine: &EngineInner, run: &RunId, ttl: Duration) -> Result<Option<Lease>, Error> {
     let Some(leases) = engine.journal.leases() else { return Ok(None) };
     let owner = owner();
     let started = Instant::now();
     loop {
-        match leases.acquire(run, &owner, engine.lease_ttl) {
+        match leases.acquire(run, &owner, ttl) {
             Ok(lease) => return Ok(Some(lease)),
             // A `cairn resolve` holds the lease for a moment: give it that moment.
             Err(store::Error::LeaseHeld { .. }) if started.elapsed() < BRIEF_HOLD => {
@@ -97,7 +113,7 @@ pub(crate) fn acquire(engine: &EngineInner, run: &RunId) -> Result<Option<Lease>
                 if let Ok(Some(holder)) = leases.holder(run)
                     && is_dead(&holder.owner)
                 {
-                    match leases.take_over(&holder, &owner, engine.lease_ttl) {
+                    match leases.take_over(&holder, &owner, ttl) {
                         Ok(lease) => return Ok(Some(lease)),
                         Err(store::Error::LeaseHeld { .. }) => {}
                         Err(other) => return Err(other.into()),
@@ -154,10 +170,16 @@ pub(crate) fn renew(engine: &EngineInner, lease: &Lease) -> Result<(), Error> {
 /// journal is read back, which for a long run can take longer than the lease's ttl) until the
 /// keeper stops or what it watches is gone, and the segment's state, once it exists, hears of a
 /// loss. Dropped with the segment's state, it stops renewing and draining.
-#[derive(Debug, Default)]
+///
+/// It also says when the segment may send a model request ([`Keeper::dispatchable`]): only
+/// while the lease is surely still its own, so a driver whose lease lapsed (its renewals held
+/// up past the ttl: a starved process, a slow store) never starts a wire attempt another
+/// driver may be making too.
+#[derive(Debug)]
 pub(crate) struct Keeper {
-    /// Set once stopped; the renewal thread waits on it between renewals.
-    stopped: Arc<(Mutex<bool>, Condvar)>,
+    /// Whether it stopped, and whether a dispatcher asks for a renewal now; the renewal thread
+    /// waits on it between renewals.
+    control: Arc<(Mutex<Control>, Condvar)>,
     /// What must live for the renewals to go on: `reading` until the run's task follows it
     /// ([`Keeper::follow`]), then that task's marker.
     watched: Arc<Mutex<Weak<()>>>,
@@ -168,6 +190,40 @@ pub(crate) struct Keeper {
     token: CancellationToken,
     /// Why the segment lost its lease, once it did, and who to tell.
     loss: Arc<Mutex<Loss>>,
+    /// Until when (the engine's clock, ms) the lease is surely held: the time read before the
+    /// store last granted or renewed it, plus its ttl (the store counts its expiry from a
+    /// later time). `i64::MAX` without a lease.
+    held_until: Arc<AtomicI64>,
+    /// How much of the lease must be left for a request to be sent (a renewal's interval).
+    margin_ms: i64,
+    /// Whether the renewal thread runs: a dispatcher waits for its answer only then.
+    renewing: Arc<AtomicBool>,
+    /// Wakes the dispatchers waiting for a renewal's answer.
+    answered: Arc<tokio::sync::Notify>,
+}
+
+/// What the renewal thread is told.
+#[derive(Debug, Default)]
+struct Control {
+    stopped: bool,
+    /// A dispatcher found the lease too close to its expiry: renew now.
+    urgent: bool,
+}
+
+impl Default for Keeper {
+    fn default() -> Keeper {
+        Keeper {
+            control: Arc::default(),
+            watched: Arc::default(),
+            reading: Mutex::default(),
+            token: CancellationToken::new(),
+            loss: Arc::default(),
+            held_until: Arc::new(AtomicI64::new(i64::MAX)),
+            margin_ms: 0,
+            renewing: Arc::default(),
+            answered: Arc::default(),
+        }
+    }
 }
 
 /// A lost lease: the first reason, and what hears of it (the segment's state, once launched).
@@ -189,9 +245,17 @@ impl Keeper {
     ///
     /// # Errors
     /// `internal` when the renewal thread cannot be started.
-    pub(crate) fn start(engine: &Arc<EngineInner>, lease: Option<&Lease>) -> Result<Keeper, Error> {
-        let keeper = Keeper::default();
+    /// `asked_ms` is when (by the engine's clock) the lease was asked for: it is held a ttl
+    /// from then at least.
+    pub(crate) fn start(
+        engine: &Arc<EngineInner>,
+        lease: Option<&Lease>,
+        asked_ms: i64,
+    ) -> Result<Keeper, Error> {
+        let mut keeper = Keeper::default();
         if let Some(lease) = lease {
+            keeper.held_until.store(asked_ms.saturating_add(millis(engine.lease_ttl)), Ordering::Release);
+            keeper.margin_ms = millis(renewal_interval(engine.lease_ttl));
             let reading = Arc::new(());
             *lock_watched(&keeper.watched) = Arc::downgrade(&reading);
             *keeper.reading.lock().unwrap_or_else(|p| p.into_inner()) = Some(reading);
@@ -209,10 +273,43 @@ impl Keeper {
 
     /// Stops renewing and draining.
     pub(crate) fn stop(&self) {
-        let (stopped, wake) = &*self.stopped;
-        *lock(stopped) = true;
+        let (control, wake) = &*self.control;
+        lock(control).stopped = true;
         wake.notify_all();
         self.token.cancel();
+    }
+
+    /// Resolves once the segment may send a model request: its lease is held, by the engine's
+    /// clock, for at least a renewal's interval more. Closer to its expiry (the renewals were
+    /// held up), it asks the renewal thread to renew now and waits for the store's answer, so
+    /// a lease that lapsed, and may be another driver's, never covers a request.
+    ///
+    /// # Errors
+    /// `run_busy` once the lease is lost (the store refused a renewal), or is no longer kept
+    /// (the segment settled or its task is gone).
+    pub(crate) async fn dispatchable(&self, clock: &SharedClock) -> Result<(), Error> {
+        loop {
+            let answered = self.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            if let Some(error) = self.loss() {
+                return Err(error);
+            }
+            let until = self.held_until.load(Ordering::Acquire);
+            if until == i64::MAX || clock.now_ms().saturating_add(self.margin_ms) < until {
+                return Ok(());
+            }
+            if !self.renewing.load(Ordering::Acquire) {
+                return Err(Error::new(
+                    ErrorCode::RunBusy,
+                    "the run's lease is no longer renewed here, so this process sends no more requests for it",
+                ));
+            }
+            let (control, wake) = &*self.control;
+            lock(control).urgent = true;
+            wake.notify_all();
+            answered.await;
+        }
     }
 
     /// Calls `notify` with the reason once the lease is lost: at once if it already was
@@ -259,8 +356,12 @@ fn record_loss(loss: &Mutex<Loss>, error: Error) {
     }
 }
 
-fn lock(stopped: &Mutex<bool>) -> MutexGuard<'_, bool> {
-    stopped.lock().unwrap_or_else(|p| p.into_inner())
+fn lock(control: &Mutex<Control>) -> MutexGuard<'_, Control> {
+    control.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn lock_watched(watched: &Mutex<Weak<()>>) -> MutexGuard<'_, Weak<()>> {
@@ -294,35 +395,52 @@ fn renewal_interval(ttl: Duration) -> Duration {
 /// # Errors
 /// `internal` when the thread cannot be started.
 fn keep_renewed(keeper: &Keeper, engine: &Arc<EngineInner>, lease: Lease) -> Result<(), Error> {
-    let stopped = keeper.stopped.clone();
+    let control = keeper.control.clone();
     let loss = keeper.loss.clone();
     let watched = keeper.watched.clone();
+    let held_until = keeper.held_until.clone();
+    let answered = keeper.answered.clone();
     let every = renewal_interval(engine.lease_ttl);
     let ttl = engine.lease_ttl;
     // Never the engine's last owner: a thread that held it (and so its store) past the run's
     // end kept a SQLite store's connections open until the process exited, when it had not yet
     // woken to see the keeper stopped, so the WAL's files stayed beside the database.
     let engine = Arc::downgrade(engine);
+    // Says the thread is gone (and wakes the dispatchers waiting for it) however it ends.
+    let gone = Gone { renewing: keeper.renewing.clone(), answered: keeper.answered.clone() };
+    gone.renewing.store(true, Ordering::Release);
     let renewing = move || {
-        let (flag, wake) = &*stopped;
+        let _gone = gone;
+        let (control, wake) = &*control;
         let mut renewed = Instant::now();
+        // After a failed renewal (a busy store) a dispatcher's ask waits for the next interval,
+        // so a failing store is not asked in a loop.
+        let mut heed_urgent = true;
         loop {
             let due = Instant::now() + every;
-            let mut held = lock(flag);
-            while !*held {
+            let mut held = lock(control);
+            while !(held.stopped || (held.urgent && heed_urgent)) {
                 let now = Instant::now();
                 if now >= due {
                     break;
                 }
                 held = wake.wait_timeout(held, due - now).unwrap_or_else(|p| p.into_inner()).0;
             }
-            if *held || lock_watched(&watched).strong_count() == 0 {
+            if held.stopped || lock_watched(&watched).strong_count() == 0 {
                 return;
             }
+            held.urgent = false;
             drop(held);
             let Some(engine) = engine.upgrade() else { return };
+            // Read before the store counts the renewed expiry from its own, later, reading.
+            let asked = engine.clock.now_ms();
             match renew(&engine, &lease) {
-                Ok(()) => renewed = Instant::now(),
+                Ok(()) => {
+                    renewed = Instant::now();
+                    heed_urgent = true;
+                    held_until.fetch_max(asked.saturating_add(millis(ttl)), Ordering::AcqRel);
+                    answered.notify_waiters();
+                }
                 Err(e) if e.code == ErrorCode::RunBusy => {
                     // How long this process went without renewing says why it lost the run.
                     let message = format!(
@@ -335,7 +453,7 @@ fn keep_renewed(keeper: &Keeper, engine: &Arc<EngineInner>, lease: Lease) -> Res
                     );
                     return record_loss(&loss, Error::new(e.code, message));
                 }
-                Err(_) => {}
+                Err(_) => heed_urgent = false,
             }
         }
     };
@@ -344,6 +462,19 @@ fn keep_renewed(keeper: &Keeper, engine: &Arc<EngineInner>, lease: Lease) -> Res
         .spawn(renewing)
         .map(drop)
         .map_err(|e| Error::internal(format!("cannot start the thread that renews the run's lease: {e}")))
+}
+
+/// Marks the renewal thread gone when it ends, and wakes whoever waits for its answer.
+struct Gone {
+    renewing: Arc<AtomicBool>,
+    answered: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.renewing.store(false, Ordering::Release);
+        self.answered.notify_waiters();
+    }
 }
 
 fn inbox_prefix(run: &RunId) -> String {

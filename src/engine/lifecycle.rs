@@ -52,8 +52,9 @@ pub(super) fn start(
     if engine.journal.get_meta(&run_id)?.is_some() {
         return Err(Error::config(format!("run {run_id} already exists; resume it instead")));
     }
+    let asked = engine.clock.now_ms();
     let lease = lease::acquire(&engine, &run_id)?;
-    let keeper = match lease::Keeper::start(&engine, lease.as_ref()) {
+    let keeper = match lease::Keeper::start(&engine, lease.as_ref(), asked) {
         Ok(keeper) => keeper,
         Err(e) => {
             lease::release(&engine, lease.as_ref());
@@ -116,9 +117,10 @@ pub(super) fn resume(handle: &Engine, run_id: &RunId, options: ResumeOptions) ->
     // The run's calls are keyed as it started them, unless the resume overrides the model.
     let engine = started::resume_engine(&engine, &meta, options.model.as_ref())?.unwrap_or(engine);
     // A dry run writes nothing, so it needs no lease.
+    let asked = engine.clock.now_ms();
     let lease = if options.dry_run { None } else { lease::acquire(&engine, run_id)? };
     // Renewed from now on: reading a long journal back can take longer than the lease's ttl.
-    let started = lease::Keeper::start(&engine, lease.as_ref()).and_then(|keeper| {
+    let started = lease::Keeper::start(&engine, lease.as_ref(), asked).and_then(|keeper| {
         resume_leased(engine.clone(), run_id, meta, options, workflow, lease.clone(), keeper)
     });
     match started {

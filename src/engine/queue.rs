@@ -53,7 +53,9 @@ impl Engine {
     /// # Errors
     /// `config` when the store keeps no queue, for invalid options (a bad budget, a deadline,
     /// a run id that exists) or an unknown dialect; `validation` when the script is rejected;
-    /// the store's failure.
+    /// `run_busy` while another process holds the run id's lease (a submission of the same id);
+    /// `store_io` when the store took so long to write the run that its submission's lease
+    /// lapsed (nothing queued: submit it again); the store's failure.
     pub fn enqueue_script(&self, script: &Script, args: Value, options: RunOptions) -> Result<RunId, Error> {
         let engine = &self.inner;
         let Some(queue) = engine.journal.queue() else {
@@ -66,14 +68,38 @@ impl Engine {
         dialect.prepare(self, &script.name, &script.source)?;
         let ceiling = super::inputs::validate_budget(options.budget_usd, engine.default_budget)?;
         let run_id = options.run_id.clone().unwrap_or_else(RunId::generate);
-        let lease = super::lease::acquire(engine, &run_id)?;
+        // Sized for the submission, not for a driver (whose lease a thread renews): under a
+        // short driver lease and a loaded machine, the writes below outlasted it and the fence
+        // refused a fresh submission (answered "run already exists" by the service).
+        let ttl = engine.lease_ttl.max(super::lease::SUBMISSION_LEASE_TTL);
+        let lease = super::lease::acquire_for(engine, &run_id, ttl)?;
         let stored =
             store_queued(engine, &run_id, script, dialect.name(), &args, &options, ceiling, lease.as_ref());
         super::lease::release(engine, lease.as_ref());
-        stored?;
+        stored.map_err(|e| lapsed_submission(e, &run_id, ttl))?;
         queue.enqueue(&run_id)?;
         Ok(run_id)
     }
+}
+
+/// A submission's write the store refused under the submission's own lease: the lease lapsed
+/// while the store took longer than its ttl to write the run (its run id was free when the
+/// lease was taken). Nothing is queued; that is the store's slowness, `store_io`, to try again,
+/// not a run that exists (`run_busy` is kept for a lease another submission holds, refused
+/// before anything is written).
+fn lapsed_submission(error: Error, run_id: &RunId, ttl: Duration) -> Error {
+    if error.code != ErrorCode::RunBusy {
+        return error;
+    }
+    Error::new(
+        ErrorCode::StoreIo,
+        format!(
+            "the store took longer than the submission's lease ({} s) to write run {run_id}, so it \
+             was not queued; submit it again ({})",
+            ttl.as_secs().max(1),
+            error.message
+        ),
+    )
 }
 
 /// What [`Engine::cancel_run`] did.

@@ -68,6 +68,10 @@ pub(crate) struct RunState {
     pub(super) before: Option<super::before::Before>,
     /// Set once admission, a guard or a cut stops work for lack of budget.
     pub(crate) exhausted: AtomicBool,
+    /// Set once the script-time limit stopped the script (`script_clock`).
+    pub(super) script_time_tripped: AtomicBool,
+    /// The bounds every script of the segment shares, child workflows' included.
+    pub(super) sandbox: Arc<crate::script::run_sandbox::RunSandbox>,
     dropped: Mutex<Vec<Dropped>>,
     /// Threads of control that can make progress, and the open external waits.
     liveness: Liveness,
@@ -190,6 +194,8 @@ impl RunState {
             reproduce: segment.dry_run && segment.reproduce,
             before: segment.before,
             exhausted: AtomicBool::new(false),
+            script_time_tripped: AtomicBool::new(false),
+            sandbox: Arc::new(crate::script::run_sandbox::RunSandbox::new()),
             dropped: Mutex::new(Vec::new()),
             liveness: Liveness::new(),
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),
@@ -611,6 +617,15 @@ impl RunState {
             }
             let _ = self.engine.transcripts.delete(&blob_ref);
         }
+    }
+
+    /// Resolves once this segment may send a model request: its lease is surely still its
+    /// own (`lease::Keeper::dispatchable`). A driver whose lease lapsed sends nothing more.
+    ///
+    /// # Errors
+    /// `run_busy` once the lease is lost or no longer kept.
+    pub(crate) async fn dispatchable(&self) -> Result<(), Error> {
+        self.keeper.dispatchable(&self.engine.clock).await
     }
 
     /// Stops keeping the lease and gives it up: the run is free for the next driver.

@@ -77,6 +77,10 @@ impl RunState {
                     "error".into(),
                     serde_json::json!({ "code": e.code, "message": e.message, "where": at }),
                 );
+                // Stopped by a bound timing decided: a reproduction judges it by this.
+                if status == RunStatus::Error && self.script_time_tripped.load(Ordering::SeqCst) {
+                    map.insert("stopped_by".into(), Value::from(journal::STOPPED_BY_SCRIPT_TIME));
+                }
             }
             entry.set_value(Some(&settled));
             // A cancel the service asked for names its token (left for this driver).

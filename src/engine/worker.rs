@@ -244,9 +244,16 @@ async fn drive(
         match on_queue(engine, move |queue| queue.finish(&claim)).await {
             Ok(asked) => asked,
             Err(e) => {
-                // Lost to a takeover (this worker stalled past its claim): the other worker
-                // finishes it.
+                // Lost to a takeover (this worker stalled past its claim). The worker that took
+                // it found the run driven here and handed it back for later, so the run, settled
+                // or parked now, is taken out unless a live claim holds it (whose worker finds
+                // it settled and finishes it); else it stayed queued until some worker claimed it
+                // again, and with none left, for good.
                 tracing::warn!(run = %run, error = %e, "could not take a driven run out of the queue");
+                let held = run.clone();
+                if let Err(e) = on_queue(engine, move |queue| queue.withdraw(&held)).await {
+                    tracing::warn!(run = %run, error = %e, "could not withdraw a driven run from the queue");
+                }
                 false
             }
         }

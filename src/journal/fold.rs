@@ -212,6 +212,10 @@ pub(crate) fn actions(entries: &[Entry]) -> Vec<Value> {
 /// The `type` of the decision entry that records a run's settlement.
 pub(crate) const SETTLE_DECISION: &str = "run_settled";
 
+/// A settlement's `stopped_by` when the script-time limit stopped the run: the one bound of a
+/// script that timing decides (`engine::script_clock`).
+pub(crate) const STOPPED_BY_SCRIPT_TIME: &str = "script_time";
+
 /// The value of a settlement decision entry: `{"type":"run_settled","status":...}`.
 pub(crate) fn settle_value(status: RunStatus) -> Value {
     serde_json::json!({ "type": SETTLE_DECISION, "status": status.as_str() })
@@ -256,17 +260,31 @@ pub(crate) fn last_settlement_error(entries: &[Entry]) -> Option<Value> {
     })?
 }
 
+/// How a run last settled, as a strict replay compares it.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Settled {
+    pub(crate) status: RunStatus,
+    /// The content key (hex) of the value the run settled with, if it settled with one.
+    pub(crate) value_key: Option<String>,
+    /// Whether the script-time limit stopped it ([`STOPPED_BY_SCRIPT_TIME`]).
+    pub(crate) by_script_time: bool,
+}
+
 /// The last settlement the journal records: its status and, when the run settled with a
 /// value, the content key of that value (hex), for a strict replay to compare with.
 #[cfg_attr(not(feature = "cli"), allow(dead_code))] // read by the CLI
-pub(crate) fn last_settlement_outcome(entries: &[Entry]) -> Option<(RunStatus, Option<String>)> {
+pub(crate) fn last_settlement_outcome(entries: &[Entry]) -> Option<Settled> {
     entries.iter().rev().filter(|e| e.kind == Kind::Decision).find_map(|e| {
         let value = e.value()?;
         if value.get("type")?.as_str()? != SETTLE_DECISION {
             return None;
         }
-        let status = serde_json::from_value(value.get("status")?.clone()).ok()?;
-        Some((status, value.get("value_key").and_then(Value::as_str).map(str::to_owned)))
+        Some(Settled {
+            status: serde_json::from_value(value.get("status")?.clone()).ok()?,
+            value_key: value.get("value_key").and_then(Value::as_str).map(str::to_owned),
+            by_script_time: value.get("stopped_by").and_then(Value::as_str) == Some(STOPPED_BY_SCRIPT_TIME),
+        })
     })
 }
 

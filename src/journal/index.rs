@@ -84,6 +84,9 @@ pub(crate) struct Replay {
     /// Every settlement decision: its seq and whether it ended the segment in failure
     /// (`error` or `cancelled`), after which a resume retries what failed.
     pub(super) settlements: Vec<(Seq, bool)>,
+    /// Whether the last settlement says the script-time limit stopped the run
+    /// (`engine::script_clock`).
+    pub(super) stopped_by_script_time: bool,
     /// Tool approvals (`external` entries named `approve:<12 hex of the call's key>:<id>`)
     /// by scope and call-key prefix, each with the key of its journaled asking moment: an
     /// agent that replays whole accounts for its own.
@@ -240,6 +243,7 @@ impl Replay {
             steps: HashMap::new(),
             reproduce: options.reproduce,
             settlements: Vec::new(),
+            stopped_by_script_time: false,
             approvals: HashMap::new(),
             run_settled_ok: false,
             tail: Seq(0),
@@ -308,6 +312,8 @@ impl ReplayBuilder {
         replay.run_settled_ok |= super::fold::is_ok_settlement(entry);
         if let Some(failed) = settlement_failed(entry) {
             replay.settlements.push((entry.seq, failed));
+            replay.stopped_by_script_time =
+                stopped_by(entry).as_deref() == Some(super::fold::STOPPED_BY_SCRIPT_TIME);
             return;
         }
         if let Some(target) = rekey_target(entry) {
@@ -463,6 +469,11 @@ pub(super) fn rekey_target(entry: &Entry) -> Option<Seq> {
         return None;
     }
     value.get("supersedes")?.as_u64().map(Seq)
+}
+
+/// A settlement's `stopped_by`: the bound timing decided that stopped the run, if one did.
+fn stopped_by(entry: &Entry) -> Option<String> {
+    entry.value()?.get("stopped_by")?.as_str().map(str::to_owned)
 }
 
 /// For a settlement decision (how a segment ended; no call ever matches one): whether it

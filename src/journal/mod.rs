@@ -27,12 +27,12 @@ pub use entry::{
     ContentKey, Entry, HASH_VERSION, IdentitySummary, InvalidScopePath, Kind, MIN_HASH_VERSION, Name,
     Payload, ScopePath, Segment, Seq, Status,
 };
-#[cfg(feature = "cli")]
-pub(crate) use fold::last_settlement_outcome;
 pub(crate) use fold::{
-    ACTION_DECISION, BUDGET_OVERRIDE_DECISION, Ledger, Resolutions, SETTLE_DECISION, action_value,
-    pending_waits, rekey_value, settle_value,
+    ACTION_DECISION, BUDGET_OVERRIDE_DECISION, Ledger, Resolutions, SETTLE_DECISION, STOPPED_BY_SCRIPT_TIME,
+    action_value, pending_waits, rekey_value, settle_value,
 };
+#[cfg(feature = "cli")]
+pub(crate) use fold::{Settled, last_settlement_outcome};
 #[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) use fold::{actions, last_settlement_error};
 // What the kernel's own tests reach through `super::*`.

@@ -189,6 +189,12 @@ pub(crate) struct Candidate {
 }
 
 impl Replay {
+    /// Whether the loaded journal's last settlement says the script-time limit stopped the
+    /// run (`engine::script_clock`).
+    pub(crate) fn stopped_by_script_time(&self) -> bool {
+        self.stopped_by_script_time
+    }
+
     /// Whether the loaded journal records the run as settled `ok`.
     #[cfg(test)]
     pub(crate) fn run_settled_ok(&self) -> bool {

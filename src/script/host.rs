@@ -94,7 +94,7 @@ pub(crate) fn out_of_memory(max: u64) -> Error {
         ErrorCode::SandboxLimit,
         format!(
             "the script holds more than its memory limit of {} MiB; keep fewer or smaller values \
-             (process large data in child workflows or host functions)",
+             (process large data in host functions)",
             max >> 20
         ),
     )

@@ -18,11 +18,13 @@ pub(crate) mod host;
 pub(crate) mod lua;
 pub(crate) mod options;
 pub(crate) mod rhai;
+pub(crate) mod run_sandbox;
 mod schema_check;
 pub(crate) mod source;
 mod suggest;
 #[cfg(test)]
 mod tests;
+pub(crate) mod time_limit;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;

@@ -16,12 +16,14 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     details: Option<Value>,
+    /// Seconds after which the same request may succeed (`Retry-After`), for a 503.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
     /// An error with a status, a wire code and a message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into(), details: None }
+        ApiError { status, code, message: message.into(), details: None, retry_after: None }
     }
 
     /// 400: the request is malformed or invalid.
@@ -52,6 +54,12 @@ impl ApiError {
     /// Adds machine-readable details (a rejected script's diagnostics).
     pub fn with_details(mut self, details: Value) -> ApiError {
         self.details = Some(details);
+        self
+    }
+
+    /// Says (`Retry-After`) that the same request may succeed after `seconds`.
+    pub fn with_retry_after(mut self, seconds: u64) -> ApiError {
+        self.retry_after = Some(seconds);
         self
     }
 
@@ -91,7 +99,11 @@ impl IntoResponse for ApiError {
         if let Some(details) = self.details {
             body["details"] = details;
         }
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+        }
+        response
     }
 }
 

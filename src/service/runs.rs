@@ -133,26 +133,36 @@ pub(super) async fn submit(
             return Err(ApiError::conflict(format!("run {id} already exists")));
         }
         let script = Script::new(&dialect, &name, &source);
-        let asked = run_id.as_ref().map_or_else(String::new, |id| id.as_str().to_owned());
+        let asked = run_id.clone();
         let options = RunOptions { budget_usd: budget, run_id, tags, by, ..RunOptions::default() };
         match engine.enqueue_script(&script, args, options) {
             Ok(run_id) => Ok(run_id),
-            // Lost a race for the run id to another submission.
-            Err(e) if e.code == crate::error::ErrorCode::RunBusy => {
-                Err(ApiError::conflict(format!("run {asked} already exists")))
-            }
-            Err(e) if e.code == crate::error::ErrorCode::Config && e.message.contains("already exists") => {
-                Err(ApiError::conflict(e.message))
-            }
             Err(e) if e.code == crate::error::ErrorCode::Validation => {
                 let diagnostics = diagnostics_of(engine, &dialect, &source);
                 Err(ApiError::from(e).with_details(json!({ "diagnostics": diagnostics })))
             }
-            Err(e) => Err(ApiError::from(e)),
+            Err(e) => Err(refusal_of_submission(e, asked.as_ref())),
         }
     })
     .await?;
     Ok((StatusCode::ACCEPTED, Json(json!({ "run_id": run_id }))).into_response())
+}
+
+/// How a submission the engine refused is answered. 409 only for a run id the client gave that
+/// another submission holds (`run_busy`, a lost race) or that exists, naming that id; 503 with
+/// `Retry-After` when the store was too slow or failed (`store_io`: nothing was queued, the
+/// same request may be sent again); the error's own mapping otherwise.
+fn refusal_of_submission(e: crate::Error, asked: Option<&RunId>) -> ApiError {
+    use crate::error::ErrorCode;
+    match (e.code, asked) {
+        // Lost a race for the run id to another submission.
+        (ErrorCode::RunBusy, Some(asked)) => ApiError::conflict(format!("run {asked} already exists")),
+        (ErrorCode::Config, _) if e.message.contains("already exists") => ApiError::conflict(e.message),
+        (ErrorCode::StoreIo, _) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.message).with_retry_after(1)
+        }
+        _ => ApiError::from(e),
+    }
 }
 
 /// A goal's submission: checks the planning options (a bad dialect or budget is refused
@@ -589,4 +599,44 @@ pub(super) async fn resume(
         Ok((StatusCode::ACCEPTED, Json(json!({ "run_id": run }))).into_response())
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    fn answer(e: crate::Error, asked: Option<&RunId>) -> (StatusCode, Option<String>, Value) {
+        let response = refusal_of_submission(e, asked).into_response();
+        let retry = response
+            .headers()
+            .get(axum::http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let status = response.status();
+        let body = futures::executor::block_on(axum::body::to_bytes(response.into_body(), 1 << 16)).unwrap();
+        (status, retry, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[test]
+    fn a_submission_refused_for_a_slow_store_is_retryable_and_a_lost_race_names_the_run() {
+        // The store took longer than the submission's lease: 503, to send again.
+        let slow = crate::Error::new(ErrorCode::StoreIo, "the store took longer than ... run r1");
+        let (status, retry, body) = answer(slow, None);
+        assert_eq!((status, retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("1")));
+        assert_eq!(body["code"], "store_unavailable");
+        // A run id the client gave, held by another submission: 409 naming it.
+        let asked = RunId::parse("given").unwrap();
+        let busy = crate::Error::new(ErrorCode::RunBusy, "run given is being driven by another process");
+        let (status, _, body) = answer(busy, Some(&asked));
+        assert_eq!(
+            (status, body["message"].as_str()),
+            (StatusCode::CONFLICT, Some("run given already exists"))
+        );
+        // No id given: never "run  already exists"; the engine's own words name the run.
+        let busy = crate::Error::new(ErrorCode::RunBusy, "run gen-1 is being driven by another process");
+        let (status, _, body) = answer(busy, None);
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert!(body["message"].as_str().is_some_and(|m| m.contains("run gen-1")), "{body}");
+    }
 }

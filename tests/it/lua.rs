@@ -419,7 +419,7 @@ fn the_cli_picks_the_dialect_by_extension_or_flag() {
     assert!(!unknown.status.success());
 }
 
-/// The wall-clock limit counts the time the script computes, not the time its coroutines wait
+/// The script-time limit counts the time the script computes, not the time its coroutines wait
 /// for model calls: six 100 ms calls pass under a 0.3 s limit, a computing loop is stopped.
 #[test]
 fn the_wall_clock_limit_counts_script_time_not_model_waits() {
@@ -441,6 +441,6 @@ fn the_wall_clock_limit_counts_script_time_not_model_waits() {
     let started = std::time::Instant::now();
     let spins = cairn(dir.path()).args(["--store", "memory", "run", "-q", "spins.lua"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&spins.stderr);
-    assert!(stderr.contains("sandbox_limit") && stderr.contains("wall-clock"), "{stderr}");
+    assert!(stderr.contains("sandbox_limit") && stderr.contains("script-time limit"), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
 }

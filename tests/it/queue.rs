@@ -395,8 +395,16 @@ fn three_workers_drain_the_queue_while_one_is_killed() {
         let (status, body) = http(addr, "POST", "/v1/runs", Some(&json!({"source": five, "args": {"i": i}})));
         assert_eq!(status, 202, "{body}");
     }
+    // Claims lapse in 1.5 s, so the killed worker's runs are claimed soon; run leases last the
+    // default 30 s: the killed worker's are taken over at once all the same (their holder is a
+    // dead process on this host), while a live worker held up by the machine's load keeps its
+    // runs. With 1.5 s leases a survivor starved for 1.5 s lost a run with a call in flight,
+    // which its successor asked again: the re-ask of an in-flight call at a lost lease, which
+    // is not what this test is about (a lapsed driver sends nothing new:
+    // `lease_lapse::*`).
     let worker = || {
         let child = cairn_in(dir.path())
+            .env("CAIRN_LEASE_TTL_MS", "30000")
             .args(["worker", "--quiet", "--concurrency", &CONCURRENCY.to_string(), "--claim-ttl-ms", "1500"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::serve::TOKEN;
 use super::support::serve::{
-    Server, free_port, parse_events, race_resolutions, serve_command_on, start, start_on,
+    Server, free_port, parse_events, race_resolutions, serve_command_on, start, start_on, wait_healthy,
 };
 
 /// One raw HTTP/1.1 exchange (`Connection: close`): the status and the body as JSON (`Null`
@@ -139,9 +139,18 @@ async fn every_error_is_json_and_races_and_waits_get_their_codes() {
     let submissions = (0..8).map(|_| {
         server.submit(json!({ "source": "let r = await_external(\"approve\");\nr", "run_id": run_id }))
     });
-    let codes: Vec<u16> = futures::future::join_all(submissions).await.into_iter().map(|(c, _)| c).collect();
+    let answers = futures::future::join_all(submissions).await;
+    let codes: Vec<u16> = answers.iter().map(|(c, _)| *c).collect();
     assert_eq!(codes.iter().filter(|c| **c == 202).count(), 1, "{codes:?}");
     assert!(codes.iter().all(|c| *c == 202 || *c == 409), "{codes:?}");
+    // Each loser is told which run exists.
+    for (_, body) in answers.iter().filter(|(c, _)| *c == 409) {
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("run raced-run already exists"), "{body}");
+    }
+    // So is a submission of the run id once it is queued.
+    let (code, body) = server.submit(json!({ "source": "1", "run_id": run_id })).await;
+    assert_eq!((code, body["message"].as_str()), (409, Some("run raced-run already exists")), "{body}");
     server.wait_for(run_id, "suspended").await;
     let r = server
         .request(reqwest::Method::GET, &format!("/v1/runs/{run_id}/events"))
@@ -340,4 +349,50 @@ async fn diagnostics_go_to_stderr_as_json_lines() {
     let line: Value = serde_json::from_str(&found).unwrap();
     assert_eq!(line["level"], "WARN", "{line}");
     assert!(line["fields"]["limit"].is_number(), "{line}");
+}
+
+/// A fresh submission (no `run_id`) to a server whose driver lease is short (300 ms), held up
+/// by the store past that lease (its blob writes wait for the test's lock on the PostgreSQL
+/// `blobs` table, taken before the request and released only once the run's lease was taken
+/// and 600 ms more went by), is queued: 202. Before, the store's fence refused the meta write
+/// under the lapsed lease and the server answered 409 `run  already exists`, naming no run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_held_up_past_the_driver_lease_is_queued_on_postgres() {
+    let Some(store) = crate::postgres::fresh_url("heldsubmit") else { return };
+    let schema = store.rsplit_once("schema=").unwrap().1.to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = serve_command_on(dir.path(), &store, &format!("127.0.0.1:{port}"), None, &["--workers", "0"])
+        .env("CAIRN_LEASE_TTL_MS", "300")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let server = Server { child, workers: Vec::new(), base: base.clone(), token: None, store, dir };
+    wait_healthy(&base, Duration::from_secs(60)).await;
+
+    let url = crate::postgres::server_url().unwrap();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client.batch_execute(&format!("BEGIN; LOCK TABLE {schema}.blobs IN EXCLUSIVE MODE")).await.unwrap();
+    let hold = async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let leased: i64 =
+                client.query_one(&format!("SELECT count(*) FROM {schema}.leases"), &[]).await.unwrap().get(0);
+            if leased > 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the submission never took its run's lease");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Twice the driver lease after it was taken, at least.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        client.batch_execute("COMMIT").await.unwrap();
+    };
+    let ((code, body), ()) = tokio::join!(server.submit(json!({ "source": "40 + 2" })), hold);
+    assert_eq!(code, 202, "{body}");
+    let run = body["run_id"].as_str().unwrap();
+    assert_eq!(server.get(&format!("/v1/runs/{run}")).await.1["status"], "queued");
 }

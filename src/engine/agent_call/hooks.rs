@@ -62,6 +62,10 @@ impl TurnLog {
 }
 
 impl BudgetHooks for AccountHooks<'_> {
+    fn dispatchable(&self) -> futures::future::BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.ctx.run.dispatchable())
+    }
+
     fn attempt_started(&self) {
         self.life().attempt();
     }

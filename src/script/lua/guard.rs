@@ -1,90 +1,97 @@
 //! The run's bounds for the Lua dialect, checked from the instruction hook on every thread
 //! (coroutine) of a run: the operation budget (one VM instruction is one operation), the
 //! script-time limit, cancellation, and a latch that ends the whole run once any branch hits a
-//! sandbox error. Memory is bounded by the state's own byte limit (`set_memory_limit`).
+//! sandbox error. Memory is bounded by the state's own byte limit (`set_memory_limit`), lowered
+//! by what the run's host and other scripts hold, and by the run's total in the hook.
 //!
-//! A run's Lua state lives on one OS thread, so the guard is plain cells, not atomics.
+//! A run's Lua state lives on one OS thread, so the guard's own counts are plain cells; what
+//! all the scripts of the run share (`script::run_sandbox`) is atomic.
 
-use std::cell::{Cell, OnceCell};
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorCode};
 use crate::script::rhai::sandbox::SandboxLimits;
+use crate::script::run_sandbox::RunSandbox;
 
 /// What every coroutine of one run checks.
 #[derive(Debug)]
 pub(super) struct Guard {
     operations: Cell<u64>,
     max_operations: u64,
-    /// Closed intervals of script time.
-    total: Cell<Duration>,
-    /// Since when the script has been running (while it runs, not while it waits).
-    since: Cell<Option<Instant>>,
-    max_wall_time: Duration,
+    /// Whether this script's thread counts in the run's script time now (it runs Lua or the
+    /// runner's own work, not waiting for the engine).
+    counting: Cell<bool>,
+    /// The bounds all the scripts of the run share: memory held and kept, journal entries,
+    /// script time and the latch.
+    run: Arc<RunSandbox>,
+    time: crate::script::time_limit::TimeLimit,
     pub(super) max_memory: u64,
     cancel: CancellationToken,
-    tripped: OnceCell<Error>,
-    /// Host memory the script's engine calls keep for the rest of the run (journal entries,
-    /// events, step results, JSON conversions; see `script::host`): the state's byte limit is
-    /// lowered by it, so interpreter and host together stay within `max_memory`.
-    host_bytes: Cell<u64>,
-    /// Journal entries the script's engine calls made, and their cap.
-    entries: Cell<u64>,
+    /// The cap on the run's journal entries.
     max_entries: u64,
     /// The most branches (items) one fan-out may have, as a Rhai array may hold.
     pub(super) max_branches: usize,
     /// What the run's script thread allocates, as [`crate::CountingAlloc`] counts it: the bytes
     /// a builtin or a concatenation builds in one instruction (`upper` of 4 MB, `s .. s`) are
-    /// charged to the operation budget. The state's byte limit bounds what is held.
+    /// charged to the operation budget. The state's byte limit bounds what is held, lowered by
+    /// what the run's other scripts hold.
     pub(super) memory: crate::alloc::MemoryAccount,
 }
 
 impl Guard {
-    pub(super) fn new(limits: &SandboxLimits, cancel: CancellationToken) -> Guard {
+    /// The guard of one script of a run: `run` is what all the run's scripts share, `clock`
+    /// the run's handle for the script-time limit (`None` where no run stands behind the
+    /// script).
+    pub(super) fn new(
+        limits: &SandboxLimits,
+        cancel: CancellationToken,
+        run: Arc<RunSandbox>,
+        clock: Option<crate::engine::ScriptClock>,
+    ) -> Guard {
         Guard {
             operations: Cell::new(0),
             max_operations: limits.max_operations,
-            total: Cell::new(Duration::ZERO),
-            since: Cell::new(None),
-            max_wall_time: limits.max_wall_time,
+            counting: Cell::new(false),
+            memory: run.account(),
+            run: {
+                run.lua_started();
+                run
+            },
+            time: crate::script::time_limit::TimeLimit::new(limits.max_wall_time, clock),
             max_memory: limits.max_memory,
             cancel,
-            tripped: OnceCell::new(),
-            host_bytes: Cell::new(0),
-            entries: Cell::new(0),
             max_entries: limits.max_journal_entries,
             max_branches: limits.max_array_size,
-            memory: crate::alloc::MemoryAccount::new(),
         }
     }
 
     /// Starts counting script time (the script thread runs Lua or the runner's own work).
     pub(super) fn resume_clock(&self) {
-        if self.since.get().is_none() {
-            self.since.set(Some(Instant::now()));
+        if !self.counting.replace(true) {
+            self.run.begin_active();
         }
     }
 
     /// Stops counting script time (the thread waits for the engine); returns whether it was
     /// counting, so a nested pause restores exactly what it found.
     pub(super) fn pause_clock(&self) -> bool {
-        match self.since.take() {
-            Some(since) => {
-                self.total.set(self.total.get() + since.elapsed());
-                true
-            }
-            None => false,
+        let was = self.counting.replace(false);
+        if was {
+            self.run.end_active();
         }
+        was
     }
 
     fn script_time(&self) -> Duration {
-        self.total.get() + self.since.get().map_or(Duration::ZERO, |since| since.elapsed())
+        self.run.script_time()
     }
 
     /// Counts `n` operations and checks every bound; the error ends the run.
@@ -118,10 +125,7 @@ impl Guard {
         if !crate::script::host::charging() {
             return None;
         }
-        let host = self.host_bytes.get().saturating_add(crate::script::host::resident(kept, entries));
-        self.host_bytes.set(host);
-        let entries = self.entries.get().saturating_add(entries);
-        self.entries.set(entries);
+        let (host, entries) = self.run.keep(crate::script::host::resident(kept, entries), entries);
         if entries > self.max_entries {
             return Some(self.trip(crate::script::host::too_many_entries(self.max_entries)));
         }
@@ -131,28 +135,44 @@ impl Guard {
         self.charge(crate::script::host::operations_for(bytes))
     }
 
-    /// The bytes the interpreter may hold: the run's limit less what the host keeps for it.
+    /// The bytes the host may still keep for the script: the run's limit less what the host
+    /// keeps for the run and what its other scripts (child workflows, or the caller of this
+    /// one) hold.
     pub(super) fn memory_room(&self) -> u64 {
-        self.max_memory.saturating_sub(self.host_bytes.get())
+        let others = self.run.held().saturating_sub(self.memory.bytes());
+        self.max_memory.saturating_sub(self.run.host_bytes()).saturating_sub(others)
+    }
+
+    /// The byte limit of this script's Lua state, which holds `used` now: what it holds plus
+    /// its share of what the run has free. One instruction (`string.rep`, a concatenation)
+    /// can take a state's whole limit at once, before any hook runs, so several Lua states
+    /// of one run (child workflows) divide the free memory among them rather than each
+    /// counting on all of it; a run's only state gets all of it. Set again every
+    /// `HOOK_EVERY` instructions and after each engine call.
+    pub(super) fn state_limit(&self, used: u64) -> u64 {
+        let free = self.max_memory.saturating_sub(self.run.host_bytes()).saturating_sub(self.run.held());
+        let states = self.run.lua_states().max(1) as u64;
+        used.saturating_add(free / states).min(self.memory_room().max(used))
     }
 
     /// The bounds that do not count anything: the latch, cancellation and the clock.
     pub(super) fn check(&self) -> Option<Error> {
-        if let Some(error) = self.tripped.get() {
-            return Some(error.clone());
+        if let Some(error) = self.run.tripped() {
+            return Some(error);
+        }
+        // What every script of the run holds (this state's own limit bounds its part).
+        if self.run.held().saturating_add(self.run.host_bytes()) > self.max_memory {
+            return Some(self.out_of_memory());
         }
         if self.cancel.is_cancelled() {
             return Some(Error::new(ErrorCode::Cancelled, "the run was stopped"));
         }
-        if self.script_time() > self.max_wall_time {
-            return Some(self.trip(Error::new(
-                ErrorCode::SandboxLimit,
-                format!(
-                    "the script ran longer than its wall-clock limit of {:.1} s (time spent waiting for \
-                     model calls and other engine work is not counted); do less work in the script",
-                    self.max_wall_time.as_secs_f64()
-                ),
-            )));
+        if let Some(error) = self.time.check(self.script_time()) {
+            let (latched, ours) = self.run.trip(error);
+            if ours {
+                self.time.stopped();
+            }
+            return Some(latched);
         }
         None
     }
@@ -163,7 +183,7 @@ impl Guard {
             ErrorCode::SandboxLimit,
             format!(
                 "the script holds more than its memory limit of {} MiB; keep fewer or smaller values \
-                 (process large data in child workflows or host functions)",
+                 (process large data in host functions)",
                 self.max_memory >> 20
             ),
         ))
@@ -171,12 +191,18 @@ impl Guard {
 
     /// Latches the first sandbox error of the run; every coroutine of the run stops with it.
     pub(super) fn trip(&self, error: Error) -> Error {
-        self.tripped.get_or_init(|| error).clone()
+        self.run.trip(error).0
     }
 
-    /// The latched error, if any coroutine hit one.
+    /// The latched error, if any coroutine (or script) of the run hit one.
     pub(super) fn tripped(&self) -> Option<Error> {
-        self.tripped.get().cloned()
+        self.run.tripped()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.run.lua_ended();
     }
 }
 

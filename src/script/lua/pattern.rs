@@ -708,7 +708,12 @@ mod tests {
         let reference = Lua::new();
         let ported = Lua::new();
         let string = ported.create_table().unwrap();
-        let guard = Rc::new(Guard::new(&SandboxLimits::STANDARD, CancellationToken::new()));
+        let guard = Rc::new(Guard::new(
+            &SandboxLimits::STANDARD,
+            CancellationToken::new(),
+            std::sync::Arc::default(),
+            None,
+        ));
         install(&ported, &string, &guard, &Callbacks::load(&ported).unwrap()).unwrap();
         // As the prelude does: a replacement's error is raised from Lua with its value.
         let raise = "local S = ... local gsub = S.gsub \
@@ -762,7 +767,12 @@ mod tests {
     fn a_replacement_that_raises_hands_back_the_value_it_raised() {
         let lua = Lua::new();
         let string = lua.create_table().unwrap();
-        let guard = Rc::new(Guard::new(&SandboxLimits::STANDARD, CancellationToken::new()));
+        let guard = Rc::new(Guard::new(
+            &SandboxLimits::STANDARD,
+            CancellationToken::new(),
+            std::sync::Arc::default(),
+            None,
+        ));
         install(&lua, &string, &guard, &Callbacks::load(&lua).unwrap()).unwrap();
         lua.globals().set("S", string).unwrap();
         let code = "local r, n, raised, e = S.gsub('abc', '%w', function(c) error({c = c}) end) \
@@ -776,7 +786,7 @@ mod tests {
         let lua = Lua::new();
         let string = lua.create_table().unwrap();
         let limits = SandboxLimits { max_operations: 2_000_000, ..SandboxLimits::STANDARD };
-        let guard = Rc::new(Guard::new(&limits, CancellationToken::new()));
+        let guard = Rc::new(Guard::new(&limits, CancellationToken::new(), std::sync::Arc::default(), None));
         install(&lua, &string, &guard, &Callbacks::load(&lua).unwrap()).unwrap();
         lua.globals().set("S", string).unwrap();
         let started = std::time::Instant::now();

@@ -142,6 +142,10 @@ async fn run_on_thread(
     args: Value,
     limits: SandboxLimits,
 ) -> Result<Value, Error> {
+    // The thread is one of the run's: taken from its context's share before it starts (the
+    // branches' shares divide what is left: `engine::fanout`).
+    let mut ctx = ctx;
+    ctx.threads = Some(ctx.script_threads()?);
     let handle = Handle::current();
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -168,7 +172,7 @@ fn execute(
 ) -> Result<Value, Error> {
     let setup = |e: mlua::Error| Error::internal(format!("cannot set up the Lua sandbox: {e}"));
     let (lua, internals, hidden) = sandbox::open().map_err(setup)?;
-    let guard = Rc::new(Guard::new(&limits, ctx.cancel.clone()));
+    let guard = Rc::new(Guard::new(&limits, ctx.cancel.clone(), ctx.run_sandbox(), Some(ctx.script_clock())));
     // What this thread allocates from here on is the script's work (see `Guard::memory`).
     let _allocations = guard.memory.enter();
     let shared =

@@ -149,10 +149,13 @@ pub(super) fn install(lua: &Lua, install: Install<'_>) -> mlua::Result<()> {
     helpers.raw_set("pairs", pairs)?;
     lua.load(include_str!("prelude.lua")).set_name("=cairn").call::<()>(helpers)?;
     let guard = install.guard.clone();
-    lua.set_global_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, _| {
+    lua.set_global_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |lua, _| {
         if let Some(error) = guard.charge(u64::from(HOOK_EVERY)) {
             return Err(mlua::Error::external(error));
         }
+        // What the run's other scripts hold moves: this state's share follows it.
+        let limit = guard.state_limit(lua.used_memory() as u64);
+        let _ = lua.set_memory_limit(usize::try_from(limit).unwrap_or(usize::MAX));
         if let Some(frame) = frame::current_frame()
             && let Some(error) = frame.latch.get()
         {
@@ -160,7 +163,8 @@ pub(super) fn install(lua: &Lua, install: Install<'_>) -> mlua::Result<()> {
         }
         Ok(VmState::Continue)
     })?;
-    lua.set_memory_limit(usize::try_from(install.limits.max_memory).unwrap_or(usize::MAX))?;
+    let limit = install.guard.state_limit(lua.used_memory() as u64).min(install.limits.max_memory);
+    lua.set_memory_limit(usize::try_from(limit).unwrap_or(usize::MAX))?;
     Ok(())
 }
 

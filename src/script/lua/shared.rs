@@ -50,7 +50,8 @@ impl Shared {
             return Err(error);
         }
         if kept > 0 || entries > 0 {
-            let _ = lua.set_memory_limit(usize::try_from(self.guard.memory_room()).unwrap_or(usize::MAX));
+            let limit = self.guard.state_limit(lua.used_memory() as u64);
+            let _ = lua.set_memory_limit(usize::try_from(limit).unwrap_or(usize::MAX));
         }
         Ok(())
     }

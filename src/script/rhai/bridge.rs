@@ -101,10 +101,7 @@ pub(super) struct Shared {
     pub(super) bodies: super::body::BodyHashes,
 }
 
-/// The most branch threads one run may have alive at once, nested fan-outs included, divided
-/// among nested fan-outs by structure (see `threads`), so whether a script fits never depends
-/// on timing.
-pub(super) const MAX_RUN_THREADS: usize = 1024;
+pub(super) use crate::script::run_sandbox::MAX_RUN_THREADS;
 
 thread_local! {
     /// The `Ctx` of the scope the current script thread runs in (innermost last).

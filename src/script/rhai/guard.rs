@@ -1,18 +1,20 @@
 //! The run's bounds, checked on every Rhai operation of every thread of a run: the operation
-//! budget, the memory limit, the wall-clock limit and cancellation, plus a latch that ends the
+//! budget, the memory limit, the script-time limit and cancellation, plus a latch that ends the
 //! whole run once any thread hits a sandbox error (so a violation inside a pipeline stage whose
 //! errors are dropped still ends the run).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use super::sandbox::SandboxLimits;
 use crate::alloc::{CountingAlloc, MemoryAccount};
-use crate::engine::StepOps;
+use crate::engine::{ScriptClock, StepOps};
 use crate::error::{Error, ErrorCode};
+use crate::script::run_sandbox::RunSandbox;
+use crate::script::time_limit::TimeLimit;
 
 /// How many operations pass between reads of the clock and the cancellation token.
 const SLOW_CHECK_EVERY: u64 = 64;
@@ -45,19 +47,6 @@ fn count_to_step(n: u64) {
 thread_local! {
     /// Whether this thread counts as executing script for its run (not waiting for the engine).
     static ACTIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// The run's script time: wall-clock time during which at least one of its threads executes
-/// script. A union of intervals, not a sum over threads, so it never exceeds the real time the
-/// run took, and many branches preempted on a busy machine do not add up to a timeout.
-#[derive(Debug, Default)]
-struct ActiveClock {
-    /// Threads executing script now.
-    active: usize,
-    /// Since when some thread has been executing (while `active > 0`).
-    since: Option<Instant>,
-    /// Closed intervals.
-    total: Duration,
 }
 
 /// The current thread's run, entered; restores the previous one when dropped.
@@ -152,36 +141,34 @@ pub(crate) struct RunGuard {
     max_allocations: u64,
     /// Whether memory is measured (the counting allocator is installed).
     measured: bool,
-    /// Nanoseconds the run's threads have spent running script code (waits for the engine
-    /// excluded), all threads together.
-    clock: Mutex<ActiveClock>,
-    max_wall_time: Duration,
+    /// The bounds all the scripts of the run share: memory held and kept, journal entries,
+    /// script time (all threads together, waits for the engine excluded) and the latch.
+    run: Arc<RunSandbox>,
+    time: TimeLimit,
     cancel: CancellationToken,
-    tripped: OnceLock<Error>,
-    /// Host memory the script's engine calls keep for the rest of the run (journal entries,
-    /// events, step results, JSON conversions), charged by [`RunGuard::host_work`] and counted
-    /// against `max_memory` with what the interpreter holds.
-    host_bytes: AtomicU64,
-    /// Journal entries the script's engine calls made.
-    entries: AtomicU64,
     max_entries: u64,
 }
 
 impl RunGuard {
-    pub(crate) fn new(limits: &SandboxLimits, cancel: CancellationToken) -> RunGuard {
+    /// The guard of one script of a run: `run` is what all the run's scripts share, `clock`
+    /// the run's handle for the script-time limit (`None` where no run stands behind the
+    /// script).
+    pub(crate) fn new(
+        limits: &SandboxLimits,
+        cancel: CancellationToken,
+        run: Arc<RunSandbox>,
+        clock: Option<ScriptClock>,
+    ) -> RunGuard {
         RunGuard {
             operations: AtomicU64::new(0),
             max_operations: limits.max_operations,
-            memory: MemoryAccount::new(),
+            memory: run.account(),
             max_memory: limits.max_memory,
             max_allocations: limits.max_allocations,
             measured: CountingAlloc::is_installed(),
-            clock: Mutex::new(ActiveClock::default()),
-            max_wall_time: limits.max_wall_time,
+            run,
+            time: TimeLimit::new(limits.max_wall_time, clock),
             cancel,
-            tripped: OnceLock::new(),
-            host_bytes: AtomicU64::new(0),
-            entries: AtomicU64::new(0),
             max_entries: limits.max_journal_entries,
         }
     }
@@ -205,34 +192,19 @@ impl RunGuard {
         Paused { guard: self, stopped }
     }
 
-    fn lock_clock(&self) -> std::sync::MutexGuard<'_, ActiveClock> {
-        self.clock.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// One more thread executes script.
     fn begin_active(&self) {
-        let mut clock = self.lock_clock();
-        clock.active += 1;
-        if clock.active == 1 {
-            clock.since = Some(Instant::now());
-        }
+        self.run.begin_active();
     }
 
     /// One thread fewer executes script.
     fn end_active(&self) {
-        let mut clock = self.lock_clock();
-        clock.active = clock.active.saturating_sub(1);
-        if clock.active == 0
-            && let Some(since) = clock.since.take()
-        {
-            clock.total += since.elapsed();
-        }
+        self.run.end_active();
     }
 
     /// The run's script time so far.
     fn script_time(&self) -> Duration {
-        let clock = self.lock_clock();
-        clock.total + clock.since.map_or(Duration::ZERO, |since| since.elapsed())
+        self.run.script_time()
     }
 
     /// One operation: counts it and returns the error that ends the run, if any bound is
@@ -255,8 +227,8 @@ impl RunGuard {
         if n.saturating_add(built) > self.max_operations {
             return Some(self.trip(self.over_budget()));
         }
-        if let Some(error) = self.tripped.get() {
-            return Some(error.clone());
+        if let Some(error) = self.run.tripped() {
+            return Some(error);
         }
         if n.is_multiple_of(SLOW_CHECK_EVERY) {
             return self.slow_check();
@@ -285,12 +257,11 @@ impl RunGuard {
                 ),
             )));
         }
-        self.host_bytes.fetch_add(crate::script::host::resident(kept, entries), Ordering::Relaxed);
-        let entries = self.entries.fetch_add(entries, Ordering::Relaxed).saturating_add(entries);
+        let (_, entries) = self.run.keep(crate::script::host::resident(kept, entries), entries);
         if entries > self.max_entries {
             return Some(self.trip(crate::script::host::too_many_entries(self.max_entries)));
         }
-        self.memory_check().or_else(|| self.tripped.get().cloned())
+        self.memory_check().or_else(|| self.run.tripped())
     }
 
     /// What the run may still hold: its limit less what its script threads hold (when measured)
@@ -310,7 +281,7 @@ impl RunGuard {
             // As the body's own operation would have said, had it run.
             return Some(self.trip(self.over_budget()));
         }
-        self.tripped.get().cloned()
+        self.run.tripped()
     }
 
     /// The error of a run past its operation budget.
@@ -327,7 +298,7 @@ impl RunGuard {
 
     /// The memory bounds alone, held and allocated (also checked at the JSON boundary).
     pub(crate) fn memory_check(&self) -> Option<Error> {
-        let host = self.host_bytes.load(Ordering::Relaxed);
+        let host = self.run.host_bytes();
         if host > self.max_memory {
             return Some(self.trip(crate::script::host::out_of_memory(self.max_memory)));
         }
@@ -344,12 +315,13 @@ impl RunGuard {
                 ),
             )));
         }
-        if self.memory.bytes().saturating_add(host) > self.max_memory {
+        // What every script of the run holds: a child workflow's script is the run's.
+        if self.run.held().saturating_add(host) > self.max_memory {
             return Some(self.trip(Error::new(
                 ErrorCode::SandboxLimit,
                 format!(
                     "the script holds more than its memory limit of {} MiB; keep fewer or smaller values \
-                     (process large data in child workflows or host functions)",
+                     (process large data in host functions)",
                     self.max_memory >> 20
                 ),
             )));
@@ -362,26 +334,23 @@ impl RunGuard {
         if self.cancel.is_cancelled() {
             return Some(Error::new(ErrorCode::Cancelled, "the run was stopped"));
         }
-        if self.script_time() > self.max_wall_time {
-            return Some(self.trip(Error::new(
-                ErrorCode::SandboxLimit,
-                format!(
-                    "the script ran longer than its wall-clock limit of {:.1} s (time spent waiting for \
-                     model calls and other engine work is not counted); do less work in the script",
-                    self.max_wall_time.as_secs_f64()
-                ),
-            )));
+        if let Some(error) = self.time.check(self.script_time()) {
+            let (latched, ours) = self.run.trip(error);
+            if ours {
+                self.time.stopped();
+            }
+            return Some(latched);
         }
-        self.tripped.get().cloned()
+        self.run.tripped()
     }
 
     /// Latches the first sandbox error of the run; every thread of the run stops with it.
     pub(crate) fn trip(&self, error: Error) -> Error {
-        self.tripped.get_or_init(|| error).clone()
+        self.run.trip(error).0
     }
 
     /// The latched error, if any thread hit one.
     pub(crate) fn tripped(&self) -> Option<Error> {
-        self.tripped.get().cloned()
+        self.run.tripped()
     }
 }

@@ -111,7 +111,14 @@ impl ScriptDialect for RhaiDialect {
 }
 
 /// Runs the script on its own thread and waits for its value.
-async fn run_on_thread(ast: Arc<AST>, ctx: Ctx, args: Value, limits: SandboxLimits) -> Result<Value, Error> {
+async fn run_on_thread(
+    ast: Arc<AST>,
+    mut ctx: Ctx,
+    args: Value,
+    limits: SandboxLimits,
+) -> Result<Value, Error> {
+    // The thread is one of the run's: taken from its context's share before it starts.
+    ctx.threads = Some(ctx.script_threads()?);
     let handle = Handle::current();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let cancel = ctx.cancel.clone();
@@ -136,13 +143,15 @@ fn execute(
 ) -> Result<Value, Error> {
     let shared = Arc::new(Shared {
         handle,
-        guard: super::guard::RunGuard::new(&limits, cancel),
+        guard: super::guard::RunGuard::new(&limits, cancel, ctx.run_sandbox(), Some(ctx.script_clock())),
         limits,
         closure_params: super::isolate::ClosureParams::of(ast),
         shapes: super::defer::Shapes::of(ast),
         bodies: super::body::BodyHashes::of(ast),
     });
     let _charged = shared.guard.enter();
+    // This script thread holds its share of the run's threads (`run_on_thread` took it).
+    super::threads::hold(ctx.threads.unwrap_or(crate::script::run_sandbox::MAX_RUN_THREADS));
     let mut engine = build_engine(&shared);
     let cells = super::resolver::install(&mut engine, ast);
     let mut scope = Scope::new();
@@ -300,7 +309,9 @@ fn register_effects(engine: &mut Rhai, shared: &Arc<Shared>) {
     engine.register_fn("log", |level: &str, message: &str, data: Dynamic| log(level, message, Some(&data)));
 
     fn child(shared: &Shared, name: &str, args: &Dynamic, opts: &Map) -> RhaiResult<Dynamic> {
-        let ctx = current()?;
+        let mut ctx = current()?;
+        // The child's script thread comes out of this thread's share of the run's threads.
+        ctx.threads = Some(super::threads::held(crate::script::run_sandbox::MAX_RUN_THREADS));
         let opts = options("workflow", opts).map_err(to_rhai)?;
         let args =
             to_json(args).map_err(|e| to_rhai(Error::validation(format!("workflow args: {}", e.message))))?;

@@ -64,8 +64,11 @@ pub struct SandboxLimits {
     pub max_allocations: u64,
     /// The longest a script may run, in wall-clock time spent running script code, all of a
     /// run's threads together; time waiting for the engine (model calls, host calls, waits,
-    /// branches to finish) is not counted. Besides the operation budget, so a script of
-    /// expensive operations still ends.
+    /// branches to finish) is not counted. The backstop for work the operation budget cannot
+    /// see: the interpreters' own operators and indexers walk a long string in one operation
+    /// (`a == b`, `a < b`, `s[i]`, `m[k]`, a `switch`, a Lua table key). The default (10 s) is
+    /// about four times what the default operation budget takes of cheap operations in a
+    /// release build; raise both together.
     pub max_wall_time: std::time::Duration,
     /// The most journal entries (engine calls: `now`, `random`, steps, logs kept, agent calls)
     /// a run's script may make. Each is kept by the host for the rest of the run, so besides
@@ -90,7 +93,7 @@ impl SandboxLimits {
         max_source_tokens: 40_000,
         max_memory: 256 << 20,
         max_allocations: 10_000_000,
-        max_wall_time: std::time::Duration::from_secs(300),
+        max_wall_time: std::time::Duration::from_secs(10),
         max_journal_entries: 4_000_000,
     };
 }

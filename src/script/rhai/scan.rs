@@ -2,7 +2,7 @@
 //! that walks a 4 MiB string (`len` counts its characters, `get(i)` walks to the i-th, a map
 //! lookup compares a 4 MiB key), in a loop, is seconds of work per thousand operations that
 //! neither the operation budget nor the allocation charge sees, so such a loop ran until the
-//! script-time limit (300 s by default). Each twin charges the bytes it walks to the run's
+//! script-time limit (then 300 s). Each twin charges the bytes it walks to the run's
 //! operation budget (`script::host`, four bytes an operation) and returns exactly what Rhai's
 //! does.
 //!

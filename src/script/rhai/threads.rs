@@ -45,6 +45,11 @@ pub(crate) fn grant(wanted: usize, run_cap: usize) -> Result<Grant, Error> {
     Ok(Grant { workers, nested_budget: (budget - workers) / workers })
 }
 
+/// The budget the current thread holds (`run_cap` on a thread given none).
+pub(crate) fn held(run_cap: usize) -> usize {
+    BUDGET.with(Cell::get).unwrap_or(run_cap)
+}
+
 /// Gives the current (branch) thread its budget for nested fan-outs.
 pub(crate) fn hold(budget: usize) {
     BUDGET.with(|slot| slot.set(Some(budget)));

@@ -573,7 +573,7 @@ impl LeasableStore for JsonlStore {
         let mut text = String::new();
         file.read_to_string(&mut text)?;
         let record: LockRecord = serde_json::from_str(&text).unwrap_or_default();
-        let held = holder::locked(&file).unwrap_or(!record.owner.is_empty());
+        let held = holder::locked(&file, &record.owner).unwrap_or(!record.owner.is_empty());
         Ok(held.then(|| Lease { run_id: run.clone(), owner: record.owner, epoch: record.epoch }))
     }
 
