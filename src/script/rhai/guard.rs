@@ -264,11 +264,11 @@ impl RunGuard {
         self.memory_check().or_else(|| self.run.tripped())
     }
 
-    /// What the run may still hold: its limit less what its script threads hold (when measured)
-    /// and what the host keeps for it.
+    /// What the run may still hold: its limit less what all its scripts hold (when measured)
+    /// and what the host keeps for them.
     fn memory_room(&self) -> u64 {
-        let held = if self.measured { self.memory.bytes() } else { 0 };
-        self.max_memory.saturating_sub(held.saturating_add(self.host_bytes.load(Ordering::Relaxed)))
+        let held = if self.measured { self.run.held() } else { 0 };
+        self.max_memory.saturating_sub(held.saturating_add(self.run.host_bytes()))
     }
 
     /// The operations of a step body a replay served instead of running it, as its journal
