@@ -129,6 +129,30 @@ fn sort(context: &NativeCallContext, array: &mut Array, comparer: &FnPtr) -> Res
             runtime("the sort comparator must return an integer (its sign) or a boolean".to_owned())
         })
     };
+    merge_sort(array, compare)?;
+    // A total order leaves no adjacent pair out of order; a comparator that contradicts
+    // itself usually does.
+    for i in 1..n {
+        if compare(&array[i], &array[i - 1])? == Ordering::Less {
+            return Err(runtime(
+                "the sort comparator is not a total order (it put an element both before and after \
+                 another); compare consistently, e.g. |a, b| a - b"
+                    .to_owned(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A stable bottom-up merge sort by `compare`, which never panics whatever `compare` answers
+/// (Rust's sort may panic on an order that is not total, such as floats with a NaN); on a
+/// total order its result is the one every stable sort gives, Rhai's included. The first
+/// error `compare` gives ends it.
+pub(super) fn merge_sort<E>(
+    array: &mut Array,
+    mut compare: impl FnMut(&Dynamic, &Dynamic) -> std::result::Result<Ordering, E>,
+) -> std::result::Result<(), E> {
+    let n = array.len();
     let mut from: Vec<Dynamic> = std::mem::take(array);
     let mut to: Vec<Dynamic> = Vec::with_capacity(n);
     let mut width = 1;
@@ -154,18 +178,6 @@ fn sort(context: &NativeCallContext, array: &mut Array, comparer: &FnPtr) -> Res
         }
         std::mem::swap(&mut from, &mut to);
         width *= 2;
-    }
-    // A total order leaves no adjacent pair out of order; a comparator that contradicts
-    // itself usually does.
-    for i in 1..n {
-        if compare(&from[i], &from[i - 1])? == Ordering::Less {
-            *array = from;
-            return Err(runtime(
-                "the sort comparator is not a total order (it put an element both before and after \
-                 another); compare consistently, e.g. |a, b| a - b"
-                    .to_owned(),
-            ));
-        }
     }
     *array = from;
     Ok(())

@@ -16,7 +16,7 @@ use ::rhai::{
     Array, Dynamic, Engine, EvalAltResult, FuncRegistration, INT, Map, NativeCallContext, Position,
 };
 
-use super::builtins::scanned;
+use super::builtins::{merge_sort, scanned};
 
 type Result<T> = std::result::Result<T, Box<EvalAltResult>>;
 
@@ -212,46 +212,11 @@ fn sort(array: &mut Array, descending: bool) -> Result<()> {
             Position::NONE,
         )));
     };
-    if descending {
-        merge_sort(array, |a, b| key(a, b).reverse());
-    } else {
-        merge_sort(array, key);
-    }
+    let Ok(()) = merge_sort(array, |a, b| {
+        let order = key(a, b);
+        Ok::<_, std::convert::Infallible>(if descending { order.reverse() } else { order })
+    });
     Ok(())
-}
-
-/// A stable bottom-up merge sort by `compare`, which never panics whatever `compare` answers
-/// (Rust's sort may panic on an order that is not total, such as floats with a NaN); on a total
-/// order its result is the one every stable sort gives, Rhai's included.
-fn merge_sort(array: &mut Array, compare: impl Fn(&Dynamic, &Dynamic) -> Ordering) {
-    let n = array.len();
-    let mut from: Vec<Dynamic> = std::mem::take(array);
-    let mut to: Vec<Dynamic> = Vec::with_capacity(n);
-    let mut width = 1;
-    while width < n {
-        to.clear();
-        let mut start = 0;
-        while start < n {
-            let mid = (start + width).min(n);
-            let end = (start + 2 * width).min(n);
-            let (mut left, mut right) = (start, mid);
-            while left < mid && right < end {
-                if compare(&from[right], &from[left]) == Ordering::Less {
-                    to.push(from[right].clone());
-                    right += 1;
-                } else {
-                    to.push(from[left].clone());
-                    left += 1;
-                }
-            }
-            to.extend(from[left..mid].iter().cloned());
-            to.extend(from[right..end].iter().cloned());
-            start = end;
-        }
-        std::mem::swap(&mut from, &mut to);
-        width *= 2;
-    }
-    *array = from;
 }
 
 #[cfg(test)]
